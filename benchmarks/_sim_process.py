@@ -1,0 +1,32 @@
+"""Run the provider simulator in its own process, so its CPU is not the client's."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+
+@contextmanager
+def sim_process(*args: str) -> Iterator[str]:
+    """Start `python -m raygent sim --port 0 ARGS`; yield its base URL (no /v1)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raygent", "sim", "--port", "0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            found = re.search(r"http://127\.0\.0\.1:(\d+)", line)
+            if found:
+                yield f"http://127.0.0.1:{found.group(1)}"
+                break
+        else:
+            raise RuntimeError("the simulator exited before printing its URL")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -1,0 +1,151 @@
+"""Requests/s of the model adapters at 64 in flight, against a bare aiohttp loop.
+
+The simulator runs in its own process with a fixed latency; each client keeps exactly
+`--inflight` requests open until `--requests` are done. Rounds are interleaved so that
+machine noise hits every client alike; the median round is reported, with the CPU time
+each request cost the client process. The figure that matters is the ratio of each
+adapter to the aiohttp loop measured in the same run (target >= 0.9).
+
+    python benchmarks/bench_adapter_throughput.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+import httpx
+
+# The script's own folder is on sys.path when run as `python benchmarks/...`.
+from _sim_process import sim_process
+
+from raygent import AnthropicModel, OpenAIModel, UserMessage
+
+MESSAGES = [UserMessage(content="Say something short.")]
+Call = Callable[[], Awaitable[object]]
+
+
+async def drive(call: Call, total: int, inflight: int) -> tuple[float, float]:
+    """(requests/s, CPU ms per request) for `total` calls with `inflight` always open."""
+    remaining = total
+
+    async def worker() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await call()
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(inflight)))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return total / wall, cpu * 1000 / total
+
+
+def aiohttp_call(
+    session: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str]
+) -> Call:
+    async def call() -> object:
+        async with session.post(url, data=body, headers=headers) as response:
+            response.raise_for_status()
+            return json.loads(await response.read())
+
+    return call
+
+
+def httpx_call(client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]) -> Call:
+    async def call() -> object:
+        response = await client.post(url, content=body, headers=headers)
+        response.raise_for_status()
+        return response.json()
+
+    return call
+
+
+async def run(args: argparse.Namespace, base: str) -> None:
+    openai = OpenAIModel("sim-gpt", base_url=base + "/v1", api_key="sk-bench")
+    anthropic = AnthropicModel("sim-claude", base_url=base, api_key="sk-ant-bench")
+    openai_body = json.dumps(openai.request_body(MESSAGES, None, stream=False)).encode()
+    anthropic_body = json.dumps(anthropic.request_body(MESSAGES, None, stream=False)).encode()
+    json_headers = {"content-type": "application/json"}
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    plain_httpx = httpx.AsyncClient(limits=httpx.Limits(max_connections=None), timeout=60)
+
+    async def openai_stream() -> object:
+        return [c async for c in openai.stream(MESSAGES)]
+
+    clients: dict[str, tuple[Call, int]] = {
+        "aiohttp loop, OpenAI body (baseline)": (
+            aiohttp_call(session, base + "/v1/chat/completions", openai_body, json_headers),
+            args.requests,
+        ),
+        "OpenAIModel.complete": (lambda: openai.complete(MESSAGES), args.requests),
+        "OpenAIModel.stream": (openai_stream, args.requests),
+        "aiohttp loop, Anthropic body (baseline)": (
+            aiohttp_call(session, base + "/v1/messages", anthropic_body, json_headers),
+            args.requests,
+        ),
+        "AnthropicModel.complete": (lambda: anthropic.complete(MESSAGES), args.requests),
+    }
+    if args.with_plain_httpx:
+        clients["plain httpx.AsyncClient (default pool)"] = (
+            httpx_call(plain_httpx, base + "/v1/chat/completions", openai_body, json_headers),
+            max(args.inflight * 2, args.requests // 5),
+        )
+    for call, _ in clients.values():  # warm up connections and caches
+        await drive(call, args.inflight, args.inflight)
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in clients}
+    for _ in range(args.rounds):
+        for name, (call, total) in clients.items():
+            results[name].append(await drive(call, total, args.inflight))
+    await session.close()
+    await plain_httpx.aclose()
+    report(args, results)
+
+
+def report(args: argparse.Namespace, results: dict[str, list[tuple[float, float]]]) -> None:
+    median = {n: statistics.median(r[0] for r in rs) for n, rs in results.items()}
+    cpu = {n: statistics.median(r[1] for r in rs) for n, rs in results.items()}
+    ideal = args.inflight * 1000 / args.latency_ms
+    print(
+        f"\n{args.inflight} in flight, {args.latency_ms} ms latency, {args.requests} requests"
+        f" a round, median of {args.rounds} interleaved rounds (ideal {ideal:.0f} req/s)\n"
+    )
+    print(f"{'client':44} {'req/s':>8} {'CPU ms/req':>11} {'vs baseline':>12}")
+    for name in results:
+        base_name = next(
+            b for b in results if "baseline" in b and ("Anthropic" in b) == ("Anthropic" in name)
+        )
+        ratio = median[name] / median[base_name]
+        print(f"{name:44} {median[name]:8.0f} {cpu[name]:11.2f} {ratio:12.2f}")
+    for adapter, base_name in (
+        ("OpenAIModel.complete", "aiohttp loop, OpenAI body (baseline)"),
+        ("AnthropicModel.complete", "aiohttp loop, Anthropic body (baseline)"),
+    ):
+        ratio = median[adapter] / median[base_name]
+        verdict = "ok" if ratio >= 0.9 else "BELOW TARGET"
+        print(f"ratio {adapter} / aiohttp loop: {ratio:.2f} (target >= 0.9: {verdict})")
+    print("\nreproduce: python benchmarks/bench_adapter_throughput.py " + " ".join(sys.argv[1:]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=1280)
+    parser.add_argument("--inflight", type=int, default=64)
+    parser.add_argument("--latency-ms", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--with-plain-httpx", action="store_true", help="also time httpx's own pool (slow)"
+    )
+    args = parser.parse_args()
+    with sim_process("--latency-ms", str(args.latency_ms)) as base:
+        asyncio.run(run(args, base))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""An agent used as a tool: the model gives it an input; it runs as a nested run."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import Field
+
+from .report import AgentResult
+from .run_context import RunInfo
+from .tools import Tool, ToolContext, tool
+
+if TYPE_CHECKING:
+    from .agents import Agent
+
+
+def agent_tool(agent: Agent, *, name: str | None, description: str | None) -> Tool[..., Any]:
+    """A tool that runs `agent` with the parent's ids, session, deps and abort signal.
+
+    It returns the nested AgentResult; the tool round hangs the nested report under the
+    call, adds its usage to the parent's, and sends the model its data or text.
+    """
+
+    async def run_nested(
+        input: Annotated[str, Field(description="What to ask or tell the agent.")],
+        ctx: ToolContext,
+    ) -> AgentResult:
+        parent = RunInfo(
+            run_id=ctx.run_id,
+            root_run_id=ctx.root_run_id,
+            parent_run_id=None,
+            session_id=ctx.session_id,
+            agent_name="",
+            deps=ctx.deps,
+        )
+        return await agent.execute(input, parent=parent, signal=ctx.signal)
+
+    tool_name = name or re.sub(r"[^a-zA-Z0-9_-]", "_", agent.name)[:64]
+    make = tool(
+        name=tool_name,
+        description=description or f"Ask the agent {agent.name!r}; it answers in text.",
+    )
+    return make(run_nested)

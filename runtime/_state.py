@@ -1,0 +1,102 @@
+"""The mutable state of one run: the conversation so far, usage, the report being built."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Literal
+
+from .abort import AbortController
+from .events import Dispatcher, Event
+from .messages import Message
+from .middleware import Middleware
+from .models.contract import Model, ModelOptions
+from .output import OutputSpec, Repair
+from .report import AgentReport, AgentResult, ModelInfo
+from .run_context import RunInfo
+from .seams import Backend
+from .usage import Usage
+
+if TYPE_CHECKING:
+    from .tools import Tool
+
+Phase = Literal["starting", "trip", "tools", "between_trips", "done"]
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class RunConfig:
+    """Everything a run needs, resolved from the agent and the call's options."""
+
+    model: Model
+    backend: Backend
+    tools: Mapping[str, Tool[..., Any]]
+    options: ModelOptions
+    output: OutputSpec | None
+    repair: Repair | None
+    max_trips: int
+    continue_on_output_limit: int
+    capture_messages: bool
+    middleware: tuple[Middleware, ...]
+    streaming: bool
+    guard_max_buffer: int | None
+    version: str | None
+
+
+@dataclass
+class RunState:
+    info: RunInfo
+    config: RunConfig
+    events: Dispatcher
+    abort: AbortController
+    messages: list[Message]
+    new_messages: list[Message] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    phase: Phase = "starting"
+    report: AgentReport = field(init=False)
+    result: AgentResult | None = None
+    # Why the run could not start (bad options or input); raised inside the loop, so
+    # that it ends as a failed result like any other failure.
+    setup_error: Exception | None = None
+    # Detaches the run from the caller's abort signal once it ends.
+    unlink: Callable[[], None] = field(default=lambda: None)
+
+    def __post_init__(self) -> None:
+        self.report = AgentReport(
+            run_id=self.info.run_id,
+            root_run_id=self.info.root_run_id,
+            parent_run_id=self.info.parent_run_id,
+            session_id=self.info.session_id,
+            name=self.info.agent_name,
+            version=self.config.version,
+            started_at=now(),
+            model=ModelInfo(name=self.config.model.name, provider=self.config.model.provider),
+        )
+
+    @property
+    def signal(self) -> Any:
+        return self.abort.signal
+
+    @property
+    def trip_count(self) -> int:
+        return len(self.report.trips)
+
+    def add(self, *messages: Message) -> None:
+        self.messages.extend(messages)
+        self.new_messages.extend(messages)
+
+    async def emit(self, event_type: type[Event], **fields: Any) -> None:
+        """Build and deliver an event, only when someone listens."""
+        if self.events.active:
+            await self.events.emit(
+                event_type(run_id=self.info.run_id, root_run_id=self.info.root_run_id, **fields)
+            )
+
+
+async def maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value

@@ -1,0 +1,141 @@
+"""The tool calls of one trip: run concurrently, answered in the order the model asked.
+
+A tool that is unknown, gets invalid arguments, raises or times out becomes an error
+result the model can read (and an `agent.tool.failed` event); the run goes on. Only an
+abort or a cancellation stops the round, cancelling every tool still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from ._state import RunState, maybe_await, now
+from .abort import abortable
+from .errors import AbortedError, RaygentError, ToolExecutionError
+from .events import ToolCalled, ToolCalling, ToolFailed
+from .messages import ToolCall, ToolMessage
+from .report import Timing, ToolCallReport
+from .tools import ToolContext, tool_result_text
+
+__all__ = ["run_tool_round"]
+
+
+async def run_tool_round(run: RunState, trip_index: int, calls: list[ToolCall]) -> None:
+    """Run `calls` and append their results to the conversation, in the model's order."""
+    run.signal.raise_if_aborted()  # an aborted run starts no tools
+    run.phase = "tools"
+    tasks = [asyncio.ensure_future(_one(run, trip_index, call)) for call in calls]
+    try:
+        results = await abortable(asyncio.gather(*tasks), run.signal)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    run.add(*results)
+    run.phase = "between_trips"
+
+
+async def _one(run: RunState, trip_index: int, call: ToolCall) -> ToolMessage:
+    clock = time.perf_counter()
+    record = ToolCallReport(
+        call_id=call.call_id,
+        name=call.name,
+        input=call.arguments,
+        trip_index=trip_index,
+        timing=Timing(started_at=now()),
+        session_id=run.info.session_id,
+    )
+    run.report.tool_calls.append(record)
+    await run.emit(
+        ToolCalling,
+        trip_index=trip_index,
+        call_id=call.call_id,
+        name=call.name,
+        arguments=call.arguments,
+    )
+    try:
+        output = tool_result_text(await _invoke(run, trip_index, call, record))
+    except (asyncio.CancelledError, AbortedError):
+        raise
+    except Exception as exc:
+        error = _as_tool_error(exc, call)
+        record.error = error.to_dict()
+        _finish(record, clock)
+        await run.emit(
+            ToolFailed,
+            trip_index=trip_index,
+            call_id=call.call_id,
+            name=call.name,
+            error=record.error,
+        )
+        return ToolMessage(
+            call_id=call.call_id, name=call.name, content=f"Error: {error}", is_error=True
+        )
+    record.output = output
+    _finish(record, clock)
+    await run.emit(
+        ToolCalled,
+        trip_index=trip_index,
+        call_id=call.call_id,
+        name=call.name,
+        output=output,
+        duration=record.timing.duration or 0.0,
+    )
+    return ToolMessage(call_id=call.call_id, name=call.name, content=output)
+
+
+async def _invoke(run: RunState, trip_index: int, call: ToolCall, record: ToolCallReport) -> Any:
+    config = run.config
+    for mw in config.middleware:
+        short = await maybe_await(mw.before_tool(run.info, call))
+        if short is not None:
+            return short
+    tool = config.tools.get(call.name)
+    if tool is None:
+        known = ", ".join(sorted(config.tools)) or "none"
+        raise ToolExecutionError(
+            f"unknown tool {call.name!r}; the tools are: {known}", tool=call.name
+        )
+    ctx = ToolContext(
+        run_id=run.info.run_id,
+        root_run_id=run.info.root_run_id,
+        session_id=run.info.session_id,
+        call_id=call.call_id,
+        tool_name=call.name,
+        trip_index=trip_index,
+        signal=run.signal,
+        deps=run.info.deps,
+    )
+    try:
+        value = await config.backend.tools.invoke(tool, call.arguments, ctx)
+    except BaseException as exc:
+        for mw in config.middleware:
+            await maybe_await(mw.on_tool_error(run.info, call, exc))
+        raise
+    child = getattr(value, "report", None)
+    if child is not None and hasattr(value, "usage"):
+        # A nested agent run: its report hangs under this call, its usage adds to ours.
+        record.child = child
+        run.usage = run.usage + value.usage
+        if value.error is not None:
+            raise ToolExecutionError(f"agent {call.name!r} failed: {value.error}", tool=call.name)
+        value = value.data if value.data is not None else value.text
+    for mw in reversed(config.middleware):
+        value = await maybe_await(mw.after_tool(run.info, call, value))
+    return value
+
+
+def _as_tool_error(exc: Exception, call: ToolCall) -> RaygentError:
+    if isinstance(exc, RaygentError):
+        return exc
+    return ToolExecutionError(
+        f"tool {call.name!r} raised {type(exc).__name__}: {exc}", tool=call.name
+    )
+
+
+def _finish(record: ToolCallReport, clock: float) -> None:
+    record.timing.ended_at = now()
+    record.timing.duration = time.perf_counter() - clock

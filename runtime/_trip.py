@@ -1,0 +1,155 @@
+"""One model trip: send the conversation, stream or not, report what came back."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from ._guard import GuardBuffer, extract_tool_calls
+from ._state import RunState, maybe_await, now
+from .errors import MaxTripsError, ProviderResponseError
+from .events import (
+    ToolStreaming,
+    TripCompleted,
+    TripReasoning,
+    TripStarted,
+    TripStreaming,
+    TripUsage,
+)
+from .messages import ContentPart, TextPart
+from .models.contract import (
+    Done,
+    ModelResponse,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+    UsageChunk,
+)
+from .report import Timing, TripReport
+
+__all__ = ["model_trip"]
+
+
+async def model_trip(run: RunState, purpose: str) -> ModelResponse:
+    """Make trip number `run.trip_count`; raise MaxTripsError past the budget."""
+    index = run.trip_count
+    if index >= run.config.max_trips:
+        raise MaxTripsError(
+            f"the run needs more than max_trips={run.config.max_trips} model trips",
+            max_trips=run.config.max_trips,
+        )
+    started, clock = now(), time.perf_counter()
+    trip = TripReport(
+        index=index,
+        purpose=purpose,
+        timing=Timing(started_at=started),
+        session_id=run.info.session_id,
+    )
+    run.report.trips.append(trip)
+    run.phase = "trip"
+    await run.emit(TripStarted, trip_index=index, purpose=purpose)
+    response = await _send(run, index)
+    response = _guarded(run, response)
+    for mw in reversed(run.config.middleware):
+        response = await maybe_await(mw.after_trip(run.info, response))
+    run.usage = run.usage + response.usage
+    trip.finish_reason = response.finish_reason
+    trip.output = response.text
+    trip.usage = response.usage
+    trip.tool_calls = [c.call_id for c in response.tool_calls]
+    trip.attempts = list(response.attempts)
+    trip.timing.ended_at = now()
+    trip.timing.duration = time.perf_counter() - clock
+    run.phase = "between_trips"  # the reply is in: what follows is not mid-trip
+    if not run.config.streaming:
+        await run.emit(TripUsage, trip_index=index, usage=response.usage)
+    await run.emit(
+        TripCompleted,
+        trip_index=index,
+        finish_reason=response.finish_reason,
+        text=response.text,
+        usage=response.usage,
+    )
+    return response
+
+
+async def _send(run: RunState, index: int) -> ModelResponse:
+    config = run.config
+    for mw in config.middleware:
+        short = await maybe_await(mw.before_trip(run.info, list(run.messages), config.options))
+        if short is not None:
+            return short  # type: ignore[no-any-return]
+    try:
+        if config.streaming:
+            return await _streamed(run, index)
+        return await config.backend.models.complete(
+            config.model, run.messages, config.options, run.signal
+        )
+    except BaseException as exc:
+        for mw in config.middleware:
+            await maybe_await(mw.on_trip_error(run.info, exc))
+        raise
+
+
+async def _streamed(run: RunState, index: int) -> ModelResponse:
+    config = run.config
+    guard = GuardBuffer(config.guard_max_buffer) if config.guard_max_buffer else None
+    response: ModelResponse | None = None
+    chunks = config.backend.models.stream(config.model, run.messages, config.options, run.signal)
+    # aclosing: a run that stops mid-stream closes the stream (and its HTTP request) at
+    # once, not whenever the garbage collector finalises the generator.
+    async with contextlib.aclosing(chunks):
+        async for chunk in chunks:
+            if isinstance(chunk, Done):
+                response = chunk.response
+            else:
+                await _relay(run, index, chunk, guard)
+    if response is None:
+        raise ProviderResponseError(
+            "the model's stream ended without a final reply", provider=config.model.provider
+        )
+    if guard is not None:
+        # Text held back because it might have been a tool call, and was not one.
+        held = guard.release(_guarded(run, response) is response)
+        if held:
+            await run.emit(TripStreaming, trip_index=index, text=held)
+    return response
+
+
+async def _relay(run: RunState, index: int, chunk: StreamChunk, guard: GuardBuffer | None) -> None:
+    """Turn one stream chunk into its event."""
+    if isinstance(chunk, TextDelta):
+        text = guard.feed(chunk.text) if guard is not None else chunk.text
+        if text:
+            await run.emit(TripStreaming, trip_index=index, text=text)
+    elif isinstance(chunk, ToolCallDelta):
+        await run.emit(
+            ToolStreaming,
+            trip_index=index,
+            call_id=chunk.call_id,
+            name=chunk.name,
+            arguments_delta=chunk.arguments_delta,
+        )
+    elif isinstance(chunk, ReasoningDelta):
+        await run.emit(TripReasoning, trip_index=index, text=chunk.text)
+    elif isinstance(chunk, UsageChunk):
+        await run.emit(TripUsage, trip_index=index, usage=chunk.usage)
+
+
+def _guarded(run: RunState, response: ModelResponse) -> ModelResponse:
+    """Turn tool-call JSON the model wrote as text into real calls (when guarded)."""
+    if not run.config.guard_max_buffer or len(response.text) > run.config.guard_max_buffer:
+        return response
+    found = extract_tool_calls(response.text, run.config.tools, response.tool_calls)
+    if found is None:
+        return response
+    text, calls = found
+    calls = [*response.tool_calls, *calls]
+    content: list[ContentPart] = [p for p in response.content if not isinstance(p, TextPart)]
+    if text:
+        content.append(TextPart(text=text))
+    finish = "tool_calls" if calls else response.finish_reason
+    return response.model_copy(
+        update={"content": content, "tool_calls": calls, "finish_reason": finish}
+    )

@@ -1,0 +1,429 @@
+"""`raygent.agent(...)`: an agent is configuration; each call runs it once.
+
+An agent holds no per-run state, so one agent serves many concurrent runs. The run
+options are defined once (`RunOptions`) and shared by `execute`, `execute_sync` and
+`stream`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+from typing_extensions import Unpack
+
+from ._loop import run_loop
+from ._state import RunConfig, RunState
+from .abort import AbortController, AbortSignal
+from .errors import PromptError, RaygentError
+from .events import Dispatcher, Event, EventHandler, Handlers, handler_list
+from .messages import ContentPart, Message, SystemMessage, UserMessage
+from .middleware import Middleware
+from .models.contract import Model, ModelOptions, ToolSpec
+from .output import OutputSpec, Repair
+from .report import AgentResult
+from .run_context import RunInfo
+from .seams import LOCAL, Backend
+from .tools import Tool
+
+__all__ = ["Agent", "AgentStream", "RunOptions", "SystemPrompt", "agent"]
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_IGNORED_MODEL_OPTIONS = ("tools", "signal", "response_schema")
+DEFAULT_GUARD_BUFFER = 16_384
+
+
+class SystemPrompt:
+    """A system prompt template with `{{name}}` placeholders; `from_file` reads once."""
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> SystemPrompt:
+        return cls(Path(path).read_text(encoding="utf-8"))
+
+    def render(self, values: Mapping[str, Any]) -> str:
+        def fill(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in values:
+                raise PromptError(f"the system prompt needs a value for {{{{{name}}}}}")
+            return str(values[name])
+
+        return _PLACEHOLDER.sub(fill, self.template)
+
+
+class RunOptions(TypedDict, total=False):
+    """Per-call options of `execute`, `execute_sync` and `stream`."""
+
+    history: Sequence[Message] | None
+    placeholders: Mapping[str, Any] | None
+    output: Any
+    response_schema: dict[str, Any] | None
+    system_prompt: str | SystemPrompt | None
+    repair: Repair | None
+    signal: AbortSignal | None
+    session_id: str | None
+    model_options: Mapping[str, Any] | None
+    continue_on_output_limit: int | None
+    capture_messages: bool | None
+    tool_schemas: Literal["full", "compact"] | None
+    on: Handlers | None
+    deps: Any
+    parent: RunInfo | None
+
+
+class Agent:
+    """Build with `raygent.agent(...)`."""
+
+    def __init__(
+        self,
+        *,
+        model: Model,
+        name: str | None,
+        system_prompt: str | SystemPrompt | None,
+        tools: Iterable[Tool[..., Any] | Agent],
+        placeholders: Mapping[str, Any] | None,
+        max_trips: int,
+        model_options: Mapping[str, Any] | None,
+        output: Any,
+        middleware: Iterable[Middleware],
+        on: Handlers | None,
+        version: str | None,
+        capture_messages: bool,
+        observe: EventHandler | Iterable[EventHandler] | None,
+        continue_on_output_limit: int,
+        tool_schemas: Literal["full", "compact"],
+        streaming_tool_guard: bool | int | None,
+        backend: Backend | None,
+    ) -> None:
+        self.model = model
+        self.tools: dict[str, Tool[..., Any]] = {}
+        for item in tools:
+            as_tool = item.as_tool() if isinstance(item, Agent) else item
+            if as_tool.name in self.tools:
+                raise ValueError(f"two tools are named {as_tool.name!r}")
+            self.tools[as_tool.name] = as_tool
+        self.name = name or _anonymous_name(model, self.tools)
+        self.system_prompt = system_prompt
+        self.placeholders = dict(placeholders or {})
+        self.max_trips = max_trips
+        self.model_options = dict(model_options or {})
+        self.output = output
+        self.middleware = tuple(middleware)
+        self.version = version
+        self.capture_messages = capture_messages
+        self.continue_on_output_limit = continue_on_output_limit
+        self.tool_schemas = tool_schemas
+        self.guard_max_buffer = _guard_size(streaming_tool_guard)
+        self.backend = backend
+        self._factory_handlers = handler_list(on)
+        if observe is not None:
+            observers = [observe] if callable(observe) else list(observe)
+            self._factory_handlers.extend(("*", fn) for fn in observers)
+        self._instance_handlers: list[tuple[str, EventHandler]] = []
+        self._specs: dict[str, tuple[ToolSpec, ...]] = {}
+        self._outputs: dict[int, OutputSpec] = {}
+
+    def __repr__(self) -> str:
+        return f"Agent(name={self.name!r}, model={self.model.name!r}, tools={list(self.tools)})"
+
+    def on(self, event: str, handler: EventHandler) -> Callable[[], None]:
+        """Subscribe to an event ("*" for all) on every run; returns an unsubscribe."""
+        pair = (event, handler)
+        self._instance_handlers.append(pair)
+        return lambda: (
+            self._instance_handlers.remove(pair) if pair in self._instance_handlers else None
+        )
+
+    async def execute(
+        self, input: str | Message | Sequence[ContentPart | Message], **options: Unpack[RunOptions]
+    ) -> AgentResult:
+        """Run once. Never raises: failures come back typed on `result.error`, with
+        `result.report.status` failed, cancelled or incomplete. (Cancelling the task that
+        awaits this records the cancellation, then lets CancelledError through.)"""
+        return await run_loop(*self._prepare(input, options, streaming=False, sink=None))
+
+    def execute_sync(
+        self, input: str | Message | Sequence[ContentPart | Message], **options: Unpack[RunOptions]
+    ) -> AgentResult:
+        """`execute` for scripts, from code that is not running an event loop."""
+        return asyncio.run(self.execute(input, **options))
+
+    def stream(
+        self, input: str | Message | Sequence[ContentPart | Message], **options: Unpack[RunOptions]
+    ) -> AgentStream:
+        """Run once, yielding typed events; `await stream.result` gives what `execute`
+        would have returned."""
+        return AgentStream(self, input, options)
+
+    def as_tool(self, name: str | None = None, description: str | None = None) -> Tool[..., Any]:
+        """This agent as a tool: the model gives it an input; it runs as a nested run."""
+        from ._agent_tool import agent_tool
+
+        return agent_tool(self, name=name, description=description)
+
+    # -- preparing a run -----------------------------------------------------------------
+
+    def _prepare(
+        self,
+        input: Any,
+        options: RunOptions,
+        *,
+        streaming: bool,
+        sink: Callable[[Event], None] | None,
+    ) -> tuple[RunState, list[Message]]:
+        info = self._run_info(options)
+        events = Dispatcher(
+            [
+                self._factory_handlers,
+                list(self._instance_handlers),
+                handler_list(options.get("on")),
+            ],
+            sink,
+        )
+        setup_error: RaygentError | None = None
+        try:
+            config, system = self._config(options, streaming)
+            messages: list[Message] = [SystemMessage(content=system)] if system else []
+            messages.extend(options.get("history") or ())
+            user_input = _as_messages(input)
+        except Exception as exc:
+            # execute() never raises: a run that cannot even start fails on its result.
+            config, system, messages, user_input = self._bare_config(streaming), "", [], []
+            setup_error = _setup_error(exc)
+        state = RunState(
+            info=info,
+            config=config,
+            events=events,
+            abort=AbortController(),
+            messages=messages,
+            setup_error=setup_error,
+        )
+        state.report.system_prompt = system or None
+        user_signal = options.get("signal")
+        if user_signal is not None:
+            # Unlinked when the run ends: a long-lived signal must not keep runs alive.
+            state.unlink = user_signal.add_callback(lambda: state.abort.abort(user_signal.reason))
+        return state, user_input
+
+    def _run_info(self, options: RunOptions) -> RunInfo:
+        parent = options.get("parent")
+        run_id = uuid.uuid4().hex
+        return RunInfo(
+            run_id=run_id,
+            root_run_id=parent.root_run_id if parent else run_id,
+            parent_run_id=parent.run_id if parent else None,
+            session_id=options.get("session_id") or (parent.session_id if parent else None),
+            agent_name=self.name,
+            deps=options.get("deps", parent.deps if parent else None),
+        )
+
+    def _config(self, options: RunOptions, streaming: bool) -> tuple[RunConfig, str]:
+        output = self._output_spec(options)
+        caps = self.model.capabilities
+        merged = {**self.model_options, **(options.get("model_options") or {})}
+        for key in _IGNORED_MODEL_OPTIONS:
+            merged.pop(key, None)
+        native = output is not None and caps.structured_output
+        model_options = ModelOptions(
+            **merged,
+            tools=self._tool_specs(options.get("tool_schemas") or self.tool_schemas),
+            response_schema=output.response_schema() if native and output else None,
+        )
+        system = self._system_text(options)
+        if output is not None and not native:
+            system = f"{system}\n\n{output.instruction()}" if system else output.instruction()
+        continuations = options.get("continue_on_output_limit")
+        capture = options.get("capture_messages")
+        config = RunConfig(
+            model=self.model,
+            backend=self.backend or LOCAL,
+            tools=self.tools,
+            options=model_options,
+            output=output,
+            repair=options.get("repair"),
+            max_trips=self.max_trips,
+            continue_on_output_limit=(
+                self.continue_on_output_limit if continuations is None else continuations
+            ),
+            capture_messages=self.capture_messages if capture is None else capture,
+            middleware=self.middleware,
+            streaming=streaming,
+            guard_max_buffer=self.guard_max_buffer,
+            version=self.version,
+        )
+        return config, system
+
+    def _bare_config(self, streaming: bool) -> RunConfig:
+        """The configuration of a run whose own options could not be resolved."""
+        return RunConfig(
+            model=self.model,
+            backend=self.backend or LOCAL,
+            tools=self.tools,
+            options=ModelOptions(),
+            output=None,
+            repair=None,
+            max_trips=self.max_trips,
+            continue_on_output_limit=0,
+            capture_messages=False,
+            middleware=self.middleware,
+            streaming=streaming,
+            guard_max_buffer=None,
+            version=self.version,
+        )
+
+    def _system_text(self, options: RunOptions) -> str:
+        prompt = options.get("system_prompt") or self.system_prompt
+        if prompt is None:
+            return ""
+        template = prompt if isinstance(prompt, SystemPrompt) else SystemPrompt(prompt)
+        values = {**self.placeholders, **(options.get("placeholders") or {})}
+        return template.render(values)
+
+    def _output_spec(self, options: RunOptions) -> OutputSpec | None:
+        output = options.get("output", self.output)
+        if output is None:
+            output = options.get("response_schema")
+        if output is None:
+            return None
+        spec = self._outputs.get(id(output))
+        if spec is None or spec.output is not output:
+            spec = self._outputs[id(output)] = OutputSpec(output)
+        return spec
+
+    def _tool_specs(self, mode: str) -> tuple[ToolSpec, ...]:
+        specs = self._specs.get(mode)
+        if specs is None:
+            compact = mode == "compact"
+            specs = self._specs[mode] = tuple(t.spec(compact) for t in self.tools.values())
+        return specs
+
+
+class AgentStream:
+    """Async iterator of a run's events; `await .result` gives the AgentResult."""
+
+    def __init__(self, agent: Agent, input: Any, options: RunOptions) -> None:
+        self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        state, user_input = agent._prepare(
+            input, options, streaming=True, sink=self._queue.put_nowait
+        )
+        self._state = state
+        self._ended = False
+        self._task = asyncio.ensure_future(self._run(user_input))
+
+    async def _run(self, user_input: list[Message]) -> AgentResult:
+        try:
+            return await run_loop(self._state, user_input)
+        except asyncio.CancelledError:
+            assert self._state.result is not None
+            return self._state.result
+        finally:
+            self._queue.put_nowait(None)
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
+        try:
+            while not self._ended:
+                event = await self._queue.get()
+                if event is None:
+                    self._ended = True  # a later pass ends at once instead of waiting
+                    break
+                yield event
+        finally:
+            if not self._task.done():
+                # The consumer stopped listening: the run is cancelled, not left behind.
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
+
+    @property
+    def result(self) -> asyncio.Future[AgentResult]:
+        return self._task
+
+    def abort(self, reason: str | None = None) -> None:
+        """Cancel the run (same as its abort signal)."""
+        self._state.abort.abort(reason)
+
+
+def agent(
+    name: str | None = None,
+    *,
+    model: Model,
+    system_prompt: str | SystemPrompt | None = None,
+    tools: Iterable[Tool[..., Any] | Agent] = (),
+    placeholders: Mapping[str, Any] | None = None,
+    max_trips: int = 10,
+    model_options: Mapping[str, Any] | None = None,
+    output: Any = None,
+    middleware: Iterable[Middleware] = (),
+    on: Handlers | None = None,
+    version: str | None = None,
+    capture_messages: bool = False,
+    observe: EventHandler | Iterable[EventHandler] | None = None,
+    continue_on_output_limit: int = 0,
+    tool_schemas: Literal["full", "compact"] = "full",
+    streaming_tool_guard: bool | int | None = None,
+    backend: Backend | None = None,
+) -> Agent:
+    """Build an agent. See `Agent.execute` for a run and `RunOptions` for per-call options.
+
+    `streaming_tool_guard=True` (or a buffer size in characters) turns tool-call JSON that
+    a model writes as text into real tool calls.
+    """
+    return Agent(
+        model=model,
+        name=name,
+        system_prompt=system_prompt,
+        tools=tools,
+        placeholders=placeholders,
+        max_trips=max_trips,
+        model_options=model_options,
+        output=output,
+        middleware=middleware,
+        on=on,
+        version=version,
+        capture_messages=capture_messages,
+        observe=observe,
+        continue_on_output_limit=continue_on_output_limit,
+        tool_schemas=tool_schemas,
+        streaming_tool_guard=streaming_tool_guard,
+        backend=backend,
+    )
+
+
+def _anonymous_name(model: Model, tools: Mapping[str, Tool[..., Any]]) -> str:
+    # The tools in the order given: `anon_openai_gpt-4o-mini_search+calc`.
+    suffix = "+".join(tools)
+    base = f"anon_{model.provider}_{model.name}"
+    return f"{base}_{suffix}" if suffix else base
+
+
+def _setup_error(exc: Exception) -> RaygentError:
+    if isinstance(exc, RaygentError):
+        return exc
+    return RaygentError(f"invalid run options: {type(exc).__name__}: {exc}")
+
+
+def _guard_size(guard: bool | int | None) -> int | None:
+    if guard is None or guard is False:
+        return None
+    if guard is True:
+        return DEFAULT_GUARD_BUFFER
+    return int(guard)
+
+
+def _as_messages(input: Any) -> list[Message]:
+    if isinstance(input, str):
+        return [UserMessage(content=input)]
+    if isinstance(input, (UserMessage, SystemMessage)) or hasattr(input, "role"):
+        return [input]
+    items = list(input)
+    if items and all(hasattr(i, "role") for i in items):
+        return items
+    return [UserMessage(content=items)]

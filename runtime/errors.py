@@ -1,0 +1,219 @@
+"""One error hierarchy. Every error has a `code`, a `category` and a `retryable` flag."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+__all__ = [
+    "AbortedError",
+    "AgentCancelledError",
+    "AgentIncompleteError",
+    "AuthenticationError",
+    "ContentFilterError",
+    "ContextLengthExceededError",
+    "InvalidRequestError",
+    "MaxTripsError",
+    "OfflineError",
+    "PromptError",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderResponseError",
+    "ProviderTimeoutError",
+    "RateLimitError",
+    "RaygentError",
+    "RefusalError",
+    "SchemaValidationError",
+    "ServerError",
+    "ToolExecutionError",
+    "redact",
+]
+
+
+class RaygentError(Exception):
+    """Base of every raygent error.
+
+    `details` holds extra typed facts (status, provider, retry_after, ...); it is what
+    `to_dict()` reports and what survives pickling across Ray workers.
+    """
+
+    code: ClassVar[str] = "error"
+    category: ClassVar[str] = "internal"
+    default_retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str, *, retryable: bool | None = None, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = self.default_retryable if retryable is None else retryable
+        self.details = details
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for missing attributes: expose details as attributes (err.status).
+        details = self.__dict__.get("details", {})
+        if name in details:
+            return details[name]
+        raise AttributeError(name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.retryable, self.details))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description for reports and stores."""
+        return {
+            "type": type(self).__name__,
+            "code": self.code,
+            "category": self.category,
+            "retryable": self.retryable,
+            "message": self.message,
+            **self.details,
+        }
+
+
+def _rebuild(
+    cls: type[RaygentError], message: str, retryable: bool, details: dict[str, Any]
+) -> RaygentError:
+    return cls(message, retryable=retryable, **details)
+
+
+class AbortedError(RaygentError):
+    """The caller's abort signal fired; the in-flight request was closed."""
+
+    code = "aborted"
+    category = "cancelled"
+
+
+class OfflineError(RaygentError):
+    """RAYGENT_OFFLINE is set and a request was about to leave this machine."""
+
+    code = "offline"
+    category = "config"
+
+
+class ProviderError(RaygentError):
+    """A model provider refused or failed a request.
+
+    details: provider, status (HTTP status or None), request_id, provider_code.
+    """
+
+    code = "provider_error"
+    category = "provider"
+
+
+class RateLimitError(ProviderError):
+    """429: too many requests or tokens. `retry_after` is in seconds when the provider says."""
+
+    code = "rate_limited"
+    default_retryable = True
+
+
+class ProviderTimeoutError(ProviderError):
+    code = "timeout"
+    default_retryable = True
+
+
+class ProviderConnectionError(ProviderError):
+    """The connection failed or dropped before a reply was complete."""
+
+    code = "connection_error"
+    default_retryable = True
+
+
+class AuthenticationError(ProviderError):
+    """401/403: the key is missing, wrong, or not allowed."""
+
+    code = "authentication"
+
+
+class InvalidRequestError(ProviderError):
+    """400/404/422: the request itself is wrong; retrying will not help."""
+
+    code = "invalid_request"
+
+
+class ContextLengthExceededError(InvalidRequestError):
+    """The prompt does not fit the model's context window."""
+
+    code = "context_length_exceeded"
+
+
+class ContentFilterError(ProviderError):
+    """The provider refused or filtered the content."""
+
+    code = "content_filter"
+
+
+class ServerError(ProviderError):
+    """5xx or overloaded: the provider failed; a retry may succeed."""
+
+    code = "server_error"
+    default_retryable = True
+
+
+class ProviderResponseError(ProviderError):
+    """The provider's reply could not be read: not JSON, missing fields, a truncated stream."""
+
+    code = "bad_response"
+    default_retryable = True
+
+
+class AgentCancelledError(RaygentError):
+    """The run was cancelled (abort signal or task cancellation).
+
+    details: cancelled_at ("before_trip", "trip", "tools"), reason, trip_index.
+    """
+
+    code = "cancelled"
+    category = "cancelled"
+
+
+class MaxTripsError(RaygentError):
+    """The run needed more model trips than `max_trips` allows. details: max_trips."""
+
+    code = "max_trips"
+    category = "agent"
+
+
+class AgentIncompleteError(RaygentError):
+    """The reply was cut off. details: reason ("output_limit" | "context_window"),
+    trip_index, continuations. The partial text stays on the result."""
+
+    code = "incomplete"
+    category = "agent"
+
+
+class SchemaValidationError(RaygentError):
+    """The final reply does not satisfy the output schema. details: issues, text."""
+
+    code = "schema_validation"
+    category = "output"
+
+
+class ToolExecutionError(RaygentError):
+    """A tool raised, timed out, or could not be called. details: tool, call_id."""
+
+    code = "tool_execution"
+    category = "tool"
+
+
+class RefusalError(ContentFilterError):
+    """The model refused to answer (finish reason `refusal`)."""
+
+    code = "refusal"
+
+
+class PromptError(RaygentError):
+    """The prompt could not be built (e.g. a `{{placeholder}}` has no value)."""
+
+    code = "prompt"
+    category = "config"
+
+
+_KEY_PATTERNS = re.compile(r"(sk-[A-Za-z0-9_\-*]{4,}|Bearer\s+[A-Za-z0-9_\-.*]{8,})")
+
+
+def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """Remove known secrets and anything shaped like an API key from `text`."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return _KEY_PATTERNS.sub("***", text)

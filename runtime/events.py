@@ -1,0 +1,201 @@
+"""Typed run events and the handlers that subscribe to them.
+
+Every event carries `run_id` and `root_run_id`; tool events carry `call_id`. Handlers
+subscribe by event name (or "*") at three tiers fired in order: the factory's `on=`, the
+agent instance's `agent.on(...)`, the call's `on=`. A handler that raises is isolated:
+the error is logged and kept on the report, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .usage import Usage
+
+if TYPE_CHECKING:
+    from .report import AgentResult
+
+__all__ = [
+    "AgentCompleted",
+    "AgentErrored",
+    "AgentStarting",
+    "Event",
+    "EventHandler",
+    "Handlers",
+    "ToolCalled",
+    "ToolCalling",
+    "ToolFailed",
+    "ToolStreaming",
+    "TripCompleted",
+    "TripReasoning",
+    "TripStarted",
+    "TripStreaming",
+    "TripUsage",
+]
+
+log = logging.getLogger("raygent.events")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Base of all events. `type` is the event's name, e.g. "agent.trip.started"."""
+
+    type: ClassVar[str] = "event"
+    run_id: str
+    root_run_id: str
+    at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentStarting(Event):
+    type: ClassVar[str] = "agent.starting"
+    name: str
+    session_id: str | None = None
+    parent_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TripStarted(Event):
+    type: ClassVar[str] = "agent.trip.started"
+    trip_index: int
+    purpose: str = "answer"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TripStreaming(Event):
+    type: ClassVar[str] = "agent.trip.streaming"
+    trip_index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TripReasoning(Event):
+    type: ClassVar[str] = "agent.trip.reasoning"
+    trip_index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TripUsage(Event):
+    type: ClassVar[str] = "agent.trip.usage"
+    trip_index: int
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolStreaming(Event):
+    type: ClassVar[str] = "agent.tool.streaming"
+    trip_index: int
+    call_id: str
+    name: str
+    arguments_delta: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TripCompleted(Event):
+    type: ClassVar[str] = "agent.trip.completed"
+    trip_index: int
+    finish_reason: str
+    text: str
+    usage: Usage
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCalling(Event):
+    type: ClassVar[str] = "agent.tool.calling"
+    trip_index: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCalled(Event):
+    type: ClassVar[str] = "agent.tool.called"
+    trip_index: int
+    call_id: str
+    name: str
+    output: str
+    duration: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolFailed(Event):
+    type: ClassVar[str] = "agent.tool.failed"
+    trip_index: int
+    call_id: str
+    name: str
+    error: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentCompleted(Event):
+    type: ClassVar[str] = "agent.completed"
+    result: AgentResult
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentErrored(Event):
+    type: ClassVar[str] = "agent.error"
+    error: dict[str, Any]
+    result: AgentResult
+
+
+EventHandler = Callable[[Event], Awaitable[None] | None]
+Handlers = Mapping[str, EventHandler | Iterable[EventHandler]]
+
+
+def handler_list(handlers: Handlers | None) -> list[tuple[str, EventHandler]]:
+    """Flatten an `on=` mapping into (event name, handler) pairs, in order."""
+    out: list[tuple[str, EventHandler]] = []
+    for name, value in (handlers or {}).items():
+        if callable(value):
+            out.append((name, value))
+        else:
+            out.extend((name, h) for h in value)
+    return out
+
+
+class Dispatcher:
+    """Delivers one run's events to its handlers, tier by tier, isolating failures."""
+
+    __slots__ = ("_handlers", "_sink", "handler_errors")
+
+    def __init__(
+        self,
+        tiers: Iterable[list[tuple[str, EventHandler]]],
+        sink: Callable[[Event], None] | None = None,
+    ) -> None:
+        self._handlers = [pair for tier in tiers for pair in tier]
+        self._sink = sink
+        self.handler_errors: list[dict[str, Any]] = []
+
+    @property
+    def active(self) -> bool:
+        """Whether anyone listens (events are not even built when nobody does)."""
+        return bool(self._handlers) or self._sink is not None
+
+    async def emit(self, event: Event) -> None:
+        if self._sink is not None:
+            self._sink(event)
+        for name, handler in self._handlers:
+            if name != event.type and name != "*":
+                continue
+            try:
+                outcome = handler(event)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception as exc:  # a handler must never break the run
+                log.warning("event handler for %s raised %r", event.type, exc)
+                self.handler_errors.append(
+                    {"event": event.type, "handler": _name(handler), "error": repr(exc)}
+                )
+
+
+def _name(handler: Any) -> str:
+    return str(getattr(handler, "__qualname__", None) or repr(handler))

@@ -1,0 +1,134 @@
+"""`fallback_model([m1, m2, ...])`: fail over to the next model on transient errors."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from .abort import AbortSignal
+from .errors import (
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeoutError,
+    RateLimitError,
+    ServerError,
+)
+from .messages import Message
+from .models.contract import Capabilities, Done, Model, ModelOptions, ModelResponse, StreamChunk
+from .usage import Cost, Usage
+
+__all__ = ["FallbackModel", "fallback_model"]
+
+TRANSIENT: tuple[type[BaseException], ...] = (
+    RateLimitError,
+    ProviderTimeoutError,
+    ProviderConnectionError,
+    ServerError,
+)
+RetryOn = tuple[type[BaseException], ...] | Callable[[BaseException], bool]
+
+
+def fallback_model(models: Sequence[Model], *, retry_on: RetryOn | None = None) -> FallbackModel:
+    """A model that tries `models` in order, moving on when one fails with an error that
+    `retry_on` accepts (default: rate limits, timeouts, connection errors, 5xx). A stream
+    fails over only before its first chunk. Failed attempts are listed on the response's
+    `attempts` and counted in its usage (as requests, at no cost)."""
+    return FallbackModel(models, retry_on=retry_on)
+
+
+class FallbackModel:
+    def __init__(self, models: Sequence[Model], *, retry_on: RetryOn | None = None) -> None:
+        if not models:
+            raise ValueError("fallback_model needs at least one model")
+        self.models = list(models)
+        self.retry_on: RetryOn = TRANSIENT if retry_on is None else retry_on
+
+    @property
+    def name(self) -> str:
+        return self.models[0].name
+
+    @property
+    def provider(self) -> str:
+        return self.models[0].provider
+
+    @property
+    def capabilities(self) -> Capabilities:
+        # Only what every model can do, so no option is sent to a model that lacks it.
+        fields = Capabilities.model_fields
+        return Capabilities(
+            **{f: all(getattr(m.capabilities, f) for m in self.models) for f in fields}
+        )
+
+    def _fails_over(self, error: BaseException) -> bool:
+        if callable(self.retry_on) and not isinstance(self.retry_on, tuple):
+            return bool(self.retry_on(error))
+        return isinstance(error, self.retry_on)
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> ModelResponse:
+        attempts: list[dict[str, Any]] = []
+        for position, model in enumerate(self.models):
+            try:
+                response = await model.complete(messages, options, signal=signal)
+            except Exception as error:
+                if position == len(self.models) - 1 or not self._fails_over(error):
+                    raise
+                attempts.append(_attempt(model, error))
+                continue
+            return _with_attempts(response, attempts)
+        raise AssertionError("unreachable")
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        attempts: list[dict[str, Any]] = []
+        for position, model in enumerate(self.models):
+            chunks = model.stream(messages, options, signal=signal)
+            try:
+                first = await anext(chunks)
+            except Exception as error:
+                if position == len(self.models) - 1 or not self._fails_over(error):
+                    raise
+                attempts.append(_attempt(model, error))
+                continue
+            async for chunk in _chain(first, chunks):
+                if isinstance(chunk, Done):
+                    yield Done(_with_attempts(chunk.response, attempts))
+                else:
+                    yield chunk
+            return
+
+
+async def _chain(
+    first: StreamChunk, rest: AsyncIterator[StreamChunk]
+) -> AsyncIterator[StreamChunk]:
+    yield first
+    async for chunk in rest:
+        yield chunk
+
+
+def _attempt(model: Model, error: BaseException) -> dict[str, Any]:
+    info = error.to_dict() if isinstance(error, ProviderError) else {"message": repr(error)}
+    return {"model": model.name, "provider": model.provider, "error": info}
+
+
+def _with_attempts(response: ModelResponse, attempts: list[dict[str, Any]]) -> ModelResponse:
+    if not attempts:
+        return response
+    # A failed request is a request, billed at nothing.
+    failed = Usage(requests=len(attempts), cost=Cost())
+    usage = (
+        response.usage + failed
+        if response.usage.cost is not None
+        else response.usage.model_copy(update={"requests": response.usage.requests + len(attempts)})
+    )
+    return response.model_copy(update={"attempts": [*attempts, *response.attempts], "usage": usage})

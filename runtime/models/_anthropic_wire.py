@@ -1,0 +1,252 @@
+"""The Anthropic Messages wire format: request bodies, replies, stream assembly."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..messages import (
+    AssistantMessage,
+    ContentPart,
+    ImagePart,
+    Message,
+    ProviderBlock,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+)
+from ..usage import Usage
+from ._media import image_data, require_vision
+from .contract import CacheControl, Capabilities, FinishReason, ModelOptions, ToolSpec
+
+PROVIDER = "anthropic"
+API_VERSION = "2023-06-01"
+_UNCACHEABLE = ("thinking", "redacted_thinking")
+
+FINISH_REASONS: dict[str | None, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "pause_turn": "pause_turn",
+    "refusal": "refusal",
+    "model_context_window_exceeded": "context_exceeded",
+}
+
+_EFFORT_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
+
+
+def request_body(
+    model: str,
+    messages: Sequence[Message],
+    options: ModelOptions,
+    capabilities: Capabilities,
+    *,
+    stream: bool,
+    default_max_tokens: int,
+) -> dict[str, Any]:
+    system = [{"type": "text", "text": m.text} for m in messages if isinstance(m, SystemMessage)]
+    turns, last_blocks = _turns(messages, capabilities)
+    body: dict[str, Any] = {
+        "model": model,
+        "max_tokens": options.max_tokens or default_max_tokens,
+        "messages": turns,
+    }
+    if system:
+        body["system"] = system
+    thinking = _thinking(options, capabilities, body["max_tokens"])
+    if thinking is not None:
+        body["thinking"] = thinking
+    elif options.temperature is not None and capabilities.temperature:
+        # Anthropic rejects a temperature other than 1 with thinking on.
+        body["temperature"] = options.temperature
+    if options.tools and capabilities.tools:
+        body["tools"] = [_tool(t) for t in options.tools]
+        if options.tool_choice in ("auto", "none"):
+            body["tool_choice"] = {"type": options.tool_choice}
+        elif options.tool_choice == "required":
+            body["tool_choice"] = {"type": "any"}
+    if options.cache_control is not None and capabilities.prompt_caching:
+        _mark_cache(body, options.cache_control, last_blocks)
+    if stream:
+        body["stream"] = True
+    body.update(options.provider_options.get(PROVIDER, {}))
+    return body
+
+
+def _thinking(options: ModelOptions, capabilities: Capabilities, max_tokens: int) -> Any:
+    reasoning = options.reasoning
+    if reasoning is None or not capabilities.reasoning:
+        return None
+    budget = reasoning.max_tokens or _EFFORT_BUDGET.get(reasoning.effort or "medium", 8192)
+    # The budget must be >= 1024 and below max_tokens.
+    budget = max(1024, min(budget, max_tokens - 1))
+    if budget >= max_tokens:
+        return None
+    return {"type": "enabled", "budget_tokens": budget}
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    tool: dict[str, Any] = {"name": spec.name, "input_schema": spec.parameters}
+    if spec.description:
+        tool["description"] = spec.description
+    if spec.strict is not None:
+        tool["strict"] = spec.strict
+    return tool
+
+
+def _turns(
+    messages: Sequence[Message], capabilities: Capabilities
+) -> tuple[list[dict[str, Any]], list[dict[str, Any] | None]]:
+    """Anthropic roles alternate: tool results ride in user turns; same-role turns merge.
+
+    Also returns, for each of our messages, its last block that may carry a cache
+    breakpoint (None for system messages and for messages with only thinking).
+    """
+    turns: list[dict[str, Any]] = []
+    last_blocks: list[dict[str, Any] | None] = []
+    for message in messages:
+        if isinstance(message, SystemMessage):
+            last_blocks.append(None)
+            continue
+        role = "assistant" if isinstance(message, AssistantMessage) else "user"
+        blocks = _blocks(message, capabilities)
+        cacheable = [b for b in blocks if b["type"] not in _UNCACHEABLE]
+        last_blocks.append(cacheable[-1] if cacheable else None)
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    return turns, last_blocks
+
+
+def _blocks(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
+    if isinstance(message, ToolMessage):
+        result: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": message.call_id,
+            "content": message.text,
+        }
+        if message.is_error:
+            result["is_error"] = True
+        return [result]
+    blocks = [b for b in (_part(p, capabilities) for p in message.content) if b is not None]
+    if isinstance(message, AssistantMessage):
+        blocks.extend(
+            {"type": "tool_use", "id": c.call_id, "name": c.name, "input": c.arguments or {}}
+            for c in message.tool_calls
+        )
+    return blocks
+
+
+def _part(part: ContentPart, capabilities: Capabilities) -> dict[str, Any] | None:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text} if part.text else None
+    if isinstance(part, ImagePart):
+        require_vision(capabilities)
+        inline = image_data(part)
+        if inline is None:
+            return {"type": "image", "source": {"type": "url", "url": part.url}}
+        media_type, data = inline
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data},
+        }
+    # Thinking blocks go back verbatim, signature and all; other providers' blocks cannot.
+    return dict(part.data) if part.provider == PROVIDER else None
+
+
+def _mark_cache(
+    body: dict[str, Any], cache: CacheControl, last_blocks: list[dict[str, Any] | None]
+) -> None:
+    """Put breakpoints on the last tool, the last system block, and the last cacheable
+    block of the messages named (an int indexes the messages we were given)."""
+    marker: dict[str, Any] = {"type": "ephemeral"}
+    if cache.ttl == "1h":
+        marker["ttl"] = "1h"
+    targets: list[dict[str, Any]] = []
+    for point in cache.breakpoints:
+        target: dict[str, Any] | None = None
+        if point == "tools" and body.get("tools"):
+            target = body["tools"][-1]
+        elif point == "system" and body.get("system"):
+            target = body["system"][-1]
+        elif point == "last_message":
+            target = next((b for b in reversed(last_blocks) if b is not None), None)
+        elif isinstance(point, int) and -len(last_blocks) <= point < len(last_blocks):
+            target = last_blocks[point]
+        if target is not None and all(t is not target for t in targets):
+            targets.append(target)
+    # Anthropic allows at most four breakpoints.
+    for target in targets[:4]:
+        target["cache_control"] = marker
+
+
+def usage_from(raw: Any, previous: Usage | None = None) -> Usage:
+    """Anthropic usage: `input_tokens` excludes cache reads and writes."""
+    if not isinstance(raw, dict):
+        return previous or Usage(requests=1)
+    base = previous or Usage(requests=1, input_includes_cache=False)
+    creation = raw.get("cache_creation") or {}
+
+    def pick(key: str, current: int) -> int:
+        value = raw.get(key)
+        return current if value is None else int(value)
+
+    return base.model_copy(
+        update={
+            "input_tokens": pick("input_tokens", base.input_tokens),
+            "output_tokens": pick("output_tokens", base.output_tokens),
+            "cached_tokens": pick("cache_read_input_tokens", base.cached_tokens),
+            "cache_write_tokens": pick("cache_creation_input_tokens", base.cache_write_tokens),
+            "cache_write_1h_tokens": int(
+                creation.get("ephemeral_1h_input_tokens") or base.cache_write_1h_tokens
+            ),
+            "input_includes_cache": False,
+        }
+    )
+
+
+def finish_reason(raw: str | None) -> FinishReason:
+    return FINISH_REASONS.get(raw, "error" if raw else "stop")
+
+
+def content_from(blocks: list[dict[str, Any]]) -> tuple[list[ContentPart], list[ToolCall]]:
+    """Our content parts and tool calls from Anthropic content blocks."""
+    content: list[ContentPart] = []
+    calls: list[ToolCall] = []
+    for block in blocks:
+        kind = block["type"]
+        if kind == "text":
+            content.append(TextPart(text=block["text"]))
+        elif kind == "tool_use":
+            raw = block.get("input")
+            text = raw if isinstance(raw, str) else json.dumps(raw)
+            calls.append(ToolCall.parse(block["id"], block["name"], text))
+        else:
+            content.append(ProviderBlock(provider=PROVIDER, kind=kind, data=block))
+    return content, calls
+
+
+@dataclass
+class StreamState:
+    """Content blocks assembled from stream events, by index."""
+
+    blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    partial_json: dict[int, list[str]] = field(default_factory=dict)
+    stop_reason: str | None = None
+    stopped: bool = False
+    response_id: str | None = None
+    model: str | None = None
+    usage: Usage | None = None
+
+    def finished_blocks(self) -> list[dict[str, Any]]:
+        out = []
+        for index, block in sorted(self.blocks.items()):
+            if block["type"] == "tool_use":
+                block = {**block, "input": "".join(self.partial_json.get(index, ()))}
+            out.append(block)
+        return out

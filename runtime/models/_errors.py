@@ -1,0 +1,120 @@
+"""HTTP status and provider error bodies -> typed errors."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from typing import Any
+
+import httpx
+
+from ..errors import (
+    AuthenticationError,
+    ContentFilterError,
+    ContextLengthExceededError,
+    InvalidRequestError,
+    ProviderError,
+    ProviderTimeoutError,
+    RateLimitError,
+    ServerError,
+    redact,
+)
+
+_CONTEXT_HINTS = (
+    "context_length_exceeded",
+    "context length",
+    "context window",
+    "prompt is too long",
+    "maximum context",
+    "too many tokens",
+)
+_FILTER_HINTS = ("content_filter", "content_policy", "content management policy")
+_NOT_RETRYABLE_429 = ("insufficient_quota", "billing")
+
+
+def error_from_response(
+    response: httpx.Response, body: bytes, *, provider: str, secrets: tuple[str, ...]
+) -> ProviderError:
+    """Map a failed HTTP response to the typed error a caller can act on."""
+    status = response.status_code
+    code, message = _read_error_body(body)
+    message = redact(message or f"HTTP {status}", secrets)[:2000]
+    details: dict[str, Any] = {
+        "provider": provider,
+        "status": status,
+        "provider_code": code,
+        "request_id": response.headers.get("x-request-id") or response.headers.get("request-id"),
+    }
+    hint = f"{code or ''} {message}".lower()
+    text = f"{provider} HTTP {status}: {message}"
+    if status == 429:
+        retryable = not any(h in hint for h in _NOT_RETRYABLE_429)
+        return RateLimitError(
+            text, retryable=retryable, retry_after=retry_after_seconds(response.headers), **details
+        )
+    if status in (401, 403):
+        return AuthenticationError(text, **details)
+    if status == 408:
+        return ProviderTimeoutError(text, **details)
+    if status in (409, 425) or status >= 500:
+        return ServerError(text, retry_after=retry_after_seconds(response.headers), **details)
+    if any(h in hint for h in _CONTEXT_HINTS):
+        return ContextLengthExceededError(text, **details)
+    if any(h in hint for h in _FILTER_HINTS):
+        return ContentFilterError(text, **details)
+    return InvalidRequestError(text, **details)
+
+
+def error_from_stream_event(
+    data: dict[str, Any], *, provider: str, secrets: tuple[str, ...]
+) -> ProviderError:
+    """Map an error event sent inside a 200 stream (e.g. Anthropic's overloaded_error)."""
+    code, message = _read_error_body(json.dumps(data).encode())
+    hint = (code or "").lower()
+    text = f"{provider} stream error: {code}: {redact(message or '', secrets)[:2000]}"
+    details: dict[str, Any] = {"provider": provider, "status": None, "provider_code": code}
+    if "rate_limit" in hint:
+        return RateLimitError(text, retry_after=None, **details)
+    if "invalid_request" in hint:
+        return InvalidRequestError(text, **details)
+    return ServerError(text, **details)
+
+
+def _read_error_body(body: bytes) -> tuple[str | None, str | None]:
+    """(code, message) from an OpenAI- or Anthropic-shaped error body, or the raw text."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        text = body.decode("utf-8", "replace").strip()
+        return None, text[:500] or None
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        code = error.get("code") or error.get("type")
+        message = error.get("message")
+        return (str(code) if code else None), (str(message) if message else None)
+    if isinstance(error, str):
+        return None, error
+    return None, json.dumps(data)[:500]
+
+
+def retry_after_seconds(headers: httpx.Headers) -> float | None:
+    """Seconds to wait from retry-after-ms, or Retry-After as seconds or an HTTP date."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

@@ -1,0 +1,198 @@
+"""The OpenAI Chat Completions wire format: request bodies, replies, stream assembly."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..messages import (
+    AssistantMessage,
+    ContentPart,
+    ImagePart,
+    Message,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from ..usage import Usage
+from ._media import image_url, require_vision
+from .contract import Capabilities, FinishReason, ModelOptions
+
+PROVIDER = "openai"
+
+FINISH_REASONS: dict[str | None, FinishReason] = {
+    "stop": "stop",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "length": "length",
+    "content_filter": "refusal",
+}
+
+
+def request_body(
+    model: str,
+    messages: Sequence[Message],
+    options: ModelOptions,
+    capabilities: Capabilities,
+    *,
+    stream: bool,
+    max_tokens_field: str,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [_message(m, capabilities) for m in messages],
+    }
+    if options.temperature is not None and capabilities.temperature:
+        body["temperature"] = options.temperature
+    if options.max_tokens is not None:
+        body[max_tokens_field] = options.max_tokens
+    if options.tools and capabilities.tools:
+        body["tools"] = [
+            _tool(t.name, t.description, t.parameters, t.strict) for t in options.tools
+        ]
+        if options.tool_choice is not None:
+            body["tool_choice"] = options.tool_choice
+    if options.response_schema is not None and capabilities.structured_output:
+        schema = options.response_schema
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": schema.name,
+                "schema": schema.json_schema,
+                "strict": schema.strict,
+            },
+        }
+    if options.reasoning is not None and options.reasoning.effort and capabilities.reasoning:
+        body["reasoning_effort"] = options.reasoning.effort
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    body.update(options.provider_options.get(PROVIDER, {}))
+    return body
+
+
+def _tool(name: str, description: str, parameters: dict[str, Any], strict: bool | None) -> Any:
+    function: dict[str, Any] = {"name": name, "parameters": parameters}
+    if description:
+        function["description"] = description
+    if strict is not None:
+        function["strict"] = strict
+    return {"type": "function", "function": function}
+
+
+def _message(message: Message, capabilities: Capabilities) -> dict[str, Any]:
+    if isinstance(message, SystemMessage):
+        return {"role": "system", "content": message.text}
+    if isinstance(message, UserMessage):
+        return {"role": "user", "content": _user_content(message.content, capabilities)}
+    if isinstance(message, ToolMessage):
+        return {"role": "tool", "tool_call_id": message.call_id, "content": message.text}
+    return _assistant(message)
+
+
+def _user_content(
+    parts: list[ContentPart], capabilities: Capabilities
+) -> str | list[dict[str, Any]]:
+    if all(isinstance(p, TextPart) for p in parts):
+        return "".join(p.text for p in parts if isinstance(p, TextPart))
+    out: list[dict[str, Any]] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            out.append({"type": "text", "text": part.text})
+        elif isinstance(part, ImagePart):
+            require_vision(capabilities)
+            out.append({"type": "image_url", "image_url": {"url": image_url(part)}})
+    return out
+
+
+def _assistant(message: AssistantMessage) -> dict[str, Any]:
+    # Other providers' blocks (e.g. Anthropic thinking) cannot be replayed here: dropped.
+    out: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {
+                "id": call.call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_text or "{}"},
+            }
+            for call in message.tool_calls
+        ]
+    return out
+
+
+def usage_from(raw: Any) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage(requests=1)
+    prompt = raw.get("prompt_tokens_details") or {}
+    completion = raw.get("completion_tokens_details") or {}
+    return Usage(
+        requests=1,
+        input_tokens=int(raw.get("prompt_tokens") or 0),
+        output_tokens=int(raw.get("completion_tokens") or 0),
+        cached_tokens=int(prompt.get("cached_tokens") or 0),
+        reasoning_tokens=int(completion.get("reasoning_tokens") or 0),
+        input_includes_cache=True,
+    )
+
+
+def finish_reason(raw: str | None, refusal: str | None) -> FinishReason:
+    if refusal:
+        return "refusal"
+    return FINISH_REASONS.get(raw, "error" if raw else "stop")
+
+
+@dataclass
+class ParsedReply:
+    text: str
+    tool_calls: list[ToolCall]
+    finish_reason: FinishReason
+    refusal: str | None
+
+
+def parse_choice(choice: dict[str, Any]) -> ParsedReply:
+    """The first choice of a non-streamed reply (KeyError/TypeError on a malformed one)."""
+    message = choice["message"]
+    refusal = message.get("refusal")
+    calls = [
+        ToolCall.parse(c["id"], c["function"]["name"], c["function"].get("arguments") or "")
+        for c in message.get("tool_calls") or ()
+    ]
+    return ParsedReply(
+        text=message.get("content") or "",
+        tool_calls=calls,
+        finish_reason=finish_reason(choice.get("finish_reason"), refusal),
+        refusal=refusal,
+    )
+
+
+@dataclass
+class PendingCall:
+    call_id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StreamState:
+    """Accumulates a streamed reply into what a non-streamed one would have said."""
+
+    text: list[str] = field(default_factory=list)
+    refusal: list[str] = field(default_factory=list)
+    calls: dict[int, PendingCall] = field(default_factory=dict)
+    finish: str | None = None
+    response_id: str | None = None
+    model: str | None = None
+    usage: Usage | None = None
+
+    def content(self) -> list[ContentPart]:
+        text = "".join(self.text)
+        return [TextPart(text=text)] if text else []
+
+    def tool_calls(self) -> list[ToolCall]:
+        return [
+            ToolCall.parse(c.call_id, c.name, "".join(c.arguments))
+            for _, c in sorted(self.calls.items())
+        ]

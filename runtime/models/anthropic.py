@@ -1,0 +1,216 @@
+"""Anthropic Messages API."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import httpx
+import pydantic_core
+
+from ..abort import AbortSignal
+from ..messages import Message
+from ..pricing import Pricing
+from ..usage import Usage
+from . import _anthropic_wire as wire
+from ._http import HTTPModel
+from .contract import (
+    Capabilities,
+    Done,
+    ModelOptions,
+    ModelResponse,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+    UsageChunk,
+)
+
+__all__ = ["AnthropicModel"]
+
+_THINKING_MODELS = re.compile(r"claude-(3-7|(opus|sonnet|haiku)-4|4)")
+_NO_OPTIONS = ModelOptions()
+
+
+class AnthropicModel(HTTPModel):
+    """A Claude model over the Messages API.
+
+    `base_url` is what the official SDK takes (no `/v1`). The key comes from `api_key` or
+    `ANTHROPIC_API_KEY`. `default_max_tokens` is sent when a request gives none (the API
+    requires one).
+    """
+
+    provider = "anthropic"
+    env_key = "ANTHROPIC_API_KEY"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        api_key: str | None = None,
+        base_url: str = "https://api.anthropic.com",
+        capabilities: Capabilities | None = None,
+        pricing: Pricing | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_concurrency: int | None = 64,
+        requests_per_minute: int | None = None,
+        tokens_per_minute: int | None = None,
+        default_max_tokens: int = 4096,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if capabilities is None:
+            # The Messages API of the current SDK declares no `temperature`; pass
+            # `Capabilities(temperature=True, ...)` for an older model that takes one.
+            capabilities = Capabilities(
+                structured_output=False,
+                reasoning=bool(_THINKING_MODELS.search(name)),
+                prompt_caching=True,
+                temperature=False,
+            )
+        super().__init__(
+            name,
+            api_key=api_key,
+            base_url=base_url,
+            capabilities=capabilities,
+            pricing=pricing,
+            timeout=timeout,
+            headers=headers,
+            max_concurrency=max_concurrency,
+            requests_per_minute=requests_per_minute,
+            tokens_per_minute=tokens_per_minute,
+            http_client=http_client,
+        )
+        self.default_max_tokens = default_max_tokens
+
+    def _auth_headers(self) -> dict[str, str]:
+        headers = {"anthropic-version": wire.API_VERSION}
+        if self._api_key:
+            headers["x-api-key"] = self._api_key
+        return headers
+
+    def request_body(
+        self, messages: Sequence[Message], options: ModelOptions | None, *, stream: bool
+    ) -> dict[str, Any]:
+        """The JSON body this adapter sends (public so tests can check it against the SDK)."""
+        return wire.request_body(
+            self.name,
+            messages,
+            options or _NO_OPTIONS,
+            self.capabilities,
+            stream=stream,
+            default_max_tokens=self.default_max_tokens,
+        )
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> ModelResponse:
+        body = self.request_body(messages, options, stream=False)
+        data, response = await self._post_json("/v1/messages", body, signal)
+        try:
+            content, calls = wire.content_from(data["content"])
+            stop_reason = data.get("stop_reason")
+        except (KeyError, TypeError, AttributeError):
+            raw = json.dumps(data).encode()
+            raise self._bad_reply(response, "malformed message", raw) from None
+        return self._response(content, calls, stop_reason, data, wire.usage_from(data.get("usage")))
+
+    def _response(
+        self,
+        content: Any,
+        calls: Any,
+        stop_reason: str | None,
+        data: Mapping[str, Any],
+        usage: Usage,
+    ) -> ModelResponse:
+        finish = wire.finish_reason(stop_reason)
+        return ModelResponse(
+            content=content,
+            tool_calls=calls,
+            finish_reason=finish,
+            usage=self._priced(usage),
+            response_id=data.get("id"),
+            model=data.get("model"),
+            provider=self.provider,
+            refusal="refused" if finish == "refusal" else None,
+        )
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        body = self.request_body(messages, options, stream=True)
+        state = wire.StreamState()
+        async with self._post("/v1/messages", body, signal) as response:
+            async for event in self._events(response, signal):
+                try:
+                    data = pydantic_core.from_json(event.data) if event.data else {}
+                    kind = data.get("type") or event.event
+                    if kind == "error":
+                        raise self._stream_error(data)
+                    outs = self._feed(state, kind, data)
+                except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                    raise self._bad_reply(
+                        response, "malformed stream event", event.data.encode()
+                    ) from None
+                for out in outs:
+                    yield out
+                if state.stopped:
+                    break
+        if not state.stopped:
+            raise self._bad_reply(None, "the stream ended before the reply was complete")
+        try:
+            content, calls = wire.content_from(state.finished_blocks())
+        except (KeyError, TypeError, AttributeError):
+            raise self._bad_reply(None, "malformed content blocks in the stream") from None
+        meta = {"id": state.response_id, "model": state.model}
+        yield Done(self._response(content, calls, state.stop_reason, meta, state.usage or Usage()))
+
+    def _feed(self, state: wire.StreamState, kind: str, data: dict[str, Any]) -> list[StreamChunk]:
+        if kind == "message_start":
+            message = data["message"]
+            state.response_id, state.model = message.get("id"), message.get("model")
+            state.usage = wire.usage_from(message.get("usage"))
+            return []
+        if kind == "content_block_start":
+            state.blocks[data["index"]] = dict(data["content_block"])
+            if state.blocks[data["index"]]["type"] == "tool_use":
+                state.partial_json[data["index"]] = []
+            return []
+        if kind == "content_block_delta":
+            return self._delta(state, data["index"], data["delta"])
+        if kind == "message_delta":
+            state.stop_reason = data.get("delta", {}).get("stop_reason") or state.stop_reason
+            state.usage = wire.usage_from(data.get("usage"), state.usage)
+            return [UsageChunk(self._priced(state.usage))]
+        if kind == "message_stop":
+            state.stopped = True
+        return []
+
+    def _delta(
+        self, state: wire.StreamState, index: int, delta: dict[str, Any]
+    ) -> list[StreamChunk]:
+        block = state.blocks[index]
+        kind = delta["type"]
+        if kind == "text_delta":
+            block["text"] = block.get("text", "") + delta["text"]
+            return [TextDelta(delta["text"])]
+        if kind == "input_json_delta":
+            state.partial_json[index].append(delta["partial_json"])
+            fragment = delta["partial_json"]
+            return [ToolCallDelta(index, block["id"], block["name"], fragment)]
+        if kind == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + delta["thinking"]
+            return [ReasoningDelta(delta["thinking"])]
+        if kind == "signature_delta":
+            block["signature"] = block.get("signature", "") + delta["signature"]
+        return []

@@ -1,0 +1,201 @@
+"""The model adapter contract: options in, a response or a stream of chunks out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..abort import AbortSignal
+from ..messages import AssistantMessage, ContentPart, Message, ProviderBlock, TextPart, ToolCall
+from ..usage import Usage
+
+__all__ = [
+    "CacheControl",
+    "Capabilities",
+    "Done",
+    "FinishReason",
+    "Model",
+    "ModelOptions",
+    "ModelResponse",
+    "ReasoningDelta",
+    "ReasoningOptions",
+    "ResponseSchema",
+    "StreamChunk",
+    "TextDelta",
+    "ToolCallDelta",
+    "ToolSpec",
+    "UsageChunk",
+]
+
+FinishReason = Literal[
+    "stop", "tool_calls", "length", "context_exceeded", "pause_turn", "refusal", "error"
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class Capabilities(BaseModel):
+    """What a model can do. Options a model lacks the capability for are never sent;
+    images sent to a model without `vision` are refused before any request."""
+
+    model_config = _FROZEN
+    tools: bool = True
+    structured_output: bool = True
+    vision: bool = True
+    reasoning: bool = False
+    prompt_caching: bool = False
+    temperature: bool = True
+
+
+class ToolSpec(BaseModel):
+    """A tool as the model sees it: a name, a description and a JSON schema."""
+
+    model_config = _FROZEN
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    strict: bool | None = None
+
+
+class ResponseSchema(BaseModel):
+    """A JSON schema the reply must satisfy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    name: str = "response"
+    json_schema: dict[str, Any] = Field(alias="schema")
+    strict: bool = True
+
+
+class ReasoningOptions(BaseModel):
+    model_config = _FROZEN
+    effort: Literal["minimal", "low", "medium", "high"] | None = None
+    max_tokens: int | None = None
+
+
+class CacheControl(BaseModel):
+    """Prompt-cache breakpoints: "tools", "system", "last_message" or a message index."""
+
+    model_config = _FROZEN
+    breakpoints: tuple[Literal["tools", "system", "last_message"] | int, ...] = (
+        "tools",
+        "system",
+        "last_message",
+    )
+    ttl: Literal["5m", "1h"] = "5m"
+
+
+class ModelOptions(BaseModel):
+    """Options for one request. `provider_options` is keyed by adapter name
+    ("openai", "anthropic"); each adapter merges only its own key into the request body."""
+
+    model_config = _FROZEN
+    temperature: float | None = None
+    max_tokens: int | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: Literal["auto", "required", "none"] | None = None
+    response_schema: ResponseSchema | None = None
+    reasoning: ReasoningOptions | None = None
+    cache_control: CacheControl | None = None
+    provider_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class ModelResponse(BaseModel):
+    """One complete model reply, normalised across providers. `attempts` lists failed
+    attempts before this reply (fallback models), each {model, provider, error}."""
+
+    model_config = _FROZEN
+    content: list[ContentPart] = Field(default_factory=list)
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    finish_reason: FinishReason
+    usage: Usage
+    response_id: str | None = None
+    model: str | None = None
+    provider: str
+    refusal: str | None = None
+    attempts: list[dict[str, Any]] = Field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+    @property
+    def blocks(self) -> list[ProviderBlock]:
+        return [p for p in self.content if isinstance(p, ProviderBlock)]
+
+    @property
+    def message(self) -> AssistantMessage:
+        """The reply as a message to append to the conversation."""
+        return AssistantMessage(content=self.content, tool_calls=self.tool_calls)
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+    type: Literal["text"] = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    text: str
+    type: Literal["reasoning"] = "reasoning"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of a tool call's argument text; `index` orders calls within the reply."""
+
+    index: int
+    call_id: str
+    name: str
+    arguments_delta: str
+    type: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True)
+class UsageChunk:
+    usage: Usage
+    type: Literal["usage"] = "usage"
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The last chunk: the whole reply, as `complete()` would have returned it."""
+
+    response: ModelResponse
+    type: Literal["done"] = "done"
+
+
+StreamChunk = TextDelta | ReasoningDelta | ToolCallDelta | UsageChunk | Done
+
+
+@runtime_checkable
+class Model(Protocol):
+    """What the agent loop needs from a model."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def provider(self) -> str: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> ModelResponse: ...
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> AsyncIterator[StreamChunk]: ...

@@ -1,0 +1,193 @@
+"""OpenAI Chat Completions, and any OpenAI-compatible server (vLLM, Ollama, LM Studio)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import httpx
+import pydantic_core
+
+from ..abort import AbortSignal
+from ..messages import Message
+from ..pricing import Pricing
+from ..usage import Usage
+from . import _openai_wire as wire
+from ._http import HTTPModel
+from .contract import (
+    Capabilities,
+    Done,
+    ModelOptions,
+    ModelResponse,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+    UsageChunk,
+)
+
+__all__ = ["OpenAIModel"]
+
+_REASONING_MODELS = re.compile(r"^(o\d|gpt-5)")
+_NO_OPTIONS = ModelOptions()
+
+
+class OpenAIModel(HTTPModel):
+    """A Chat Completions model.
+
+    `base_url` is what the official SDK takes (ends in `/v1`). The key comes from
+    `api_key` or `OPENAI_API_KEY`. `max_tokens_field` is `max_completion_tokens` on
+    api.openai.com and `max_tokens` elsewhere, unless given.
+    """
+
+    provider = "openai"
+    env_key = "OPENAI_API_KEY"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        api_key: str | None = None,
+        base_url: str = "https://api.openai.com/v1",
+        capabilities: Capabilities | None = None,
+        pricing: Pricing | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_concurrency: int | None = 64,
+        requests_per_minute: int | None = None,
+        tokens_per_minute: int | None = None,
+        max_tokens_field: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if capabilities is None:
+            capabilities = Capabilities(
+                reasoning=bool(_REASONING_MODELS.match(name)), prompt_caching=True
+            )
+        super().__init__(
+            name,
+            api_key=api_key,
+            base_url=base_url,
+            capabilities=capabilities,
+            pricing=pricing,
+            timeout=timeout,
+            headers=headers,
+            max_concurrency=max_concurrency,
+            requests_per_minute=requests_per_minute,
+            tokens_per_minute=tokens_per_minute,
+            http_client=http_client,
+        )
+        if max_tokens_field is None:
+            official = "api.openai.com" in self.base_url
+            max_tokens_field = "max_completion_tokens" if official else "max_tokens"
+        self.max_tokens_field = max_tokens_field
+
+    def _auth_headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    def request_body(
+        self, messages: Sequence[Message], options: ModelOptions | None, *, stream: bool
+    ) -> dict[str, Any]:
+        """The JSON body this adapter sends (public so tests can check it against the SDK)."""
+        return wire.request_body(
+            self.name,
+            messages,
+            options or _NO_OPTIONS,
+            self.capabilities,
+            stream=stream,
+            max_tokens_field=self.max_tokens_field,
+        )
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> ModelResponse:
+        body = self.request_body(messages, options, stream=False)
+        data, response = await self._post_json("/chat/completions", body, signal)
+        try:
+            choice = data["choices"][0]
+            reply = wire.parse_choice(choice)
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raw = json.dumps(data).encode()
+            raise self._bad_reply(response, "malformed chat completion", raw) from None
+        return ModelResponse(
+            content=wire.StreamState(text=[reply.text]).content(),
+            tool_calls=reply.tool_calls,
+            finish_reason=reply.finish_reason,
+            usage=self._priced(wire.usage_from(data.get("usage"))),
+            response_id=data.get("id"),
+            model=data.get("model"),
+            provider=self.provider,
+            refusal=reply.refusal,
+        )
+
+    async def stream(
+        self,
+        messages: Sequence[Message],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        body = self.request_body(messages, options, stream=True)
+        state = wire.StreamState()
+        done = False
+        async with self._post("/chat/completions", body, signal) as response:
+            async for event in self._events(response, signal):
+                if event.data.strip() == "[DONE]":
+                    done = True
+                    break
+                try:
+                    chunk = pydantic_core.from_json(event.data)
+                    if "error" in chunk:
+                        raise self._stream_error(chunk)
+                    outs = self._feed(state, chunk)
+                except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                    raise self._bad_reply(
+                        response, "malformed stream chunk", event.data.encode()
+                    ) from None
+                for out in outs:
+                    yield out
+        if not done and state.finish is None:
+            raise self._bad_reply(None, "the stream ended before the reply was complete")
+        usage = self._priced(state.usage or Usage(requests=1))
+        yield Done(
+            ModelResponse(
+                content=state.content(),
+                tool_calls=state.tool_calls(),
+                finish_reason=wire.finish_reason(state.finish, "".join(state.refusal) or None),
+                usage=usage,
+                response_id=state.response_id,
+                model=state.model,
+                provider=self.provider,
+                refusal="".join(state.refusal) or None,
+            )
+        )
+
+    def _feed(self, state: wire.StreamState, chunk: dict[str, Any]) -> list[StreamChunk]:
+        out: list[StreamChunk] = []
+        state.response_id = state.response_id or chunk.get("id")
+        state.model = state.model or chunk.get("model")
+        if chunk.get("usage"):
+            state.usage = wire.usage_from(chunk["usage"])
+            out.append(UsageChunk(self._priced(state.usage)))
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                state.text.append(delta["content"])
+                out.append(TextDelta(delta["content"]))
+            if delta.get("refusal"):
+                state.refusal.append(delta["refusal"])
+            for call in delta.get("tool_calls") or ():
+                pending = state.calls.setdefault(call["index"], wire.PendingCall())
+                function = call.get("function") or {}
+                pending.call_id = call.get("id") or pending.call_id
+                pending.name = function.get("name") or pending.name
+                fragment = function.get("arguments") or ""
+                pending.arguments.append(fragment)
+                out.append(ToolCallDelta(call["index"], pending.call_id, pending.name, fragment))
+            if choice.get("finish_reason"):
+                state.finish = choice["finish_reason"]
+        return out

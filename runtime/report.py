@@ -1,0 +1,109 @@
+"""What a run returns: the result, and a report of everything it did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import RaygentError
+from .messages import Message, ProviderBlock
+from .usage import Usage
+
+__all__ = ["AgentReport", "AgentResult", "ModelInfo", "RunStatus", "ToolCallReport", "TripReport"]
+
+RunStatus = Literal["completed", "failed", "cancelled", "incomplete"]
+
+
+class Timing(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    started_at: datetime
+    ended_at: datetime | None = None
+    duration: float | None = None
+
+
+class ModelInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    provider: str
+
+
+class ToolCallReport(BaseModel):
+    """One tool call: what the model asked, what came back, how long it took."""
+
+    model_config = ConfigDict(extra="forbid")
+    call_id: str
+    name: str
+    input: dict[str, Any] | None
+    output: str | None = None
+    error: dict[str, Any] | None = None
+    trip_index: int
+    timing: Timing
+    session_id: str | None = None
+    child: AgentReport | None = None
+
+
+class TripReport(BaseModel):
+    """One model request and its reply."""
+
+    model_config = ConfigDict(extra="forbid")
+    index: int
+    purpose: Literal["answer", "tools", "repair", "continuation", "resume"] = "answer"
+    finish_reason: str | None = None
+    output: str = ""
+    usage: Usage = Field(default_factory=Usage)
+    timing: Timing
+    tool_calls: list[str] = Field(default_factory=list)
+    truncated_tool_calls: list[str] = Field(default_factory=list)
+    attempts: list[dict[str, Any]] = Field(default_factory=list)
+    session_id: str | None = None
+
+
+class AgentReport(BaseModel):
+    """Everything one run did. `session_id` is stamped on every node, nested runs included."""
+
+    model_config = ConfigDict(extra="forbid")
+    run_id: str
+    root_run_id: str
+    parent_run_id: str | None = None
+    session_id: str | None = None
+    name: str
+    version: str | None = None
+    status: RunStatus = "completed"
+    started_at: datetime
+    ended_at: datetime | None = None
+    duration: float | None = None
+    model: ModelInfo
+    trips: list[TripReport] = Field(default_factory=list)
+    tool_calls: list[ToolCallReport] = Field(default_factory=list)
+    system_prompt: str | None = None
+    messages: list[Message] | None = None
+    error: dict[str, Any] | None = None
+    handler_errors: list[dict[str, Any]] = Field(default_factory=list)
+
+
+@dataclass
+class AgentResult:
+    """The outcome of one run. `execute()` never raises: failures are in `error`.
+
+    `data` is the validated structured output (a model instance) when an output type was
+    given, else None. `blocks` (provider blocks such as thinking) is set only for
+    single-trip runs.
+    """
+
+    data: Any
+    text: str
+    blocks: list[ProviderBlock] | None
+    report: AgentReport
+    usage: Usage
+    error: RaygentError | None = None
+
+    @property
+    def status(self) -> RunStatus:
+        return self.report.status
+
+    @property
+    def ok(self) -> bool:
+        return self.report.status == "completed"

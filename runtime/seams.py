@@ -1,0 +1,125 @@
+"""The seams between the agent loop and where work runs.
+
+The loop never talks to Ray. It asks a `Backend` for model access and tool execution
+(and, with the memory issue, session persistence). `LOCAL` runs everything in this
+process; the Ray backend (raygent.actors) implements the same protocols with model
+gateways and remote tool tasks, and the same scenario tests run on both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .abort import AbortSignal
+from .messages import Message
+from .models.contract import Model, ModelOptions, ModelResponse, StreamChunk
+
+if TYPE_CHECKING:
+    from .tools import Tool, ToolContext
+
+__all__ = ["LOCAL", "Backend", "LocalModelAccess", "LocalToolExecution", "ModelAccess"]
+
+
+class ModelAccess(Protocol):
+    """Sends requests to a model inside the provider's concurrency bound."""
+
+    async def complete(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> ModelResponse: ...
+
+    def stream(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> AsyncIterator[StreamChunk]: ...
+
+
+class ToolExecution(Protocol):
+    """Runs one tool call (the loop runs the calls of a trip concurrently)."""
+
+    async def invoke(
+        self, tool: Tool[..., Any], arguments: dict[str, Any] | None, ctx: ToolContext
+    ) -> Any: ...
+
+
+class LocalModelAccess:
+    """Holds each endpoint's `max_concurrency` within this process.
+
+    Models that declare no endpoint (test doubles) are not bounded.
+    """
+
+    def __init__(self) -> None:
+        self._bounds: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[Any, asyncio.Semaphore]
+        ] = weakref.WeakKeyDictionary()
+
+    def _bound(self, model: Model) -> asyncio.Semaphore | None:
+        limit = getattr(model, "max_concurrency", None)
+        endpoint = getattr(model, "endpoint", None)
+        if not limit or endpoint is None:
+            return None
+        per_loop = self._bounds.setdefault(asyncio.get_running_loop(), {})
+        bound = per_loop.get(endpoint)
+        if bound is None:
+            bound = per_loop[endpoint] = asyncio.Semaphore(limit)
+        return bound
+
+    async def complete(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> ModelResponse:
+        bound = self._bound(model)
+        if bound is None:
+            return await model.complete(messages, options, signal=signal)
+        async with bound:
+            return await model.complete(messages, options, signal=signal)
+
+    async def stream(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> AsyncIterator[StreamChunk]:
+        bound = self._bound(model)
+        # aclosing: when this stream is closed early, the model's stream is closed now.
+        async with contextlib.AsyncExitStack() as stack:
+            if bound is not None:
+                await stack.enter_async_context(bound)
+            chunks = model.stream(messages, options, signal=signal)
+            await stack.enter_async_context(contextlib.aclosing(chunks))
+            async for chunk in chunks:
+                yield chunk
+
+
+class LocalToolExecution:
+    """Runs tools in this process (sync tools in a worker thread)."""
+
+    async def invoke(
+        self, tool: Tool[..., Any], arguments: dict[str, Any] | None, ctx: ToolContext
+    ) -> Any:
+        return await tool.invoke(arguments, ctx)
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    models: ModelAccess
+    tools: ToolExecution
+
+
+LOCAL = Backend("local", LocalModelAccess(), LocalToolExecution())

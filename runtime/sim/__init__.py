@@ -1,0 +1,21 @@
+"""Provider simulator: a local HTTP server speaking the OpenAI Chat Completions and
+Anthropic Messages wires, scripted replies, latency, rate caps and faults."""
+
+from ._script import Fault, Latency, Match, Reply, Rule, Script, ToolCallReply, UsageOverride
+from ._serve import Simulator, serve
+from ._stats import RecordedRequest, SimStats
+
+__all__ = [
+    "Fault",
+    "Latency",
+    "Match",
+    "RecordedRequest",
+    "Reply",
+    "Rule",
+    "Script",
+    "SimStats",
+    "Simulator",
+    "ToolCallReply",
+    "UsageOverride",
+    "serve",
+]

@@ -1,0 +1,359 @@
+"""The Anthropic Messages wire: request facts, response bodies, SSE events, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from pydantic_core import from_json, to_json
+
+from ._tokens import MEDIA_TOKENS, MESSAGE_OVERHEAD, PrefixHasher, count_tokens, stream_pieces
+from ._types import Finish, ParsedRequest, Plan, SSEStream, WireError
+
+_STOP: dict[Finish, str] = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "content_filter": "refusal",
+    "pause_turn": "pause_turn",
+    "refusal": "refusal",
+}
+_ERRORS: dict[int, tuple[str, str]] = {
+    400: ("invalid_request_error", "Invalid request."),
+    401: ("authentication_error", "invalid x-api-key"),
+    402: ("billing_error", "Your credit balance is too low to access the Anthropic API."),
+    403: ("permission_error", "Your API key does not have permission to use the resource."),
+    404: ("not_found_error", "Not found"),
+    413: ("request_too_large", "Request exceeds the maximum allowed number of bytes."),
+    429: ("rate_limit_error", "This request would exceed your rate limit."),
+    500: ("api_error", "Internal server error"),
+    504: ("timeout_error", "Request timed out"),
+    529: ("overloaded_error", "Overloaded"),
+}
+_PING = b'event: ping\ndata: {"type":"ping"}\n\n'
+
+
+class AnthropicWire:
+    """Anthropic Messages (``POST /v1/messages``)."""
+
+    api: Final = "anthropic"
+    tool_id_prefix: Final = "toolu_"
+    request_id_header: Final = "request-id"
+    response_id_prefix: Final = "msg_sim"
+
+    def parse(self, body: object, *, require_max_tokens: bool = True) -> ParsedRequest:
+        if not isinstance(body, dict):
+            raise WireError("The request body must be a JSON object.")
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise WireError("model: Field required", param="model")
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise WireError("messages: Field required", param="messages")
+        max_tokens = body.get("max_tokens")
+        if max_tokens is None and not require_max_tokens:
+            pass
+        elif not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise WireError("max_tokens: Field required", param="max_tokens")
+        walk = _Walk()
+        walk.tools(body.get("tools") or [])
+        walk.system(body.get("system"))
+        walk.messages(messages)
+        req = ParsedRequest(
+            api="anthropic",
+            model=model,
+            stream=bool(body.get("stream")),
+            system_text=walk.system_text,
+            last_user_text=walk.last_user,
+            has_tools=bool(body.get("tools")),
+            after_tool_result=walk.after_tool_result,
+            max_tokens=max_tokens,
+            include_usage=True,
+            response_schema=_output_schema(body),
+            json_mode=False,
+            input_tokens=walk.total,
+            prior_tool_calls=walk.tool_uses,
+        )
+        if walk.breakpoints or body.get("cache_control"):
+            _cache_prefixes(req, walk, top_level=bool(body.get("cache_control")))
+        return req
+
+    def api_key(self, headers: Mapping[str, str]) -> str | None:
+        key = headers.get("x-api-key")
+        if key is None:
+            auth = headers.get("Authorization", "")
+            key = auth[7:] if auth.startswith("Bearer ") else None
+        return key
+
+    def error(
+        self,
+        status: int,
+        message: str | None = None,
+        *,
+        request_id: str,
+        code: str | None = None,
+        param: str | None = None,
+    ) -> bytes:
+        default = ("api_error", "Internal server error") if status >= 500 else _ERRORS[400]
+        kind, text = _ERRORS.get(status, default)
+        return to_json(
+            {
+                "type": "error",
+                "error": {"type": kind, "message": message or text},
+                "request_id": request_id,
+            }
+        )
+
+    def context_error(self, limit: int, tokens: int, *, request_id: str) -> bytes:
+        message = f"prompt is too long: {tokens} tokens > {limit} maximum"
+        return self.error(400, message, request_id=request_id)
+
+    def body(self, plan: Plan, req: ParsedRequest, response_id: str) -> bytes:
+        content = [] if plan.empty else [block for block, _ in _blocks(plan)]
+        message = _message(req, response_id, content)
+        message["stop_reason"] = _STOP[plan.finish]
+        message["usage"] = {**_usage(plan, req), "output_tokens": plan.output_tokens}
+        if plan.finish in ("refusal", "content_filter"):
+            message["stop_details"] = _REFUSAL_DETAILS
+        return to_json(message)
+
+    def stream(self, plan: Plan, req: ParsedRequest, response_id: str) -> SSEStream:
+        out = _Events()
+        start = _message(req, response_id, [])
+        start["usage"] = {**_usage(plan, req), "output_tokens": min(plan.output_tokens, 1)}
+        out.add("message_start", {"type": "message_start", "message": start})
+        out.events.append(_PING)
+        out.tokens.append(0)
+        if not plan.empty:
+            for index, (block, arguments) in enumerate(_blocks(plan)):
+                _stream_block(out, index, block, arguments)
+        body_end = len(out.events)
+        delta: dict[str, Any] = {"stop_reason": _STOP[plan.finish], "stop_sequence": None}
+        if plan.finish in ("refusal", "content_filter"):
+            delta["stop_details"] = _REFUSAL_DETAILS
+        usage = {k: v for k, v in _usage(plan, req).items() if k in _DELTA_USAGE}
+        usage["output_tokens"] = plan.output_tokens
+        out.add("message_delta", {"type": "message_delta", "delta": delta, "usage": usage})
+        out.add("message_stop", {"type": "message_stop"})
+        return SSEStream(out.events, out.tokens, body_end)
+
+
+_DELTA_USAGE = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+_REFUSAL_DETAILS = {"type": "refusal", "category": None, "explanation": None}
+
+
+def _message(req: ParsedRequest, response_id: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "id": response_id,
+        "type": "message",
+        "role": "assistant",
+        "model": req.model,
+        "content": content,
+        "stop_reason": None,
+        "stop_sequence": None,
+    }
+
+
+def _usage(plan: Plan, req: ParsedRequest) -> dict[str, Any]:
+    written = plan.cache_write_tokens
+    fresh = plan.input_tokens - plan.cache_read_tokens - written
+    long_ttl = written if req.cache_ttl_1h else 0
+    return {
+        "input_tokens": max(fresh, 0),
+        "cache_creation_input_tokens": written,
+        "cache_read_input_tokens": plan.cache_read_tokens,
+        "cache_creation": {
+            "ephemeral_5m_input_tokens": written - long_ttl,
+            "ephemeral_1h_input_tokens": long_ttl,
+        },
+        "service_tier": "standard",
+    }
+
+
+def _blocks(plan: Plan) -> list[tuple[dict[str, Any], str | None]]:
+    """The content blocks in order, each with its raw argument string (tool uses)."""
+    blocks: list[tuple[dict[str, Any], str | None]] = []
+    if plan.thinking is not None:
+        signature = plan.thinking_signature or ""
+        blocks.append(
+            ({"type": "thinking", "thinking": plan.thinking, "signature": signature}, None)
+        )
+    if plan.redacted_thinking is not None:
+        blocks.append(({"type": "redacted_thinking", "data": plan.redacted_thinking}, None))
+    text = plan.refusal if plan.refusal is not None else plan.text
+    if text is not None:
+        blocks.append(({"type": "text", "text": text}, None))
+    for call in plan.tool_calls:
+        block = {"type": "tool_use", "id": call.id, "name": call.name}
+        blocks.append(({**block, "input": _tool_input(call.arguments)}, call.arguments))
+    return blocks
+
+
+def _tool_input(arguments: str) -> Any:
+    """The parsed arguments; a string that is not a JSON object (scripted malformed
+    arguments, a ``max_tokens`` cut) is sent verbatim as a JSON string."""
+    try:
+        value = from_json(arguments)
+    except ValueError:
+        return arguments
+    return value if isinstance(value, dict) else arguments
+
+
+def _stream_block(out: _Events, index: int, block: dict[str, Any], arguments: str | None) -> None:
+    kind = block["type"]
+    if kind == "thinking":
+        out.block_start(index, {"type": "thinking", "thinking": "", "signature": ""})
+        for piece in stream_pieces(block["thinking"]):
+            out.block_delta(index, {"type": "thinking_delta", "thinking": piece}, piece)
+        out.block_delta(index, {"type": "signature_delta", "signature": block["signature"]})
+    elif kind == "redacted_thinking":
+        out.block_start(index, block)
+    elif kind == "text":
+        out.block_start(index, {"type": "text", "text": ""})
+        for piece in stream_pieces(block["text"]):
+            out.block_delta(index, {"type": "text_delta", "text": piece}, piece)
+    else:
+        out.block_start(index, {**block, "input": {}})
+        out.block_delta(index, {"type": "input_json_delta", "partial_json": ""})
+        for piece in stream_pieces(arguments or ""):
+            out.block_delta(index, {"type": "input_json_delta", "partial_json": piece}, piece)
+    out.add("content_block_stop", {"type": "content_block_stop", "index": index})
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.events: list[bytes] = []
+        self.tokens: list[int] = []
+
+    def add(self, name: str, data: dict[str, Any], tokens: int = 0) -> None:
+        self.events.append(b"event: " + name.encode() + b"\ndata: " + to_json(data) + b"\n\n")
+        self.tokens.append(tokens)
+
+    def block_start(self, index: int, block: dict[str, Any]) -> None:
+        event = {"type": "content_block_start", "index": index, "content_block": block}
+        self.add("content_block_start", event)
+
+    def block_delta(self, index: int, delta: dict[str, Any], piece: str = "") -> None:
+        event = {"type": "content_block_delta", "index": index, "delta": delta}
+        self.add("content_block_delta", event, count_tokens(piece))
+
+
+def _output_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    fmt = (body.get("output_config") or {}).get("format") or body.get("output_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        schema = fmt.get("schema")
+        return schema if isinstance(schema, dict) else None
+    return None
+
+
+class _Walk:
+    """One pass over tools, system and messages in prompt order, collecting token
+    counts per unit (a tool, a content block) and the cache breakpoints."""
+
+    def __init__(self) -> None:
+        self.units: list[tuple[Any, int]] = []
+        self.breakpoints: list[int] = []
+        self.total = 0
+        self.system_text = ""
+        self.last_user: str | None = None
+        self.after_tool_result = False
+        self.tool_uses = 0
+
+    def unit(self, payload: Any, tokens: int) -> None:
+        if isinstance(payload, dict) and payload.get("cache_control"):
+            self.breakpoints.append(len(self.units))
+        self.units.append((payload, tokens))
+        self.total += tokens
+
+    def tools(self, tools: object) -> None:
+        if not isinstance(tools, list):
+            raise WireError("tools: Input should be a valid list", param="tools")
+        for tool in tools:
+            self.unit(tool, count_tokens(to_json(_strip(tool)).decode()))
+
+    def system(self, system: object) -> None:
+        if not system:
+            return
+        blocks = [{"type": "text", "text": system}] if isinstance(system, str) else system
+        if not isinstance(blocks, list):
+            raise WireError("system: Input should be a valid string or list", param="system")
+        texts = [b.get("text", "") for b in blocks if isinstance(b, dict)]
+        self.system_text = "\n".join(t for t in texts if isinstance(t, str))
+        for i, block in enumerate(blocks):
+            self.unit(block, _block_tokens(block) + (MESSAGE_OVERHEAD if i == 0 else 0))
+
+    def messages(self, messages: list[Any]) -> None:
+        for msg in messages:
+            if not isinstance(msg, dict):
+                raise WireError("messages: each message must be an object", param="messages")
+            role, content = msg.get("role"), msg.get("content")
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+            if not isinstance(blocks, list):
+                raise WireError("messages: content must be a string or list", param="messages")
+            self.unit(role, MESSAGE_OVERHEAD)
+            texts, tool_results = [], False
+            for block in blocks:
+                self.unit(block, _block_tokens(block))
+                kind = block.get("type") if isinstance(block, dict) else None
+                if kind == "text":
+                    texts.append(str(block.get("text", "")))
+                elif kind == "tool_result":
+                    tool_results = True
+                elif kind == "tool_use":
+                    self.tool_uses += 1
+            if role == "user" and texts:
+                self.last_user = "\n".join(texts)
+            self.after_tool_result = role == "user" and tool_results
+
+
+def _strip(block: Any) -> Any:
+    if isinstance(block, dict) and "cache_control" in block:
+        return {k: v for k, v in block.items() if k != "cache_control"}
+    return block
+
+
+def _block_tokens(block: object) -> int:
+    if not isinstance(block, dict):
+        return count_tokens(str(block))
+    kind = block.get("type")
+    if kind == "text":
+        return count_tokens(str(block.get("text", "")))
+    if kind == "tool_use":
+        return count_tokens(str(block.get("name", ""))) + count_tokens(
+            to_json(block.get("input", {})).decode()
+        )
+    if kind == "tool_result":
+        content = block.get("content")
+        if isinstance(content, list):
+            return sum(_block_tokens(b) for b in content)
+        return count_tokens(str(content)) if content else 0
+    if kind == "thinking":
+        return count_tokens(str(block.get("thinking", "")))
+    if kind == "redacted_thinking":
+        return count_tokens(str(block.get("data", "")))
+    if kind in ("image", "document"):
+        return MEDIA_TOKENS
+    return count_tokens(to_json(_strip(block)).decode())
+
+
+def _cache_prefixes(req: ParsedRequest, walk: _Walk, *, top_level: bool) -> None:
+    """Prefixes end at block boundaries. Each prefix up to the last breakpoint may be a
+    cache hit (Anthropic looks back from a breakpoint); breakpoints are written."""
+    breakpoints = set(walk.breakpoints)
+    if top_level and walk.units:
+        breakpoints.add(len(walk.units) - 1)
+    last = max(breakpoints)
+    hasher = PrefixHasher(req.model)
+    total = 0
+    for i, (payload, tokens) in enumerate(walk.units[: last + 1]):
+        hasher.update(to_json(_strip(payload)))
+        total += tokens
+        digest = hasher.checkpoint()
+        req.cache_candidates.append((digest, total))
+        if i in breakpoints:
+            req.cache_writes.append(digest)
+    req.cache_breakpoint_tokens = total
+    # The whole write is billed at the TTL of the last breakpoint (a simplification).
+    payload = walk.units[last][0]
+    control = payload.get("cache_control") if isinstance(payload, dict) else None
+    req.cache_ttl_1h = isinstance(control, dict) and control.get("ttl") == "1h"

@@ -1,0 +1,38 @@
+"""The simulator's options, defined once and shared by ``serve()`` and the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ._script import Fault, FaultKind, Latency
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Server options; see :func:`raygent.sim.serve` for their meaning."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    latency: Latency = field(default_factory=Latency)
+    max_concurrency: int | None = None
+    retry_after: float = 1.0
+    requests_per_minute: int | None = None
+    context_window: int | None = None
+    fault_rate: float = 0.0
+    fault_kinds: tuple[FaultKind | Fault, ...] = ("status",)
+    seed: int = 0
+    api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.fault_rate <= 1.0:
+            raise ValueError("fault_rate must be within [0, 1]")
+        if self.fault_rate > 0 and not self.fault_kinds:
+            raise ValueError("fault_rate needs at least one fault kind")
+        for name in ("max_concurrency", "requests_per_minute", "context_window"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1")
+
+    def faults(self) -> tuple[Fault, ...]:
+        """``fault_kinds`` as :class:`Fault` values (a bare kind uses the defaults)."""
+        return tuple(k if isinstance(k, Fault) else Fault(kind=k) for k in self.fault_kinds)

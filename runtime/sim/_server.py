@@ -1,0 +1,294 @@
+"""The aiohttp application: admission (auth, caps), rule choice, faults, latency and the
+bookkeeping of stats. Runs on whatever loop calls :meth:`SimCore.start`."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import random
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from pydantic_core import from_json, to_json
+
+from ._anthropic_wire import AnthropicWire
+from ._config import SimConfig
+from ._openai_wire import OpenAIWire
+from ._plan import plan_reply
+from ._respond import Exchange, respond_plan
+from ._rules import RuleBook
+from ._script import Fault, Reply, Script
+from ._stats import RecordedRequest, StatsRecorder, redact_headers
+from ._tokens import PromptCache
+from ._types import ParsedRequest, Wire, WireError
+
+OPENAI = OpenAIWire()
+ANTHROPIC = AnthropicWire()
+# Requests carrying long prompts or base64 media must not hit aiohttp's 1 MiB default.
+_MAX_BODY = 64 * 1024 * 1024
+_NOT_JSON = (
+    b"<html><head><title>502 Bad Gateway</title></head><body><h1>502 Bad Gateway</h1></body></html>"
+)
+_ERROR_FAULTS = frozenset({"status", "context_exceeded", "not_json"})
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+_Serve = Callable[[web.Request, Wire, Exchange], Awaitable[web.StreamResponse]]
+
+
+class SimCore:
+    """The simulator's server and state; one per ``serve()``."""
+
+    def __init__(self, script: Script, config: SimConfig) -> None:
+        self.config = config
+        self.stats = StatsRecorder()
+        self.port = 0
+        self._rules = RuleBook(script)
+        self._faults = config.faults()
+        self._cache = PromptCache()
+        self._latency_rng = random.Random(config.latency.seed)
+        self._fault_rng = random.Random(config.seed)
+        self._request_ids = itertools.count(1)
+        self._response_ids = itertools.count(1)
+        self._window: deque[float] = deque()
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._closing = False
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        """Listen on the configured host and port; :attr:`port` is the real port."""
+        self._closing = False
+        app = web.Application(client_max_size=_MAX_BODY)
+        app.router.add_post("/v1/chat/completions", self._handler(OPENAI, self._chat))
+        app.router.add_post("/v1/messages", self._handler(ANTHROPIC, self._chat))
+        app.router.add_post("/v1/messages/count_tokens", self._handler(ANTHROPIC, self._count))
+        app.router.add_get("/sim/stats", self._stats_endpoint)
+        app.router.add_post("/sim/reset", self._reset_endpoint)
+        app.router.add_get("/health", self._health)
+        app.router.add_route("*", "/{tail:.*}", self._not_found)
+        # handler_cancellation: a client going away cancels its handler (how a
+        # disconnect during a latency sleep or a hang is noticed).
+        runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
+        )
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.config.host, self.config.port).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = int(runner.addresses[0][1])
+
+    async def close(self) -> None:
+        """Stop listening and end every open exchange, hanging ones included."""
+        self._closing = True
+        for task in list(self._tasks):
+            task.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def reset(self) -> None:
+        """Zero stats, records, rule counters and the prompt cache; reseed the RNGs.
+        Call on the server's loop."""
+        self.stats.reset()
+        self._rules.reset()
+        self._cache.clear()
+        self._latency_rng.seed(self.config.latency.seed)
+        self._fault_rng.seed(self.config.seed)
+
+    def _handler(self, wire: Wire, serve: _Serve) -> _Handler:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self._exchange(request, wire, serve)
+
+        return handle
+
+    async def _exchange(self, request: web.Request, wire: Wire, run: _Serve) -> web.StreamResponse:
+        """Run one API exchange and account for how it ended."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        ex = Exchange(request, wire, self._request_id())
+        try:
+            resp = await run(request, wire, ex)
+        except asyncio.CancelledError:
+            if ex.dropped:
+                self.stats.finished(ex.status)
+            elif not self._closing:
+                self.stats.disconnected()
+            raise
+        finally:
+            if ex.admitted:
+                self.stats.released()
+            self._tasks.discard(task)
+        if ex.client_gone:
+            if not self._closing:
+                self.stats.disconnected()
+        else:
+            self.stats.finished(resp.status)
+        return resp
+
+    async def _receive(
+        self, ex: Exchange, parse: Callable[[object], ParsedRequest] | None = None
+    ) -> ParsedRequest | web.Response:
+        """Read, record and check a request: its facts, or the error that answers it."""
+        request, wire, rid = ex.request, ex.wire, ex.request_id
+        raw = await request.read()
+        try:
+            body = from_json(raw) if raw else None
+        except ValueError:
+            body = None
+        headers = redact_headers(request.headers)
+        self.stats.received(RecordedRequest(wire.api, request.method, request.path, headers, body))
+        key = self.config.api_key
+        if key is not None and wire.api_key(request.headers) != key:
+            return ex.response(401, wire.error(401, request_id=rid))  # as providers: auth first
+        if body is None:
+            return ex.response(400, wire.error(400, _invalid_json(wire), request_id=rid))
+        try:
+            return (parse or wire.parse)(body)
+        except WireError as exc:
+            body = wire.error(400, exc.message, request_id=rid, code=exc.code, param=exc.param)
+            return ex.response(400, body)
+
+    async def _chat(self, request: web.Request, wire: Wire, ex: Exchange) -> web.StreamResponse:
+        req = await self._receive(ex)
+        if isinstance(req, web.Response):
+            return req
+        refused = self._over_caps(ex)
+        if refused is not None:
+            return refused
+        ex.admitted = True
+        limit = self.config.context_window
+        if limit is not None and req.input_tokens > limit:
+            body = wire.context_error(limit, req.input_tokens, request_id=ex.request_id)
+            return ex.response(400, body)
+        reply = self._rules.choose(req)
+        drawn = self._rate_fault()  # drawn for every request: keeps the sequence seeded
+        fault = reply.fault or drawn
+        if fault is not None:
+            self.stats.fault()
+        return await self._answer(ex, req, reply, fault)
+
+    async def _answer(
+        self, ex: Exchange, req: ParsedRequest, reply: Reply, fault: Fault | None
+    ) -> web.StreamResponse:
+        ex.ttfb = self._ttfb_ms(reply) / 1000
+        ex.per_token = self.config.latency.per_token_ms / 1000
+        if fault is not None and fault.kind in _ERROR_FAULTS:
+            await ex.sleep(ex.ttfb)
+            return self._error_fault(ex, req, fault)
+        read = self._cache.longest_hit(req.cache_candidates) if req.cache_candidates else 0
+        if req.cache_writes:
+            self._cache.store(req.cache_writes)
+        plan = plan_reply(
+            reply,
+            req,
+            id_prefix=ex.wire.tool_id_prefix,
+            fault=fault,
+            cache_read=read,
+            cache_write=max(req.cache_breakpoint_tokens - read, 0),
+        )
+        if req.stream:
+            self.stats.stream_started()
+        return await respond_plan(ex, req, plan, fault, f"{next(self._response_ids):024x}")
+
+    def _ttfb_ms(self, reply: Reply) -> float:
+        if reply.latency_ms is not None:
+            return reply.latency_ms
+        latency = self.config.latency
+        jitter = self._latency_rng.uniform(0, latency.jitter_ms) if latency.jitter_ms else 0.0
+        return latency.fixed_ms + jitter
+
+    def _error_fault(self, ex: Exchange, req: ParsedRequest, fault: Fault) -> web.Response:
+        """The faults answered instead of a reply: an error status or a non-JSON body."""
+        wire, rid = ex.wire, ex.request_id
+        if fault.kind == "not_json":
+            return ex.response(200, _NOT_JSON, content_type="text/html")
+        if fault.kind == "context_exceeded":
+            limit = self.config.context_window or max(req.input_tokens - 1, 1)
+            tokens = max(req.input_tokens, limit + 1)
+            return ex.response(400, wire.context_error(limit, tokens, request_id=rid))
+        body = wire.error(fault.status, fault.message, request_id=rid)
+        return ex.response(fault.status, body, retry_after=fault.retry_after)
+
+    def _over_caps(self, ex: Exchange) -> web.StreamResponse | None:
+        """429 when over the requests-per-minute window or the concurrency cap; else
+        admit the request (counted in flight and in the window)."""
+        config, wire, rid = self.config, ex.wire, ex.request_id
+        now = time.monotonic()
+        rpm = config.requests_per_minute
+        if rpm is not None:
+            while self._window and self._window[0] <= now - 60:
+                self._window.popleft()
+            if len(self._window) >= rpm:
+                wait = math.ceil(self._window[0] + 60 - now)
+                message = f"Rate limit reached: {rpm} requests per minute."
+                body = wire.error(429, message, request_id=rid)
+                return ex.response(429, body, retry_after=wait)
+        if not self.stats.try_admit(config.max_concurrency):
+            message = f"Too many concurrent requests (limit {config.max_concurrency})."
+            body = wire.error(429, message, request_id=rid)
+            return ex.response(429, body, retry_after=config.retry_after)
+        if rpm is not None:
+            self._window.append(now)
+        return None
+
+    def _request_id(self) -> str:
+        return f"req_sim{next(self._request_ids):012x}"
+
+    def _rate_fault(self) -> Fault | None:
+        rate = self.config.fault_rate
+        if rate <= 0 or self._fault_rng.random() >= rate:
+            return None
+        return self._faults[self._fault_rng.randrange(len(self._faults))]
+
+    async def _count(self, request: web.Request, wire: Wire, ex: Exchange) -> web.StreamResponse:
+        """Anthropic ``count_tokens``: the simulator's deterministic input count."""
+        req = await self._receive(ex, _parse_for_count)
+        if isinstance(req, web.Response):
+            return req
+        return ex.response(200, to_json({"input_tokens": req.input_tokens}))
+
+    async def _stats_endpoint(self, request: web.Request) -> web.Response:
+        body = self.stats.snapshot().model_dump_json()
+        return web.Response(text=body, content_type="application/json")
+
+    async def _reset_endpoint(self, request: web.Request) -> web.Response:
+        self.reset()
+        return web.json_response({"ok": True})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        method, path = request.method, request.path
+        anthropic = path.startswith("/v1/messages") or "anthropic-version" in request.headers
+        wire: Wire = ANTHROPIC if anthropic else OPENAI
+        rid = self._request_id()
+        headers = redact_headers(request.headers)
+        self.stats.received(RecordedRequest(None, method, path, headers, None))
+        message = "Not found" if anthropic else f"Invalid URL ({method} {path})"
+        body = wire.error(404, message, request_id=rid)
+        self.stats.finished(404)
+        return web.Response(
+            status=404,
+            body=body,
+            content_type="application/json",
+            headers={wire.request_id_header: rid},
+        )
+
+
+def _parse_for_count(body: object) -> ParsedRequest:
+    return ANTHROPIC.parse(body, require_max_tokens=False)
+
+
+def _invalid_json(wire: Wire) -> str:
+    if wire.api == "openai":
+        return (
+            "We could not parse the JSON body of your request. (HINT: This likely means you "
+            "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload.)"
+        )
+    return "There was an error parsing the body of your request as JSON."

@@ -1,0 +1,120 @@
+"""Wire-neutral values passed between request parsing, reply planning and rendering."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from ._script import Api
+
+# The neutral finish reasons: the script's, plus "refusal" for a refused reply whose
+# finish was not overridden (OpenAI says "stop", Anthropic "refusal").
+Finish = Literal["stop", "length", "tool_calls", "content_filter", "pause_turn", "refusal"]
+
+
+class WireError(Exception):
+    """A request the provider would reject with 400 (``param`` names the bad field)."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    """The facts about one chat request that rules, usage and replies depend on."""
+
+    api: Api
+    model: str
+    stream: bool
+    system_text: str
+    last_user_text: str | None
+    has_tools: bool
+    after_tool_result: bool
+    max_tokens: int | None
+    include_usage: bool
+    response_schema: dict[str, Any] | None
+    json_mode: bool
+    input_tokens: int
+    prior_tool_calls: int
+    # Prompt caching: prefixes that may be read from cache (hash, tokens), prefixes this
+    # request writes, and the tokens up to its last cache breakpoint.
+    cache_candidates: list[tuple[bytes, int]] = field(default_factory=list)
+    cache_writes: list[bytes] = field(default_factory=list)
+    cache_breakpoint_tokens: int = 0
+    cache_ttl_1h: bool = False
+
+
+@dataclass(slots=True)
+class PlannedToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(slots=True)
+class Plan:
+    """A reply resolved against a request: what to send and the usage to report."""
+
+    text: str | None
+    refusal: str | None
+    thinking: str | None
+    thinking_signature: str | None
+    redacted_thinking: str | None
+    tool_calls: list[PlannedToolCall]
+    finish: Finish
+    input_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    empty: bool = False
+
+
+@dataclass(slots=True)
+class SSEStream:
+    """Encoded SSE events, the output tokens each carries (for per-token latency), and
+    the index of the first closing event (a truncated stream stops before it)."""
+
+    events: list[bytes]
+    tokens: list[int]
+    body_end: int
+
+
+class Wire(Protocol):
+    """One provider's wire format: request parsing, bodies, SSE events, errors."""
+
+    @property
+    def api(self) -> Api: ...
+
+    @property
+    def tool_id_prefix(self) -> str: ...
+
+    @property
+    def request_id_header(self) -> str: ...
+
+    @property
+    def response_id_prefix(self) -> str: ...
+
+    def parse(self, body: object) -> ParsedRequest: ...
+
+    def api_key(self, headers: Mapping[str, str]) -> str | None: ...
+
+    def error(
+        self,
+        status: int,
+        message: str | None = None,
+        *,
+        request_id: str,
+        code: str | None = None,
+        param: str | None = None,
+    ) -> bytes: ...
+
+    def context_error(self, limit: int, tokens: int, *, request_id: str) -> bytes: ...
+
+    def body(self, plan: Plan, req: ParsedRequest, response_id: str) -> bytes: ...
+
+    def stream(self, plan: Plan, req: ParsedRequest, response_id: str) -> SSEStream: ...

@@ -1,0 +1,4 @@
+"""Memory stores: the store protocol, in-memory, SQLite and Redis.
+
+Filled in by the memory issue.
+"""

@@ -1,0 +1,160 @@
+"""Hostile or broken provider replies, served over real HTTP: a typed error, never a crash.
+
+The simulator only says what providers say; these bodies are what a broken proxy or a
+buggy compatible server might say, so a bare aiohttp server serves them verbatim.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from adapter_support import make_model
+from aiohttp import web
+
+from raygent import UserMessage
+from raygent.errors import ProviderError, ProviderResponseError
+from raygent.models import Done
+
+HELLO = [UserMessage(content="hello")]
+
+OK_OPENAI = {
+    "id": "x",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+    ],
+}
+OK_ANTHROPIC = {
+    "id": "msg_x",
+    "type": "message",
+    "role": "assistant",
+    "model": "m",
+    "content": [{"type": "text", "text": "hi"}],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 1, "output_tokens": 1},
+}
+
+
+class RawServer:
+    """Answers every POST with the bytes it was last given."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.body = b""
+        self.content_type = "application/json"
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=self.status, body=self.body, content_type=self.content_type)
+
+    def reply(self, body: Any, status: int = 200, content_type: str = "application/json") -> None:
+        self.body = body if isinstance(body, bytes) else json.dumps(body).encode()
+        self.status, self.content_type = status, content_type
+
+
+class _Urls:
+    def __init__(self, url: str) -> None:
+        self.openai_base_url = url + "/v1"
+        self.anthropic_base_url = url
+
+
+@pytest.fixture
+async def raw() -> AsyncIterator[tuple[RawServer, _Urls]]:
+    server = RawServer()
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield server, _Urls(f"http://127.0.0.1:{port}")
+    await runner.cleanup()
+
+
+def with_extra_fields(body: dict[str, Any]) -> dict[str, Any]:
+    return {**body, "surprise": {"nested": [1, 2]}, "system_fingerprint": None}
+
+
+async def test_unknown_fields_are_ignored(raw: Any, provider: str) -> None:
+    server, urls = raw
+    server.reply(with_extra_fields(OK_OPENAI if provider == "openai" else OK_ANTHROPIC))
+    reply = await make_model(provider, urls).complete(HELLO)
+    assert reply.text == "hi" and reply.finish_reason == "stop"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html>502 Bad Gateway</html>",
+        b"",
+        b"[1, 2, 3]",
+        b'{"choices": "nope", "content": "nope"}',
+        b'{"choices": [{"message": null}], "content": [{"type": "text"}]}',
+        b'{"id": "only"}',
+        b'{"choices": [{"message": {"tool_calls": [{"id": 1}]}}], '
+        b'"content": [{"type": "tool_use"}]}',
+        b"\xff\xfe\x00garbage",
+    ],
+    ids=["html", "empty", "array", "wrong-types", "null-message", "missing", "bad-call", "bytes"],
+)
+async def test_malformed_bodies_are_typed_errors(raw: Any, provider: str, body: bytes) -> None:
+    server, urls = raw
+    server.reply(body, content_type="text/plain")
+    with pytest.raises(ProviderResponseError) as info:
+        await make_model(provider, urls).complete(HELLO)
+    assert info.value.retryable
+
+
+async def test_error_status_with_a_non_json_body(raw: Any, provider: str) -> None:
+    server, urls = raw
+    server.reply(b"upstream connect error", status=502, content_type="text/plain")
+    with pytest.raises(ProviderError) as info:
+        await make_model(provider, urls).complete(HELLO)
+    assert info.value.status == 502 and info.value.retryable
+    assert "upstream connect error" in str(info.value)
+
+
+STREAMS = {
+    "openai": {
+        "no-done": b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n',
+        "garbage": b"data: {not json\n\n",
+        "error-event": b'data: {"error": {"message": "overloaded"}}\n\n',
+    },
+    "anthropic": {
+        "no-done": b'event: message_start\ndata: {"type":"message_start","message":'
+        b'{"id":"m","model":"x","usage":{"input_tokens":1}}}\n\n',
+        "garbage": b"event: message_start\ndata: {not json\n\n",
+        "error-event": b'event: error\ndata: {"type":"error","error":'
+        b'{"type":"overloaded_error","message":"Overloaded"}}\n\n',
+    },
+}
+
+
+@pytest.mark.parametrize("case", ["no-done", "garbage", "error-event"])
+async def test_broken_streams_are_typed_errors(raw: Any, provider: str, case: str) -> None:
+    server, urls = raw
+    server.reply(STREAMS[provider][case], content_type="text/event-stream")
+    seen: list[Any] = []
+    with pytest.raises(ProviderError) as info:
+        async for chunk in make_model(provider, urls).stream(HELLO):
+            seen.append(chunk)
+    assert info.value.retryable
+    assert not any(isinstance(c, Done) for c in seen)
+
+
+async def test_a_huge_reply_is_read_whole(raw: Any, provider: str) -> None:
+    server, urls = raw
+    text = "x" * 2_000_000
+    if provider == "openai":
+        body = {**OK_OPENAI, "choices": [{**OK_OPENAI["choices"][0], "message": {"content": text}}]}
+    else:
+        body = {**OK_ANTHROPIC, "content": [{"type": "text", "text": text}]}
+    server.reply(body)
+    reply = await make_model(provider, urls).complete(HELLO)
+    assert len(reply.text) == 2_000_000

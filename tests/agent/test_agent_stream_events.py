@@ -1,0 +1,192 @@
+"""Streaming and events: the event sequence, stream == execute, handler tiers and isolation."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import raygent
+from agent_support import City, Recorder, add, drain, outcome, search
+from raygent import Repair
+from raygent.events import Event
+from raygent.testing import ScriptedModel, Step, call, reply
+
+TOOL_SCRIPT: list[Step] = [
+    reply("Looking.", [call("add", {"a": 2, "b": 3}), call("search", {"query": "q"})],
+          reasoning="Two tools."),
+    reply("It is 5.", reasoning="Done."),
+]
+
+SCRIPTS: dict[str, tuple[list[Step], dict[str, object]]] = {
+    "text": (["Hello there, friend."], {}),
+    "tools": (TOOL_SCRIPT, {}),
+    "tool errors": ([reply(tool_calls=[call("add", raw="{bad"), call("nope")]), "ok"], {}),
+    "output": (['{"name": "Oslo", "population": 1}'], {"output": City}),
+    "repair": (["{}", '{"name": "Oslo", "population": 1}'], {"output": City, "repair": Repair()}),
+    "continuation": (
+        [reply("Once upon ", finish="length"), "a time."],
+        {"continue_on_output_limit": 1},
+    ),
+    "pause": ([reply("a", finish="pause_turn"), "b"], {}),
+    "incomplete": ([reply("cut", finish="length")], {}),
+    "refusal": ([reply("no", finish="refusal")], {}),
+    "max trips": ([reply(tool_calls=[call("add", {"a": 1, "b": 1})])] * 3, {"max_trips": 2}),
+    "provider error": ([raygent.errors.ServerError("down", provider="test")], {}),
+}
+
+
+@pytest.mark.parametrize("name", list(SCRIPTS))
+async def test_stream_and_execute_give_identical_results(name: str) -> None:
+    script, given = SCRIPTS[name]
+    options = dict(given)
+    max_trips = int(options.pop("max_trips", 10))  # type: ignore[call-overload]
+
+    def make() -> raygent.Agent:
+        return raygent.agent(
+            model=ScriptedModel(list(script)), tools=[add, search], max_trips=max_trips
+        )
+
+    executed = await make().execute("go", **options)  # type: ignore[arg-type]
+    events, streamed = await drain(make().stream("go", **options))  # type: ignore[arg-type]
+    assert outcome(streamed) == outcome(executed)
+    assert events[0].type == "agent.starting"
+    assert events[-1].type == ("agent.completed" if executed.ok else "agent.error")
+    assert events[-1].result is streamed
+
+
+async def test_a_stream_yields_the_typed_events_in_order() -> None:
+    stream = raygent.agent(model=ScriptedModel(TOOL_SCRIPT), tools=[add, search]).stream("go")
+    events, result = await drain(stream)
+    types = [e.type for e in events]
+    first_trip = types[: types.index("agent.trip.completed") + 1]
+    assert first_trip[0:2] == ["agent.starting", "agent.trip.started"]
+    assert "agent.trip.reasoning" in first_trip and "agent.trip.streaming" in first_trip
+    assert "agent.tool.streaming" in first_trip and "agent.trip.usage" in first_trip
+    tool_events = types[len(first_trip) : types.index("agent.trip.started", len(first_trip))]
+    assert sorted(tool_events) == sorted(["agent.tool.calling"] * 2 + ["agent.tool.called"] * 2)
+    assert types[-2:] == ["agent.trip.completed", "agent.completed"]
+    # Every event carries the run's ids; tool events carry the call id.
+    assert {(e.run_id, e.root_run_id) for e in events} == {
+        (result.report.run_id, result.report.root_run_id)
+    }
+    for event in events:
+        if event.type.startswith("agent.tool."):
+            assert event.call_id in {"call_1", "call_2"}
+    # Deltas add up to the text, the reasoning and the arguments.
+    trip0 = [e for e in events if getattr(e, "trip_index", None) == 0]
+    assert "".join(e.text for e in trip0 if e.type == "agent.trip.streaming") == "Looking."
+    assert "".join(e.text for e in trip0 if e.type == "agent.trip.reasoning") == "Two tools."
+    args = {}
+    for e in trip0:
+        if e.type == "agent.tool.streaming":
+            args[e.call_id] = args.get(e.call_id, "") + e.arguments_delta
+    assert {k: json.loads(v) for k, v in args.items()} == {
+        "call_1": {"a": 2, "b": 3},
+        "call_2": {"query": "q"},
+    }
+    called = {e.call_id: e.output for e in events if e.type == "agent.tool.called"}
+    assert called == {"call_1": "5", "call_2": "results for q (top 3)"}
+    completed = [e for e in events if e.type == "agent.trip.completed"]
+    assert [(e.trip_index, e.finish_reason, e.text) for e in completed] == [
+        (0, "tool_calls", "Looking."),
+        (1, "stop", "It is 5."),
+    ]
+    assert result.text == "It is 5."
+
+
+async def test_execute_fires_the_same_events_without_the_deltas() -> None:
+    recorder = Recorder()
+    bot = raygent.agent(model=ScriptedModel(TOOL_SCRIPT), tools=[add, search])
+    await bot.execute("go", on={"*": recorder})
+    assert "agent.trip.streaming" not in recorder.types
+    assert "agent.tool.streaming" not in recorder.types
+    assert recorder.types[:2] == ["agent.starting", "agent.trip.started"]
+    assert recorder.types.count("agent.trip.usage") == 2
+    assert recorder.types[-1] == "agent.completed"
+
+
+async def test_events_can_be_read_after_the_result() -> None:
+    stream = raygent.agent(model=ScriptedModel(["hi"])).stream("go")
+    result = await stream.result
+    types = [e.type async for e in stream]
+    assert types[0] == "agent.starting" and types[-1] == "agent.completed"
+    assert result.text == "hi"
+    assert [e async for e in stream] == []  # a second pass ends at once
+
+
+async def test_handlers_fire_by_tier_factory_instance_call() -> None:
+    order: list[str] = []
+
+    def tag(name: str) -> raygent.events.EventHandler:
+        def handler(event: Event) -> None:
+            order.append(f"{name}:{event.type}")
+
+        return handler
+
+    async def async_tag(event: Event) -> None:
+        order.append(f"async:{event.type}")
+
+    bot = raygent.agent(
+        model=ScriptedModel(["a", "b"]),
+        on={"agent.completed": [tag("factory"), async_tag]},
+        observe=tag("observer"),
+    )
+    unsubscribe = bot.on("agent.completed", tag("instance"))
+    await bot.execute("go", on={"agent.completed": tag("call")})
+    completed = [o for o in order if o.endswith("agent.completed")]
+    assert completed == [
+        "factory:agent.completed",
+        "async:agent.completed",
+        "observer:agent.completed",
+        "instance:agent.completed",
+        "call:agent.completed",
+    ]
+    assert "observer:agent.starting" in order  # observers see every event
+    order.clear()
+    unsubscribe()
+    unsubscribe()  # twice is harmless
+    await bot.execute("go")
+    assert "instance:agent.completed" not in order
+
+
+async def test_a_handler_that_raises_is_isolated_and_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(event: Event) -> None:
+        raise ValueError(f"handler broke on {event.type}")
+
+    async def broken_async(event: Event) -> None:
+        raise KeyError("async")
+
+    seen = Recorder()
+    bot = raygent.agent(
+        model=ScriptedModel([reply(tool_calls=[call("add", {"a": 1, "b": 1})]), "2"]),
+        tools=[add],
+        on={"*": broken},
+    )
+    with caplog.at_level(logging.WARNING, logger="raygent.events"):
+        result = await bot.execute(
+            "go", on={"agent.tool.called": broken_async, "agent.completed": seen}
+        )
+    assert result.ok and result.text == "2"
+    assert seen.types == ["agent.completed"]  # later handlers still run
+    errors = result.report.handler_errors
+    assert {e["event"] for e in errors if "ValueError" in e["error"]} >= {
+        "agent.starting",
+        "agent.trip.started",
+        "agent.tool.calling",
+        "agent.completed",
+    }
+    assert any("KeyError" in e["error"] and e["event"] == "agent.tool.called" for e in errors)
+    assert "handler broke" in caplog.text
+
+
+async def test_a_raising_handler_does_not_break_a_stream() -> None:
+    def broken(event: Event) -> None:
+        raise RuntimeError("nope")
+
+    stream = raygent.agent(model=ScriptedModel(["fine"])).stream("go", on={"*": broken})
+    events, result = await drain(stream)
+    assert result.ok and result.text == "fine"
+    assert events[-1].type == "agent.completed"

@@ -1,0 +1,39 @@
+"""Test-session setup shared by every test.
+
+- RAYGENT_OFFLINE=1: an adapter aimed at anything but loopback fails loudly (OfflineError)
+  before any I/O, so no test can reach a real provider by accident.
+- `redis_url`: the real Redis on 127.0.0.1:6379. Missing Redis skips locally but fails
+  under CI=true.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+os.environ["RAYGENT_OFFLINE"] = "1"
+for _key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+    os.environ.pop(_key, None)
+
+REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
+
+
+def _redis_answers() -> bool:
+    try:
+        with socket.create_connection((REDIS_HOST, REDIS_PORT), timeout=1) as conn:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    if not _redis_answers():
+        message = f"no Redis answers on {REDIS_HOST}:{REDIS_PORT}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message + " (CI=true: a missing Redis is a failure)")
+        pytest.skip(message)
+    return f"redis://{REDIS_HOST}:{REDIS_PORT}/15"
