@@ -20,43 +20,68 @@ from .messages import ToolCall
 _TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _TAG = "<tool_call>"
+_JSON_STARTS = ("{", "[", "```")
 _ARGUMENT_KEYS = ("arguments", "parameters", "input", "args")
 
 
 class GuardBuffer:
-    """Holds back streamed text while it may still be a tool call, up to `max_chars`."""
+    """Holds back streamed text while it may be (the start of) a tool call written as
+    text: a reply that opens with JSON, or a `<tool_call>` tag anywhere. Past `max_chars`
+    of text the reply is no longer guarded and flows on as it comes."""
 
     def __init__(self, max_chars: int) -> None:
         self.max_chars = max_chars
-        self._held: list[str] = []
+        self._held = ""
+        self._sent: list[str] = []
         self._size = 0
         self._guarding = True
 
     def feed(self, text: str) -> str:
-        """The text to pass on now ("" while holding)."""
-        if not self._guarding:
-            return text
-        self._held.append(text)
+        """The text to pass on now (possibly "")."""
         self._size += len(text)
-        head = "".join(self._held).lstrip()
-        if not head:
-            return ""
-        if self._size > self.max_chars or not _may_be_call(head):
+        if not self._guarding:
+            return self._pass(text)
+        self._held += text
+        if self._size > self.max_chars:
             self._guarding = False
-            return self.release(True)
-        return ""
+            held, self._held = self._held, ""
+            return self._pass(held)
+        start = self._hold_from(self._held)
+        out, self._held = self._held[:start], self._held[start:]
+        return self._pass(out)
 
-    def release(self, keep: bool) -> str:
-        """Empty the buffer: its text if `keep` (it was not a tool call), else nothing."""
-        held = "".join(self._held)
-        self._held.clear()
-        return held if keep else ""
+    def finish(self, final_text: str) -> str:
+        """What is left to pass on once the reply is complete. `final_text` is the
+        reply's text after any tool-call JSON was taken out of it."""
+        sent = "".join(self._sent)
+        self._held = ""
+        # What was passed on never holds a call, so it is a prefix of the final text.
+        return self._pass(final_text[len(sent) :] if final_text.startswith(sent) else "")
+
+    def _pass(self, text: str) -> str:
+        if text:
+            self._sent.append(text)
+        return text
+
+    def _hold_from(self, held: str) -> int:
+        """Where the text that may still be a tool call starts."""
+        if not self._sent and (not held.strip() or held.lstrip().startswith(_JSON_STARTS)):
+            return 0  # the reply opens with JSON (or nothing yet)
+        tag = held.find(_TAG)
+        if tag < 0:
+            tag = _partial_tag(held)
+        # Whitespace before a call goes with it (the final text is stripped there).
+        while tag > 0 and held[tag - 1].isspace():
+            tag -= 1
+        return tag
 
 
-def _may_be_call(head: str) -> bool:
-    if head.startswith(("{", "[", "```", _TAG)):
-        return True
-    return _TAG.startswith(head[: len(_TAG)])
+def _partial_tag(text: str) -> int:
+    """Where a tail of `text` that could be the beginning of a tag starts (else its end)."""
+    for start in range(max(0, len(text) - len(_TAG) + 1), len(text)):
+        if _TAG.startswith(text[start:]):
+            return start
+    return len(text)
 
 
 def extract_tool_calls(

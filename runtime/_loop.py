@@ -3,7 +3,8 @@
 run_loop -> model_trip -> next_step -> one of:
     RunTools      run the tool round, trip again
     Resume        pause_turn: send the turn back as is, trip again
-    Continue      cut off by the output limit: ask to continue, trip again
+    Continue      cut off by the output limit: run the calls that arrived whole, drop
+                  the cut-off ones, ask to continue, trip again
     Repair        the reply failed the schema: say why, trip again
     Final         validated answer: done
 """
@@ -190,10 +191,9 @@ def next_step(run: RunState, response: ModelResponse, progress: Progress) -> Ste
     if finish == "context_exceeded":
         raise _incomplete(run, "context_window", progress)
     if finish == "length":
-        truncated = [c for c in response.tool_calls if c.arguments is None]
+        complete, truncated = _split_cut_off(response.tool_calls)
         run.report.trips[-1].truncated_tool_calls = [c.call_id for c in truncated]
         if progress.continuations < run.config.continue_on_output_limit:
-            complete = [c for c in response.tool_calls if c.arguments is not None]
             return Continue(complete=complete, dropped=truncated)
         raise _incomplete(run, "output_limit", progress)
     if finish == "pause_turn":
@@ -210,6 +210,19 @@ def next_step(run: RunState, response: ModelResponse, progress: Progress) -> Ste
         if repair is not None and progress.repairs < repair.max_attempts:
             return Repair(error=error)
         raise
+
+
+def _split_cut_off(calls: list[ToolCall]) -> tuple[list[ToolCall], list[ToolCall]]:
+    """(complete, cut off) calls of a reply cut off by the output limit. A call is cut
+    off when its arguments do not parse, or when it is the last and none arrived."""
+    complete, cut = [], []
+    for position, tool_call in enumerate(calls):
+        last = position == len(calls) - 1
+        if tool_call.arguments is None or (last and not tool_call.arguments_text.strip()):
+            cut.append(tool_call)
+        else:
+            complete.append(tool_call)
+    return complete, cut
 
 
 async def _continue(

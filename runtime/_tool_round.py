@@ -58,9 +58,9 @@ async def _one(run: RunState, trip_index: int, call: ToolCall) -> ToolMessage:
     )
     try:
         output = tool_result_text(await _invoke(run, trip_index, call, record))
-    except (asyncio.CancelledError, AbortedError):
-        raise
     except Exception as exc:
+        if isinstance(exc, AbortedError) and run.signal.aborted:
+            raise  # the run is being cancelled; anything else a tool raises is its failure
         error = _as_tool_error(exc, call)
         record.error = error.to_dict()
         _finish(record, clock)

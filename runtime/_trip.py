@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 from ._guard import GuardBuffer, extract_tool_calls
@@ -27,6 +26,7 @@ from .models.contract import (
     UsageChunk,
 )
 from .report import Timing, TripReport
+from .seams import closing_stream
 
 __all__ = ["model_trip"]
 
@@ -49,18 +49,20 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
     run.report.trips.append(trip)
     run.phase = "trip"
     await run.emit(TripStarted, trip_index=index, purpose=purpose)
-    response = await _send(run, index)
-    response = _guarded(run, response)
-    for mw in reversed(run.config.middleware):
-        response = await maybe_await(mw.after_trip(run.info, response))
+    try:
+        response = await _send(run, index)
+        response = _guarded(run, response)
+        for mw in reversed(run.config.middleware):
+            response = await maybe_await(mw.after_trip(run.info, response))
+    finally:  # a failed or cancelled trip has an end too
+        trip.timing.ended_at = now()
+        trip.timing.duration = time.perf_counter() - clock
     run.usage = run.usage + response.usage
     trip.finish_reason = response.finish_reason
     trip.output = response.text
     trip.usage = response.usage
     trip.tool_calls = [c.call_id for c in response.tool_calls]
     trip.attempts = list(response.attempts)
-    trip.timing.ended_at = now()
-    trip.timing.duration = time.perf_counter() - clock
     run.phase = "between_trips"  # the reply is in: what follows is not mid-trip
     if not run.config.streaming:
         await run.emit(TripUsage, trip_index=index, usage=response.usage)
@@ -97,9 +99,7 @@ async def _streamed(run: RunState, index: int) -> ModelResponse:
     guard = GuardBuffer(config.guard_max_buffer) if config.guard_max_buffer else None
     response: ModelResponse | None = None
     chunks = config.backend.models.stream(config.model, run.messages, config.options, run.signal)
-    # aclosing: a run that stops mid-stream closes the stream (and its HTTP request) at
-    # once, not whenever the garbage collector finalises the generator.
-    async with contextlib.aclosing(chunks):
+    async with closing_stream(chunks):
         async for chunk in chunks:
             if isinstance(chunk, Done):
                 response = chunk.response
@@ -111,9 +111,9 @@ async def _streamed(run: RunState, index: int) -> ModelResponse:
         )
     if guard is not None:
         # Text held back because it might have been a tool call, and was not one.
-        held = guard.release(_guarded(run, response) is response)
-        if held:
-            await run.emit(TripStreaming, trip_index=index, text=held)
+        rest = guard.finish(_guarded(run, response).text)
+        if rest:
+            await run.emit(TripStreaming, trip_index=index, text=rest)
     return response
 
 

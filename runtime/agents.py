@@ -19,7 +19,7 @@ from typing_extensions import Unpack
 from ._loop import run_loop
 from ._state import RunConfig, RunState
 from .abort import AbortController, AbortSignal
-from .errors import PromptError, RaygentError
+from .errors import InvalidOptionsError, PromptError, RaygentError
 from .events import Dispatcher, Event, EventHandler, Handlers, handler_list
 from .messages import ContentPart, Message, SystemMessage, UserMessage
 from .middleware import Middleware
@@ -127,7 +127,9 @@ class Agent:
             self._factory_handlers.extend(("*", fn) for fn in observers)
         self._instance_handlers: list[tuple[str, EventHandler]] = []
         self._specs: dict[str, tuple[ToolSpec, ...]] = {}
-        self._outputs: dict[int, OutputSpec] = {}
+        # The agent's own output is resolved once; a call's own output is resolved per
+        # call and not kept (the agent holds nothing a call brought).
+        self._output = None if output is None else OutputSpec(output)
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, model={self.model.name!r}, tools={list(self.tools)})"
@@ -291,10 +293,7 @@ class Agent:
             output = options.get("response_schema")
         if output is None:
             return None
-        spec = self._outputs.get(id(output))
-        if spec is None or spec.output is not output:
-            spec = self._outputs[id(output)] = OutputSpec(output)
-        return spec
+        return self._output if output is self.output else OutputSpec(output)
 
     def _tool_specs(self, mode: str) -> tuple[ToolSpec, ...]:
         specs = self._specs.get(mode)
@@ -315,15 +314,17 @@ class AgentStream:
         self._state = state
         self._ended = False
         self._task = asyncio.ensure_future(self._run(user_input))
+        # The end of the events, however the task ends (even cancelled before it ran).
+        self._task.add_done_callback(lambda _: self._queue.put_nowait(None))
 
     async def _run(self, user_input: list[Message]) -> AgentResult:
         try:
             return await run_loop(self._state, user_input)
         except asyncio.CancelledError:
-            assert self._state.result is not None
+            # The loop recorded the cancellation: the stream's result is the cancelled run.
+            if self._state.result is None:
+                raise
             return self._state.result
-        finally:
-            self._queue.put_nowait(None)
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._events()
@@ -407,7 +408,7 @@ def _anonymous_name(model: Model, tools: Mapping[str, Tool[..., Any]]) -> str:
 def _setup_error(exc: Exception) -> RaygentError:
     if isinstance(exc, RaygentError):
         return exc
-    return RaygentError(f"invalid run options: {type(exc).__name__}: {exc}")
+    return InvalidOptionsError(f"invalid run options: {type(exc).__name__}: {exc}")
 
 
 def _guard_size(guard: bool | int | None) -> int | None:

@@ -12,6 +12,7 @@ __all__ = [
     "AuthenticationError",
     "ContentFilterError",
     "ContextLengthExceededError",
+    "InvalidOptionsError",
     "InvalidRequestError",
     "MaxTripsError",
     "OfflineError",
@@ -159,7 +160,7 @@ class ProviderResponseError(ProviderError):
 class AgentCancelledError(RaygentError):
     """The run was cancelled (abort signal or task cancellation).
 
-    details: cancelled_at ("before_trip", "trip", "tools"), reason, trip_index.
+    details: cancelled_at ("between_trips", "trip", "tools"), reason, trip_index.
     """
 
     code = "cancelled"
@@ -199,6 +200,13 @@ class RefusalError(ContentFilterError):
     """The model refused to answer (finish reason `refusal`)."""
 
     code = "refusal"
+
+
+class InvalidOptionsError(RaygentError):
+    """The options of a run do not make sense (e.g. an unknown model option)."""
+
+    code = "invalid_options"
+    category = "config"
 
 
 class PromptError(RaygentError):

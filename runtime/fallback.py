@@ -9,12 +9,14 @@ from .abort import AbortSignal
 from .errors import (
     ProviderConnectionError,
     ProviderError,
+    ProviderResponseError,
     ProviderTimeoutError,
     RateLimitError,
     ServerError,
 )
 from .messages import Message
 from .models.contract import Capabilities, Done, Model, ModelOptions, ModelResponse, StreamChunk
+from .seams import ModelAccess, closing_stream
 from .usage import Cost, Usage
 
 __all__ = ["FallbackModel", "fallback_model"]
@@ -25,6 +27,7 @@ TRANSIENT: tuple[type[BaseException], ...] = (
     ProviderConnectionError,
     ServerError,
 )
+_NO_OPTIONS = ModelOptions()
 RetryOn = tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 
 
@@ -42,6 +45,7 @@ class FallbackModel:
             raise ValueError("fallback_model needs at least one model")
         self.models = list(models)
         self.retry_on: RetryOn = TRANSIENT if retry_on is None else retry_on
+        self._access: ModelAccess | None = None
 
     @property
     def name(self) -> str:
@@ -59,6 +63,13 @@ class FallbackModel:
             **{f: all(getattr(m.capabilities, f) for m in self.models) for f in fields}
         )
 
+    def through(self, access: ModelAccess) -> FallbackModel:
+        """This fallback, sending each attempt through `access`, so that every model's
+        provider bounds (concurrency, rates) hold as if it were used on its own."""
+        routed = FallbackModel(self.models, retry_on=self.retry_on)
+        routed._access = access
+        return routed
+
     def _fails_over(self, error: BaseException) -> bool:
         if callable(self.retry_on) and not isinstance(self.retry_on, tuple):
             return bool(self.retry_on(error))
@@ -74,7 +85,12 @@ class FallbackModel:
         attempts: list[dict[str, Any]] = []
         for position, model in enumerate(self.models):
             try:
-                response = await model.complete(messages, options, signal=signal)
+                if self._access is None:
+                    response = await model.complete(messages, options, signal=signal)
+                else:
+                    response = await self._access.complete(
+                        model, messages, options or _NO_OPTIONS, signal
+                    )
             except Exception as error:
                 if position == len(self.models) - 1 or not self._fails_over(error):
                     raise
@@ -92,28 +108,31 @@ class FallbackModel:
     ) -> AsyncIterator[StreamChunk]:
         attempts: list[dict[str, Any]] = []
         for position, model in enumerate(self.models):
-            chunks = model.stream(messages, options, signal=signal)
-            try:
-                first = await anext(chunks)
-            except Exception as error:
-                if position == len(self.models) - 1 or not self._fails_over(error):
-                    raise
-                attempts.append(_attempt(model, error))
-                continue
-            async for chunk in _chain(first, chunks):
-                if isinstance(chunk, Done):
-                    yield Done(_with_attempts(chunk.response, attempts))
-                else:
-                    yield chunk
+            if self._access is None:
+                chunks = model.stream(messages, options, signal=signal)
+            else:
+                chunks = self._access.stream(model, messages, options or _NO_OPTIONS, signal)
+            async with closing_stream(chunks):
+                try:
+                    first = await anext(chunks)
+                except StopAsyncIteration:
+                    raise ProviderResponseError(
+                        f"{model.name}: the stream ended before any reply", provider=model.provider
+                    ) from None
+                except Exception as error:
+                    if position == len(self.models) - 1 or not self._fails_over(error):
+                        raise
+                    attempts.append(_attempt(model, error))
+                    continue
+                # Past the first chunk the reply is under way: no more failing over.
+                yield _stamped(first, attempts)
+                async for chunk in chunks:
+                    yield _stamped(chunk, attempts)
             return
 
 
-async def _chain(
-    first: StreamChunk, rest: AsyncIterator[StreamChunk]
-) -> AsyncIterator[StreamChunk]:
-    yield first
-    async for chunk in rest:
-        yield chunk
+def _stamped(chunk: StreamChunk, attempts: list[dict[str, Any]]) -> StreamChunk:
+    return Done(_with_attempts(chunk.response, attempts)) if isinstance(chunk, Done) else chunk
 
 
 def _attempt(model: Model, error: BaseException) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import contextlib
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from .abort import AbortSignal
 from .messages import Message
@@ -22,7 +22,16 @@ from .models.contract import Model, ModelOptions, ModelResponse, StreamChunk
 if TYPE_CHECKING:
     from .tools import Tool, ToolContext
 
-__all__ = ["LOCAL", "Backend", "LocalModelAccess", "LocalToolExecution", "ModelAccess"]
+T = TypeVar("T")
+
+__all__ = [
+    "LOCAL",
+    "Backend",
+    "LocalModelAccess",
+    "LocalToolExecution",
+    "ModelAccess",
+    "closing_stream",
+]
 
 
 class ModelAccess(Protocol):
@@ -82,6 +91,7 @@ class LocalModelAccess:
         options: ModelOptions,
         signal: AbortSignal | None,
     ) -> ModelResponse:
+        model = _routed(model, self)
         bound = self._bound(model)
         if bound is None:
             return await model.complete(messages, options, signal=signal)
@@ -95,15 +105,36 @@ class LocalModelAccess:
         options: ModelOptions,
         signal: AbortSignal | None,
     ) -> AsyncIterator[StreamChunk]:
+        model = _routed(model, self)
         bound = self._bound(model)
         # aclosing: when this stream is closed early, the model's stream is closed now.
         async with contextlib.AsyncExitStack() as stack:
             if bound is not None:
                 await stack.enter_async_context(bound)
             chunks = model.stream(messages, options, signal=signal)
-            await stack.enter_async_context(contextlib.aclosing(chunks))
+            await stack.enter_async_context(closing_stream(chunks))
             async for chunk in chunks:
                 yield chunk
+
+
+@contextlib.asynccontextmanager
+async def closing_stream(chunks: AsyncIterator[T]) -> AsyncIterator[AsyncIterator[T]]:
+    """Close `chunks` (an async generator, typically) on leaving, however we leave: a
+    run that stops mid-stream closes the stream, and its HTTP request, at once, not
+    whenever the garbage collector finalises the generator."""
+    try:
+        yield chunks
+    finally:
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _routed(model: Model, access: ModelAccess) -> Model:
+    """A model made of models (a fallback) sends each of its requests through `access`,
+    so each inner model's bounds hold; any other model is used as it is."""
+    through = getattr(model, "through", None)
+    return cast("Model", through(access)) if callable(through) else model
 
 
 class LocalToolExecution:

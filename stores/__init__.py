@@ -1,4 +1,42 @@
-"""Memory stores: the store protocol, in-memory, SQLite and Redis.
+"""Memory stores: where conversations live between runs.
 
-Filled in by the memory issue.
+`Store` is the protocol; `InMemoryStore` (tests, one process), `SQLiteStore` (the
+embedded durable default) and `RedisStore` (shared by a cluster) implement it, and
+`CompactingStore` (snapshot / replace_prefix) as well.
 """
+
+from .memory import InMemoryStore
+from .protocol import (
+    AppendResult,
+    CompactingStore,
+    ConversationInfo,
+    ErrorRecord,
+    PositionConflictError,
+    Scope,
+    Snapshot,
+    Store,
+    StoreDataError,
+    StoredMessage,
+    StoreError,
+    StoreUnavailableError,
+)
+from .redis import RedisStore
+from .sqlite import SQLiteStore
+
+__all__ = [
+    "AppendResult",
+    "CompactingStore",
+    "ConversationInfo",
+    "ErrorRecord",
+    "InMemoryStore",
+    "PositionConflictError",
+    "RedisStore",
+    "SQLiteStore",
+    "Scope",
+    "Snapshot",
+    "Store",
+    "StoreDataError",
+    "StoreError",
+    "StoreUnavailableError",
+    "StoredMessage",
+]

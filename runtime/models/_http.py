@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 import pydantic_core
-from httpx_sse import EventSource, ServerSentEvent
 
-from ..abort import AbortSignal, abortable
+from ..abort import AbortSignal, AbortWatch, abortable
 from ..errors import (
     OfflineError,
     ProviderConnectionError,
@@ -25,6 +24,7 @@ from ..pricing import Pricing, price_usage
 from ..usage import Usage
 from ._errors import error_from_response, error_from_stream_event
 from ._pool import shared_transport
+from ._sse import SSE, iter_sse
 from .contract import Capabilities
 
 __all__ = ["HTTPModel"]
@@ -222,24 +222,29 @@ class HTTPModel:
 
     async def _events(
         self, response: httpx.Response, signal: AbortSignal | None
-    ) -> AsyncIterator[ServerSentEvent]:
+    ) -> AsyncGenerator[SSE, None]:
         """The SSE events of a streamed response; a broken connection is a typed error."""
-        events = EventSource(response).aiter_sse()
-        while True:
+        events = iter_sse(response.aiter_bytes())
+        with AbortWatch(signal) as watch:
             try:
-                event = await abortable(anext(events), signal)
-            except StopAsyncIteration:
-                return
-            except httpx.TimeoutException as exc:
-                raise ProviderTimeoutError(
-                    self._transport_text(exc), provider=self.provider
-                ) from None
-            except httpx.TransportError as exc:
-                raise ProviderResponseError(
-                    f"{self.provider}: the stream broke off: {self._transport_text(exc)}",
-                    provider=self.provider,
-                ) from None
-            yield event
+                while True:
+                    try:
+                        event = await watch.until(anext(events))
+                    except StopAsyncIteration:
+                        return
+                    except httpx.TimeoutException as exc:
+                        raise ProviderTimeoutError(
+                            self._transport_text(exc), provider=self.provider
+                        ) from None
+                    except httpx.TransportError as exc:
+                        raise ProviderResponseError(
+                            f"{self.provider}: the stream broke off: {self._transport_text(exc)}",
+                            provider=self.provider,
+                        ) from None
+                    yield event
+            finally:
+                # Closed here, not left to the loop's async-generator finaliser.
+                await events.aclose()
 
     def _stream_error(self, data: dict[str, Any]) -> ProviderError:
         return error_from_stream_event(data, provider=self.provider, secrets=self._secrets)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import httpx
@@ -121,6 +122,23 @@ class AnthropicModel(HTTPModel):
             raise self._bad_reply(response, "malformed message", raw) from None
         return self._response(content, calls, stop_reason, data, wire.usage_from(data.get("usage")))
 
+    async def count_tokens(
+        self,
+        messages: Sequence[Message],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> int:
+        """Input tokens of a request, counted by the provider (no generation, no cost)."""
+        body = self.request_body(messages, options, stream=False)
+        for key in ("max_tokens", "stream", "temperature", "metadata"):
+            body.pop(key, None)
+        data, response = await self._post_json("/v1/messages/count_tokens", body, signal)
+        tokens = data.get("input_tokens")
+        if not isinstance(tokens, int):
+            raise self._bad_reply(response, "count_tokens reply without input_tokens")
+        return tokens
+
     def _response(
         self,
         content: Any,
@@ -150,11 +168,14 @@ class AnthropicModel(HTTPModel):
     ) -> AsyncIterator[StreamChunk]:
         body = self.request_body(messages, options, stream=True)
         state = wire.StreamState()
-        async with self._post("/v1/messages", body, signal) as response:
-            async for event in self._events(response, signal):
+        async with (
+            self._post("/v1/messages", body, signal) as response,
+            aclosing(self._events(response, signal)) as events,
+        ):
+            async for event in events:
                 try:
                     data = pydantic_core.from_json(event.data) if event.data else {}
-                    kind = data.get("type") or event.event
+                    kind = data.get("type") or event.event or ""
                     if kind == "error":
                         raise self._stream_error(data)
                     outs = self._feed(state, kind, data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
 from typing import Any
 
 import httpx
@@ -134,8 +135,11 @@ class OpenAIModel(HTTPModel):
         body = self.request_body(messages, options, stream=True)
         state = wire.StreamState()
         done = False
-        async with self._post("/chat/completions", body, signal) as response:
-            async for event in self._events(response, signal):
+        async with (
+            self._post("/chat/completions", body, signal) as response,
+            aclosing(self._events(response, signal)) as events,
+        ):
+            async for event in events:
                 if event.data.strip() == "[DONE]":
                     done = True
                     break

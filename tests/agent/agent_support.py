@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
+
 from raygent import AgentResult, AgentStream, AnthropicModel, OpenAIModel, tool
 from raygent.events import Event
 from raygent.messages import AssistantMessage, Message, ToolMessage
@@ -103,8 +104,7 @@ def outcome(result: AgentResult) -> dict[str, Any]:
             for t in report.trips
         ],
         "tool_calls": [
-            (c.call_id, c.name, c.input, c.output, c.error, c.trip_index)
-            for c in report.tool_calls
+            (c.call_id, c.name, c.input, c.output, c.error, c.trip_index) for c in report.tool_calls
         ],
         "system_prompt": report.system_prompt,
     }

@@ -7,8 +7,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
-import raygent
 from agent_support import Recorder, add
+
+import raygent
 from raygent import AbortController, AbortSignal, Capabilities, ModelOptions
 from raygent.errors import AgentCancelledError
 from raygent.events import Event
@@ -72,9 +73,7 @@ async def test_an_abort_mid_trip_closes_the_request() -> None:
     gate = Gate()
     controller = AbortController()
     model = ScriptedModel([gate])
-    run = asyncio.ensure_future(
-        raygent.agent(model=model).execute("hi", signal=controller.signal)
-    )
+    run = asyncio.ensure_future(raygent.agent(model=model).execute("hi", signal=controller.signal))
     await gate.arrived.wait()
     controller.abort("too slow")
     result = await run
@@ -100,9 +99,7 @@ async def test_an_abort_between_trips_starts_no_tools_and_no_more_trips() -> Non
         controller.abort("enough")
 
     bot = raygent.agent(model=model, tools=[record])
-    result = await bot.execute(
-        "go", signal=controller.signal, on={"agent.trip.completed": stop}
-    )
+    result = await bot.execute("go", signal=controller.signal, on={"agent.trip.completed": stop})
     error = _cancelled(result)
     assert error.details["cancelled_at"] == "between_trips"
     assert ran == [] and len(model.requests) == 1
@@ -239,9 +236,7 @@ class SlowStreamModel:
             yield TextDelta("hello ")
             yield TextDelta("world")
             await asyncio.get_running_loop().create_future()
-            yield Done(
-                ModelResponse(finish_reason="stop", usage=Usage(), provider=self.provider)
-            )
+            yield Done(ModelResponse(finish_reason="stop", usage=Usage(), provider=self.provider))
         finally:
             self.closed.set()
 
@@ -303,3 +298,13 @@ async def test_a_shared_signal_does_not_keep_finished_runs_alive() -> None:
     assert len(controller.signal._callbacks) == 1  # only the live run listens
     controller.abort("bye")
     _cancelled(await run)
+
+
+async def test_a_stream_cancelled_before_it_starts_ends_its_events() -> None:
+    model = ScriptedModel(["never"])
+    stream = raygent.agent(model=model).stream("hi")
+    stream.result.cancel()
+    assert [e async for e in stream] == []
+    with pytest.raises(asyncio.CancelledError):
+        await stream.result
+    assert model.requests == []

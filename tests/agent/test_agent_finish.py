@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import raygent
 from agent_support import City, add, assert_wellformed
+
+import raygent
 from raygent import AssistantMessage, ProviderBlock, Repair, ToolMessage, UserMessage
 from raygent.errors import (
     AgentIncompleteError,
@@ -43,7 +44,10 @@ async def test_pause_turn_resumes_only_within_max_trips() -> None:
 
 async def test_a_refusal_fails_the_run_with_a_typed_error() -> None:
     refused = ModelResponse(
-        content=[], finish_reason="refusal", usage=Usage(requests=1), provider="test",
+        content=[],
+        finish_reason="refusal",
+        usage=Usage(requests=1),
+        provider="test",
         refusal="I can't help with that.",
     )
     result = await raygent.agent(model=ScriptedModel([refused])).execute("bad")
@@ -139,6 +143,8 @@ async def test_a_failed_trip_after_a_continuation_keeps_the_partial_text_once() 
     result = await raygent.agent(model=model, continue_on_output_limit=1).execute("go")
     assert isinstance(result.error, ServerError)
     assert result.text == "half"
+    failed = result.report.trips[1]
+    assert failed.finish_reason is None and failed.timing.ended_at is not None
 
 
 async def test_a_repair_after_a_continuation_validates_the_repaired_reply_alone() -> None:
@@ -165,9 +171,7 @@ async def test_a_cut_off_tool_call_is_never_executed() -> None:
         ran.append({"n": n})
         return "ok"
 
-    model = ScriptedModel(
-        [reply("Calling", [call("record", raw='{"n": 1')], finish="length")]
-    )
+    model = ScriptedModel([reply("Calling", [call("record", raw='{"n": 1')], finish="length")])
     result = await raygent.agent(model=model, tools=[record]).execute("go")
     assert result.report.status == "incomplete"
     assert ran == []
@@ -244,3 +248,25 @@ async def test_blocks_survive_a_continuation() -> None:
     assert result.ok and result.text == "ab" and result.blocks is None
     sent, _ = model.requests[1]
     assert sent[1].content[0] == THINKING
+
+
+async def test_a_last_call_cut_before_any_argument_is_cut_off_too() -> None:
+    ran: list[str] = []
+
+    @raygent.tool
+    def ping(host: str = "localhost") -> str:
+        """Ping."""
+        ran.append(host)
+        return "pong"
+
+    model = ScriptedModel(
+        [
+            reply(tool_calls=[call("ping", {"host": "a"}), call("ping", raw="")], finish="length"),
+            "done",
+        ]
+    )
+    bot = raygent.agent(model=model, tools=[ping], continue_on_output_limit=1)
+    result = await bot.execute("go")
+    assert result.ok
+    assert ran == ["a"]
+    assert result.report.trips[0].truncated_tool_calls == ["call_2"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import raygent
 from agent_support import City
+
+import raygent
 from raygent import Capabilities, Repair, UserMessage
 from raygent.errors import MaxTripsError, SchemaValidationError
 from raygent.testing import ScriptedModel
@@ -52,7 +53,9 @@ async def test_replies_are_validated_even_when_the_model_promised_the_schema() -
     assert result.report.status == "failed"
     error = result.error
     assert isinstance(error, SchemaValidationError)
-    assert error.details["issues"] == ["population: Input should be a valid integer, unable to parse string as an integer"]
+    assert error.details["issues"] == [
+        "population: Input should be a valid integer, unable to parse string as an integer"
+    ]
     assert result.text == '{"name": "Oslo", "population": "many"}'
     assert result.data is None
 

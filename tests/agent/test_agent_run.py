@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import raygent
 from agent_support import City, add, calc, search
+
+import raygent
 from raygent import Capabilities, Pricing, SystemMessage, SystemPrompt, UserMessage
 from raygent.errors import (
     AgentCancelledError,
@@ -79,13 +81,15 @@ def test_anonymous_names_are_stable_across_processes() -> None:
         "m = ScriptedModel([], name='gpt-4o-mini', provider='openai')\n"
         "print(raygent.agent(model=m, tools=[search, calc]).name)\n"
     )
-    names = {
-        subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, check=True
-        ).stdout.strip()
-        for _ in range(2)
-    }
-    assert names == {"anon_openai_gpt-4o-mini_search+calc"}
+    # Another process has another hash seed: a name built from a set would differ.
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    other = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout.strip()
+    here = raygent.agent(
+        model=ScriptedModel([], name="gpt-4o-mini", provider="openai"), tools=[search, calc]
+    ).name
+    assert other == here == "anon_openai_gpt-4o-mini_search+calc"
 
 
 async def test_placeholders_come_from_the_factory_and_are_overridden_per_call() -> None:
@@ -277,3 +281,20 @@ async def test_capabilities_a_model_lacks_are_not_sent() -> None:
     assert result.data == City(name="Oslo", population=700000)
     _, options = model.requests[0]
     assert options.response_schema is None
+
+
+async def test_an_agent_keeps_nothing_a_call_brought() -> None:
+    import gc
+    import weakref
+
+    from pydantic import create_model
+
+    bot = raygent.agent(model=FunctionModel(lambda messages, options: '{"x": 1}'), output=City)
+    refs = []
+    for i in range(3):
+        per_call = create_model(f"PerCall{i}", x=(int, ...))
+        assert (await bot.execute("go", output=per_call)).data == per_call(x=1)
+        refs.append(weakref.ref(per_call))
+        del per_call
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]

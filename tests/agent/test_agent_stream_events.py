@@ -6,15 +6,19 @@ import json
 import logging
 
 import pytest
-import raygent
 from agent_support import City, Recorder, add, drain, outcome, search
+
+import raygent
 from raygent import Repair
 from raygent.events import Event
 from raygent.testing import ScriptedModel, Step, call, reply
 
 TOOL_SCRIPT: list[Step] = [
-    reply("Looking.", [call("add", {"a": 2, "b": 3}), call("search", {"query": "q"})],
-          reasoning="Two tools."),
+    reply(
+        "Looking.",
+        [call("add", {"a": 2, "b": 3}), call("search", {"query": "q"})],
+        reasoning="Two tools.",
+    ),
     reply("It is 5.", reasoning="Done."),
 ]
 

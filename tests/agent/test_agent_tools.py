@@ -6,8 +6,9 @@ import asyncio
 from typing import Any
 
 import pytest
-import raygent
 from agent_support import Recorder, add, assert_wellformed, calc, explode, search
+
+import raygent
 from raygent import Pricing, ToolContext, ToolMessage
 from raygent.errors import MaxTripsError
 from raygent.messages import Message
@@ -215,7 +216,12 @@ async def test_a_tool_sees_its_context() -> None:
     [ctx] = seen
     assert ctx.run_id == result.report.run_id
     assert ctx.root_run_id == result.report.root_run_id
-    assert (ctx.session_id, ctx.call_id, ctx.tool_name, ctx.trip_index) == ("s-1", "c-9", "whoami", 0)
+    assert (ctx.session_id, ctx.call_id, ctx.tool_name, ctx.trip_index) == (
+        "s-1",
+        "c-9",
+        "whoami",
+        0,
+    )
     assert ctx.deps == {"db": 1}
     assert ctx.signal is not None and not ctx.signal.aborted
 
@@ -312,3 +318,15 @@ def test_two_tools_with_one_name_are_refused() -> None:
         assert "add" in str(exc)
     else:
         raise AssertionError("expected a ValueError")
+
+
+async def test_a_tool_s_own_abort_is_its_failure_not_the_run_s() -> None:
+    @raygent.tool
+    async def gives_up() -> str:
+        """Aborts its own work."""
+        raise raygent.errors.AbortedError("my own deadline", reason="deadline")
+
+    model = ScriptedModel([reply(tool_calls=[call("gives_up")]), "handled"])
+    result = await raygent.agent(model=model, tools=[gives_up]).execute("go")
+    assert result.ok and result.text == "handled"
+    assert result.report.tool_calls[0].error["code"] == "aborted"  # type: ignore[index]

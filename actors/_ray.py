@@ -1,0 +1,42 @@
+"""Small Ray glue shared by the gateways and the tool tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import ray
+
+__all__ = ["awaited", "ensure_ray", "job_id"]
+
+_init_lock = threading.Lock()
+
+
+def ensure_ray(address: str | None, namespace: str, init_kwargs: Mapping[str, Any]) -> None:
+    """Start or join Ray unless this process is already connected (a driver that called
+    `ray.init`, or a Ray worker). Like Ray Data's auto-init: with no address, `ray.init`
+    joins the cluster named by RAY_ADDRESS or the latest local one, else starts one;
+    `address="auto"` joins a running cluster or fails."""
+    if ray.is_initialized():
+        return
+    with _init_lock:
+        if not ray.is_initialized():
+            ray.init(address=address, namespace=namespace, **dict(init_kwargs))
+
+
+def job_id() -> str:
+    """The Ray job this process belongs to: handles cached under another job (before a
+    `ray.shutdown()` and a new `ray.init()`) are stale."""
+    return str(ray.get_runtime_context().get_job_id())
+
+
+async def awaited(ref: Any) -> Any:
+    """Await a Ray object; if the awaiting task is cancelled (an abort, a timeout, a
+    cancelled run), cancel the remote work too, instead of leaving it running unobserved."""
+    try:
+        return await ref
+    except asyncio.CancelledError:
+        ray.cancel(ref)
+        raise

@@ -1,0 +1,154 @@
+"""SQLite plumbing for SQLiteStore: schema, connection, transactions, error mapping."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import TypeVar
+
+from .protocol import StoreDataError, StoreError, StoreUnavailableError
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 10_000
+
+# Tables are prefixed so that the file can be shared with an application's own tables.
+SCHEMA = """
+CREATE TABLE raygent_schema (version INTEGER NOT NULL);
+CREATE TABLE raygent_conversations (
+    ref TEXT PRIMARY KEY,
+    session_id TEXT NOT NULL,
+    user_id TEXT,
+    metadata TEXT NOT NULL,
+    revision INTEGER NOT NULL,
+    length INTEGER NOT NULL,
+    updated_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX raygent_conversations_updated ON raygent_conversations (updated_at);
+CREATE TABLE raygent_messages (
+    ref TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    run_id TEXT NOT NULL,
+    turn INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (ref, position)
+) WITHOUT ROWID;
+CREATE TABLE raygent_batches (
+    ref TEXT NOT NULL,
+    batch_id BLOB NOT NULL,
+    first_position INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (ref, batch_id)
+) WITHOUT ROWID;
+CREATE INDEX raygent_batches_seq ON raygent_batches (ref, seq);
+CREATE TABLE raygent_errors (
+    id INTEGER PRIMARY KEY,
+    ref TEXT NOT NULL,
+    record TEXT NOT NULL
+);
+CREATE INDEX raygent_errors_ref ON raygent_errors (ref, id);
+"""
+
+
+@contextmanager
+def immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction that takes the write lock up front.
+
+    BEGIN IMMEDIATE makes the read-check-insert of an append one critical section
+    across processes; a deferred BEGIN would let two writers read the same length.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+        db.execute("COMMIT")
+    except BaseException:
+        if db.in_transaction:
+            db.execute("ROLLBACK")
+        raise
+
+
+def connect(path: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, isolation_level=None)  # transactions are explicit
+    try:
+        # busy_timeout first: switching to WAL needs a lock another process may hold.
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if path != ":memory:":
+            db.execute("PRAGMA journal_mode = WAL")
+            # In WAL mode NORMAL survives a process crash and skips an fsync per commit;
+            # a power cut may lose the last commits, never corrupt the file.
+            db.execute("PRAGMA synchronous = NORMAL")
+        ensure_schema(db, path)
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def ensure_schema(db: sqlite3.Connection, path: str) -> None:
+    """Create the schema in a new file, or check an existing one's version.
+
+    There is no migration: version 1 is the first. A file written by another version
+    raises StoreDataError instead of being read or written wrongly.
+    """
+    with immediate(db):
+        found = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'raygent_schema'"
+        ).fetchone()
+        if found is None:
+            # Statement by statement: executescript() would commit the transaction first.
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute("INSERT INTO raygent_schema (version) VALUES (?)", (SCHEMA_VERSION,))
+            return
+        versions = [row[0] for row in db.execute("SELECT version FROM raygent_schema")]
+    if versions != [SCHEMA_VERSION]:
+        raise StoreDataError(
+            f"{path}: raygent schema version {versions}, this raygent reads"
+            f" version {SCHEMA_VERSION} (no migration exists; use a new file)",
+            ref=None,
+            position=None,
+            reason="schema_version",
+            found=versions,
+        )
+
+
+def translate(exc: sqlite3.Error, path: str) -> StoreError:
+    """sqlite3 errors as store errors: lock and I/O trouble retryable, the rest data."""
+    text = str(exc)
+    transient = ("locked", "busy", "unable to open", "disk i/o")
+    if isinstance(exc, sqlite3.OperationalError) and any(t in text.lower() for t in transient):
+        return StoreUnavailableError(f"{path}: {text}", path=path)
+    return StoreDataError(f"{path}: {text}", ref=None, position=None, reason=text, path=path)
+
+
+class Worker:
+    """One thread owning one connection: every SQLite call of a store runs here.
+
+    A single connection is what `:memory:` needs, and one thread serialises the store's
+    own calls, so only other processes contend for the write lock.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.pid = os.getpid()
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="raygent-sqlite")
+        self.db: sqlite3.Connection | None = None
+
+    def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            if self.db is None:
+                self.db = connect(self.path)
+            return fn(self.db)
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from exc
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+            self.db = None

@@ -1,0 +1,270 @@
+"""InMemoryStore: conversations in a dict, for tests and single-process runs.
+
+Messages are kept encoded (JSON bytes) so that this store behaves like the durable
+ones: a message that cannot be stored fails here too, and callers never share mutable
+state with the store.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, NamedTuple
+
+from ._base import (
+    COMPACTED_TURN,
+    MAX_BATCH_IDS,
+    MAX_ERRORS,
+    BaseStore,
+    Clock,
+    check_messages,
+    conflict,
+    shifted,
+)
+from ._codec import (
+    check_ref,
+    decode_error,
+    decode_json,
+    encode_batch,
+    encode_error,
+    encode_json,
+    to_datetime,
+)
+from ._core import Message, RaygentError
+from .protocol import (
+    AppendResult,
+    ConversationInfo,
+    ErrorRecord,
+    Scope,
+    Snapshot,
+    StoredMessage,
+)
+
+__all__ = ["InMemoryStore"]
+
+
+class _Row(NamedTuple):
+    run_id: str
+    turn: int
+    created_at: float
+    payload: bytes
+
+
+@dataclass
+class _Conversation:
+    scope: Scope
+    updated_at: float
+    revision: int = 0
+    rows: list[_Row] = field(default_factory=list)
+    batches: dict[bytes, int] = field(default_factory=dict)  # insertion-ordered
+    errors: list[bytes] = field(default_factory=list)
+
+
+class InMemoryStore(BaseStore):
+    """A dict per conversation key.
+
+    One threading lock guards the dict: no operation awaits while holding it (there is
+    no I/O), so it never blocks the loop for long, and unlike an asyncio.Lock it also
+    holds when several event loops in threads share the store. Pickling copies the data.
+    """
+
+    def __init__(
+        self,
+        *,
+        key_metadata: Sequence[str] = (),
+        ttl: float | None = None,
+        clock: Clock = time.time,
+    ) -> None:
+        super().__init__(key_metadata=key_metadata, ttl=ttl, clock=clock)
+        self._conversations: dict[str, _Conversation] = {}
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        with self._lock:
+            state = self.__dict__.copy()
+            state["_conversations"] = {k: _copy(c) for k, c in self._conversations.items()}
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def _encode(self, message: Message) -> bytes:
+        return encode_json(message)
+
+    def _live(self, ref: str, now: float) -> _Conversation | None:
+        conversation = self._conversations.get(ref)
+        if conversation is not None and self._expired(conversation.updated_at, now):
+            del self._conversations[ref]  # expired: gone for readers and writers alike
+            return None
+        return conversation
+
+    def _writable(self, ref: str, scope: Scope, now: float) -> _Conversation:
+        conversation = self._live(ref, now)
+        if conversation is None:
+            conversation = self._conversations[ref] = _Conversation(scope, now)
+        return conversation
+
+    async def load(self, scope: Scope) -> list[Message]:
+        ref = self.ref(scope)
+        with self._lock:
+            conversation = self._live(ref, self.clock())
+            payloads = [r.payload for r in conversation.rows] if conversation else []
+        return decode_json(ref, payloads)
+
+    async def append(
+        self,
+        scope: Scope,
+        run_id: str,
+        turn: int,
+        messages: Sequence[Message],
+        expected_position: int | None = None,
+    ) -> AppendResult:
+        batch = self._batch(scope, run_id, turn, messages, expected_position)
+        count = len(batch.payloads)
+        with self._lock:
+            existing = self._live(batch.ref, batch.now)
+            if existing is not None and batch.batch_id in existing.batches:
+                return AppendResult(existing.batches[batch.batch_id], count, duplicate=True)
+            length = len(existing.rows) if existing else 0
+            if batch.expected_position is not None and batch.expected_position != length:
+                raise conflict(batch.ref, batch.expected_position, length)
+            conversation = self._writable(batch.ref, scope, batch.now)
+            conversation.rows.extend(
+                _Row(run_id, turn, batch.now, payload) for payload in batch.payloads
+            )
+            conversation.batches[batch.batch_id] = length
+            if len(conversation.batches) > MAX_BATCH_IDS:
+                del conversation.batches[next(iter(conversation.batches))]
+            self._touch(conversation, scope, batch.now, bump=True)
+        return AppendResult(length, count)
+
+    @staticmethod
+    def _touch(conversation: _Conversation, scope: Scope, now: float, *, bump: bool) -> None:
+        conversation.scope = scope  # the latest non-key metadata is what listing shows
+        conversation.updated_at = now
+        if bump:
+            conversation.revision += 1
+
+    async def record_error(
+        self,
+        scope: Scope,
+        run_id: str,
+        error: RaygentError | Mapping[str, Any],
+        messages: Sequence[Message] = (),
+    ) -> None:
+        ref, now = self.ref(scope), self.clock()
+        record = encode_error(ref, run_id, error, check_messages(messages), now)
+        with self._lock:
+            conversation = self._writable(ref, scope, now)
+            conversation.errors.append(record)
+            del conversation.errors[:-MAX_ERRORS]
+            self._touch(conversation, scope, now, bump=False)
+
+    async def errors(self, scope: Scope) -> list[ErrorRecord]:
+        ref = self.ref(scope)
+        with self._lock:
+            conversation = self._live(ref, self.clock())
+            records = list(conversation.errors) if conversation else []
+        return [decode_error(ref, raw) for raw in records]
+
+    async def clear(self, scope: Scope) -> None:
+        with self._lock:
+            self._conversations.pop(self.ref(scope), None)
+
+    async def list_conversations(
+        self, limit: int = 100, user_id: str | None = None
+    ) -> list[ConversationInfo]:
+        since = self._live_since(self.clock())
+        with self._lock:
+            found = [
+                ConversationInfo(
+                    ref=ref,
+                    session_id=c.scope.session_id,
+                    user_id=c.scope.user_id,
+                    metadata=dict(c.scope.metadata),
+                    message_count=len(c.rows),
+                    updated_at=to_datetime(c.updated_at),
+                )
+                for ref, c in self._conversations.items()
+                if c.updated_at >= since and (user_id is None or c.scope.user_id == user_id)
+            ]
+        found.sort(key=lambda info: info.updated_at, reverse=True)
+        return found[:limit]
+
+    async def get_conversation(self, ref: str) -> list[StoredMessage]:
+        check_ref(ref)
+        with self._lock:
+            conversation = self._live(ref, self.clock())
+            rows = list(conversation.rows) if conversation else []
+        messages = decode_json(ref, [r.payload for r in rows])
+        return [
+            StoredMessage(position, r.run_id, r.turn, to_datetime(r.created_at), message)
+            for position, (r, message) in enumerate(zip(rows, messages, strict=True))
+        ]
+
+    async def snapshot(self, scope: Scope) -> Snapshot:
+        ref = self.ref(scope)
+        with self._lock:
+            conversation = self._live(ref, self.clock())
+            revision = conversation.revision if conversation else 0
+            payloads = [r.payload for r in conversation.rows] if conversation else []
+        return Snapshot(revision, decode_json(ref, payloads))
+
+    async def replace_prefix(
+        self,
+        scope: Scope,
+        revision: int,
+        count: int,
+        replacement: Sequence[Message],
+        run_id: str,
+    ) -> Literal["committed", "conflict"]:
+        ref, now = self.ref(scope), self.clock()
+        payloads = encode_batch(ref, check_messages(replacement), self._encode)
+        with self._lock:
+            conversation = self._live(ref, now)
+            if (conversation.revision if conversation else 0) != revision:
+                return "conflict"
+            length = len(conversation.rows) if conversation else 0
+            if not 0 <= count <= length:
+                raise ValueError(f"count {count} is outside 0..{length}")
+            conversation = self._writable(ref, scope, now)
+            rows = [_Row(run_id, COMPACTED_TURN, now, p) for p in payloads]
+            conversation.rows[:count] = rows
+            delta = len(rows) - count
+            conversation.batches = {
+                k: shifted(first, count, delta) for k, first in conversation.batches.items()
+            }
+            self._touch(conversation, scope, now, bump=True)
+        return "committed"
+
+    async def prune(self, older_than: float | datetime | None = None) -> int:
+        cutoff = self._prune_cutoff(older_than)
+        if cutoff is None:
+            return 0
+        with self._lock:
+            old = [ref for ref, c in self._conversations.items() if c.updated_at < cutoff]
+            for ref in old:
+                del self._conversations[ref]
+        return len(old)
+
+    async def ensure(self) -> None:
+        """Nothing to create."""
+
+    async def aclose(self) -> None:
+        """Nothing to close; the data stays."""
+
+
+def _copy(conversation: _Conversation) -> _Conversation:
+    return _Conversation(
+        scope=conversation.scope,
+        updated_at=conversation.updated_at,
+        revision=conversation.revision,
+        rows=list(conversation.rows),
+        batches=dict(conversation.batches),
+        errors=list(conversation.errors),
+    )

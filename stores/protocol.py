@@ -1,0 +1,245 @@
+"""The store contract: scopes, result values, store errors and the `Store` protocol.
+
+Every store (in-memory, SQLite, Redis) implements `Store` and `CompactingStore`, and the
+conformance suite in tests/stores runs the same tests against each of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ._core import Message, RaygentError
+
+__all__ = [
+    "AppendResult",
+    "CompactingStore",
+    "ConversationInfo",
+    "ErrorRecord",
+    "PositionConflictError",
+    "Scope",
+    "Snapshot",
+    "Store",
+    "StoreDataError",
+    "StoreError",
+    "StoreUnavailableError",
+    "StoredMessage",
+]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whose conversation: a session, optionally a user, and free-form metadata.
+
+    Only the metadata keys a store is constructed with (`key_metadata=("tenant",)`) are
+    part of the storage key; two scopes that differ in one of them never see each
+    other's data. Other metadata is stored for listing but does not select a
+    conversation.
+    """
+
+    session_id: str
+    user_id: str | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.session_id, str) or not self.session_id:
+            raise ValueError("session_id must be a non-empty string")
+        if self.user_id is not None and not isinstance(self.user_id, str):
+            raise ValueError("user_id must be a string or None")
+        metadata = dict(self.metadata)
+        for key, value in metadata.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise ValueError("scope metadata maps strings to strings")
+        # A private copy: the caller's dict changing later must not move the key.
+        object.__setattr__(self, "metadata", metadata)
+
+    def __hash__(self) -> int:
+        return hash((self.session_id, self.user_id, tuple(sorted(self.metadata.items()))))
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where a batch landed. `duplicate`: a retry of a committed batch; nothing written."""
+
+    first_position: int
+    count: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorRecord:
+    """A failure recorded beside (never inside) a conversation's history."""
+
+    run_id: str
+    error: dict[str, Any]
+    messages: list[Message]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationInfo:
+    """One conversation as listed for inspection; `ref` opens it with get_conversation."""
+
+    ref: str
+    session_id: str
+    user_id: str | None
+    metadata: dict[str, str]
+    message_count: int
+    updated_at: datetime
+
+    @property
+    def scope(self) -> Scope:
+        return Scope(self.session_id, self.user_id, self.metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A message with where and when it was written. Compacted messages carry turn -1."""
+
+    position: int
+    run_id: str
+    turn: int
+    created_at: datetime
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A conversation at one revision (every append and replace bumps the revision)."""
+
+    revision: int
+    messages: list[Message]
+
+
+class StoreError(RaygentError):
+    """Base of the errors a store raises."""
+
+    code = "store"
+    category = "store"
+
+
+class PositionConflictError(StoreError):
+    """The conversation is not as long as the writer believed; nothing was written.
+
+    details: ref, expected, actual. Reload (or take `actual`) and retry: this is the
+    fencing that keeps two writers from forking one history.
+    """
+
+    code = "position_conflict"
+    default_retryable = True
+
+    @property
+    def expected(self) -> int:
+        return int(self.details["expected"])
+
+    @property
+    def actual(self) -> int:
+        return int(self.details["actual"])
+
+
+class StoreDataError(StoreError):
+    """Stored data does not decode or validate, or a message cannot be encoded.
+
+    details: ref, position (None when not about one message), reason.
+    """
+
+    code = "store_data"
+
+
+class StoreUnavailableError(StoreError):
+    """The backing service could not be reached or stayed locked; a retry may succeed."""
+
+    code = "store_unavailable"
+    default_retryable = True
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Where conversations live. Every method is safe to call concurrently."""
+
+    def ref(self, scope: Scope) -> str:
+        """The storage key of `scope` (what ConversationInfo.ref holds)."""
+        ...
+
+    async def load(self, scope: Scope) -> list[Message]:
+        """The conversation in position order; recorded errors are never part of it."""
+        ...
+
+    async def append(
+        self,
+        scope: Scope,
+        run_id: str,
+        turn: int,
+        messages: Sequence[Message],
+        expected_position: int | None = None,
+    ) -> AppendResult:
+        """Append one batch atomically at contiguous positions.
+
+        Raises PositionConflictError (writing nothing) when `expected_position` is given
+        and differs from the conversation's length. A retry of a committed batch (same
+        run_id, turn and messages) writes nothing and returns the original positions.
+        """
+        ...
+
+    async def record_error(
+        self,
+        scope: Scope,
+        run_id: str,
+        error: RaygentError | Mapping[str, Any],
+        messages: Sequence[Message] = (),
+    ) -> None:
+        """Keep a failure and the messages it concerned, apart from history."""
+        ...
+
+    async def errors(self, scope: Scope) -> list[ErrorRecord]:
+        """Recorded errors, oldest first."""
+        ...
+
+    async def clear(self, scope: Scope) -> None:
+        """Remove the conversation, its errors and its idempotency records."""
+        ...
+
+    async def list_conversations(
+        self, limit: int = 100, user_id: str | None = None
+    ) -> list[ConversationInfo]:
+        """Conversations, most recently written first."""
+        ...
+
+    async def get_conversation(self, ref: str) -> list[StoredMessage]:
+        """A conversation's messages with their positions, runs, turns and times."""
+        ...
+
+    async def prune(self, older_than: float | datetime | None = None) -> int:
+        """Remove conversations last written before `older_than` (epoch seconds or an
+        aware datetime; None: the ones the store's ttl has expired). Returns how many."""
+        ...
+
+    async def ensure(self) -> None:
+        """Create or check the schema (a no-op where there is none)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close connections; the store reconnects if used again."""
+        ...
+
+
+@runtime_checkable
+class CompactingStore(Store, Protocol):
+    """A store that can replace a conversation's prefix (for compaction)."""
+
+    async def snapshot(self, scope: Scope) -> Snapshot:
+        """The messages and the revision they belong to, read together."""
+        ...
+
+    async def replace_prefix(
+        self,
+        scope: Scope,
+        revision: int,
+        count: int,
+        replacement: Sequence[Message],
+        run_id: str,
+    ) -> Literal["committed", "conflict"]:
+        """Replace the first `count` messages if the revision is still `revision`."""
+        ...

@@ -1,0 +1,217 @@
+"""Helpers for the store conformance suite: message shapes, a fake clock, direct access
+to each backend's raw storage (to corrupt it or count records), and a writer that runs
+in a spawned process."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
+from raygent import (
+    AssistantMessage,
+    ImagePart,
+    Message,
+    ProviderBlock,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from raygent.stores import (
+    InMemoryStore,
+    PositionConflictError,
+    RedisStore,
+    Scope,
+    SQLiteStore,
+    Store,
+    StoredMessage,
+)
+
+MakeStore = Callable[..., Any]  # the make_store fixture: builds a store of the test's kind
+
+THINKING = {
+    "type": "thinking",
+    "thinking": "Let me add 2 and 2. ünïcødé ✓",
+    "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds",
+}
+REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"}
+
+# The shapes of tests/core/test_messages.py, plus values that trip up encoders.
+SHAPES: dict[str, Message] = {
+    "system": SystemMessage(content="You are terse."),
+    "system-empty": SystemMessage(),
+    "user-text": UserMessage(content="hello"),
+    "user-multipart": UserMessage(content=[TextPart(text="look:"), TextPart(text=" twice")]),
+    "user-image-url": UserMessage(
+        content=[TextPart(text="what is it?"), ImagePart(url="https://example.com/cat.png")]
+    ),
+    "user-image-base64": UserMessage(
+        content=[ImagePart(data="iVBORw0KGgo=", media_type="image/png")]
+    ),
+    "user-image-path": UserMessage(content=[ImagePart(path="./images/cat.jpg")]),
+    "assistant-text": AssistantMessage(content="Hi."),
+    "assistant-tool-calls": AssistantMessage(
+        content="Looking it up.",
+        tool_calls=[
+            ToolCall.parse("call_1", "search", '{"q": "ray", "limit": 3}'),
+            ToolCall.parse("call_2", "calc", '{"expr": "2+2", "nested": {"a": [1, 2.5, null]}}'),
+        ],
+    ),
+    "assistant-malformed-args": AssistantMessage(
+        tool_calls=[ToolCall.parse("call_3", "search", '{"q": "unterminated')]
+    ),
+    "assistant-thinking": AssistantMessage(
+        content=[
+            ProviderBlock(provider="anthropic", kind="thinking", data=THINKING),
+            ProviderBlock(provider="anthropic", kind="redacted_thinking", data=REDACTED),
+            TextPart(text="4"),
+        ]
+    ),
+    "tool-result": ToolMessage(call_id="call_1", name="search", content="3 results"),
+    "tool-error": ToolMessage(call_id="call_2", content="division by zero", is_error=True),
+    "awkward-text": UserMessage(
+        content="nul \x00, quote \", brace }{, emoji 🦀, big int 18446744073709551616 \u2028"
+    ),
+    "provider-numbers": AssistantMessage(
+        content=[
+            ProviderBlock(
+                provider="x",
+                kind="numbers",
+                data={"big": 2**63 - 1, "neg": -(2**62), "f": 0.1, "e": 1e-300, "t": True},
+            )
+        ]
+    ),
+}
+
+
+class FakeClock:
+    """A clock the test moves by hand (picklable, so stores holding it pickle too)."""
+
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def batch_of(writer: int, index: int) -> list[Message]:
+    """Batch `index` of `writer`: 1 to 3 messages whose text says whose and which."""
+    return [UserMessage(content=f"w{writer}b{index}m{i}") for i in range(1 + index % 3)]
+
+
+def assert_batches_intact(
+    stored: Sequence[StoredMessage], expected: dict[tuple[str, int], list[Message]]
+) -> None:
+    """Positions are exactly 0..n-1 and every batch is present once, whole and contiguous."""
+    assert [s.position for s in stored] == list(range(len(stored)))
+    groups: dict[tuple[str, int], list[StoredMessage]] = defaultdict(list)
+    for item in stored:
+        groups[(item.run_id, item.turn)].append(item)
+    assert set(groups) == set(expected)
+    for key, items in groups.items():
+        positions = [i.position for i in items]
+        assert positions == list(range(positions[0], positions[0] + len(items))), key
+        assert [i.message for i in items] == expected[key], key
+
+
+# -- raw storage access -----------------------------------------------------------
+
+
+def _redis(store: RedisStore) -> redis.Redis:
+    return redis.Redis.from_url(store.url)
+
+
+def corrupt_message(store: Store, scope: Scope, position: int, garbage: bytes) -> None:
+    """Overwrite the stored payload at `position` with `garbage`, behind the store's back."""
+    ref = store.ref(scope)
+    if isinstance(store, InMemoryStore):
+        rows = store._conversations[ref].rows
+        rows[position] = rows[position]._replace(payload=garbage)
+    elif isinstance(store, SQLiteStore):
+        with sqlite3.connect(store.path) as db:
+            db.execute(
+                "UPDATE raygent_messages SET payload = ? WHERE ref = ? AND position = ?",
+                (garbage, ref, position),
+            )
+    else:
+        assert isinstance(store, RedisStore)
+        with _redis(store) as client:
+            client.lset(store.keys(ref)[0], position, garbage)
+
+
+def corrupt_error(store: Store, scope: Scope, garbage: bytes) -> None:
+    ref = store.ref(scope)
+    if isinstance(store, InMemoryStore):
+        store._conversations[ref].errors[0] = garbage
+    elif isinstance(store, SQLiteStore):
+        with sqlite3.connect(store.path) as db:
+            db.execute("UPDATE raygent_errors SET record = ? WHERE ref = ?", (garbage, ref))
+    else:
+        assert isinstance(store, RedisStore)
+        with _redis(store) as client:
+            client.lset(store.keys(ref)[3], 0, garbage)
+
+
+def batch_records(store: Store, scope: Scope) -> int:
+    """How many idempotency records the store keeps for `scope`."""
+    ref = store.ref(scope)
+    if isinstance(store, InMemoryStore):
+        conversation = store._conversations.get(ref)
+        return len(conversation.batches) if conversation else 0
+    if isinstance(store, SQLiteStore):
+        with sqlite3.connect(store.path) as db:
+            query = "SELECT COUNT(*) FROM raygent_batches WHERE ref = ?"
+            return int(db.execute(query, (ref,)).fetchone()[0])
+    assert isinstance(store, RedisStore)
+    with _redis(store) as client:
+        return int(client.zcard(store.keys(ref)[1]))
+
+
+def delete_prefix(url: str, prefix: str) -> None:
+    with redis.Redis.from_url(url) as client:
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+
+
+# -- a writer in another process ----------------------------------------------------
+
+
+def process_writer(store: Store, scope: Scope, writer: int, batches: int, barrier: Any) -> None:
+    """Append `batches` batches with expected_position, retrying on conflict (spawned)."""
+    barrier.wait(timeout=60)  # both processes start writing together
+
+    async def run() -> None:
+        try:
+            await write_batches(store, scope, writer, batches)
+        finally:
+            await store.aclose()
+
+    asyncio.run(run())
+
+
+async def write_batches(store: Store, scope: Scope, writer: int, batches: int) -> int:
+    """Returns how many conflicts the writer met."""
+    position, conflicts = 0, 0
+    for index in range(batches):
+        messages = batch_of(writer, index)
+        while True:
+            try:
+                result = await store.append(
+                    scope, f"w{writer}", index, messages, expected_position=position
+                )
+            except PositionConflictError as exc:
+                position, conflicts = exc.actual, conflicts + 1
+                continue
+            position = result.first_position + result.count
+            break
+    return conflicts
