@@ -20,12 +20,18 @@ from dataclasses import dataclass, field
 
 import pydantic_core
 
-from raygent.errors import RateLimitError, RaygentError
-from raygent.messages import Message
-from raygent.models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
-from raygent.seams import closing_stream
-from raygent.usage import Usage
-
+from ._core import (
+    Done,
+    Message,
+    Model,
+    ModelOptions,
+    ModelResponse,
+    RateLimitError,
+    RaygentError,
+    StreamChunk,
+    Usage,
+    closing_stream,
+)
 from ._limits import Pause, Slots, TokenBucket
 
 __all__ = ["Gateway", "GatewayLimits", "RetryPolicy", "StreamBatching", "batches"]
@@ -215,7 +221,8 @@ async def batches(
     reader = asyncio.ensure_future(read())
     try:
         while True:
-            await ready.wait()
+            if not ended:
+                await ready.wait()
             ready.clear()
             if timer is not None:
                 timer.cancel()

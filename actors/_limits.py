@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Sequence
 
 __all__ = ["Pause", "Slots", "TokenBucket", "partition"]
 
@@ -91,7 +90,8 @@ class Pause:
         self.until = max(self.until, time.monotonic() + seconds)
 
     async def wait(self) -> None:
-        while (left := self.until - time.monotonic()) > 0:
+        # A deadline, not an event: a later 429 may push it further while we sleep.
+        while (left := self.until - time.monotonic()) > 0:  # noqa: ASYNC110
             await asyncio.sleep(left)
 
 
@@ -129,8 +129,3 @@ class TokenBucket:
         """Correct an earlier `take(estimated)` with what the request really used."""
         self._refill()
         self.level = min(self.capacity, self.level + estimated - actual)
-
-
-def shares(total: float | None, parts: int) -> Sequence[float | None]:
-    """A per-minute rate split evenly over `parts` replicas."""
-    return [None if total is None else total / parts for _ in range(parts)]

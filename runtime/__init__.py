@@ -6,7 +6,9 @@ The public API is what this module exports; everything else is internal.
 from . import errors
 from .abort import AbortController, AbortSignal
 from .agents import Agent, AgentStream, SystemPrompt, agent
+from .backend import current_backend, init
 from .fallback import fallback_model
+from .memory import Memory
 from .messages import (
     AssistantMessage,
     ImagePart,
@@ -32,6 +34,7 @@ from .models import (
 from .output import Repair
 from .pricing import Pricing
 from .report import AgentReport, AgentResult
+from .session import Session
 from .tools import Tool, ToolContext, tool
 from .usage import Cost, Usage, total_cost
 
@@ -49,6 +52,7 @@ __all__ = [
     "Capabilities",
     "Cost",
     "ImagePart",
+    "Memory",
     "Message",
     "Middleware",
     "Model",
@@ -59,6 +63,7 @@ __all__ = [
     "ProviderBlock",
     "Repair",
     "ResponseSchema",
+    "Session",
     "SystemMessage",
     "SystemPrompt",
     "TextPart",
@@ -71,8 +76,10 @@ __all__ = [
     "UserMessage",
     "__version__",
     "agent",
+    "current_backend",
     "errors",
     "fallback_model",
+    "init",
     "tool",
     "total_cost",
 ]

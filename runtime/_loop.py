@@ -112,12 +112,18 @@ async def run_loop(run: RunState, user_input: list[Any]) -> AgentResult:
         )
         if run.setup_error is not None:
             raise run.setup_error
+        if run.saver is not None:
+            run.insert_history(await run.saver.open(run.info.run_id))
         result = await _short_circuit(run, user_input)
         if result is None:
             run.add(*user_input)
+            if run.saver is not None:
+                await run.saver.accepted(run.unsaved())
             result = await _drive(run, progress)
         for mw in reversed(run.config.middleware):
             result = await maybe_await(mw.after_execute(run.info, result))
+        if run.saver is not None:
+            await run.saver.succeeded()
     except asyncio.CancelledError:
         await _fail(run, progress, _cancelled(run, None), "cancelled")
         raise
@@ -126,6 +132,8 @@ async def run_loop(run: RunState, user_input: list[Any]) -> AgentResult:
         return await _fail(run, progress, error, status)
     finally:
         run.unlink()
+        if run.saver is not None:
+            await run.saver.close()
     await _finish(run, result, "completed")
     await run.emit(AgentCompleted, result=result)
     return result
@@ -148,9 +156,17 @@ async def _drive(run: RunState, progress: Progress) -> AgentResult:
         step = next_step(run, response, progress)
         if isinstance(step, Final):
             run.add(response.message)
+            await _saved(run)
             blocks = response.blocks if run.trip_count == 1 else None
             return _result(run, data=step.data, text=step.text, blocks=blocks)
         await _take(run, step, response, progress)
+        await _saved(run)
+
+
+async def _saved(run: RunState) -> None:
+    """A step is complete: hand its messages to the save policy."""
+    if run.saver is not None:
+        await run.saver.turn_done(run.unsaved())
 
 
 async def _take(run: RunState, step: Step, response: ModelResponse, progress: Progress) -> None:
@@ -283,6 +299,8 @@ async def _fail(
         # An error hook must not mask the run's own error.
         with contextlib.suppress(Exception):
             await maybe_await(mw.on_execute_error(run.info, error))
+    if run.saver is not None:
+        await run.saver.failed(error, run.new_messages)
     result = _result(run, data=None, text=progress.text(), error=error)
     await _finish(run, result, status)
     await run.emit(AgentErrored, error=error.to_dict(), result=result)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .abort import AbortController
 from .events import Dispatcher, Event
+from .memory import RunSaver
 from .messages import Message
 from .middleware import Middleware
 from .models.contract import Model, ModelOptions
@@ -63,6 +64,9 @@ class RunState:
     # Why the run could not start (bad options or input); raised inside the loop, so
     # that it ends as a failed result like any other failure.
     setup_error: Exception | None = None
+    # Saves to the session's store by the memory's policy (None: no memory).
+    saver: RunSaver | None = None
+    _saved: int = 0
     # Detaches the run from the caller's abort signal once it ends.
     unlink: Callable[[], None] = field(default=lambda: None)
 
@@ -85,6 +89,19 @@ class RunState:
     @property
     def trip_count(self) -> int:
         return len(self.report.trips)
+
+    def insert_history(self, history: list[Message]) -> None:
+        """Stored history goes after the system prompt, before any history given."""
+        at = 0
+        while at < len(self.messages) and self.messages[at].role == "system":
+            at += 1
+        self.messages[at:at] = history
+
+    def unsaved(self) -> list[Message]:
+        """New messages not yet handed to the saver (and now handed)."""
+        batch = self.new_messages[self._saved :]
+        self._saved = len(self.new_messages)
+        return batch
 
     def add(self, *messages: Message) -> None:
         self.messages.extend(messages)

@@ -12,7 +12,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from typing_extensions import Unpack
 
@@ -21,6 +21,7 @@ from ._state import RunConfig, RunState
 from .abort import AbortController, AbortSignal
 from .errors import InvalidOptionsError, PromptError, RaygentError
 from .events import Dispatcher, Event, EventHandler, Handlers, handler_list
+from .memory import Memory, RunSaver, default_memory, scope_of
 from .messages import ContentPart, Message, SystemMessage, UserMessage
 from .middleware import Middleware
 from .models.contract import Model, ModelOptions, ToolSpec
@@ -29,6 +30,9 @@ from .report import AgentResult
 from .run_context import RunInfo
 from .seams import LOCAL, Backend
 from .tools import Tool
+
+if TYPE_CHECKING:
+    from .session import Session
 
 __all__ = ["Agent", "AgentStream", "RunOptions", "SystemPrompt", "agent"]
 
@@ -68,6 +72,8 @@ class RunOptions(TypedDict, total=False):
     repair: Repair | None
     signal: AbortSignal | None
     session_id: str | None
+    user_id: str | None
+    metadata: Mapping[str, str] | None
     model_options: Mapping[str, Any] | None
     continue_on_output_limit: int | None
     capture_messages: bool | None
@@ -100,8 +106,10 @@ class Agent:
         tool_schemas: Literal["full", "compact"],
         streaming_tool_guard: bool | int | None,
         backend: Backend | None,
+        memory: Memory | None = None,
     ) -> None:
         self.model = model
+        self.memory = memory
         self.tools: dict[str, Tool[..., Any]] = {}
         for item in tools:
             as_tool = item.as_tool() if isinstance(item, Agent) else item
@@ -163,6 +171,21 @@ class Agent:
         would have returned."""
         return AgentStream(self, input, options)
 
+    def session(
+        self,
+        session_id: str,
+        user_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> Session:
+        """A stored conversation: each run loads the history and saves by the memory's
+        save policy; runs on one session go one after another, in arrival order. Without
+        `memory=` on the agent, sessions use an SQLite file `raygent.db` here."""
+        from .session import Session
+
+        if self.memory is None:
+            self.memory = default_memory()
+        return Session(self, session_id, user_id=user_id, metadata=metadata)
+
     def as_tool(self, name: str | None = None, description: str | None = None) -> Tool[..., Any]:
         """This agent as a tool: the model gives it an input; it runs as a nested run."""
         from ._agent_tool import agent_tool
@@ -207,6 +230,9 @@ class Agent:
             setup_error=setup_error,
         )
         state.report.system_prompt = system or None
+        if self.memory is not None and info.session_id and setup_error is None:
+            scope = scope_of(info.session_id, options.get("user_id"), options.get("metadata"))
+            state.saver = RunSaver(self.memory, scope, config.backend.sessions)
         user_signal = options.get("signal")
         if user_signal is not None:
             # Unlinked when the run ends: a long-lived signal must not keep runs alive.
@@ -371,6 +397,7 @@ def agent(
     tool_schemas: Literal["full", "compact"] = "full",
     streaming_tool_guard: bool | int | None = None,
     backend: Backend | None = None,
+    memory: Memory | None = None,
 ) -> Agent:
     """Build an agent. See `Agent.execute` for a run and `RunOptions` for per-call options.
 
@@ -395,6 +422,7 @@ def agent(
         tool_schemas=tool_schemas,
         streaming_tool_guard=streaming_tool_guard,
         backend=backend,
+        memory=memory,
     )
 
 

@@ -12,10 +12,11 @@ import asyncio
 import contextlib
 import weakref
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from .abort import AbortSignal
+from .memory import LocalSessions, SessionPersistence
 from .messages import Message
 from .models.contract import Model, ModelOptions, ModelResponse, StreamChunk
 
@@ -151,6 +152,7 @@ class Backend:
     name: str
     models: ModelAccess
     tools: ToolExecution
+    sessions: SessionPersistence = field(default_factory=LocalSessions)
 
 
 LOCAL = Backend("local", LocalModelAccess(), LocalToolExecution())

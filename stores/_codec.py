@@ -12,7 +12,7 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 from urllib.parse import quote
 
 import msgpack
@@ -112,10 +112,10 @@ def decode_json(ref: str, payloads: Sequence[bytes | str], first: int = 0) -> li
     if not payloads:
         return []
     try:
-        if all(isinstance(p, bytes) for p in payloads):
-            joined: bytes | str = b"[" + b",".join(payloads) + b"]"  # type: ignore[arg-type]
+        if isinstance(payloads[0], bytes):  # a str among bytes fails the join: slow path
+            joined: bytes | str = b"[" + b",".join(cast(Sequence[bytes], payloads)) + b"]"
         else:
-            joined = "[" + ",".join(payloads) + "]"  # type: ignore[arg-type]
+            joined = "[" + ",".join(cast(Sequence[str], payloads)) + "]"
         messages = MESSAGES_ADAPTER.validate_json(joined)
         if len(messages) == len(payloads):
             return messages
@@ -166,13 +166,13 @@ def decode_envelopes(ref: str, elements: Sequence[bytes], first: int = 0) -> lis
             raise _bad(ref, first + offset, exc) from None
     try:
         messages = MESSAGES_ADAPTER.validate_python([u[3] for u in unpacked])
-    except ValidationError:
+    except ValidationError as whole:
         for offset, item in enumerate(unpacked):
             try:
                 MESSAGE_ADAPTER.validate_python(item[3])
             except ValidationError as exc:
                 raise _bad(ref, first + offset, exc) from None
-        raise  # pragma: no cover - the list failed, so one item fails too
+        raise _bad(ref, first, whole) from None  # the list failed, so an item did too
     return [Envelope(u[0], u[1], u[2], m) for u, m in zip(unpacked, messages, strict=True)]
 
 

@@ -28,6 +28,7 @@ local function revision()
 end
 local function checked()
   redis.call('ZCARD', KEYS[5])   -- each call fails with WRONGTYPE before any write
+  redis.call('ZCARD', KEYS[2])
   redis.call('LLEN', KEYS[4])
   return redis.call('LLEN', KEYS[1])
 end

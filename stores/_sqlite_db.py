@@ -45,7 +45,6 @@ CREATE TABLE raygent_batches (
     seq INTEGER NOT NULL,
     PRIMARY KEY (ref, batch_id)
 ) WITHOUT ROWID;
-CREATE INDEX raygent_batches_seq ON raygent_batches (ref, seq);
 CREATE TABLE raygent_errors (
     id INTEGER PRIMARY KEY,
     ref TEXT NOT NULL,

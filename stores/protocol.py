@@ -179,7 +179,10 @@ class Store(Protocol):
 
         Raises PositionConflictError (writing nothing) when `expected_position` is given
         and differs from the conversation's length. A retry of a committed batch (same
-        run_id, turn and messages) writes nothing and returns the original positions.
+        run_id, turn and messages) writes nothing and returns the original positions,
+        so `turn` is the writer's sequence number: give each append of a run its own.
+        The last 256 batches of a conversation are remembered (SQLite trims every 32
+        writes, so it may remember a few more).
         """
         ...
 

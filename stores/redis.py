@@ -51,6 +51,8 @@ from .protocol import (
 __all__ = ["RedisStore"]
 
 _PAGE = 200  # index entries read per round trip when listing or pruning
+# Replies that say the server cannot serve now (not that the data is wrong).
+_TRANSIENT = ("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
 
 
 @dataclass
@@ -69,7 +71,10 @@ def _translated(ref: str | None) -> Iterator[None]:
         yield
     except (RedisConnectionError, RedisTimeoutError) as exc:
         raise StoreUnavailableError(f"Redis is unreachable: {exc}", ref=ref) from exc
-    except ResponseError as exc:  # WRONGTYPE or a script's own check: the data is not ours
+    except ResponseError as exc:
+        if str(exc).startswith(_TRANSIENT):
+            raise StoreUnavailableError(f"Redis cannot write now: {exc}", ref=ref) from exc
+        # WRONGTYPE, or a script's own check failed: the data under the key is not ours.
         raise StoreDataError(
             f"Redis refused an operation on {ref!r}: {exc}", ref=ref, position=None, reason=str(exc)
         ) from exc

@@ -68,10 +68,10 @@ ON CONFLICT (ref) DO UPDATE SET
     metadata = excluded.metadata, revision = excluded.revision,
     length = excluded.length, updated_at = excluded.updated_at
 """
-_CAP_BATCHES = """
-DELETE FROM raygent_batches WHERE ref = ?1 AND seq <= (
-    SELECT seq FROM raygent_batches WHERE ref = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)
-"""
+# Batch ids are trimmed every _TRIM_EVERY revisions, not on each append: a trim scans
+# the conversation's few hundred ids, and an index to avoid that costs a page per commit.
+_TRIM_EVERY = 32
+_TRIM_BATCHES = "DELETE FROM raygent_batches WHERE ref = ? AND seq <= ?"
 _CAP_ERRORS = """
 DELETE FROM raygent_errors WHERE ref = ?1 AND id <= (
     SELECT id FROM raygent_errors WHERE ref = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)
@@ -128,8 +128,8 @@ class SQLiteStore(BaseStore):
 
     # -- reads ---------------------------------------------------------------------
 
-    def _payloads(self, db: Db, ref: str) -> list[str]:
-        rows = db.execute(_LOAD, (ref, self._live_since(self.clock()))).fetchall()
+    def _payloads(self, db: Db, ref: str, now: float) -> list[str]:
+        rows = db.execute(_LOAD, (ref, self._live_since(now))).fetchall()
         for expected, (position, _) in enumerate(rows):
             if position != expected:
                 raise StoreDataError(
@@ -142,21 +142,22 @@ class SQLiteStore(BaseStore):
 
     async def load(self, scope: Scope) -> list[Message]:
         ref = self.ref(scope)
-        return await self._run(lambda db: decode_json(ref, self._payloads(db, ref)))
+        return await self._run(lambda db: decode_json(ref, self._payloads(db, ref, self.clock())))
 
     async def snapshot(self, scope: Scope) -> Snapshot:
         ref = self.ref(scope)
 
         def read(db: Db) -> Snapshot:
+            now = self.clock()
             db.execute("BEGIN")  # one read transaction: revision and rows agree
             try:
                 row = db.execute(
                     "SELECT revision, updated_at FROM raygent_conversations WHERE ref = ?", (ref,)
                 ).fetchone()
-                payloads = self._payloads(db, ref)
+                payloads = self._payloads(db, ref, now)
             finally:
                 db.execute("COMMIT")
-            live = row is not None and not self._expired(row[1], self.clock())
+            live = row is not None and not self._expired(row[1], now)
             return Snapshot(row[0] if live else 0, decode_json(ref, payloads))
 
         return await self._run(read)
@@ -179,7 +180,7 @@ class SQLiteStore(BaseStore):
     ) -> list[ConversationInfo]:
         query = """
             SELECT ref, session_id, user_id, metadata, length, updated_at
-            FROM raygent_conversations WHERE updated_at >= ? AND (?2 IS NULL OR user_id = ?2)
+            FROM raygent_conversations WHERE updated_at >= ?1 AND (?2 IS NULL OR user_id = ?2)
             ORDER BY updated_at DESC LIMIT ?3
         """
 
@@ -253,7 +254,8 @@ class SQLiteStore(BaseStore):
                 "INSERT INTO raygent_batches VALUES (?, ?, ?, ?)",
                 (batch.ref, batch.batch_id, length, revision + 1),
             )
-            db.execute(_CAP_BATCHES, (batch.ref, MAX_BATCH_IDS))
+            if (revision + 1) % _TRIM_EVERY == 0:
+                db.execute(_TRIM_BATCHES, (batch.ref, revision + 1 - MAX_BATCH_IDS))
             self._upsert(db, batch.ref, batch.scope, revision + 1, length + count, batch.now)
         return AppendResult(length, count)
 

@@ -4,12 +4,15 @@
   before any I/O, so no test can reach a real provider by accident.
 - `redis_url`: the real Redis on 127.0.0.1:6379. Missing Redis skips locally but fails
   under CI=true.
+- `ray_session`: one Ray instance for the whole session (tests/ray use it).
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -37,3 +40,29 @@ def redis_url() -> str:
             pytest.fail(message + " (CI=true: a missing Redis is a failure)")
         pytest.skip(message)
     return f"redis://{REDIS_HOST}:{REDIS_PORT}/15"
+
+
+# Ray starts once per test session (ray.init takes 3-5 s here). Its workers get the test
+# folders on their path, so that what tests define (tools, output types, actors) can be
+# unpickled there. A custom resource lets tests check that tool tasks ask for resources.
+RAY_TEST_RESOURCE = "raygent_test_slot"
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    import ray
+
+    tests = Path(__file__).resolve().parent
+    folders = sorted({str(path.parent) for path in tests.rglob("test_*.py")} | {str(tests)})
+    ray.init(
+        num_cpus=4,
+        resources={RAY_TEST_RESOURCE: 4},
+        include_dashboard=False,
+        namespace="raygent-tests",
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(folders)}},
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()

@@ -34,6 +34,9 @@ def test_readme_python_block_runs(index: int, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
+    # `print(...)  # what it prints` in the README is a promise: hold it.
+    for expected in re.findall(r"print\(.*\)\s+#\s*(.+)$", BLOCKS[index], re.MULTILINE):
+        assert expected.strip() in result.stdout
 
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -100,7 +101,7 @@ class HTTPModel:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, base_url={self.base_url!r})"
 
-    @property
+    @functools.cached_property
     def key_fingerprint(self) -> str:
         """A short, one-way fingerprint of the API key (safe to log and to key gateways on)."""
         return hashlib.sha256(self._api_key.encode()).hexdigest()[:12]

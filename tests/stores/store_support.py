@@ -76,7 +76,7 @@ SHAPES: dict[str, Message] = {
     "tool-result": ToolMessage(call_id="call_1", name="search", content="3 results"),
     "tool-error": ToolMessage(call_id="call_2", content="division by zero", is_error=True),
     "awkward-text": UserMessage(
-        content="nul \x00, quote \", brace }{, emoji 🦀, big int 18446744073709551616 \u2028"
+        content='nul \x00, quote ", brace }{, emoji 🦀, big int 18446744073709551616 \u2028'
     ),
     "provider-numbers": AssistantMessage(
         content=[

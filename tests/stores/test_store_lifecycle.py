@@ -135,7 +135,9 @@ async def test_store_replaces_a_prefix_at_the_snapshot_revision(store: Any) -> N
     snapshot = await store.snapshot(SCOPE)
     assert (snapshot.revision, snapshot.messages) == (2, first)
     summary = [SystemMessage(content="summary of a, b, c")]
-    assert await store.replace_prefix(SCOPE, snapshot.revision, 3, summary, "compact") == "committed"
+    assert (
+        await store.replace_prefix(SCOPE, snapshot.revision, 3, summary, "compact") == "committed"
+    )
     assert texts(await store.load(SCOPE)) == ["summary of a, b, c", "d"]
     stored = await store.get_conversation(store.ref(SCOPE))
     assert [(s.position, s.run_id, s.turn) for s in stored] == [(0, "compact", -1), (1, "r", 1)]

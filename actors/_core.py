@@ -1,0 +1,62 @@
+"""The core (`raygent`) names the Ray backend uses, importable for mypy too.
+
+At run time the core is the package `raygent`. mypy checks the `runtime/` folder as a
+package named `runtime` (setuptools' package-dir mapping is invisible to it, and the
+editable install is an import hook it cannot follow), so under TYPE_CHECKING the very
+same modules are imported by that name. Everything in `actors/` imports the core from
+here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from runtime.abort import AbortSignal, AbortWatch, abortable
+    from runtime.errors import (
+        ProviderConnectionError,
+        RateLimitError,
+        RaygentError,
+        ToolExecutionError,
+    )
+    from runtime.messages import Message
+    from runtime.models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+    from runtime.seams import Backend, _routed, closing_stream
+    from runtime.tools import Tool, ToolContext, ToolTimeoutError
+    from runtime.usage import Usage
+else:
+    from raygent.abort import AbortSignal, AbortWatch, abortable
+    from raygent.errors import (
+        ProviderConnectionError,
+        RateLimitError,
+        RaygentError,
+        ToolExecutionError,
+    )
+    from raygent.messages import Message
+    from raygent.models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+    from raygent.seams import Backend, _routed, closing_stream
+    from raygent.tools import Tool, ToolContext, ToolTimeoutError
+    from raygent.usage import Usage
+
+__all__ = [
+    "AbortSignal",
+    "AbortWatch",
+    "Backend",
+    "Done",
+    "Message",
+    "Model",
+    "ModelOptions",
+    "ModelResponse",
+    "ProviderConnectionError",
+    "RateLimitError",
+    "RaygentError",
+    "StreamChunk",
+    "Tool",
+    "ToolContext",
+    "ToolExecutionError",
+    "ToolTimeoutError",
+    "Usage",
+    "_routed",
+    "abortable",
+    "closing_stream",
+]

@@ -1,0 +1,39 @@
+"""The Ray `Backend`: model gateways and tool tasks, plugged into the agent loop."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from ._core import Backend
+from ._options import RayOptions
+from .gateway import RayModelAccess
+from .tool_tasks import RayToolExecution
+
+__all__ = ["connect", "ray_backend"]
+
+
+def ray_backend(options: RayOptions | None = None) -> Backend:
+    """A Ray backend. It starts or joins Ray on first use (a request, a tool call), not
+    now; models and tools that run in-process never need Ray at all."""
+    options = options or RayOptions()
+    return Backend("ray", RayModelAccess(options), RayToolExecution(options))
+
+
+def connect(
+    address: str | None = None,
+    namespace: str = "raygent",
+    options: RayOptions | None = None,
+    init_kwargs: Mapping[str, Any] | None = None,
+) -> Backend:
+    """Start or join Ray now (unless this process is connected already: then the running
+    Ray is used as it is) and return a Ray backend whose gateways live in `namespace`."""
+    options = replace(
+        options or RayOptions(),
+        address=address,
+        namespace=namespace,
+        init_kwargs=dict(init_kwargs or {}),
+    )
+    options.connect()
+    return ray_backend(options)

@@ -1,0 +1,167 @@
+"""Tool execution on Ray: each tool call is one remote task.
+
+The task asks for the tool's `num_cpus` (else the backend's default), `resources` and
+`runtime_env`; an idempotent tool's task is retried `retries` times if its worker dies
+(a tool that raises is never retried: it answered). `timeout` cancels the task. An
+`inline` tool runs in the caller's process, as on the local backend.
+
+Arguments are validated in the caller (an invalid call costs no remote task). The tool
+gets a `ToolContext` without the abort signal (a signal lives in the caller's process);
+aborting the run cancels the task instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import ray
+import ray.cloudpickle
+from ray.exceptions import RayError, RayTaskError
+
+from ._core import Tool, ToolContext, ToolExecutionError, ToolTimeoutError
+from ._options import RayOptions
+from ._ray import awaited
+
+__all__ = ["RayToolExecution"]
+
+_dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps  # what Ray ships results with
+
+# Keys of `Tool.resources` that Ray takes as their own task options.
+_BUILTIN_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
+
+
+class _Failed:
+    """A tool's exception, returned as a value: the caller raises it as it is (no
+    `RayTaskError` around it, no "error in task" logged for an ordinary tool failure)."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+def _runner(fn: Callable[..., Any], ctx_param: str | None, name: str) -> Callable[..., Any]:
+    """The function a tool's tasks run: call the tool (an async one in its own loop)."""
+
+    def run_tool(kwargs: dict[str, Any], ctx: ToolContext | None) -> Any:
+        if ctx_param is not None:
+            kwargs[ctx_param] = ctx
+        try:
+            value = fn(**kwargs)
+            if inspect.isawaitable(value):
+                value = asyncio.run(_finish(value))
+        except Exception as exc:
+            return _Failed(_portable(exc, name))
+        return value
+
+    return run_tool
+
+
+async def _finish(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def _portable(exc: Exception, name: str) -> Exception:
+    """`exc` if it can travel back to the caller, else a ToolExecutionError saying what
+    it was (the same text the agent loop would have made of it)."""
+    try:
+        _dumps(exc)
+    except Exception:
+        return ToolExecutionError(f"tool {name!r} raised {type(exc).__name__}: {exc}", tool=name)
+    return exc
+
+
+class RayToolExecution:
+    """`ToolExecution` with one Ray task per tool call."""
+
+    def __init__(self, options: RayOptions | None = None) -> None:
+        self.options = options or RayOptions()
+        # One remote function per tool: Ray exports it once and workers cache it, so a
+        # call ships only its arguments.
+        self._tasks: weakref.WeakKeyDictionary[Tool[..., Any], Any] = weakref.WeakKeyDictionary()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.options,))
+
+    async def invoke(
+        self, tool: Tool[..., Any], arguments: dict[str, Any] | None, ctx: ToolContext
+    ) -> Any:
+        if tool.inline:
+            return await tool.invoke(arguments, ctx)
+        kwargs = tool.validate(arguments)
+        self.options.connect()
+        remote_ctx = dataclasses.replace(ctx, signal=None) if tool.ctx_param else None
+        ref = self._task(tool).remote(kwargs, remote_ctx)
+        try:
+            if tool.timeout is None:
+                outcome = await awaited(ref)
+            else:
+                outcome = await asyncio.wait_for(awaited(ref), tool.timeout)
+        except asyncio.TimeoutError:  # the task was cancelled by `awaited`
+            raise ToolTimeoutError(
+                f"tool {tool.name!r} timed out after {tool.timeout:g}s",
+                tool=tool.name,
+                timeout=tool.timeout,
+            ) from None
+        except RayError as exc:
+            raise _worker_failed(tool, ctx, exc) from None
+        if isinstance(outcome, _Failed):
+            raise outcome.error
+        return outcome
+
+    def _task(self, tool: Tool[..., Any]) -> Any:
+        task = self._tasks.get(tool)
+        if task is None:
+            remote = ray.remote(_runner(tool.fn, tool.ctx_param, tool.name))
+            task = self._tasks[tool] = remote.options(**self._task_options(tool))
+        return task
+
+    def _task_options(self, tool: Tool[..., Any]) -> dict[str, Any]:
+        resources = dict(tool.resources or {})
+        options: dict[str, Any] = {
+            "num_cpus": self.options.tool_num_cpus if tool.num_cpus is None else tool.num_cpus,
+            # Retrying re-runs the tool from the start: only when it is safe to.
+            "max_retries": tool.retries if tool.idempotent else 0,
+            "retry_exceptions": False,
+            "name": f"tool:{tool.name}",
+        }
+        for key, option in _BUILTIN_RESOURCES.items():
+            if key in resources:  # Ray refuses these inside `resources`
+                options[option] = resources.pop(key)
+        if resources:
+            options["resources"] = resources
+        if tool.runtime_env:
+            options["runtime_env"] = tool.runtime_env
+        return options
+
+
+def _worker_failed(tool: Tool[..., Any], ctx: ToolContext, exc: RayError) -> ToolExecutionError:
+    """A task that ended without the tool's answer: its worker or node died, it ran out
+    of memory, its runtime env could not be set up, its result could not be shipped."""
+    cause = exc.cause if isinstance(exc, RayTaskError) else exc
+    what = f"{type(cause).__name__}: {_first_line(cause)}"
+    if isinstance(exc, RayTaskError):
+        message = f"tool {tool.name!r} failed on its Ray worker ({what})"
+    elif tool.idempotent and tool.retries:
+        message = (
+            f"tool {tool.name!r} could not finish: its Ray worker failed "
+            f"after {tool.retries} retries ({what})"
+        )
+    else:
+        message = (
+            f"tool {tool.name!r} could not finish: its Ray worker failed ({what}); "
+            "it was not retried (only idempotent tools with retries are)"
+        )
+    return ToolExecutionError(
+        message, tool=tool.name, call_id=ctx.call_id, cause=type(cause).__name__
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""

@@ -1,0 +1,173 @@
+"""Appends per second and p50/p99 latency of each store, against a raw Redis pipeline.
+
+A typical save is a batch of 1-3 messages of ~1 KB each. Each store appends such
+batches one after another to one session (`sequential`), then from 16 tasks to 16
+sessions at once (`16 sessions`). The Redis baseline is redis-py doing the same writes
+with no checks: RPUSH of the same msgpack envelopes (encoded beforehand) plus the same
+bookkeeping keys (batch id, revision, index) in a MULTI pipeline; the figure that
+matters is RedisStore's rate as a ratio of it, measured in the same run. Rounds are
+interleaved so machine noise hits every store alike; the median round's rate is
+reported, latencies over all rounds.
+
+    python benchmarks/bench_stores.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from raygent import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
+from raygent.stores import InMemoryStore, RedisStore, Scope, SQLiteStore
+from raygent.stores._codec import batch_id, encode_msgpack, envelope_header
+
+TEXT = ("The quick brown fox jumps over the lazy dog; " * 24)[:1000]
+Append = Callable[[str, int], Awaitable[object]]  # (session, turn) -> one batch written
+
+
+BATCHES: list[list[Message]] = [  # a user turn; a tool round; a whole turn
+    [UserMessage(content=TEXT)],
+    [
+        AssistantMessage(
+            content=TEXT[:900], tool_calls=[ToolCall.parse("c1", "search", '{"q": "fox"}')]
+        ),
+        ToolMessage(call_id="c1", name="search", content=TEXT),
+    ],
+    [UserMessage(content=TEXT), AssistantMessage(content=TEXT), UserMessage(content=TEXT)],
+]
+
+
+def batch(turn: int) -> list[Message]:
+    """1, 2 or 3 messages of ~1 KB (built once: the stores' own work is what is timed)."""
+    return BATCHES[turn % 3]
+
+
+def store_append(store: Any) -> Append:
+    async def append(session: str, turn: int) -> object:
+        return await store.append(Scope(session), "run", turn, batch(turn))
+
+    return append
+
+
+def scope_json(session: str) -> str:
+    return json.dumps({"session_id": session, "user_id": None, "metadata": {}})
+
+
+def raw_pipeline_append(client: aioredis.Redis, prefix: str) -> Append:
+    """The same writes as RedisStore's append script, without its reads and checks."""
+    encoded = {t: [encode_msgpack(m) for m in batch(t)] for t in range(3)}
+
+    async def append(session: str, turn: int) -> object:
+        payloads = encoded[turn % 3]
+        header = envelope_header("run", turn, time.time())
+        base = f"{prefix}:{{{session}:!}}"
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.rpush(f"{base}:m", *(header + p for p in payloads))
+            pipe.zadd(f"{base}:b", {batch_id("run", turn, payloads): turn})
+            pipe.zremrangebyrank(f"{base}:b", 0, -257)
+            pipe.hincrby(f"{base}:h", "rev", 1)
+            pipe.hset(f"{base}:h", mapping={"at": time.time(), "scope": scope_json(session)})
+            pipe.zadd(f"{prefix}:conversations", {session: time.time()})
+            return await pipe.execute()
+
+    return append
+
+
+async def drive(append: Append, appends: int, sessions: int) -> tuple[float, list[float]]:
+    """(appends/s, latencies in ms): `sessions` tasks, each on its own new session."""
+    tag = uuid.uuid4().hex[:8]
+    latencies: list[float] = []
+
+    async def writer(index: int) -> None:
+        session = f"bench-{tag}-{index}"
+        for turn in range(appends // sessions):
+            start = time.perf_counter()
+            await append(session, turn)
+            latencies.append((time.perf_counter() - start) * 1000)
+
+    wall = time.perf_counter()
+    await asyncio.gather(*(writer(i) for i in range(sessions)))
+    return len(latencies) / (time.perf_counter() - wall), latencies
+
+
+async def sqlite_full(path: Path) -> SQLiteStore:
+    store = SQLiteStore(path)
+    await store._run(lambda db: db.execute("PRAGMA synchronous = FULL"))
+    return store
+
+
+async def run(args: argparse.Namespace) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="raygent-bench-"))
+    prefix = f"raygent-bench-{uuid.uuid4().hex[:8]}"
+    client = aioredis.Redis.from_url(args.redis_url)
+    stores: dict[str, Any] = {
+        "InMemoryStore": InMemoryStore(),
+        "SQLiteStore (WAL, synchronous=NORMAL)": SQLiteStore(folder / "normal.db"),
+        "SQLiteStore (WAL, synchronous=FULL)": await sqlite_full(folder / "full.db"),
+        "RedisStore": RedisStore(args.redis_url, prefix=prefix),
+    }
+    cases: dict[str, Append] = {name: store_append(s) for name, s in stores.items()}
+    cases["raw redis-py MULTI pipeline (baseline)"] = raw_pipeline_append(client, prefix + "-raw")
+    modes = {"sequential": 1, "16 sessions": 16}
+    results: dict[tuple[str, str], list[tuple[float, list[float]]]] = {
+        (case, mode): [] for case in cases for mode in modes
+    }
+    try:
+        for append in cases.values():  # warm up connections, scripts and caches
+            await drive(append, 48, 16)
+        for _ in range(args.rounds):
+            for (case, mode), samples in results.items():
+                samples.append(await drive(cases[case], args.appends, modes[mode]))
+    finally:
+        for store in stores.values():
+            await store.aclose()
+        keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=1000)]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+    report(args, results)
+
+
+def report(
+    args: argparse.Namespace, results: dict[tuple[str, str], list[tuple[float, list[float]]]]
+) -> None:
+    print(
+        f"\n{args.appends} appends a round (batches of 1-3 messages of ~1 KB),"
+        f" median of {args.rounds} interleaved rounds; latency over all rounds\n"
+    )
+    print(f"{'store':42} {'mode':12} {'appends/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    rates = {}
+    for (case, mode), samples in results.items():
+        rates[case, mode] = statistics.median(rate for rate, _ in samples)
+        latencies = sorted(ms for _, lat in samples for ms in lat)
+        p50 = latencies[len(latencies) // 2]
+        p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+        print(f"{case:42} {mode:12} {rates[case, mode]:10.0f} {p50:8.3f} {p99:8.3f}")
+    print()
+    for mode in ("sequential", "16 sessions"):
+        ratio = rates["RedisStore", mode] / rates["raw redis-py MULTI pipeline (baseline)", mode]
+        print(f"ratio RedisStore / raw pipeline, {mode}: {ratio:.2f}")
+    print("\nreproduce: python benchmarks/bench_stores.py " + " ".join(sys.argv[1:]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--appends", type=int, default=1600)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/15")
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

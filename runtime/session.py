@@ -1,0 +1,83 @@
+"""Sessions: a stored conversation an agent runs in, one run after another."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import Unpack
+
+from .memory import scope_of
+from .messages import ContentPart, Message
+from .report import AgentResult
+
+if TYPE_CHECKING:
+    from .agents import Agent, AgentStream, RunOptions
+
+__all__ = ["Session"]
+
+
+class Session:
+    """`agent.session(session_id, user_id=None, metadata=None)`.
+
+    Each run loads the stored history, runs, and saves by the agent's save policy. Runs
+    on one session are serialised in arrival order (the second sees what the first
+    stored), across tasks here and, on the Ray backend, across processes.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        session_id: str,
+        *,
+        user_id: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        assert agent.memory is not None
+        self.agent = agent
+        self.session_id = session_id
+        self.user_id = user_id
+        self.metadata = dict(metadata or {})
+        self.scope = scope_of(session_id, user_id, self.metadata)
+
+    def __repr__(self) -> str:
+        return f"Session(agent={self.agent.name!r}, session_id={self.session_id!r})"
+
+    def _options(self, options: RunOptions) -> RunOptions:
+        merged: RunOptions = {**options}
+        merged["session_id"] = self.session_id
+        merged["user_id"] = self.user_id
+        merged["metadata"] = self.metadata
+        return merged
+
+    async def execute(
+        self, input: str | Message | Sequence[ContentPart | Message], **options: Unpack[RunOptions]
+    ) -> AgentResult:
+        """Run in this session (never raises, like `Agent.execute`)."""
+        return await self.agent.execute(input, **self._options(options))
+
+    def execute_sync(
+        self, input: str | Message | Sequence[ContentPart | Message], **options: Unpack[RunOptions]
+    ) -> AgentResult:
+        return asyncio.run(self.execute(input, **options))
+
+    def stream(
+        self, input: str | Message | Sequence[ContentPart | Message], **options: Unpack[RunOptions]
+    ) -> AgentStream:
+        """Run in this session, yielding events (like `Agent.stream`)."""
+        return self.agent.stream(input, **self._options(options))
+
+    async def history(self) -> list[Message]:
+        """The stored conversation."""
+        assert self.agent.memory is not None
+        return await self.agent.memory.store.load(self.scope)
+
+    async def errors(self) -> list[Any]:
+        """Failures recorded for this session (never part of the history)."""
+        assert self.agent.memory is not None
+        return list(await self.agent.memory.store.errors(self.scope))
+
+    async def clear(self) -> None:
+        assert self.agent.memory is not None
+        await self.agent.memory.store.clear(self.scope)

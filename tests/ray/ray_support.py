@@ -1,0 +1,78 @@
+"""Helpers for the Ray backend tests: the backend, models on the simulator, runner actors.
+
+Every Ray test module sets `pytestmark = pytest.mark.usefixtures("ray_session")`: Ray is
+started once per session by tests/conftest.py, never by a test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import ray
+
+import raygent
+from raygent import AgentResult, OpenAIModel
+from raygent.actors import RayOptions, ray_backend
+from raygent.seams import Backend
+from raygent.sim import SimStats, Simulator
+
+KEY = "sk-ray-test-000000"
+NAMESPACE = "raygent-tests"  # the namespace of the session's ray.init
+
+
+def backend(**options: Any) -> Backend:
+    """A Ray backend in the tests' namespace (not `raygent.init`: that would change the
+    process-wide default for every later test)."""
+    return ray_backend(RayOptions(namespace=NAMESPACE, **options))
+
+
+def sim_model(sim: Simulator, **kwargs: Any) -> OpenAIModel:
+    kwargs.setdefault("api_key", KEY)
+    return OpenAIModel("sim-gpt", base_url=sim.openai_base_url, **kwargs)
+
+
+async def wait_for(
+    sim: Simulator, predicate: Callable[[SimStats], bool], timeout: float = 10.0
+) -> SimStats:
+    """Poll the simulator's stats until `predicate` holds; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = sim.stats()
+        if predicate(stats):
+            return stats
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached; stats: {stats}")
+        await asyncio.sleep(0.01)
+
+
+async def wait_for_file(path: Path, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path.name} never appeared")
+        await asyncio.sleep(0.02)
+
+
+@ray.remote(num_cpus=0)
+class Runner:
+    """A process elsewhere in the cluster that runs an agent many times at once."""
+
+    async def run(self, agent: raygent.Agent, prompts: Sequence[str]) -> list[dict[str, Any]]:
+        results = await asyncio.gather(*(agent.execute(p) for p in prompts))
+        return [summary(r) for r in results]
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def summary(result: AgentResult) -> dict[str, Any]:
+    return {
+        "status": result.report.status,
+        "text": result.text,
+        "error": None if result.error is None else result.error.to_dict(),
+    }

@@ -1,0 +1,279 @@
+"""What only a durable store can show: two processes writing one session, a write that
+fails half-way, the SQLite schema check and locks, Redis TTLs, scripts and outages."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from store_support import MakeStore, assert_batches_intact, batch_of, process_writer
+
+from raygent import UserMessage
+from raygent.stores import (
+    AppendResult,
+    RedisStore,
+    Scope,
+    SQLiteStore,
+    StoreDataError,
+    StoreUnavailableError,
+)
+
+SCOPE = Scope("shared-session", "user-1", {"tenant": "t"})
+
+
+def say(text: str) -> list[Any]:
+    return [UserMessage(content=text)]
+
+
+# -- both durable stores --------------------------------------------------------------
+
+
+@pytest.mark.kinds("sqlite", "redis")
+async def test_store_two_processes_writing_one_session_never_fork(make_store: MakeStore) -> None:
+    # The store goes to each process by pickle, unconnected; the SQLite file does not
+    # exist yet, so the two processes also race to create the schema.
+    store, batches = make_store(key_metadata=("tenant",)), 40
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2)
+    processes = [
+        context.Process(target=process_writer, args=(store, SCOPE, writer, batches, barrier))
+        for writer in range(2)
+    ]
+    for process in processes:
+        process.start()
+
+    def join() -> list[int | None]:
+        for process in processes:
+            process.join(timeout=90)
+        return [process.exitcode for process in processes]
+
+    assert await asyncio.to_thread(join) == [0, 0]
+    expected = {(f"w{w}", b): batch_of(w, b) for w in range(2) for b in range(batches)}
+    assert_batches_intact(await store.get_conversation(store.ref(SCOPE)), expected)
+
+
+# -- SQLite -----------------------------------------------------------------------------
+
+
+@pytest.mark.kinds("sqlite")
+async def test_store_sqlite_rolls_back_a_batch_that_fails_half_way(store: SQLiteStore) -> None:
+    await store.append(SCOPE, "r", 0, say("kept"))
+    with sqlite3.connect(store.path) as db:  # the third row of the next batch will fail
+        db.execute(
+            "CREATE TRIGGER fail_third BEFORE INSERT ON raygent_messages"
+            " WHEN NEW.position = 3 BEGIN SELECT RAISE(ABORT, 'disk says no'); END"
+        )
+    with pytest.raises(StoreDataError, match="disk says no"):
+        await store.append(SCOPE, "r", 1, say("1") + say("2") + say("3"))
+    snapshot = await store.snapshot(SCOPE)
+    assert ([m.text for m in snapshot.messages], snapshot.revision) == (["kept"], 1)
+    assert (await store.append(SCOPE, "r", 2, say("next"))).first_position == 1
+
+
+@pytest.mark.kinds("sqlite")
+async def test_store_sqlite_reports_a_missing_position(store: SQLiteStore) -> None:
+    await store.append(SCOPE, "r", 0, say("a") + say("b") + say("c"))
+    with sqlite3.connect(store.path) as db:
+        db.execute("DELETE FROM raygent_messages WHERE position = 1")
+    with pytest.raises(StoreDataError, match="no message at position 1") as caught:
+        await store.load(SCOPE)
+    assert caught.value.details["position"] == 1
+
+
+async def test_store_sqlite_refuses_another_schema_version(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    fresh = SQLiteStore(path)
+    await fresh.ensure()
+    await fresh.aclose()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT version FROM raygent_schema").fetchall() == [(1,)]
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        db.execute("UPDATE raygent_schema SET version = 99")
+    store = SQLiteStore(path)
+    try:
+        for attempt in (store.ensure, lambda: store.load(SCOPE)):
+            with pytest.raises(StoreDataError, match="schema version") as caught:
+                await attempt()
+            assert caught.value.details["found"] == [99]
+    finally:
+        await store.aclose()
+
+
+async def test_store_sqlite_reports_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"these are my notes, not a database" * 100)
+    store = SQLiteStore(path)
+    try:
+        with pytest.raises(StoreDataError, match="not a database"):
+            await store.ensure()
+    finally:
+        await store.aclose()
+
+
+async def test_store_sqlite_shares_a_file_with_other_tables(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE messages (id INTEGER PRIMARY KEY, body TEXT)")
+    store = SQLiteStore(path)
+    try:
+        await store.append(SCOPE, "r", 0, say("a"))
+        assert [m.text for m in await store.load(SCOPE)] == ["a"]
+    finally:
+        await store.aclose()
+
+
+async def test_store_sqlite_in_memory_database() -> None:
+    store = SQLiteStore(":memory:")
+    try:
+        await store.append(SCOPE, "r", 0, say("a"))
+        await store.append(SCOPE, "r", 1, say("b"))
+        assert [m.text for m in await store.load(SCOPE)] == ["a", "b"]
+    finally:
+        await store.aclose()
+
+
+@pytest.mark.kinds("sqlite")
+async def test_store_sqlite_lock_held_too_long_is_retryable(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("raygent.stores._sqlite_db.BUSY_TIMEOUT_MS", 50)
+    await store.ensure()
+    await store.aclose()  # the next connection gets the short timeout
+    blocker = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.append(SCOPE, "r", 0, say("a"))
+        assert caught.value.retryable
+        blocker.execute("ROLLBACK")
+        assert await store.append(SCOPE, "r", 0, say("a")) == AppendResult(0, 1)
+    finally:
+        blocker.close()
+
+
+# -- Redis ------------------------------------------------------------------------------
+
+
+def _pttls(store: RedisStore, ref: str) -> list[int]:
+    with redis.Redis.from_url(store.url) as client:
+        return [int(client.pttl(key)) for key in store.keys(ref)[:4]]
+
+
+@pytest.mark.kinds("redis")
+async def test_store_redis_refreshes_the_ttl_of_every_key_on_every_write(
+    make_store: MakeStore,
+) -> None:
+    store = make_store(ttl=1000)
+    ref = store.ref(SCOPE)
+    await store.append(SCOPE, "r", 0, say("a"))
+    await store.record_error(SCOPE, "r", {"code": "x"})
+    assert all(0 < ttl <= 1_000_000 for ttl in _pttls(store, ref))
+    with redis.Redis.from_url(store.url) as client:
+        for key in store.keys(ref)[:4]:
+            client.pexpire(key, 5_000)
+    for write in (
+        lambda: store.append(SCOPE, "r", 1, say("b")),
+        lambda: store.record_error(SCOPE, "r", {"code": "y"}),
+    ):
+        await write()
+        assert all(ttl > 900_000 for ttl in _pttls(store, ref)), "a key kept the short TTL"
+        with redis.Redis.from_url(store.url) as client:
+            for key in store.keys(ref)[:4]:
+                client.pexpire(key, 5_000)
+    plain = make_store()
+    await plain.append(Scope("no-ttl"), "r", 0, say("a"))
+    assert _pttls(plain, plain.ref(Scope("no-ttl")))[:3] == [-1, -1, -1]  # no errors key yet
+
+
+async def _until_gone(store: RedisStore, ref: str, timeout: float = 10) -> None:
+    """Poll Redis (not a guessed sleep) until every key of `ref` has expired."""
+    deadline = time.monotonic() + timeout
+    with redis.Redis.from_url(store.url) as client:
+        while time.monotonic() < deadline:
+            if not client.exists(*store.keys(ref)[:4]):
+                return
+            await asyncio.sleep(0.05)
+    pytest.fail(f"the keys of {ref!r} outlived their TTL by {timeout} s")
+
+
+@pytest.mark.kinds("redis")
+async def test_store_redis_conversation_expires_after_its_ttl(make_store: MakeStore) -> None:
+    store = make_store(ttl=1)
+    ref = store.ref(SCOPE)
+    await store.append(SCOPE, "r", 0, say("a"))
+    await store.record_error(SCOPE, "r", {"code": "x"})
+    assert 0 < min(_pttls(store, ref)) <= 1000
+    await _until_gone(store, ref)
+    assert await store.load(SCOPE) == []
+    assert await store.errors(SCOPE) == []
+    assert await store.list_conversations() == []  # the stale index entry is skipped
+    assert await store.prune() == 1  # and prune drops it
+    assert (await store.append(SCOPE, "r", 0, say("a"))).duplicate is False
+
+
+@pytest.mark.kinds("redis")
+async def test_store_redis_script_that_meets_a_foreign_key_writes_nothing(
+    store: RedisStore,
+) -> None:
+    await store.append(SCOPE, "r", 0, say("kept"))
+    batches_key = store.keys(store.ref(SCOPE))[1]
+    with redis.Redis.from_url(store.url) as client:
+        saved = client.zrange(batches_key, 0, -1, withscores=True)
+        client.delete(batches_key)
+        client.set(batches_key, "someone else's string")
+        with pytest.raises(StoreDataError, match="WRONGTYPE"):
+            await store.append(SCOPE, "r", 1, say("1") + say("2"))
+        with pytest.raises(StoreDataError):
+            await store.replace_prefix(SCOPE, 1, 1, say("k"), "c")
+        assert [m.text for m in await store.load(SCOPE)] == ["kept"]
+        client.delete(batches_key)
+        client.zadd(batches_key, dict(saved))
+    meta_key = store.keys(store.ref(SCOPE))[2]
+    with redis.Redis.from_url(store.url) as client:
+        client.hset(meta_key, "rev", "not a number")
+    with pytest.raises(StoreDataError, match="malformed revision"):
+        await store.append(SCOPE, "r", 1, say("x"))
+    with pytest.raises(StoreDataError, match="revision"):
+        await store.snapshot(SCOPE)
+    assert [m.text for m in await store.load(SCOPE)] == ["kept"]
+
+
+@pytest.mark.kinds("redis")
+async def test_store_redis_reloads_scripts_the_server_forgot(store: RedisStore) -> None:
+    await store.append(SCOPE, "r", 0, say("a"))
+    with redis.Redis.from_url(store.url) as client:
+        client.script_flush()
+    await store.append(SCOPE, "r", 1, say("b"))
+    await store.record_error(SCOPE, "r", {"code": "x"})
+    revision = (await store.snapshot(SCOPE)).revision
+    assert await store.replace_prefix(SCOPE, revision, 1, say("A"), "c") == "committed"
+    assert [m.text for m in await store.load(SCOPE)] == ["A", "b"]
+
+
+@pytest.mark.kinds("redis")
+async def test_store_redis_keeps_every_key_under_its_prefix(store: RedisStore) -> None:
+    await store.append(SCOPE, "r", 0, say("a"))
+    await store.record_error(SCOPE, "r", {"code": "x"})
+    with redis.Redis.from_url(store.url) as client:
+        keys = {k.decode() for k in client.scan_iter(match=f"{store.prefix}:*")}
+    assert keys == set(store.keys(store.ref(SCOPE)))
+    tagged = [k for k in keys if k != store.index_key]
+    assert {k[k.index("{") : k.index("}") + 1] for k in tagged} == {f"{{{store.ref(SCOPE)}}}"}
+
+
+async def test_store_redis_unreachable_is_retryable_and_hides_the_password() -> None:
+    store = RedisStore("redis://:sekrit-password@127.0.0.1:1/0")
+    try:
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.load(SCOPE)
+        assert caught.value.retryable
+        assert "sekrit" not in str(caught.value) + repr(store)
+        assert "sekrit" not in str(caught.value.to_dict())
+    finally:
+        await store.aclose()
