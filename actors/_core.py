@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         RaygentError,
         ToolExecutionError,
     )
+    from runtime.memory import LocalSessions
     from runtime.messages import Message
     from runtime.models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
     from runtime.seams import Backend, _routed, closing_stream
@@ -32,6 +33,7 @@ else:
         RaygentError,
         ToolExecutionError,
     )
+    from raygent.memory import LocalSessions
     from raygent.messages import Message
     from raygent.models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
     from raygent.seams import Backend, _routed, closing_stream
@@ -43,6 +45,7 @@ __all__ = [
     "AbortWatch",
     "Backend",
     "Done",
+    "LocalSessions",
     "Message",
     "Model",
     "ModelOptions",

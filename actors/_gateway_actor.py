@@ -228,8 +228,10 @@ async def batches(
                 timer.cancel()
                 timer = None
             if buffer:
-                batch = buffer[:]
-                buffer.clear()
+                batch = buffer[: batching.max_chunks]
+                del buffer[: batching.max_chunks]
+                if buffer:
+                    ready.set()  # more arrived meanwhile: it has waited long enough
                 first = False
                 yield batch
             elif ended:

@@ -26,6 +26,8 @@ class RayOptions:
     - `retry`: how gateways retry 429s. `batching`: how streamed chunks are batched.
     - `tool_num_cpus`: CPUs reserved by a tool task whose tool declares none (Ray's own
       default is 1; 0 lets I/O-bound tools run many to a core, one worker process each).
+    - `tool_cancel_grace`: seconds a cancelled tool task (timed out, run aborted) has to
+      stop on its KeyboardInterrupt before its worker process is killed.
     """
 
     address: str | None = None
@@ -36,10 +38,13 @@ class RayOptions:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     batching: StreamBatching = field(default_factory=StreamBatching)
     tool_num_cpus: float = 1.0
+    tool_cancel_grace: float = 1.0
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise ValueError(f"replicas must be >= 1, not {self.replicas}")
+        if self.tool_cancel_grace < 0:
+            raise ValueError(f"tool_cancel_grace must be >= 0, not {self.tool_cancel_grace}")
         if self.tool_num_cpus < 0:
             raise ValueError(f"tool_num_cpus must be >= 0, not {self.tool_num_cpus}")
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ._core import Backend
+from ._core import Backend, LocalSessions
 from ._options import RayOptions
 from .gateway import RayModelAccess
 from .tool_tasks import RayToolExecution
@@ -14,11 +14,21 @@ from .tool_tasks import RayToolExecution
 __all__ = ["connect", "ray_backend"]
 
 
+class _ProcessSessions(LocalSessions):
+    """Session persistence in each process, as on the local backend (session-host
+    actors come next). Its locks belong to one process: a backend shipped to a Ray
+    worker, with an agent, gets fresh ones there."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), ())
+
+
 def ray_backend(options: RayOptions | None = None) -> Backend:
     """A Ray backend. It starts or joins Ray on first use (a request, a tool call), not
-    now; models and tools that run in-process never need Ray at all."""
+    now; models and tools that run in-process never need Ray at all. Picklable: an agent
+    built with it can be shipped to Ray workers."""
     options = options or RayOptions()
-    return Backend("ray", RayModelAccess(options), RayToolExecution(options))
+    return Backend("ray", RayModelAccess(options), RayToolExecution(options), _ProcessSessions())
 
 
 def connect(

@@ -3,7 +3,8 @@
 A gateway is a named async actor (`raygent-gw-<hash>-<replica>`) in the backend's
 namespace, so every driver, runner and worker of the cluster that sends to an endpoint
 reaches the same actor, and its bound holds cluster-wide. Handles are looked up (or the
-actor created) once per endpoint per process.
+actor created) once per endpoint per process. An endpoint's limits are those declared by
+the model that created its gateway.
 
 Models that cannot be shared with another process run in the caller's process, outside
 any gateway: models with no `endpoint` (the in-process test doubles `ScriptedModel`,
@@ -115,7 +116,7 @@ class RayModelAccess:
         bound: int | None = getattr(model, "max_concurrency", None) or None
         shares: list[int | None] = [None] * o.replicas
         if bound is not None:
-            shares = list(partition(bound, o.replicas))  # fewer replicas than slots
+            shares = list(partition(bound, o.replicas))  # never more replicas than slots
         count = len(shares)
         rpm = getattr(model, "requests_per_minute", None)
         tpm = getattr(model, "tokens_per_minute", None)

@@ -25,7 +25,6 @@ from ray.exceptions import RayError, RayTaskError
 
 from ._core import Tool, ToolContext, ToolExecutionError, ToolTimeoutError
 from ._options import RayOptions
-from ._ray import awaited
 
 __all__ = ["RayToolExecution"]
 
@@ -98,11 +97,8 @@ class RayToolExecution:
         remote_ctx = dataclasses.replace(ctx, signal=None) if tool.ctx_param else None
         ref = self._task(tool).remote(kwargs, remote_ctx)
         try:
-            if tool.timeout is None:
-                outcome = await awaited(ref)
-            else:
-                outcome = await asyncio.wait_for(awaited(ref), tool.timeout)
-        except asyncio.TimeoutError:  # the task was cancelled by `awaited`
+            outcome = await self._outcome(ref, tool.timeout)
+        except asyncio.TimeoutError:
             raise ToolTimeoutError(
                 f"tool {tool.name!r} timed out after {tool.timeout:g}s",
                 tool=tool.name,
@@ -113,6 +109,22 @@ class RayToolExecution:
         if isinstance(outcome, _Failed):
             raise outcome.error
         return outcome
+
+    async def _outcome(self, ref: Any, timeout: float | None) -> Any:
+        try:
+            return await (ref if timeout is None else asyncio.wait_for(ref, timeout))
+        except (asyncio.CancelledError, asyncio.TimeoutError):
+            self._stop(ref)
+            raise
+
+    def _stop(self, ref: Any) -> None:
+        """Stop a task whose answer is no longer wanted (timed out, run aborted or
+        cancelled): first a KeyboardInterrupt in the tool, so it can clean up; if it is
+        still running `cancel_grace` seconds later (blocked in a sleep, a socket, C code,
+        where the interrupt cannot land), its worker process is killed."""
+        ray.cancel(ref)
+        grace = self.options.tool_cancel_grace
+        asyncio.get_running_loop().call_later(grace, _kill_if_running, ref)
 
     def _task(self, tool: Tool[..., Any]) -> Any:
         task = self._tasks.get(tool)
@@ -138,6 +150,12 @@ class RayToolExecution:
         if tool.runtime_env:
             options["runtime_env"] = tool.runtime_env
         return options
+
+
+def _kill_if_running(ref: Any) -> None:
+    finished, _ = ray.wait([ref], timeout=0, fetch_local=False)
+    if not finished:
+        ray.cancel(ref, force=True)
 
 
 def _worker_failed(tool: Tool[..., Any], ctx: ToolContext, exc: RayError) -> ToolExecutionError:

@@ -37,7 +37,10 @@ def agent_tool(agent: Agent, *, name: str | None, description: str | None) -> To
         return await agent.execute(input, parent=parent, signal=ctx.signal)
 
     tool_name = name or re.sub(r"[^a-zA-Z0-9_-]", "_", agent.name)[:64]
+    # Inline: the nested run is itself a loop of awaits (it sends its own tools and model
+    # calls where they belong); as a remote task it would hold a worker and a CPU idle.
     make = tool(
+        inline=True,
         name=tool_name,
         description=description or f"Ask the agent {agent.name!r}; it answers in text.",
     )

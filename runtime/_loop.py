@@ -113,11 +113,13 @@ async def run_loop(run: RunState, user_input: list[Any]) -> AgentResult:
         if run.setup_error is not None:
             raise run.setup_error
         if run.saver is not None:
-            run.insert_history(await run.saver.open(run.info.run_id))
+            # Queued behind the session's earlier runs: an abort ends the wait.
+            run.insert_history(await run.saver.open(run.signal))
         result = await _short_circuit(run, user_input)
         if result is None:
             run.add(*user_input)
             if run.saver is not None:
+                run.signal.raise_if_aborted()  # aborted while queued: nothing is accepted
                 await run.saver.accepted(run.unsaved())
             result = await _drive(run, progress)
         for mw in reversed(run.config.middleware):

@@ -18,6 +18,7 @@ from typing_extensions import Unpack
 
 from ._loop import run_loop
 from ._state import RunConfig, RunState
+from .backend import current_backend
 from .abort import AbortController, AbortSignal
 from .errors import InvalidOptionsError, PromptError, RaygentError
 from .events import Dispatcher, Event, EventHandler, Handlers, handler_list
@@ -28,7 +29,7 @@ from .models.contract import Model, ModelOptions, ToolSpec
 from .output import OutputSpec, Repair
 from .report import AgentResult
 from .run_context import RunInfo
-from .seams import LOCAL, Backend
+from .seams import Backend
 from .tools import Tool
 
 if TYPE_CHECKING:
@@ -221,6 +222,17 @@ class Agent:
             # execute() never raises: a run that cannot even start fails on its result.
             config, system, messages, user_input = self._bare_config(streaming), "", [], []
             setup_error = _setup_error(exc)
+        saver: RunSaver | None = None
+        session_id = options.get("session_id")
+        # Only a run given a session persists: a nested run reports its parent's session
+        # but is part of the parent's run (and must not wait for the parent's session).
+        if self.memory is not None and session_id:
+            try:
+                scope = scope_of(session_id, options.get("user_id"), options.get("metadata"))
+            except Exception as exc:
+                setup_error = setup_error or _setup_error(exc)
+            else:
+                saver = RunSaver(self.memory, scope, config.backend.sessions, info.run_id)
         state = RunState(
             info=info,
             config=config,
@@ -228,11 +240,9 @@ class Agent:
             abort=AbortController(),
             messages=messages,
             setup_error=setup_error,
+            saver=saver,
         )
         state.report.system_prompt = system or None
-        if self.memory is not None and info.session_id and setup_error is None:
-            scope = scope_of(info.session_id, options.get("user_id"), options.get("metadata"))
-            state.saver = RunSaver(self.memory, scope, config.backend.sessions)
         user_signal = options.get("signal")
         if user_signal is not None:
             # Unlinked when the run ends: a long-lived signal must not keep runs alive.
@@ -270,7 +280,7 @@ class Agent:
         capture = options.get("capture_messages")
         config = RunConfig(
             model=self.model,
-            backend=self.backend or LOCAL,
+            backend=self.backend or current_backend(),
             tools=self.tools,
             options=model_options,
             output=output,
@@ -291,7 +301,7 @@ class Agent:
         """The configuration of a run whose own options could not be resolved."""
         return RunConfig(
             model=self.model,
-            backend=self.backend or LOCAL,
+            backend=self.backend or current_backend(),
             tools=self.tools,
             options=ModelOptions(),
             output=None,

@@ -1,4 +1,5 @@
-"""The ``raygent`` command line: one subcommand per tool (``raygent sim``, ``raygent demo``)."""
+"""The ``raygent`` command line: one subcommand per tool (``raygent sim``, ``raygent demo``,
+``raygent batch``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_sim(commands)
     _add_demo(commands)
+    _add_batch(commands)
     args = parser.parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
     return run(args)
@@ -50,6 +52,34 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     demo.add_argument("--latency-ms", type=float, default=50.0, help="simulated latency")
     demo.set_defaults(run=_run_demo)
+
+
+def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    batch = commands.add_parser(
+        "batch",
+        help="run an agent over every item of a JSONL, CSV or Parquet input",
+        description="Run MODULE:AGENT (an agent, or an async callable) on each item of INPUT "
+        "and write each result to OUTPUT as it completes. Ctrl-C cancels cleanly; --resume "
+        "then runs only what is not completed yet. Exit status: 0 if every item completed, "
+        "1 if some failed, 130 if interrupted.",
+    )
+    batch.add_argument("target", metavar="MODULE:AGENT", help="e.g. mypackage.bots:summariser")
+    batch.add_argument("input", metavar="INPUT", help="a .jsonl, .csv or .parquet file")
+    batch.add_argument(
+        "-o", "--output", required=True, help="a .jsonl file or a .parquet directory"
+    )
+    batch.add_argument("--concurrency", type=int, default=None, help="runs in flight at once")
+    batch.add_argument("--retries", type=int, default=None, help="retries per item (K+1 tries)")
+    batch.add_argument("--resume", action="store_true", help="skip items completed in OUTPUT")
+    batch.add_argument("--item-key", default=None, help="the field that keys an item")
+    batch.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    batch.set_defaults(run=_run_batch)
+
+
+def _run_batch(args: argparse.Namespace) -> int:
+    from ._batch_cli import run_batch_command
+
+    return run_batch_command(args)
 
 
 def _run_demo(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ import time
 from pydantic import BaseModel
 
 from .agents import agent
+from .backend import current_backend
 from .models import AnthropicModel, OpenAIModel
 from .pricing import Pricing
 from .report import AgentResult
@@ -65,6 +66,8 @@ DEMO_PRICING = Pricing(input_per_mtok=0.15, output_per_mtok=0.60)
 async def run_demo(latency_ms: float = 50.0) -> list[AgentResult]:
     """Run the demo against an in-process simulator; return the results."""
     print("raygent demo: the model here is the built-in provider SIMULATOR, not a real LLM.")
+    backend = current_backend()
+    print(f"  backend: {backend.name} (RAYGENT_BACKEND=local runs everything in this process)")
     latency = Latency(fixed_ms=latency_ms, per_token_ms=1, jitter_ms=latency_ms / 5)
     async with serve(_script(), latency=latency) as sim:
         print(f"  simulator at {sim.url} (OpenAI and Anthropic wire formats)\n")

@@ -18,19 +18,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import threading
 import weakref
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from .abort import AbortSignal, abortable
 from .errors import RaygentError
 from .messages import Message
 
 if TYPE_CHECKING:
     from stores.protocol import Scope, Store
+    from stores.redis import RedisStore
     from stores.sqlite import SQLiteStore
 else:
-    from raygent.stores import Scope, SQLiteStore, Store
+    from raygent.stores import RedisStore, Scope, SQLiteStore, Store
 
 __all__ = [
     "LocalSessions",
@@ -83,17 +88,25 @@ class SessionPersistence(Protocol):
 class RunSaver:
     """Applies the save policy of one run to its lease."""
 
-    def __init__(self, memory: Memory, scope: Scope, persistence: SessionPersistence) -> None:
+    def __init__(
+        self, memory: Memory, scope: Scope, persistence: SessionPersistence, run_id: str
+    ) -> None:
         self.memory = memory
         self.scope = scope
+        self.run_id = run_id
         self._persistence = persistence
         self._lease: SessionLease | None = None
         self._buffer: list[Message] = []
         self._turn = 0
 
-    async def open(self, run_id: str) -> list[Message]:
-        """Wait for this session's earlier runs; return the stored history."""
-        self._lease = await self._persistence.acquire(self.memory, self.scope, run_id)
+    async def open(self, signal: AbortSignal | None = None) -> list[Message]:
+        """Wait for this session's earlier runs (an abort of `signal` ends the wait with
+        AbortedError); return the stored history."""
+        acquiring = self._persistence.acquire(self.memory, self.scope, self.run_id)
+        try:
+            self._lease = await abortable(acquiring, signal)
+        finally:
+            acquiring.close()  # not awaited at all when the signal had fired already
         return list(self._lease.history)
 
     async def accepted(self, messages: Sequence[Message]) -> None:
@@ -122,10 +135,13 @@ class RunSaver:
     async def failed(self, error: RaygentError, new_messages: Sequence[Message]) -> None:
         """Record the failure; a failing record never replaces the run's own error."""
         self._buffer.clear()
-        if self._lease is None:
-            return
         try:
-            await self._lease.record_error(error, new_messages)
+            if self._lease is not None:
+                await self._lease.record_error(error, new_messages)
+            else:
+                # The run never held the session (it could not start, or was aborted or
+                # cancelled while it queued): its failure is still recorded.
+                await self.memory.store.record_error(self.scope, self.run_id, error, new_messages)
         except Exception as exc:
             log.warning("record_error failed for session %s: %r", self.scope.session_id, exc)
 
@@ -143,28 +159,83 @@ class RunSaver:
 
 
 def default_memory() -> Memory:
-    """The embedded default: an SQLite file `raygent.db` in the working directory."""
-    return Memory(store=SQLiteStore("raygent.db"))
+    """The embedded default: an SQLite file `raygent.db` in the working directory (the
+    one of now: a later chdir does not move the sessions)."""
+    return Memory(store=SQLiteStore(os.path.abspath("raygent.db")))
 
 
 def scope_of(session_id: str, user_id: str | None, metadata: Any) -> Scope:
     return Scope(session_id, user_id, dict(metadata or {}))
 
 
-class LocalSessions:
-    """Session persistence in this process: one lock per conversation (FIFO, so runs on
-    a session go in arrival order); the store's position check fences other writers."""
+class _SessionLock:
+    """A FIFO lock on one conversation, for tasks of any event loop in this process.
+
+    asyncio.Lock belongs to one loop: a run waiting on it from another thread's loop
+    (`execute_sync` in two threads) is never woken. Here a release hands the lock to the
+    first waiter and wakes it on its own loop.
+    """
 
     def __init__(self) -> None:
-        self._locks: weakref.WeakValueDictionary[tuple[int, str], asyncio.Lock] = (
+        self._mutex = threading.Lock()
+        self._held = False  # while held, waiters are handed the lock in arrival order
+        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = deque()
+
+    async def acquire(self) -> None:
+        loop = asyncio.get_running_loop()
+        with self._mutex:
+            if not self._held:
+                self._held = True
+                return
+            waiter = (loop, loop.create_future())
+            self._waiters.append(waiter)
+        try:
+            await waiter[1]
+        except BaseException:
+            with self._mutex:
+                if waiter in self._waiters:  # still queued: just leave the queue
+                    self._waiters.remove(waiter)
+                    raise
+            self.release()  # handed the lock while being cancelled: pass it on
+            raise
+
+    def release(self) -> None:
+        with self._mutex:
+            while self._waiters:
+                loop, future = self._waiters.popleft()
+                try:
+                    loop.call_soon_threadsafe(_wake, future)
+                except RuntimeError:  # the waiter's loop is closed: its run is gone
+                    continue
+                return
+            self._held = False
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class LocalSessions:
+    """Session persistence in this process: one lock per conversation (FIFO, so runs on
+    a session go in arrival order, from any thread); the store's position check fences
+    other writers (other processes, other `LocalSessions`)."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: weakref.WeakValueDictionary[tuple[Hashable, str], _SessionLock] = (
             weakref.WeakValueDictionary()
         )
 
+    def _lock(self, key: tuple[Hashable, str]) -> _SessionLock:
+        with self._guard:
+            lock = self._locks.get(key)
+            if lock is None:
+                lock = self._locks[key] = _SessionLock()
+            return lock
+
     async def acquire(self, memory: Memory, scope: Scope, run_id: str) -> SessionLease:
-        key = (id(memory.store), memory.store.ref(scope))
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = asyncio.Lock()
+        lock = self._lock((_holder(memory.store), memory.store.ref(scope)))
         await lock.acquire()
         try:
             history = await memory.store.load(scope)
@@ -174,14 +245,24 @@ class LocalSessions:
         return _LocalLease(memory.store, scope, run_id, history, lock)
 
 
+def _holder(store: Store) -> Hashable:
+    """Where a store's data lives: two store objects on one SQLite file or one Redis
+    prefix (two agents' default `raygent.db`, say) share this process's session locks."""
+    if isinstance(store, SQLiteStore) and store.path != ":memory:":
+        return ("sqlite", os.path.realpath(store.path))
+    if isinstance(store, RedisStore):
+        return ("redis", store.url, store.prefix)
+    return ("object", id(store))
+
+
 class _LocalLease:
     def __init__(
-        self, store: Store, scope: Scope, run_id: str, history: list[Message], lock: asyncio.Lock
+        self, store: Store, scope: Scope, run_id: str, history: list[Message], lock: _SessionLock
     ) -> None:
         self.store, self.scope, self.run_id = store, scope, run_id
         self.history = history
         self._position = len(history)
-        self._lock: asyncio.Lock | None = lock
+        self._lock: _SessionLock | None = lock
 
     async def append(self, turn: int, messages: Sequence[Message]) -> None:
         result = await self.store.append(

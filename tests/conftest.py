@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 os.environ["RAYGENT_OFFLINE"] = "1"
+# Ray is raygent's default backend; tests run in-process unless they ask for Ray
+# (backend=... or the ray_session fixture), so no test starts Ray by accident.
+os.environ.setdefault("RAYGENT_BACKEND", "local")
 for _key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
     os.environ.pop(_key, None)
 

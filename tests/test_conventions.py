@@ -112,7 +112,11 @@ def test_cluster_yaml_is_a_valid_ray_cluster_config() -> None:
     validate_config(prepare_config(config))
     # Ray must not take Redis's port.
     commands = " ".join(config["head_start_ray_commands"] + config["worker_start_ray_commands"])
-    assert "6379" not in commands
+    assert "6379" not in commands and "--port=6380" in commands
+    types = config["available_node_types"]
+    assert types[config["head_node_type"]]["resources"] == {"CPU": 0}
+    assert any(name != config["head_node_type"] for name in types)
+    assert any("raygent" in command for command in config["setup_commands"])
 
 
 def test_no_module_in_the_package_grows_past_600_lines() -> None:

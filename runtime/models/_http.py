@@ -7,10 +7,11 @@ import hashlib
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 import pydantic_core
+from typing_extensions import Unpack
 
 from ..abort import AbortSignal, AbortWatch, abortable
 from ..errors import (
@@ -51,6 +52,21 @@ def _leaves_machine(url: str) -> bool:
     return not (host in _LOOPBACK_HOSTS or host.startswith("127."))
 
 
+class ModelSettings(TypedDict, total=False):
+    """What every HTTP model takes besides its name (defined once for all adapters)."""
+
+    api_key: str | None
+    base_url: str | None
+    capabilities: Capabilities | None
+    pricing: Pricing | None
+    timeout: float | httpx.Timeout | None
+    headers: Mapping[str, str] | None
+    max_concurrency: int | None
+    requests_per_minute: int | None
+    tokens_per_minute: int | None
+    http_client: httpx.AsyncClient | None
+
+
 class HTTPModel:
     """Base of the HTTP adapters.
 
@@ -65,36 +81,30 @@ class HTTPModel:
 
     provider: str = "http"
     env_key: str = ""
+    default_base_url: str = ""
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        api_key: str | None,
-        base_url: str,
-        capabilities: Capabilities,
-        pricing: Pricing | None = None,
-        timeout: float | httpx.Timeout | None = None,
-        headers: Mapping[str, str] | None = None,
-        max_concurrency: int | None = 64,
-        requests_per_minute: int | None = None,
-        tokens_per_minute: int | None = None,
-        http_client: httpx.AsyncClient | None = None,
-    ) -> None:
+    def __init__(self, name: str, **settings: Unpack[ModelSettings]) -> None:
         self.name = name
-        self.base_url = base_url.rstrip("/")
-        self.capabilities = capabilities
-        self.pricing = pricing
+        self.base_url = (settings.get("base_url") or self.default_base_url).rstrip("/")
+        self.capabilities = settings.get("capabilities") or self.default_capabilities(name)
+        self.pricing = settings.get("pricing")
+        timeout = settings.get("timeout")
         self.timeout = DEFAULT_TIMEOUT if timeout is None else httpx.Timeout(timeout)
-        self.extra_headers = dict(headers or {})
-        self.max_concurrency = max_concurrency
-        self.requests_per_minute = requests_per_minute
-        self.tokens_per_minute = tokens_per_minute
+        self.extra_headers = dict(settings.get("headers") or {})
+        self.max_concurrency = settings.get("max_concurrency", 64)
+        self.requests_per_minute = settings.get("requests_per_minute")
+        self.tokens_per_minute = settings.get("tokens_per_minute")
+        api_key = settings.get("api_key")
         self._api_key = api_key if api_key is not None else os.environ.get(self.env_key, "")
-        self._injected_client = http_client
+        self._injected_client = settings.get("http_client")
         self._urls: dict[str, httpx.URL] = {}
         self._headers: dict[str, str] | None = None
         self._timeouts = _timeout_extension(self.timeout)
+
+    @classmethod
+    def default_capabilities(cls, name: str) -> Capabilities:
+        """What a model of this provider can do, by its name, unless told otherwise."""
+        return Capabilities()
 
     # -- identity -------------------------------------------------------------------
 

@@ -8,15 +8,14 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
-import httpx
 import pydantic_core
+from typing_extensions import Unpack
 
 from ..abort import AbortSignal
 from ..messages import Message
-from ..pricing import Pricing
 from ..usage import Usage
 from . import _anthropic_wire as wire
-from ._http import HTTPModel
+from ._http import HTTPModel, ModelSettings
 from .contract import (
     Capabilities,
     Done,
@@ -45,46 +44,24 @@ class AnthropicModel(HTTPModel):
 
     provider = "anthropic"
     env_key = "ANTHROPIC_API_KEY"
+    default_base_url = "https://api.anthropic.com"
 
     def __init__(
-        self,
-        name: str,
-        *,
-        api_key: str | None = None,
-        base_url: str = "https://api.anthropic.com",
-        capabilities: Capabilities | None = None,
-        pricing: Pricing | None = None,
-        timeout: float | httpx.Timeout | None = None,
-        headers: Mapping[str, str] | None = None,
-        max_concurrency: int | None = 64,
-        requests_per_minute: int | None = None,
-        tokens_per_minute: int | None = None,
-        default_max_tokens: int = 4096,
-        http_client: httpx.AsyncClient | None = None,
+        self, name: str, *, default_max_tokens: int = 4096, **settings: Unpack[ModelSettings]
     ) -> None:
-        if capabilities is None:
-            # The Messages API of the current SDK declares no `temperature`; pass
-            # `Capabilities(temperature=True, ...)` for an older model that takes one.
-            capabilities = Capabilities(
-                structured_output=False,
-                reasoning=bool(_THINKING_MODELS.search(name)),
-                prompt_caching=True,
-                temperature=False,
-            )
-        super().__init__(
-            name,
-            api_key=api_key,
-            base_url=base_url,
-            capabilities=capabilities,
-            pricing=pricing,
-            timeout=timeout,
-            headers=headers,
-            max_concurrency=max_concurrency,
-            requests_per_minute=requests_per_minute,
-            tokens_per_minute=tokens_per_minute,
-            http_client=http_client,
-        )
+        super().__init__(name, **settings)
         self.default_max_tokens = default_max_tokens
+
+    @classmethod
+    def default_capabilities(cls, name: str) -> Capabilities:
+        # The Messages API of the current SDK declares no `temperature`; pass
+        # `Capabilities(temperature=True, ...)` for an older model that takes one.
+        return Capabilities(
+            structured_output=False,
+            reasoning=bool(_THINKING_MODELS.search(name)),
+            prompt_caching=True,
+            temperature=False,
+        )
 
     def _auth_headers(self) -> dict[str, str]:
         headers = {"anthropic-version": wire.API_VERSION}

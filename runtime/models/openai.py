@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import Any
 
-import httpx
 import pydantic_core
+from typing_extensions import Unpack
 
 from ..abort import AbortSignal
 from ..messages import Message
-from ..pricing import Pricing
 from ..usage import Usage
 from . import _openai_wire as wire
-from ._http import HTTPModel
+from ._http import HTTPModel, ModelSettings
 from .contract import (
     Capabilities,
     Done,
@@ -44,44 +43,24 @@ class OpenAIModel(HTTPModel):
 
     provider = "openai"
     env_key = "OPENAI_API_KEY"
+    default_base_url = "https://api.openai.com/v1"
 
     def __init__(
         self,
         name: str,
         *,
-        api_key: str | None = None,
-        base_url: str = "https://api.openai.com/v1",
-        capabilities: Capabilities | None = None,
-        pricing: Pricing | None = None,
-        timeout: float | httpx.Timeout | None = None,
-        headers: Mapping[str, str] | None = None,
-        max_concurrency: int | None = 64,
-        requests_per_minute: int | None = None,
-        tokens_per_minute: int | None = None,
         max_tokens_field: str | None = None,
-        http_client: httpx.AsyncClient | None = None,
+        **settings: Unpack[ModelSettings],
     ) -> None:
-        if capabilities is None:
-            capabilities = Capabilities(
-                reasoning=bool(_REASONING_MODELS.match(name)), prompt_caching=True
-            )
-        super().__init__(
-            name,
-            api_key=api_key,
-            base_url=base_url,
-            capabilities=capabilities,
-            pricing=pricing,
-            timeout=timeout,
-            headers=headers,
-            max_concurrency=max_concurrency,
-            requests_per_minute=requests_per_minute,
-            tokens_per_minute=tokens_per_minute,
-            http_client=http_client,
-        )
+        super().__init__(name, **settings)
         if max_tokens_field is None:
             official = "api.openai.com" in self.base_url
             max_tokens_field = "max_completion_tokens" if official else "max_tokens"
         self.max_tokens_field = max_tokens_field
+
+    @classmethod
+    def default_capabilities(cls, name: str) -> Capabilities:
+        return Capabilities(reasoning=bool(_REASONING_MODELS.match(name)), prompt_caching=True)
 
     def _auth_headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}

@@ -50,12 +50,28 @@ async def wait_for(
         await asyncio.sleep(0.01)
 
 
+def _exists(path: Path) -> bool:
+    return path.exists()  # a stat: too quick to hand to a thread
+
+
 async def wait_for_file(path: Path, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not _exists(path):
         if time.monotonic() > deadline:
             raise AssertionError(f"{path.name} never appeared")
         await asyncio.sleep(0.02)
+
+
+async def wait_until_dead(pid: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} is still alive")
+        await asyncio.sleep(0.05)
 
 
 @ray.remote(num_cpus=0)

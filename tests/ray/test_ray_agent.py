@@ -130,7 +130,9 @@ async def test_an_in_process_model_runs_in_the_caller_on_ray() -> None:
 
     def step(messages: Any, options: Any) -> Any:
         seen.append(os.getpid())
-        return "in process" if len(seen) > 1 else reply(tool_calls=[call("where", {"city": "Rome"})])
+        return (
+            "in process" if len(seen) > 1 else reply(tool_calls=[call("where", {"city": "Rome"})])
+        )
 
     model = ScriptedModel([step, step])
     result = await raygent.agent(model=model, tools=[where], backend=backend()).execute("hi")

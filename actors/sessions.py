@@ -1,0 +1,465 @@
+"""Session persistence on Ray: conversations served by a fixed pool of session hosts.
+
+A session is a *logical* actor: a fixed pool of async actors (`raygent-sessions-<i>` in
+the backend's namespace) hosts them all, each conversation on the host picked by a
+stable hash of (store, conversation ref), so every process of the cluster routes it to
+the same host. The host serialises the conversation's runs (FIFO leases), caches its
+history and writes each batch through to the store, fenced by the position it knows;
+the store stays the source of truth.
+
+A run costs two host calls (acquire, release) plus one per append, never one per
+message; histories and batches cross as their JSON. Ray does not keep the order of one
+caller's calls to an async actor, so runs from one process first queue on a per-process
+FIFO lock for the conversation: runs from one driver go in arrival order, runs from
+several drivers are mutually exclusive at the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import hashlib
+import json
+import os
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import ray
+import ray.cloudpickle
+from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
+
+from ._core import Message, RaygentError
+from ._options import RayOptions
+from ._ray import job_id
+
+if TYPE_CHECKING:
+    from runtime.memory import LocalSessions, Memory, SessionLease
+    from runtime.messages import (
+        AssistantMessage,
+        SystemMessage,
+        ToolMessage,
+        UserMessage,
+        messages_from_json,
+        messages_to_json,
+    )
+    from stores import InMemoryStore, SQLiteStore
+    from stores.protocol import Scope, Store
+else:
+    from raygent.memory import LocalSessions, Memory, SessionLease
+    from raygent.messages import (
+        AssistantMessage,
+        SystemMessage,
+        ToolMessage,
+        UserMessage,
+        messages_from_json,
+        messages_to_json,
+    )
+    from raygent.stores import InMemoryStore, Scope, SQLiteStore, Store
+
+__all__ = [
+    "LeaseExpiredError",
+    "RaySessions",
+    "SessionHostError",
+    "encode_messages",
+    "host_names",
+    "route",
+    "store_identity",
+]
+
+_dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps
+
+# Host calls wait on the store and on each other's leases, not on the CPU.
+HOST_CONCURRENCY = 10_000
+# An acquire that meets a host restarting (killed, its node lost) tries again this often.
+ACQUIRE_ATTEMPTS = 5
+
+
+class SessionHostError(RaygentError):
+    """The session host holding this run's lease died (or was unreachable); the run's
+    later writes are refused. What it wrote before is stored; a retry may succeed.
+
+    details: host, lease_id (when known).
+    """
+
+    code = "session_host_unavailable"
+    category = "store"
+    default_retryable = True
+
+
+class LeaseExpiredError(SessionHostError):
+    """The run's lease on its session expired (not renewed within `lease_timeout`, e.g.
+    its driver stalled) and another run may have gone ahead; its later writes are refused."""
+
+    code = "session_lease_expired"
+
+
+_MESSAGE_TYPES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage)
+
+
+def encode_messages(messages: Sequence[Message]) -> bytes:
+    """Messages as they cross to and from the hosts: their JSON array."""
+    listed = list(messages)
+    for message in listed:
+        if not isinstance(message, _MESSAGE_TYPES):
+            raise TypeError(f"not a raygent message: {type(message).__name__}")
+    return messages_to_json(listed)
+
+
+def host_names(hosts: int) -> list[str]:
+    return [f"raygent-sessions-{i}" for i in range(hosts)]
+
+
+def route(store_key: str, ref: str, hosts: int) -> int:
+    """The host of a conversation: a stable hash (Python's `hash()` is salted per
+    process), so that every process of the cluster picks the same host."""
+    digest = hashlib.sha256(f"{store_key}\0{ref}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % hosts
+
+
+def store_identity(store: Store) -> tuple[str, Store]:
+    """A store's key (a hash of its pickled configuration: equal configurations in any
+    process get the same key) and the copy sent to hosts. A relative SQLite path is made
+    absolute here: it means this process's working directory, not a host's."""
+    try:
+        return _identities[store]
+    except (KeyError, TypeError):
+        pass
+    shipped = store
+    if isinstance(store, SQLiteStore) and not os.path.isabs(store.path):
+        shipped = copy.copy(store)
+        shipped.path = os.path.abspath(store.path)
+    key = hashlib.sha256(_dumps(shipped)).hexdigest()[:16]
+    # Stores that cannot be weakly referenced are hashed on every use.
+    with contextlib.suppress(TypeError):
+        _identities[store] = (key, shipped)
+    return key, shipped
+
+
+def per_process(store: Store) -> bool:
+    """A store whose data lives in this process (a pickled copy would be another one)."""
+    return isinstance(store, InMemoryStore) or (
+        isinstance(store, SQLiteStore) and store.path == ":memory:"
+    )
+
+
+# Per process: handles, stores known to hosts, store identities, FIFO locks.
+_handles: dict[tuple[str, str, str], Any] = {}  # (job, namespace, name) -> handle
+_registered: set[tuple[str, str, str, str]] = set()  # (job, namespace, name, store key)
+_identities: weakref.WeakKeyDictionary[Any, tuple[str, Store]] = weakref.WeakKeyDictionary()
+_locks: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock]
+] = weakref.WeakKeyDictionary()
+_background: set[asyncio.Task[Any]] = set()
+_local = LocalSessions()
+_host_class: Any = None
+
+
+def _actor_class() -> Any:
+    global _host_class
+    if _host_class is None:
+        from ._session_host import SessionHost  # it imports this module's errors
+
+        _host_class = ray.remote(SessionHost)
+    return _host_class
+
+
+class RaySessions:
+    """`SessionPersistence` on Ray session hosts.
+
+    - `options`: the namespace the hosts live in and whether they are `detached` (they
+      outlive the driver, for long-lived services and notebooks; by default they end
+      with the job of the process that created them, so start them from the driver:
+      `start()`).
+    - `hosts`: the pool size; every process sharing the sessions must use the same.
+    - `lease_timeout`: seconds a lease lives without a call made with it (the lease is
+      kept alive while its run works, so only a dead or stalled driver loses it).
+    - `max_cached` / `max_cached_bytes`: each host's cache bound in conversations and in
+      bytes of their JSON (least recently used go first; 0 conversations disables the
+      cache); `store_concurrency`: each host's bound on calls in flight per store. A
+      host that already runs keeps the bounds it was started with.
+
+    Stores must be reachable from every host: Redis, or an SQLite file on this machine.
+    In-memory stores (`InMemoryStore`, SQLite `:memory:`) are per process (a host would
+    get a copy), so their sessions are served in this process, as on the local backend.
+
+    Writers that bypass the hosts (`session.clear()`, the local backend) make the next
+    append of a cached conversation fail once with `PositionConflictError` (the fence
+    held); the host then reloads it. Call `forget(memory, scope)` after such a change,
+    or use `max_cached=0` where that is common. A store with a `ttl` is trusted in the
+    cache for one ttl at most.
+    """
+
+    def __init__(
+        self,
+        options: RayOptions | None = None,
+        *,
+        hosts: int = 4,
+        lease_timeout: float = 600.0,
+        max_cached: int = 10_000,
+        max_cached_bytes: int = 256 * 2**20,
+        store_concurrency: int = 64,
+    ) -> None:
+        if hosts < 1:
+            raise ValueError(f"hosts must be >= 1, not {hosts}")
+        if lease_timeout <= 0:
+            raise ValueError(f"lease_timeout must be positive seconds, not {lease_timeout}")
+        if max_cached < 0 or max_cached_bytes < 0:
+            raise ValueError("max_cached and max_cached_bytes must be >= 0")
+        if store_concurrency < 1:
+            raise ValueError(f"store_concurrency must be >= 1, not {store_concurrency}")
+        self.options = options or RayOptions()
+        self.hosts = hosts
+        self.lease_timeout = lease_timeout
+        self.max_cached = max_cached
+        self.max_cached_bytes = max_cached_bytes
+        self.store_concurrency = store_concurrency
+
+    def __repr__(self) -> str:
+        return (
+            f"RaySessions(namespace={self.options.namespace!r}, hosts={self.hosts}, "
+            f"lease_timeout={self.lease_timeout})"
+        )
+
+    def start(self) -> list[Any]:
+        """Create (or find) every host now; returns their handles."""
+        return [self._handle(name) for name in host_names(self.hosts)]
+
+    async def stats(self) -> list[dict[str, Any]]:
+        """Each host's `stats()`: cached sessions and bytes, leases, gates, RSS."""
+        return list(await asyncio.gather(*(h.stats.remote() for h in self.start())))
+
+    async def forget(self, memory: Memory, scope: Scope) -> None:
+        """Drop the hosts' cached copy of a conversation changed around them (cleared,
+        compacted, written by another backend), so the next run loads it from the store."""
+        if per_process(memory.store):
+            return
+        key, _ = store_identity(memory.store)
+        ref = memory.store.ref(scope)
+        name = host_names(self.hosts)[route(key, ref, self.hosts)]
+        try:
+            await self._handle(name).forget.remote(key, ref)
+        except RayActorError as exc:
+            _lost(name, exc)  # a host that died has forgotten everything anyway
+
+    async def acquire(self, memory: Memory, scope: Scope, run_id: str) -> SessionLease:
+        store = memory.store
+        if per_process(store):
+            return await _local.acquire(memory, scope, run_id)
+        key, shipped = store_identity(store)
+        ref = store.ref(scope)
+        lock = _lock((key, ref))
+        await lock.acquire()
+        try:
+            name = host_names(self.hosts)[route(key, ref, self.hosts)]
+            handle, lease_id, history = await self._acquire(name, key, shipped, scope, run_id)
+        except BaseException:
+            lock.release()
+            raise
+        lease = _RayLease(handle, name, lease_id, history, store, scope, run_id, lock)
+        lease.keep_alive(self.lease_timeout / 3)
+        return lease
+
+    async def _acquire(
+        self, name: str, key: str, store: Store, scope: Scope, run_id: str
+    ) -> tuple[Any, str, list[Message]]:
+        for attempt in range(ACQUIRE_ATTEMPTS):
+            handle = self._handle(name)
+            try:
+                lease_id, history = await self._ask(handle, name, key, store, scope, run_id)
+            except RayActorError as exc:
+                _lost(name, exc)
+                if attempt + 1 == ACQUIRE_ATTEMPTS:
+                    raise _unavailable(name, exc) from None
+                await asyncio.sleep(0.1 * 2**attempt)
+            else:
+                return handle, lease_id, history
+        raise AssertionError("unreachable")
+
+    async def _ask(
+        self, handle: Any, name: str, key: str, store: Store, scope: Scope, run_id: str
+    ) -> tuple[str, list[Message]]:
+        """One acquire; the store goes along only when the host does not know it yet."""
+        known = (job_id(), self.options.namespace, name, key)
+        sends: tuple[Store | None, ...] = (None, store) if known in _registered else (store,)
+        for sent in sends:
+            ref = handle.acquire.remote(key, scope, run_id, self.lease_timeout, sent)
+            result = await _granted(ref, handle)
+            if result is None:
+                continue  # the host restarted and forgot the store: send it along
+            _registered.add(known)
+            if isinstance(result, RaygentError):
+                raise result
+            lease_id, history = result
+            return str(lease_id), messages_from_json(history)
+        raise SessionHostError(f"session host {name} does not take the store", host=name)
+
+    def _handle(self, name: str) -> Any:
+        self.options.connect()
+        o = self.options
+        cache_key = (job_id(), o.namespace, name)
+        handle = _handles.get(cache_key)
+        if handle is None:
+            handle = _handles[cache_key] = (
+                _actor_class()
+                .options(
+                    name=name,
+                    namespace=o.namespace,
+                    get_if_exists=True,
+                    lifetime="detached" if o.detached else None,
+                    max_concurrency=HOST_CONCURRENCY,
+                    num_cpus=0,
+                    max_restarts=-1,
+                    max_task_retries=0,
+                )
+                .remote(self.max_cached, self.max_cached_bytes, self.store_concurrency)
+            )
+        return handle
+
+
+class _RayLease:
+    """One run's lease on its host: every write is one host call."""
+
+    def __init__(
+        self,
+        handle: Any,
+        host: str,
+        lease_id: str,
+        history: list[Message],
+        store: Store,
+        scope: Scope,
+        run_id: str,
+        lock: asyncio.Lock,
+    ) -> None:
+        self.history = history
+        self._handle, self._host, self.lease_id = handle, host, lease_id
+        self._store, self._scope, self._run_id = store, scope, run_id
+        self._lock: asyncio.Lock | None = lock
+        self._keeper: asyncio.Task[None] | None = None
+
+    def keep_alive(self, every: float) -> None:
+        """Renew the lease while the run works without writing. It stops at release, or
+        when the lease is dropped unreleased (then the host lease expires)."""
+        self._keeper = _spawn(_renew(self._handle, self.lease_id, every, weakref.ref(self)))
+
+    async def append(self, turn: int, messages: Sequence[Message]) -> None:
+        await self._call("append", turn, encode_messages(messages))
+
+    async def record_error(self, error: RaygentError, messages: Sequence[Message]) -> None:
+        # JSON-safe (details may hold anything) before it crosses to the host.
+        payload = json.loads(json.dumps(error.to_dict(), default=str))
+        try:
+            await self._call("record_error", payload, encode_messages(messages))
+        except SessionHostError:
+            # The lease is gone with its host; an error record needs no fence, so it is
+            # written from here rather than lost.
+            await self._store.record_error(self._scope, self._run_id, payload, messages)
+
+    async def release(self) -> None:
+        if self._lock is None:
+            return
+        lock, self._lock = self._lock, None
+        if self._keeper is not None:
+            self._keeper.cancel()
+        try:
+            await self._call("release")
+        except SessionHostError:
+            pass  # the lease died with its host
+        finally:
+            lock.release()
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        try:
+            result = await getattr(self._handle, method).remote(self.lease_id, *args)
+        except RayTaskError as exc:
+            raise _cause(exc) from None
+        except RayActorError as exc:
+            _lost(self._host, exc)
+            raise _unavailable(self._host, exc, lease_id=self.lease_id) from None
+        if isinstance(result, SessionHostError):
+            result.details.setdefault("host", self._host)
+        if isinstance(result, RaygentError):
+            raise result
+        return result
+
+
+def _lock(key: tuple[str, str]) -> asyncio.Lock:
+    """This process's FIFO lock for a conversation (one per event loop: a lock is bound
+    to the loop it first waits in); dropped when no run holds or waits for it."""
+    per_loop = _locks.get(asyncio.get_running_loop())
+    if per_loop is None:
+        per_loop = _locks[asyncio.get_running_loop()] = weakref.WeakValueDictionary()
+    lock = per_loop.get(key)
+    if lock is None:
+        lock = per_loop[key] = asyncio.Lock()
+    return lock
+
+
+async def _granted(ref: Any, handle: Any) -> Any:
+    """Await an acquire. If the waiting run is cancelled, the host may still grant the
+    lease later: it is then released at once, instead of blocking the session until it
+    expires."""
+    pending = _spawn(_awaited(ref))
+    try:
+        return await asyncio.shield(pending)
+    except asyncio.CancelledError:
+        pending.add_done_callback(lambda done: _release_granted(done, handle))
+        raise
+    except RayTaskError as exc:
+        raise _cause(exc) from None
+
+
+async def _awaited(ref: Any) -> Any:
+    return await ref
+
+
+def _release_granted(done: asyncio.Task[Any], handle: Any) -> None:
+    if not done.cancelled() and done.exception() is None:
+        result = done.result()
+        if isinstance(result, tuple):
+            handle.release.remote(result[0])
+
+
+async def _renew(handle: Any, lease_id: str, every: float, lease: weakref.ref[Any]) -> None:
+    while True:
+        await asyncio.sleep(every)
+        if lease() is None:
+            return
+        try:
+            refused = await handle.renew.remote(lease_id)
+        except Exception:
+            return  # the host is gone or restarting: the run finds out on its next write
+        if refused is not None:
+            return
+
+
+def _spawn(coro: Any) -> asyncio.Task[Any]:
+    task = asyncio.get_running_loop().create_task(coro)
+    _background.add(task)  # the loop holds tasks weakly
+    task.add_done_callback(_background.discard)
+    return task
+
+
+def _lost(name: str, exc: RayActorError) -> None:
+    if isinstance(exc, ActorDiedError):
+        # Restarting, or gone for good (its owner's job ended): look it up (or create it)
+        # anew on the next call.
+        for cache_key in [k for k in _handles if k[2] == name]:
+            del _handles[cache_key]
+
+
+def _unavailable(name: str, exc: RayActorError, **details: Any) -> SessionHostError:
+    return SessionHostError(
+        f"session host {name} is unavailable ({type(exc).__name__}); "
+        "what the run wrote before is stored",
+        host=name,
+        **details,
+    )
+
+
+def _cause(exc: RayTaskError) -> Exception:
+    """The exception a host call raised (store errors come back as values; this is for
+    the rest: a message the store cannot take, a bug)."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, Exception) else exc

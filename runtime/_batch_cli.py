@@ -1,0 +1,66 @@
+"""`raygent batch MODULE:AGENT INPUT -o OUTPUT`: the command behind the subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Any
+
+from .batch import BatchOptions, BatchResult, Retry, batch_sync
+
+__all__ = ["load_target", "run_batch_command"]
+
+INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT
+
+
+def run_batch_command(args: argparse.Namespace) -> int:
+    options = BatchOptions(sink=args.output, resume=args.resume, progress=args.progress)
+    if args.concurrency is not None:
+        options["concurrency"] = args.concurrency
+    if args.retries is not None:
+        options["retry"] = Retry(attempts=args.retries + 1)
+    if args.item_key is not None:
+        options["item_key"] = args.item_key
+    try:
+        executable = load_target(args.target)
+        result = batch_sync(executable, args.input, **options)
+    except (ImportError, AttributeError, TypeError, ValueError, OSError) as exc:
+        print(f"raygent batch: {exc}", file=sys.stderr)
+        return 2
+    print(summary(result), file=sys.stderr)
+    report = result.report
+    if report.stopped is not None and report.stopped.startswith("cancelled"):
+        return INTERRUPTED
+    return 0 if result.ok else 1
+
+
+def load_target(target: str) -> Any:
+    """`package.module:name` (or `:name.attribute`), imported from the working directory
+    too, as `python -m` would."""
+    module_name, sep, attribute = target.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"expected MODULE:AGENT, got {target!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    value: Any = importlib.import_module(module_name)
+    for part in attribute.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def summary(result: BatchResult) -> str:
+    r = result.report
+    line = (
+        f"{r.total} items: {r.succeeded} completed, {r.failed} failed, {r.cancelled} cancelled"
+        f"{f', {r.skipped} skipped (already done)' if r.skipped else ''}"
+        f" in {r.duration:.1f} s ({r.throughput:.1f} items/s)"
+    )
+    if r.sink:
+        line += f" -> {r.sink}"
+    if r.errors:
+        line += "\nerrors: " + ", ".join(f"{code} x{n}" for code, n in sorted(r.errors.items()))
+    if r.stopped:
+        line += f"\nstopped: {r.stopped}"
+    return line

@@ -1,0 +1,327 @@
+"""The in-flight core of a batch: keep `concurrency` attempts running from a streamed
+feed, retry each item by its `Retry`, hand each item over the moment it ends.
+
+It knows nothing of where items come from or where results go: `raygent.batch` runs it
+in the driver (the local backend), and a Ray batch runner can run the same core over the
+chunk of jobs it is fed. Whatever an attempt does, its item ends `completed`, `failed`
+or `cancelled`, and is handed over exactly once.
+
+Why a coordinator and not N worker loops: an item waiting to be retried must not hold a
+slot (the provider could be serving another item meanwhile), and Ray's own batch path
+shows what awaiting work batch by batch costs. One coordinator wakes on every
+completion, settles it, and refills the free slots at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+from ._batch_retry import Retry
+from .abort import AbortController, AbortSignal
+from .errors import AbortedError
+from .usage import Usage
+
+__all__ = ["Attempt", "BatchItem", "Deliver", "Feed", "InFlight", "ItemStatus", "Job", "Outcome"]
+
+ItemStatus = Literal["completed", "failed", "cancelled"]
+EMPTY_USAGE = Usage()
+
+
+@dataclass(slots=True)
+class Job:
+    """One item to run. With `error` set the item could not be read: it fails unrun."""
+
+    index: int
+    key: Any
+    input: Any = None
+    meta: dict[str, Any] | None = None
+    error: BaseException | None = None
+    attempts: int = 0
+    usage: Usage = EMPTY_USAGE
+    started: float | None = None
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one attempt produced."""
+
+    status: ItemStatus
+    result: Any = None
+    data: Any = None
+    error: BaseException | None = None
+    usage: Usage = EMPTY_USAGE
+
+
+@dataclass(slots=True)
+class BatchItem:
+    """One item as it ended.
+
+    `result` is what the last attempt returned (an `AgentResult` for an agent), `data`
+    its value (the structured output, else the text; None unless completed), `error`
+    the last attempt's error, `usage` the sum over every attempt, failed ones included,
+    `latency` seconds from its first attempt to its end (None if it never ran), `input`
+    what it ran on and `meta` the other fields of its row.
+    """
+
+    index: int
+    key: Any
+    status: ItemStatus
+    result: Any = None
+    data: Any = None
+    error: BaseException | None = None
+    attempts: int = 0
+    usage: Usage = field(default_factory=Usage)
+    latency: float | None = None
+    input: Any = None
+    meta: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+
+Attempt: TypeAlias = Callable[[Job, AbortSignal], Coroutine[Any, Any, Outcome]]
+Deliver: TypeAlias = Callable[[BatchItem], Awaitable[None]]
+Feed: TypeAlias = "Iterator[Job] | AsyncIterator[Job]"
+
+
+class InFlight:
+    """Runs a feed of jobs with `concurrency` attempts in flight: `await pool.run(feed)`.
+
+    Attempts get the pool's abort signal; `signal` (the caller's) and `abort()` fire
+    it. Once aborted, no job is read, jobs waiting to retry end cancelled, and running
+    attempts get `grace` seconds to end on their own before their tasks are cancelled.
+    `max_held` bounds the jobs held at once (running plus waiting to retry; default
+    twice the concurrency), so a storm of failures cannot pull the feed into memory.
+    """
+
+    def __init__(
+        self,
+        attempt: Attempt,
+        *,
+        concurrency: int,
+        retry: Retry,
+        deliver: Deliver,
+        signal: AbortSignal | None = None,
+        grace: float = 5.0,
+        max_held: int | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, not {concurrency}")
+        self._attempt = attempt
+        self._concurrency = concurrency
+        self._retry = retry
+        self._deliver = deliver
+        self._outer = signal
+        self._grace = grace
+        self._max_held = max_held or 2 * concurrency
+        self._controller = AbortController()
+        self._running: dict[asyncio.Future[Outcome], Job] = {}
+        self._waiting: dict[asyncio.Task[None], Job] = {}
+        self._ready: deque[Job] = deque()
+        self._done: deque[asyncio.Future[Outcome]] = deque()
+        self._wake = asyncio.Event()
+        self._exhausted = False
+        self._stopping = False
+        self._grace_timer: asyncio.TimerHandle | None = None
+        self.retries = 0
+        self.feed_error: BaseException | None = None
+        self.deliver_error: BaseException | None = None
+
+    @property
+    def signal(self) -> AbortSignal:
+        return self._controller.signal
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
+    def retrying(self) -> int:
+        """Items waiting for their next attempt."""
+        return len(self._waiting) + len(self._ready)
+
+    def abort(self, reason: str | None = None) -> None:
+        """Stop reading; end what is unfinished as cancelled (any thread)."""
+        self._controller.abort(reason)
+
+    async def run(self, feed: Feed) -> None:
+        """Run until the feed is exhausted and every job has ended (or, aborted, until
+        every job taken has ended). Cancelling the awaiting task ends every job taken as
+        cancelled, hands them over, then lets CancelledError through."""
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:  # abort() may be called from any thread
+            loop.call_soon_threadsafe(self._wake.set)
+
+        unhook = self.signal.add_callback(wake)
+        outer = self._outer
+        unlink = outer.add_callback(lambda: self.abort(outer.reason)) if outer else None
+        try:
+            try:
+                await self._drive(feed)
+            except asyncio.CancelledError:
+                self._exhausted = True  # an async feed interrupted mid-read is unusable
+                self.abort(self.signal.reason or "the batch task was cancelled")
+                await self._drive(feed)
+                raise
+        finally:
+            unhook()
+            if unlink is not None:
+                unlink()
+            self._clear()
+
+    async def _drive(self, feed: Feed) -> None:
+        is_async = isinstance(feed, AsyncIterator)
+        while True:
+            if self.signal.aborted and not self._stopping:
+                await self._stop()
+            await self._fill(feed, is_async)
+            if not (self._running or self._waiting or self._ready) and (
+                self._exhausted or self._stopping
+            ):
+                return
+            await self._wake.wait()
+            self._wake.clear()
+            while self._done:
+                task = self._done.popleft()
+                await self._settle(self._running.pop(task), _outcome_of(task))
+
+    async def _fill(self, feed: Feed, is_async: bool) -> None:
+        while len(self._running) < self._concurrency:
+            job = await self._take(feed, is_async)
+            if job is None:
+                return
+            if job.error is not None:
+                await self._finish(job, Outcome("failed", error=job.error))
+            else:
+                self._start(job)
+
+    async def _take(self, feed: Feed, is_async: bool) -> Job | None:
+        if self.signal.aborted:
+            return None  # `_stop` ends what is ready on the next turn
+        # Retries first: an item begun is finished before new ones are read.
+        if self._ready:
+            return self._ready.popleft()
+        if self._exhausted or self._stopping:
+            return None
+        if len(self._running) + len(self._waiting) >= self._max_held:
+            return None
+        try:
+            if is_async:
+                return await anext(feed)  # type: ignore[arg-type]
+            return next(feed)  # type: ignore[arg-type]
+        except (StopIteration, StopAsyncIteration):
+            self._exhausted = True
+        except Exception as exc:
+            # A feed that fails ends there; what it gave still runs.
+            self._exhausted = True
+            self.feed_error = exc
+        return None
+
+    def _start(self, job: Job) -> None:
+        job.attempts += 1
+        if job.started is None:
+            job.started = time.monotonic()
+        task = asyncio.get_running_loop().create_task(self._attempt(job, self.signal))
+        self._running[task] = job
+        task.add_done_callback(self._on_done)
+
+    def _on_done(self, task: asyncio.Future[Outcome]) -> None:
+        self._done.append(task)
+        self._wake.set()
+
+    async def _settle(self, job: Job, outcome: Outcome) -> None:
+        job.usage = job.usage + outcome.usage
+        if (
+            outcome.status == "failed"
+            and job.attempts < self._retry.attempts
+            and self._retry.should_retry(outcome.error)
+        ):
+            if not self.signal.aborted:
+                self._schedule_retry(job, self._retry.delay(job.attempts, outcome.error))
+                return
+            # It would have been tried again: it is unfinished, not failed.
+            outcome = Outcome("cancelled", outcome.result, None, outcome.error)
+        await self._finish(job, outcome)
+
+    def _schedule_retry(self, job: Job, delay: float) -> None:
+        self.retries += 1
+        if delay <= 0:
+            self._ready.append(job)
+            return
+        task = asyncio.ensure_future(self._later(job, delay))
+        self._waiting[task] = job
+
+    async def _later(self, job: Job, delay: float) -> None:
+        # A failing sleep must not lose the item: it is retried now.
+        with contextlib.suppress(Exception):
+            await self._retry.sleep(delay)
+        task = asyncio.current_task()
+        if task is not None:
+            self._waiting.pop(task, None)
+        self._ready.append(job)
+        self._wake.set()
+
+    async def _stop(self) -> None:
+        self._stopping = True
+        for task in self._waiting:
+            task.cancel()
+        unfinished = [*self._waiting.values(), *self._ready]
+        self._waiting.clear()
+        self._ready.clear()
+        error = AbortedError(f"batch cancelled: {self.signal.reason or 'no reason given'}")
+        for job in unfinished:
+            await self._finish(job, Outcome("cancelled", error=error))
+        if self._running:
+            loop = asyncio.get_running_loop()
+            self._grace_timer = loop.call_later(self._grace, self._cancel_running)
+
+    def _cancel_running(self) -> None:
+        for task in self._running:
+            task.cancel()
+
+    async def _finish(self, job: Job, outcome: Outcome) -> None:
+        latency = None if job.started is None else time.monotonic() - job.started
+        item = BatchItem(
+            index=job.index,
+            key=job.key,
+            status=outcome.status,
+            result=outcome.result,
+            data=outcome.data if outcome.status == "completed" else None,
+            error=outcome.error,
+            attempts=job.attempts,
+            usage=job.usage,
+            latency=latency,
+            input=job.input,
+            meta=job.meta,
+        )
+        try:
+            await self._deliver(item)
+        except Exception as exc:
+            # The receiver isolates its own failures; this is a last guard, not a path.
+            self.deliver_error = self.deliver_error or exc
+
+    def _clear(self) -> None:
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+        # Only left after an unexpected error: leave nothing running.
+        for running in self._running:
+            running.cancel()
+        for waiting in self._waiting:
+            waiting.cancel()
+
+
+def _outcome_of(task: asyncio.Future[Outcome]) -> Outcome:
+    if task.cancelled():
+        return Outcome("cancelled", error=AbortedError("the attempt was cancelled"))
+    error = task.exception()
+    if error is not None:
+        return Outcome("failed", error=error)
+    return task.result()

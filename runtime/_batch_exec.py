@@ -1,0 +1,190 @@
+"""What a batch runs: each item read into a `Job`, and one attempt of the executable.
+
+An executable is either *runnable* (an agent, or anything with an async
+`execute(input, **run_options)` returning a run result: future workflows fit) or a plain
+async callable `fn(item)`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from ._batch_engine import EMPTY_USAGE, Attempt, Job, Outcome
+from .abort import AbortSignal, abortable
+from .errors import AbortedError, RaygentError
+from .messages import MESSAGE_ADAPTER, MESSAGES_ADAPTER
+from .usage import Usage
+
+if TYPE_CHECKING:
+    from .agents import RunOptions
+
+__all__ = [
+    "InputError",
+    "ItemKey",
+    "JobMaker",
+    "Unreadable",
+    "attempt_for",
+    "is_runnable",
+    "outcome_of",
+]
+
+ItemKey: TypeAlias = "str | Callable[[Any], Any]"
+_RUN_STATUSES = frozenset({"completed", "failed", "cancelled", "incomplete"})
+
+
+class InputError(RaygentError):
+    """An item could not be read or understood (a line that is not JSON, a row an agent
+    cannot run, a failing key). `fatal`: the input itself failed, and nothing after this
+    item was read."""
+
+    code = "input_error"
+    category = "input"
+
+
+class Unreadable:
+    """What a reader yields for a row it could not read: the item fails, unrun."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def is_runnable(executable: Any) -> bool:
+    return callable(getattr(executable, "execute", None))
+
+
+class JobMaker:
+    """Turns the item at `index` into a Job: its key, its input, the rest as metadata.
+
+    The key is `item_key` (a field name, or a callable on the item), else the item's
+    `key` or `id` field, else its index. For a runnable, an item is a str, a message
+    list, or a mapping with an `input` field (other fields become `meta`); a plain
+    callable gets the item as it is.
+    """
+
+    def __init__(self, *, runnable: bool, item_key: ItemKey | None) -> None:
+        self._runnable = runnable
+        self._item_key = item_key
+
+    def __call__(self, index: int, raw: Any) -> Job:
+        if isinstance(raw, Unreadable):
+            return Job(index, index, error=raw.error)
+        try:
+            key = self._key(index, raw)
+        except Exception as exc:
+            return Job(index, index, error=_bad_item(index, exc))
+        if not self._runnable:
+            return Job(index, key, input=raw)
+        try:
+            value, meta = agent_input(raw)
+        except Exception as exc:
+            return Job(index, key, error=_bad_item(index, exc))
+        return Job(index, key, input=value, meta=meta)
+
+    def _key(self, index: int, raw: Any) -> Any:
+        item_key = self._item_key
+        if callable(item_key):
+            return item_key(raw)
+        if item_key is not None:
+            if not isinstance(raw, Mapping) or item_key not in raw:
+                raise ValueError(f"item {index} has no {item_key!r} field to key it by")
+            return raw[item_key]
+        if not isinstance(raw, str) and isinstance(raw, Mapping):
+            for field in ("key", "id"):
+                if raw.get(field) is not None:
+                    return raw[field]
+        return index
+
+
+def _bad_item(index: int, exc: Exception) -> InputError:
+    error = InputError(f"item {index}: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def agent_input(raw: Any) -> tuple[Any, dict[str, Any] | None]:
+    """(the input an agent runs on, the item's other fields)."""
+    if isinstance(raw, str):  # the common case, ahead of the slower ABC checks
+        return raw, None
+    if isinstance(raw, Mapping):
+        if "input" in raw:
+            meta = {k: v for k, v in raw.items() if k != "input"}
+            return _as_input(raw["input"]), meta or None
+        if "role" in raw:
+            return [MESSAGE_ADAPTER.validate_python(dict(raw))], None
+        fields = ", ".join(map(str, list(raw)[:8]))
+        raise ValueError(f"an agent's item needs an 'input' field; this one has: {fields}")
+    return _as_input(raw), None
+
+
+def _as_input(value: Any) -> Any:
+    if isinstance(value, Mapping) and "role" in value:
+        return [MESSAGE_ADAPTER.validate_python(dict(value))]
+    if isinstance(value, (list, tuple)) and any(isinstance(v, Mapping) for v in value):
+        # Messages as read from JSON, CSV or Parquet: validate them into messages.
+        return MESSAGES_ADAPTER.validate_python(list(value))
+    return value
+
+
+def attempt_for(executable: Any, run_options: RunOptions | None) -> Attempt:
+    """One attempt of `executable` on a job; never raises (failures are outcomes)."""
+    if is_runnable(executable):
+        execute = executable.execute
+        # The batch's signal is the one that stops runs.
+        options = {k: v for k, v in (run_options or {}).items() if k != "signal"}
+
+        async def run(job: Job, signal: AbortSignal) -> Outcome:
+            try:
+                value = await execute(job.input, **options, signal=signal)
+            except AbortedError as exc:
+                return Outcome("cancelled", error=exc)
+            except Exception as exc:
+                return Outcome("failed", error=exc, usage=_usage_of(exc))
+            return outcome_of(value)
+
+        return run
+    if not callable(executable):
+        raise TypeError(
+            f"batch needs an agent or an async callable, not {type(executable).__name__}"
+        )
+
+    async def call(job: Job, signal: AbortSignal) -> Outcome:
+        try:
+            value = await abortable(_called(executable, job.input), signal)
+        except AbortedError as exc:
+            return Outcome("cancelled", error=exc)
+        except Exception as exc:
+            return Outcome("failed", error=exc, usage=_usage_of(exc))
+        return outcome_of(value)
+
+    return call
+
+
+async def _called(fn: Callable[[Any], Any], item: Any) -> Any:
+    value = fn(item)
+    return await value if inspect.isawaitable(value) else value
+
+
+def outcome_of(value: Any) -> Outcome:
+    """A run result (status, usage, error: an AgentResult or alike) by its status;
+    anything else is a completed value, its `usage` counted if it has one."""
+    status = getattr(value, "status", None)
+    usage = getattr(value, "usage", None)
+    usage = usage if isinstance(usage, Usage) else EMPTY_USAGE
+    if status not in _RUN_STATUSES or not hasattr(value, "error"):
+        return Outcome("completed", value, value, None, usage)
+    if status == "completed":
+        data = getattr(value, "data", None)
+        return Outcome(
+            "completed", value, getattr(value, "text", None) if data is None else data, None, usage
+        )
+    error = value.error or RaygentError(f"the run ended {status}")
+    return Outcome("cancelled" if status == "cancelled" else "failed", value, None, error, usage)
+
+
+def _usage_of(error: BaseException) -> Usage:
+    usage = getattr(error, "usage", None)
+    return usage if isinstance(usage, Usage) else EMPTY_USAGE

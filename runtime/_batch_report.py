@@ -1,0 +1,125 @@
+"""What a batch did, counted as items end: `BatchReport` and the tally behind it."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._batch_engine import BatchItem
+from .usage import Usage
+
+__all__ = ["BatchReport", "Tally"]
+
+_RESERVOIR = 10_000  # latencies kept for the percentiles: exact up to this many items
+
+
+class BatchReport(BaseModel):
+    """Counts and timings of one batch.
+
+    `total` counts the items that ended (completed + failed + cancelled); `skipped` the
+    items a resume found already completed in the sink. `throughput` is ended items per
+    second of `duration`; latencies are per item, first attempt to end, in seconds
+    (sampled past 10,000 items). `stopped` says why a batch ended early, if it did.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    total: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    skipped: int = 0
+    attempts: int = 0
+    retries: int = 0
+    duration: float = 0.0
+    throughput: float = 0.0
+    latency_p50: float | None = None
+    latency_p95: float | None = None
+    errors: dict[str, int] = Field(default_factory=dict)
+    on_item_errors: int = 0
+    first_on_item_error: str | None = None
+    stopped: str | None = None
+    sink: str | None = None
+
+
+class Tally:
+    """Counts items as they end (plain counters: a pydantic field set per item costs);
+    keeps a bounded, uniform sample of latencies."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.usage = Usage()
+        self.total = self.succeeded = self.failed = self.cancelled = 0
+        self.skipped = self.attempts = self.on_item_errors = 0
+        self.first_on_item_error: str | None = None
+        self.errors: dict[str, int] = {}
+        self._latencies: list[float] = []
+        self._seen = 0
+        self._random = random.Random(0)
+        self._weight = 1.0
+        self._next = _RESERVOIR
+
+    def add(self, item: BatchItem) -> None:
+        self.total += 1
+        self.attempts += item.attempts
+        if item.status == "completed":
+            self.succeeded += 1
+        elif item.status == "failed":
+            self.failed += 1
+        else:
+            self.cancelled += 1
+        if item.status != "completed" and item.error is not None:
+            code = str(getattr(item.error, "code", None) or type(item.error).__name__)
+            self.errors[code] = self.errors.get(code, 0) + 1
+        self.usage = self.usage + item.usage
+        if item.latency is not None:
+            self._sample(item.latency)
+
+    def on_item_failed(self, error: BaseException) -> None:
+        self.on_item_errors += 1
+        if self.first_on_item_error is None:
+            self.first_on_item_error = f"{type(error).__name__}: {error}"
+
+    def finish(self, retries: int) -> BatchReport:
+        duration = time.monotonic() - self.started
+        report = BatchReport(
+            total=self.total,
+            succeeded=self.succeeded,
+            failed=self.failed,
+            cancelled=self.cancelled,
+            skipped=self.skipped,
+            attempts=self.attempts,
+            retries=retries,
+            duration=duration,
+            throughput=self.total / duration if duration > 0 else 0.0,
+            errors=dict(self.errors),
+            on_item_errors=self.on_item_errors,
+            first_on_item_error=self.first_on_item_error,
+        )
+        if self._latencies:
+            ordered = sorted(self._latencies)
+            report.latency_p50 = statistics.median(ordered)
+            report.latency_p95 = ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+        return report
+
+    def _sample(self, latency: float) -> None:
+        # Reservoir sampling, Li's algorithm L: a uniform sample of all latencies in
+        # bounded memory, drawing random numbers only for the items that go in.
+        self._seen += 1
+        if len(self._latencies) < _RESERVOIR:
+            self._latencies.append(latency)
+            if len(self._latencies) == _RESERVOIR:
+                self._skip()
+            return
+        if self._seen == self._next:
+            self._latencies[self._random.randrange(_RESERVOIR)] = latency
+            self._skip()
+
+    def _skip(self) -> None:
+        draw = self._random.random
+        self._weight *= math.exp(math.log(draw() or 1e-300) / _RESERVOIR)
+        gap = math.floor(math.log(draw() or 1e-300) / math.log1p(-self._weight)) + 1
+        self._next = self._seen + gap

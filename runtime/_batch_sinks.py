@@ -1,0 +1,265 @@
+"""Where batch results go as they complete: a JSONL file or a Parquet directory.
+
+Both stay consistent when the driver is killed at any moment, and both resume:
+
+- JSONL: one line per item, written by a single unbuffered `write` (so a kill leaves at
+  most one torn last line, in the OS's hands, not a buffer's). On resume a torn or
+  unreadable line is dropped.
+- Parquet: a directory of part files (`part-000001-….parquet`), each written to a
+  temporary name and renamed into place, so every part present is whole; a kill loses
+  at most the rows still buffered, and those items simply run again on resume. (A single
+  Parquet file is unreadable until its footer is written: one kill would lose it all.)
+
+Resume keeps completed items and drops the records of failed and cancelled ones (which
+run again), so the sink ends with each key once. Keys compare as text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from ._batch_engine import EMPTY_USAGE, BatchItem
+from .errors import RaygentError
+
+__all__ = ["JsonlSink", "ParquetSink", "Sink", "key_token", "open_sink", "record_of"]
+
+_PART_ROWS = 5000
+_PART_SECONDS = 10.0
+_EMPTY_DUMP = EMPTY_USAGE.model_dump(mode="json")
+
+
+class Sink(Protocol):
+    path: Path
+    done: set[str]
+    """Keys of the completed items found on resume."""
+
+    def write(self, item: BatchItem) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def open_sink(path: str | os.PathLike[str], resume: bool) -> Sink:
+    """A sink by the path's suffix; a bad path raises here, before anything runs."""
+    target = Path(path)
+    suffix = target.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        return JsonlSink(target, resume)
+    if suffix == ".parquet":
+        return ParquetSink(target, resume)
+    raise ValueError(f"cannot write {target}: the sink must be .jsonl, .ndjson or .parquet")
+
+
+def key_token(key: Any) -> str:
+    return key if isinstance(key, str) else json.dumps(key, default=_default, sort_keys=True)
+
+
+def record_of(item: BatchItem) -> dict[str, Any]:
+    """An item as the sink records it (JSON-ready; pydantic data as its dump)."""
+    text = getattr(item.result, "text", None)
+    return {
+        "key": item.key,
+        "index": item.index,
+        "status": item.status,
+        "data": _plain(item.data),
+        "text": text if isinstance(text, str) else None,
+        "error": error_dict(item.error),
+        "attempts": item.attempts,
+        "usage": _EMPTY_DUMP if item.usage is EMPTY_USAGE else item.usage.model_dump(mode="json"),
+    }
+
+
+def error_dict(error: BaseException | None) -> dict[str, Any] | None:
+    if error is None:
+        return None
+    if isinstance(error, RaygentError):
+        return error.to_dict()
+    return {"type": type(error).__name__, "message": str(error)}
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=_default, ensure_ascii=False)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return value
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+class JsonlSink:
+    def __init__(self, path: Path, resume: bool) -> None:
+        self.path = path
+        self.done: set[str] = _resume_jsonl(path) if resume and path.exists() else set()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (0 if resume else os.O_TRUNC)
+        self._fd: int | None = os.open(path, flags, 0o644)
+
+    def write(self, item: BatchItem) -> None:
+        assert self._fd is not None, "the sink is closed"
+        line = memoryview((dumps(record_of(item)) + "\n").encode("utf-8"))
+        while line:  # a regular file takes it in one write; loop for the odd short write
+            line = line[os.write(self._fd, line) :]
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _resume_jsonl(path: Path) -> set[str]:
+    done: set[str] = set()
+    clean = True
+    for record in _jsonl_records(path):
+        if record is not None and record.get("status") == "completed":
+            done.add(key_token(record.get("key")))
+        else:
+            clean = False
+    if not clean:
+        # Keep the completed lines only: the others run again and are written anew.
+        tmp = path.with_name(path.name + ".tmp")
+        with tmp.open("w", encoding="utf-8") as out:
+            for record in _jsonl_records(path):
+                if record is not None and record.get("status") == "completed":
+                    out.write(dumps(record) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    return done
+
+
+def _jsonl_records(path: Path) -> Iterator[dict[str, Any] | None]:
+    """Each whole line's record; None for a line that is torn or not a record."""
+    with path.open("rb") as lines:
+        for line in lines:
+            if not line.endswith(b"\n"):
+                yield None  # torn by a kill mid-write
+                return
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                yield None
+                continue
+            yield record if isinstance(record, dict) and "key" in record else None
+
+
+class ParquetSink:
+    """A directory of Parquet parts; rows are buffered up to `rows_per_part` rows or
+    `seconds_per_part` seconds, then written as one part."""
+
+    def __init__(
+        self,
+        path: Path,
+        resume: bool,
+        *,
+        rows_per_part: int = _PART_ROWS,
+        seconds_per_part: float = _PART_SECONDS,
+    ) -> None:
+        import pyarrow as pa
+
+        self.path = path
+        self._rows_per_part = rows_per_part
+        self._seconds_per_part = seconds_per_part
+        self._schema = pa.schema(
+            [
+                ("key", pa.string()),
+                ("index", pa.int64()),
+                ("status", pa.string()),
+                ("data", pa.string()),
+                ("text", pa.string()),
+                ("error", pa.string()),
+                ("attempts", pa.int64()),
+                ("usage", pa.string()),
+            ]
+        )
+        if path.exists() and not path.is_dir():
+            if resume:
+                raise ValueError(f"{path} is a file; a Parquet sink is a directory of parts")
+            path.unlink()
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.tmp"):
+            stale.unlink()  # a part a kill interrupted: its rows were never recorded
+        if not resume:
+            for part in self._parts():
+                part.unlink()
+        self.done = self._resume() if resume else set()
+        self._seq = len(self._parts())
+        self._buffer: list[dict[str, Any]] = []
+        self._since = 0.0
+
+    def write(self, item: BatchItem) -> None:
+        record = record_of(item)
+        row = {
+            **record,
+            "key": key_token(item.key),
+            "data": None if item.data is None else dumps(record["data"]),
+            "error": None if record["error"] is None else dumps(record["error"]),
+            "usage": dumps(record["usage"]),
+        }
+        if not self._buffer:
+            self._since = time.monotonic()
+        self._buffer.append(row)
+        full = len(self._buffer) >= self._rows_per_part
+        if full or time.monotonic() - self._since >= self._seconds_per_part:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._buffer:
+            return
+        import pyarrow as pa
+
+        table = pa.Table.from_pylist(self._buffer, schema=self._schema)
+        self._seq += 1
+        self._write_part(table, self.path / f"part-{self._seq:06d}-{uuid.uuid4().hex[:8]}.parquet")
+        self._buffer = []
+
+    def close(self) -> None:
+        self.flush()
+
+    def _parts(self) -> list[Path]:
+        return sorted(self.path.glob("part-*.parquet"))
+
+    def _write_part(self, table: Any, final: Path) -> None:
+        import pyarrow.parquet as pq
+
+        tmp = final.with_name(final.name + ".tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, final)
+
+    def _resume(self) -> set[str]:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        done: set[str] = set()
+        for part in self._parts():
+            table = pq.read_table(part)
+            completed = pc.equal(table["status"], "completed")
+            kept = table.filter(completed)
+            done.update(kept["key"].to_pylist())
+            if kept.num_rows < table.num_rows:
+                # Drop the failed and cancelled rows: those items run again.
+                if kept.num_rows:
+                    self._write_part(kept, part)
+                else:
+                    part.unlink()
+        return done

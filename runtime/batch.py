@@ -1,0 +1,338 @@
+"""`raygent.batch`: run an agent (or any async callable) over many items.
+
+    result = await raygent.batch(agent, "questions.jsonl", concurrency=64, sink="out.jsonl")
+
+`concurrency` attempts are in flight all the time (a retrying item waits without a
+slot); every item ends `completed`, `failed` or `cancelled`, is recorded once, and the
+batch itself never fails: errors of the executable, of the input, of `on_item` end up
+on items and in the report. The options are defined once (`BatchOptions`) and shared by
+`batch`, `batch_sync`, `Agent.eval` and the `raygent batch` command.
+
+Runs here are in-process: the in-flight core (`_batch_engine.InFlight`) runs in this
+event loop. The Ray backend's batch runners run the same core in each runner over a
+chunked feed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import os
+import signal
+import threading
+from collections.abc import AsyncGenerator, Callable, Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from typing_extensions import Unpack
+
+from ._batch_engine import BatchItem, Feed, InFlight, Job
+from ._batch_exec import InputError, ItemKey, JobMaker, attempt_for, is_runnable
+from ._batch_progress import Progress, wants_progress
+from ._batch_report import BatchReport, Tally
+from ._batch_retry import Retry
+from ._batch_sinks import Sink, key_token, open_sink
+from ._batch_sources import Source, feed, open_items
+from .abort import AbortController, AbortSignal
+from .errors import AbortedError
+from .usage import Usage
+
+if TYPE_CHECKING:
+    from .agents import RunOptions
+
+__all__ = [
+    "BatchItem",
+    "BatchOptions",
+    "BatchReport",
+    "BatchResult",
+    "InputError",
+    "Retry",
+    "batch",
+    "batch_sync",
+]
+
+DEFAULT_CONCURRENCY = 16
+# With a sink, results live in the sink; the failures kept in memory are a sample.
+KEPT_FAILURES = 1000
+
+
+class BatchOptions(TypedDict, total=False):
+    """The options of `batch`, `batch_sync` and `Agent.eval` (defaults in `_Plan.of`).
+
+    concurrency: attempts in flight at once (16).
+    retry: per-item retries (`Retry()`: 3 attempts, exponential backoff).
+    on_item: called with each `BatchItem` as it ends (sync or async; awaited before the
+        next item is handed over, so keep it quick); if it raises, the error is counted
+        in the report and the batch goes on.
+    signal: an `AbortSignal` that cancels the batch.
+    sink: a `.jsonl` file or a `.parquet` directory, written as items end.
+    resume: skip the items already completed in the sink; re-run failed and cancelled.
+    item_key: the field (or a callable on the item) that keys an item.
+    progress: a progress bar (default: on in a terminal or a notebook).
+    run_options: the `RunOptions` of every agent run (`output`, `system_prompt`, ...).
+    """
+
+    concurrency: int
+    retry: Retry | None
+    on_item: Callable[[BatchItem], Any] | None
+    signal: AbortSignal | None
+    sink: str | os.PathLike[str] | None
+    resume: bool
+    item_key: ItemKey | None
+    progress: bool | None
+    run_options: RunOptions | None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The options resolved: the one place their defaults live."""
+
+    concurrency: int
+    retry: Retry
+    on_item: Callable[[BatchItem], Any] | None
+    signal: AbortSignal | None
+    sink: str | os.PathLike[str] | None
+    resume: bool
+    item_key: ItemKey | None
+    progress: bool
+    run_options: RunOptions | None
+
+    @classmethod
+    def of(cls, options: BatchOptions) -> _Plan:
+        unknown = set(options) - set(BatchOptions.__annotations__)
+        if unknown:
+            raise TypeError(f"unknown batch options: {', '.join(sorted(unknown))}")
+        concurrency = options.get("concurrency", DEFAULT_CONCURRENCY)
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive int, not {concurrency!r}")
+        sink, resume = options.get("sink"), bool(options.get("resume", False))
+        if resume and sink is None:
+            raise ValueError("resume=True needs a sink to resume from")
+        return cls(
+            concurrency=concurrency,
+            retry=options.get("retry") or Retry(),
+            on_item=options.get("on_item"),
+            signal=options.get("signal"),
+            sink=sink,
+            resume=resume,
+            item_key=options.get("item_key"),
+            progress=wants_progress(options.get("progress")),
+            run_options=options.get("run_options"),
+        )
+
+
+@dataclass
+class BatchResult:
+    """What a batch did.
+
+    Without a sink: `items` holds every item in input order and `data` each item's data
+    at its position (None where the item did not complete). With a sink the results
+    live there and memory stays bounded: `data` is empty and `items` holds only failed
+    and cancelled items, the first 1000 of them. `usage` sums every attempt of every
+    item, failed attempts included.
+    """
+
+    items: list[BatchItem]
+    data: list[Any]
+    usage: Usage
+    report: BatchReport
+
+    @property
+    def ok(self) -> bool:
+        """Every item completed and nothing stopped the batch early."""
+        report = self.report
+        return report.failed == 0 and report.cancelled == 0 and report.stopped is None
+
+
+async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) -> BatchResult:
+    """Run `executable` on every item; see `BatchOptions` for the options.
+
+    `executable`: an agent (or anything with an async `execute(input, **run_options)`
+    returning a run result), or an async callable `fn(item)`. `items`: a list, any
+    iterable or generator (consumed as slots free up, never materialised), an async
+    iterable, a JSONL / CSV / Parquet path, or a dataset with `iter_rows()` (a Ray
+    Dataset). An agent's item is a str, a message list, or a mapping with an `input`
+    field whose other fields become the item's `meta`; a callable gets the item as is.
+
+    Never fails as a whole; raises only for options that make no sense (TypeError,
+    ValueError, a missing input file), before any item runs. Cancelling the awaiting
+    task ends every unfinished item as cancelled and closes the sink, then lets
+    CancelledError through.
+    """
+    plan = _Plan.of(options)
+    attempt = attempt_for(executable, plan.run_options)
+    source = open_items(items)
+    sink = open_sink(plan.sink, plan.resume) if plan.sink is not None else None
+    collector = _Collector(plan, sink, source.total)
+    pool = InFlight(
+        attempt,
+        concurrency=plan.concurrency,
+        retry=plan.retry,
+        deliver=collector.deliver,
+        signal=plan.signal,
+    )
+    collector.pool = pool
+    make = JobMaker(runnable=is_runnable(executable), item_key=plan.item_key)
+    jobs = feed(source, make, collector.skip if sink is not None and sink.done else None)
+    try:
+        await pool.run(jobs)
+        if pool.signal.aborted and source.total is not None and sink is None:
+            await collector.cancel_unread(jobs, pool.signal.reason)
+    finally:
+        await _close(jobs, source)
+        collector.close()
+    return collector.result()
+
+
+def batch_sync(executable: Any, items: Any, **options: Unpack[BatchOptions]) -> BatchResult:
+    """`batch` for scripts, from code that is not running an event loop (in a notebook,
+    `await raygent.batch(...)`).
+
+    Ctrl-C cancels the batch cleanly: unfinished items end cancelled, the sink is closed
+    consistent, and the result comes back. A second Ctrl-C stops at once
+    (KeyboardInterrupt, after the items in flight are recorded as cancelled).
+    """
+    try:
+        return asyncio.run(_interruptible(executable, items, options))
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
+
+
+async def _interruptible(executable: Any, items: Any, options: BatchOptions) -> BatchResult:
+    controller = AbortController()
+    user = options.get("signal")
+    unlink = user.add_callback(lambda: controller.abort(user.reason)) if user else None
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+
+    def interrupted() -> None:
+        if controller.signal.aborted and task is not None:
+            task.cancel()
+        else:
+            controller.abort("interrupted (Ctrl-C)")
+
+    previous = signal.getsignal(signal.SIGINT)
+    handled = _handle_sigint(loop, interrupted)
+    try:
+        linked = options.copy()
+        linked["signal"] = controller.signal
+        return await batch(executable, items, **linked)
+    finally:
+        if handled:
+            loop.remove_signal_handler(signal.SIGINT)
+            if previous is not None:  # whatever handled Ctrl-C before us
+                signal.signal(signal.SIGINT, previous)
+        if unlink is not None:
+            unlink()
+
+
+def _handle_sigint(loop: asyncio.AbstractEventLoop, handler: Callable[[], None]) -> bool:
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    try:
+        loop.add_signal_handler(signal.SIGINT, handler)
+    except (NotImplementedError, RuntimeError, ValueError):
+        return False  # no signal handlers on this loop (Windows): Ctrl-C stays abrupt
+    return True
+
+
+async def _close(jobs: Feed, source: Source) -> None:
+    # The items are read: a reader failing to close must not cost the result.
+    with contextlib.suppress(Exception):
+        if isinstance(jobs, AsyncGenerator):
+            await jobs.aclose()
+        elif isinstance(jobs, Generator):
+            jobs.close()
+        await source.aclose()
+
+
+class _Collector:
+    """Receives each item as it ends: counts it, records it (sink or memory), shows
+    progress, calls `on_item` (isolated)."""
+
+    def __init__(self, plan: _Plan, sink: Sink | None, total: int | None) -> None:
+        self.plan = plan
+        self.sink = sink
+        self.tally = Tally()
+        self.kept: list[BatchItem] = []
+        self.pool: InFlight | None = None
+        self.stopped: str | None = None
+        self._sink_broken = False
+        self.progress = Progress(plan.progress, total)
+
+    def skip(self, job: Job) -> bool:
+        """Resume: leave out what the sink already holds completed."""
+        assert self.sink is not None
+        if key_token(job.key) not in self.sink.done:
+            return False
+        self.tally.skipped += 1
+        self.progress.skipped(1)
+        return True
+
+    async def deliver(self, item: BatchItem) -> None:
+        self.tally.add(item)
+        if self.sink is None:
+            self.kept.append(item)
+        else:
+            self._record(item)
+            if not item.ok and len(self.kept) < KEPT_FAILURES:
+                self.kept.append(item)
+        if getattr(item.error, "fatal", False) and self.stopped is None:
+            self.stopped = str(item.error)
+        tally = self.tally
+        retrying = self.pool.retrying if self.pool is not None else 0
+        self.progress.update(tally.failed, tally.cancelled, retrying)
+        if self.plan.on_item is not None:
+            try:
+                value = self.plan.on_item(item)
+                if inspect.isawaitable(value):
+                    await value
+            except Exception as exc:
+                self.tally.on_item_failed(exc)
+
+    def _record(self, item: BatchItem) -> None:
+        if self._sink_broken or self.sink is None:
+            return
+        try:
+            self.sink.write(item)
+        except Exception as exc:
+            # Results can no longer be kept: stop, rather than run items for nothing.
+            self._sink_broken = True
+            self.stopped = f"the sink failed: {type(exc).__name__}: {exc}"
+            if self.pool is not None:
+                self.pool.abort(self.stopped)
+
+    async def cancel_unread(self, jobs: Feed, reason: str | None) -> None:
+        """A cancelled batch over a list: the items never started end cancelled too, so
+        that `data` keeps one slot per item."""
+        error = AbortedError(f"batch cancelled: {reason or 'no reason given'}")
+        remaining: list[Job] = []
+        if isinstance(jobs, Generator):
+            remaining = list(jobs)
+        for job in remaining:
+            await self.deliver(
+                BatchItem(
+                    job.index, job.key, "cancelled", error=error, input=job.input, meta=job.meta
+                )
+            )
+
+    def close(self) -> None:
+        self.progress.close(self.tally.failed, self.tally.cancelled, 0)
+        if self.sink is not None:
+            try:
+                self.sink.close()
+            except Exception as exc:
+                self.stopped = self.stopped or f"the sink failed: {type(exc).__name__}: {exc}"
+
+    def result(self) -> BatchResult:
+        pool = self.pool
+        assert pool is not None
+        report = self.tally.finish(pool.retries)
+        if pool.signal.aborted and self.stopped is None:
+            self.stopped = f"cancelled: {pool.signal.reason or 'no reason given'}"
+        report.stopped = self.stopped
+        report.sink = str(self.sink.path) if self.sink is not None else None
+        items = sorted(self.kept, key=lambda item: item.index)
+        data = [item.data for item in items] if self.sink is None else []
+        return BatchResult(items=items, data=data, usage=self.tally.usage, report=report)

@@ -1,0 +1,119 @@
+"""Every input format: list, generator, async iterable, JSONL, CSV, Parquet, a dataset."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from batch_support import shouting_agent, write_jsonl
+
+from raygent.batch import InputError, batch
+
+ROWS = [{"input": f"question {i}", "key": f"q{i}", "topic": "t"} for i in range(5)]
+EXPECTED = [f"QUESTION {i}" for i in range(5)]
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    with path.open("w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def write_parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+class FakeDataset:
+    """Duck-types a Ray Dataset: rows come from `iter_rows()`."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+        self.iterated = 0
+
+    def iter_rows(self) -> Iterator[dict[str, Any]]:
+        for row in self.rows:
+            self.iterated += 1
+            yield row
+
+
+async def test_a_list_a_generator_and_an_async_iterable() -> None:
+    def rows() -> Iterator[dict[str, Any]]:
+        yield from ROWS
+
+    async def arows() -> AsyncIterator[dict[str, Any]]:
+        for row in ROWS:
+            yield row
+
+    for items in (ROWS, rows(), arows()):
+        result = await batch(shouting_agent(), items)
+        assert result.data == EXPECTED, type(items)
+        assert [i.key for i in result.items] == [r["key"] for r in ROWS]
+        assert result.items[0].meta == {"key": "q0", "topic": "t"}
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv", "parquet", "parquet-dir"])
+async def test_files_are_read_row_by_row(tmp_path: Path, kind: str) -> None:
+    if kind == "jsonl":
+        path = write_jsonl(tmp_path / "in.jsonl", ROWS)
+    elif kind == "csv":
+        path = write_csv(tmp_path / "in.csv", ROWS)
+    elif kind == "parquet":
+        path = write_parquet(tmp_path / "in.parquet", ROWS)
+    else:
+        path = tmp_path / "parts"
+        path.mkdir()
+        write_parquet(path / "part-1.parquet", ROWS[:2])
+        write_parquet(path / "part-2.parquet", ROWS[2:])
+    result = await batch(shouting_agent(), path)
+    assert result.ok and result.data == EXPECTED
+    assert [i.key for i in result.items] == [r["key"] for r in ROWS]
+
+
+async def test_a_dataset_with_iter_rows() -> None:
+    dataset = FakeDataset(ROWS)
+    result = await batch(shouting_agent(), dataset, concurrency=2)
+    assert result.data == EXPECTED and dataset.iterated == len(ROWS)
+
+
+async def test_a_plain_callable_gets_each_row_as_it_is(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "in.jsonl", [{"n": 1}, {"n": 2, "id": "two"}, 3])
+
+    async def echo(row: Any) -> Any:
+        return row
+
+    result = await batch(echo, path)
+    assert result.data == [{"n": 1}, {"n": 2, "id": "two"}, 3]
+    assert [i.key for i in result.items] == [0, "two", 2]
+
+
+async def test_a_line_that_is_not_json_fails_alone(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"input": "a"}\n{not json\n\n{"input": "b"}\n')
+    result = await batch(shouting_agent(), path)
+    assert result.data == ["A", None, "B"]
+    bad = result.items[1]
+    assert isinstance(bad.error, InputError) and "line 2" in str(bad.error)
+    assert bad.attempts == 0 and result.report.stopped is None
+
+
+async def test_an_agent_row_without_input_fails_with_a_clear_error() -> None:
+    result = await batch(shouting_agent(), [{"question": "a"}])
+    assert "needs an 'input' field" in str(result.items[0].error)
+
+
+async def test_bad_inputs_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        await batch(shouting_agent(), tmp_path / "missing.jsonl")
+    (tmp_path / "in.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"must be \.jsonl"):
+        await batch(shouting_agent(), tmp_path / "in.txt")
+    with pytest.raises(TypeError):
+        await batch(shouting_agent(), {"input": "a"})

@@ -1,0 +1,98 @@
+"""Model gateways: one bound per endpoint across the cluster, replicas that split it, and
+429s that slow everyone down instead of failing runs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+import ray
+from ray_support import NAMESPACE, Runner, backend, sim_model, summary, wait_for
+
+import raygent
+from raygent.actors import gateway_key, gateway_names
+from raygent.sim import Fault, Latency, Match, Reply, Rule, serve
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+async def test_the_bound_holds_across_the_cluster() -> None:
+    bound, runners, per_runner = 32, 4, 32  # 4x the bound in flight, from 4 processes
+    async with serve(latency=Latency(fixed_ms=150)) as sim:
+        bot = raygent.agent(model=sim_model(sim, max_concurrency=bound), backend=backend())
+        actors = [Runner.remote() for _ in range(runners)]  # type: ignore[attr-defined]
+        pids = await asyncio.gather(*(a.pid.remote() for a in actors))
+        prompts = [f"question {i}" for i in range(per_runner)]
+        batches = await asyncio.gather(*(a.run.remote(bot, prompts) for a in actors))
+        stats = sim.stats()
+        for actor in actors:
+            ray.kill(actor)
+    assert len(set(pids)) == runners and os.getpid() not in pids
+    results = [r for batch in batches for r in batch]
+    assert [r["status"] for r in results] == ["completed"] * runners * per_runner
+    assert stats.requests == runners * per_runner
+    assert stats.peak_in_flight == bound  # reached, never passed
+
+
+async def test_a_429_storm_slows_everyone_and_fails_no_one() -> None:
+    # The provider takes 4 at a time; the declared bound is 12; 32 runs at once.
+    async with serve(latency=Latency(fixed_ms=50), max_concurrency=4, retry_after=0.1) as sim:
+        model = sim_model(sim, max_concurrency=12)
+        bot = raygent.agent(model=model, backend=backend())
+        results = await asyncio.gather(*(bot.execute(f"q{i}") for i in range(32)))
+        stats = sim.stats()
+        gateway = ray.get_actor(gateway_names(gateway_key(model), 1)[0], namespace=NAMESPACE)
+        limits = await gateway.stats.remote()
+    assert [summary(r)["status"] for r in results] == ["completed"] * 32
+    assert stats.by_status[200] == 32
+    assert stats.by_status[429] > 0
+    assert limits["limit"] < 12  # the gateway learned to send fewer at once
+
+
+async def test_a_retry_after_pauses_every_request_through_the_gateway() -> None:
+    script = [
+        Rule(
+            match=Match(last_user="first"),
+            reply=Reply(fault=Fault(kind="status", status=429, retry_after=1.0)),
+            times=1,
+        ),
+    ]
+    async with serve(script) as sim:
+        bot = raygent.agent(model=sim_model(sim), backend=backend())
+        await bot.execute("warm up")  # the gateway is up
+        first = asyncio.ensure_future(bot.execute("first"))
+        await wait_for(sim, lambda s: s.by_status.get(429) == 1)
+        paused_at = time.monotonic()
+        second = await bot.execute("second")  # not the one that got the 429
+        waited = time.monotonic() - paused_at
+        assert (await first).ok
+        stats = sim.stats()
+    assert second.ok
+    assert waited > 0.7
+    assert stats.by_status == {200: 3, 429: 1}
+
+
+async def test_replicas_split_the_bound() -> None:
+    async with serve(latency=Latency(fixed_ms=100)) as sim:
+        model = sim_model(sim, max_concurrency=8)
+        bot = raygent.agent(model=model, backend=backend(replicas=2))
+        results = await asyncio.gather(*(bot.execute(f"q{i}") for i in range(40)))
+        stats = sim.stats()
+        names = gateway_names(gateway_key(model), 2)
+        shares = [await ray.get_actor(name, namespace=NAMESPACE).stats.remote() for name in names]
+    assert all(r.ok for r in results)
+    assert stats.peak_in_flight == 8  # 4 + 4, not 2 x 8
+    assert [s["limit"] for s in shares] == [4, 4]
+
+
+async def test_a_gateway_is_looked_up_once_per_process() -> None:
+    async with serve() as sim:
+        model = sim_model(sim)
+        access = backend().models
+        again = backend().models  # another backend object in the same process
+        await raygent.agent(model=model, backend=backend()).execute("hi")
+        assert access._gateway(model)[1] is again._gateway(model)[1]  # type: ignore[attr-defined]
+    [name] = gateway_names(gateway_key(model), 1)
+    assert name in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
