@@ -22,6 +22,9 @@ Memory: a child process streams `--memory-items` items from a generator through
 items shows that the peak does not grow with the item count.
 
     python benchmarks/batch_throughput.py
+
+`--backend ray` sends the agents' model calls through Ray model gateways; the batch core
+still runs in this process (Ray batch runners come later).
 """
 
 from __future__ import annotations
@@ -210,12 +213,16 @@ def main() -> None:
     parser.add_argument("--bound", type=int, default=64)
     parser.add_argument("--latency-ms", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--backend", choices=["local", "ray"], default="local")
     parser.add_argument("--memory-items", type=int, default=1_000_000, help="0 skips it")
     parser.add_argument("--memory-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
         asyncio.run(_memory_child(int(args.memory_child[0]), args.memory_child[1]))
         return
+    # The agents use this backend; the batch core itself runs in this process either way
+    # (Ray batch runners are not built yet): with "ray", model calls go through gateways.
+    raygent.init(args.backend)
     with sim_process("--latency-ms", str(args.latency_ms)) as base:
         asyncio.run(throughput(args, base))
     if args.memory_items:

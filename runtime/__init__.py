@@ -3,10 +3,11 @@
 The public API is what this module exports; everything else is internal.
 """
 
-from . import errors
+from . import errors, eval
 from .abort import AbortController, AbortSignal
 from .agents import Agent, AgentStream, SystemPrompt, agent
 from .backend import current_backend, init
+from .batch import BatchResult, Retry, batch, batch_sync
 from .fallback import fallback_model
 from .memory import Memory
 from .messages import (
@@ -49,6 +50,7 @@ __all__ = [
     "AgentStream",
     "AnthropicModel",
     "AssistantMessage",
+    "BatchResult",
     "Capabilities",
     "Cost",
     "ImagePart",
@@ -63,6 +65,7 @@ __all__ = [
     "ProviderBlock",
     "Repair",
     "ResponseSchema",
+    "Retry",
     "Session",
     "SystemMessage",
     "SystemPrompt",
@@ -76,8 +79,11 @@ __all__ = [
     "UserMessage",
     "__version__",
     "agent",
+    "batch",
+    "batch_sync",
     "current_backend",
     "errors",
+    "eval",
     "fallback_model",
     "init",
     "tool",

@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from .backend import init
 from .batch import BatchOptions, BatchResult, Retry, batch_sync
 
 __all__ = ["load_target", "run_batch_command"]
@@ -24,6 +25,8 @@ def run_batch_command(args: argparse.Namespace) -> int:
     if args.item_key is not None:
         options["item_key"] = args.item_key
     try:
+        if args.backend is not None:
+            init(args.backend)
         executable = load_target(args.target)
         result = batch_sync(executable, args.input, **options)
     except (ImportError, AttributeError, TypeError, ValueError, OSError) as exc:

@@ -91,6 +91,29 @@ Deliver: TypeAlias = Callable[[BatchItem], Awaitable[None]]
 Feed: TypeAlias = "Iterator[Job] | AsyncIterator[Job]"
 
 
+class _LeanSignal(AbortSignal):
+    """The signal the attempts get. A run keeps the remover that `add_callback` hands it
+    (to unlink when it ends), and that remover refers to the callback, which refers to
+    the run: one reference cycle per run, left to the cyclic GC. Measured at 64 agent
+    runs in flight, that GC cost ~0.2 ms of CPU per item (some 13% of the throughput).
+    A remover that forgets everything once called leaves no cycle behind."""
+
+    def add_callback(self, callback: Callable[[], None]) -> Callable[[], None]:
+        return _Once(super().add_callback(callback))
+
+
+class _Once:
+    __slots__ = ("_remove",)
+
+    def __init__(self, remove: Callable[[], None]) -> None:
+        self._remove: Callable[[], None] | None = remove
+
+    def __call__(self) -> None:
+        remove, self._remove = self._remove, None
+        if remove is not None:
+            remove()
+
+
 class InFlight:
     """Runs a feed of jobs with `concurrency` attempts in flight: `await pool.run(feed)`.
 
@@ -122,6 +145,7 @@ class InFlight:
         self._grace = grace
         self._max_held = max_held or 2 * concurrency
         self._controller = AbortController()
+        self._controller.signal = _LeanSignal()
         self._running: dict[asyncio.Future[Outcome], Job] = {}
         self._waiting: dict[asyncio.Task[None], Job] = {}
         self._ready: deque[Job] = deque()
@@ -191,7 +215,7 @@ class InFlight:
             self._wake.clear()
             while self._done:
                 task = self._done.popleft()
-                await self._settle(self._running.pop(task), _outcome_of(task))
+                await self._settle(self._running.pop(task), self._outcome_of(task))
 
     async def _fill(self, feed: Feed, is_async: bool) -> None:
         while len(self._running) < self._concurrency:
@@ -251,6 +275,18 @@ class InFlight:
             outcome = Outcome("cancelled", outcome.result, None, outcome.error)
         await self._finish(job, outcome)
 
+    def _outcome_of(self, task: asyncio.Future[Outcome]) -> Outcome:
+        if task.cancelled():
+            return Outcome("cancelled", error=self._cancelled_error())
+        error = task.exception()
+        if error is not None:
+            return Outcome("failed", error=error)
+        return task.result()
+
+    def _cancelled_error(self) -> AbortedError:
+        reason = self.signal.reason or "no reason given"
+        return AbortedError(f"batch cancelled: {reason}", reason=self.signal.reason)
+
     def _schedule_retry(self, job: Job, delay: float) -> None:
         self.retries += 1
         if delay <= 0:
@@ -276,7 +312,7 @@ class InFlight:
         unfinished = [*self._waiting.values(), *self._ready]
         self._waiting.clear()
         self._ready.clear()
-        error = AbortedError(f"batch cancelled: {self.signal.reason or 'no reason given'}")
+        error = self._cancelled_error()
         for job in unfinished:
             await self._finish(job, Outcome("cancelled", error=error))
         if self._running:
@@ -316,12 +352,3 @@ class InFlight:
             running.cancel()
         for waiting in self._waiting:
             waiting.cancel()
-
-
-def _outcome_of(task: asyncio.Future[Outcome]) -> Outcome:
-    if task.cancelled():
-        return Outcome("cancelled", error=AbortedError("the attempt was cancelled"))
-    error = task.exception()
-    if error is not None:
-        return Outcome("failed", error=error)
-    return task.result()

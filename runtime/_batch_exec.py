@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ._batch_engine import EMPTY_USAGE, Attempt, Job, Outcome
-from .abort import AbortSignal, abortable
+from .abort import AbortSignal
 from .errors import AbortedError, RaygentError
 from .messages import MESSAGE_ADAPTER, MESSAGES_ADAPTER
 from .usage import Usage
@@ -26,11 +26,13 @@ __all__ = [
     "JobMaker",
     "Unreadable",
     "attempt_for",
+    "grace_for",
     "is_runnable",
     "outcome_of",
 ]
 
 ItemKey: TypeAlias = "str | Callable[[Any], Any]"
+RUN_GRACE = 5.0
 _RUN_STATUSES = frozenset({"completed", "failed", "cancelled", "incomplete"})
 
 
@@ -152,8 +154,12 @@ def attempt_for(executable: Any, run_options: RunOptions | None) -> Attempt:
         )
 
     async def call(job: Job, signal: AbortSignal) -> Outcome:
+        # No signal watch here (it costs a registration per call): on abort the pool
+        # cancels a plain callable's task at once (`grace_for`).
         try:
-            value = await abortable(_called(executable, job.input), signal)
+            value = executable(job.input)
+            if inspect.isawaitable(value):
+                value = await value
         except AbortedError as exc:
             return Outcome("cancelled", error=exc)
         except Exception as exc:
@@ -163,9 +169,11 @@ def attempt_for(executable: Any, run_options: RunOptions | None) -> Attempt:
     return call
 
 
-async def _called(fn: Callable[[Any], Any], item: Any) -> Any:
-    value = fn(item)
-    return await value if inspect.isawaitable(value) else value
+def grace_for(executable: Any) -> float:
+    """Seconds an attempt gets to end on its own once the batch is aborted: a runnable
+    watches the signal and ends its run cleanly (usage and all); a plain callable is
+    cancelled at once."""
+    return RUN_GRACE if is_runnable(executable) else 0.0
 
 
 def outcome_of(value: Any) -> Outcome:
@@ -174,7 +182,7 @@ def outcome_of(value: Any) -> Outcome:
     status = getattr(value, "status", None)
     usage = getattr(value, "usage", None)
     usage = usage if isinstance(usage, Usage) else EMPTY_USAGE
-    if status not in _RUN_STATUSES or not hasattr(value, "error"):
+    if not isinstance(status, str) or status not in _RUN_STATUSES or not hasattr(value, "error"):
         return Outcome("completed", value, value, None, usage)
     if status == "completed":
         data = getattr(value, "data", None)

@@ -41,9 +41,9 @@ class AbortSignal:
         with self._lock:
             if not self._aborted:
                 self._callbacks.append(callback)
-                return lambda: self._remove(callback)
+                return _Remover(self, callback)
         callback()
-        return lambda: None
+        return _Remover(None, None)
 
     def _remove(self, callback: Callable[[], None]) -> None:
         with self._lock:
@@ -83,6 +83,22 @@ class AbortSignal:
         return f"AbortSignal(aborted={self._aborted}, reason={self._reason!r})"
 
 
+class _Remover:
+    """Removes a callback once, then forgets both: a run that keeps its remover (and
+    whose callback refers back to the run) is then no reference cycle for the GC."""
+
+    __slots__ = ("_callback", "_signal")
+
+    def __init__(self, signal: AbortSignal | None, callback: Callable[[], None] | None) -> None:
+        self._signal, self._callback = signal, callback
+
+    def __call__(self) -> None:
+        signal, callback = self._signal, self._callback
+        self._signal = self._callback = None
+        if signal is not None and callback is not None:
+            signal._remove(callback)
+
+
 class AbortController:
     """Owns a signal; `abort(reason)` fires it. Safe to call from any thread."""
 
@@ -119,7 +135,8 @@ class AbortWatch:
     def __exit__(self, *exc: object) -> None:
         self._task = None
         if self._remove is not None:
-            self._remove()
+            remove, self._remove = self._remove, None
+            remove()
 
     def _on_abort(self) -> None:
         assert self._loop is not None

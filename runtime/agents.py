@@ -18,8 +18,8 @@ from typing_extensions import Unpack
 
 from ._loop import run_loop
 from ._state import RunConfig, RunState
-from .backend import current_backend
 from .abort import AbortController, AbortSignal
+from .backend import current_backend
 from .errors import InvalidOptionsError, PromptError, RaygentError
 from .events import Dispatcher, Event, EventHandler, Handlers, handler_list
 from .memory import Memory, RunSaver, default_memory, scope_of
@@ -33,6 +33,8 @@ from .seams import Backend
 from .tools import Tool
 
 if TYPE_CHECKING:
+    from .batch import BatchOptions
+    from .eval import EvalReport, Scorer
     from .session import Session
 
 __all__ = ["Agent", "AgentStream", "RunOptions", "SystemPrompt", "agent"]
@@ -186,6 +188,14 @@ class Agent:
         if self.memory is None:
             self.memory = default_memory()
         return Session(self, session_id, user_id=user_id, metadata=metadata)
+
+    async def eval(
+        self, cases: Any, scorers: Iterable[Scorer], **options: Unpack[BatchOptions]
+    ) -> EvalReport:
+        """Run on every case (on `raygent.batch`) and score each run; see `raygent.eval`."""
+        from .eval import evaluate
+
+        return await evaluate(self, cases, scorers, **options)
 
     def as_tool(self, name: str | None = None, description: str | None = None) -> Tool[..., Any]:
         """This agent as a tool: the model gives it an input; it runs as a nested run."""

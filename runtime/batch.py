@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from typing_extensions import Unpack
 
 from ._batch_engine import BatchItem, Feed, InFlight, Job
-from ._batch_exec import InputError, ItemKey, JobMaker, attempt_for, is_runnable
+from ._batch_exec import InputError, ItemKey, JobMaker, attempt_for, grace_for, is_runnable
 from ._batch_progress import Progress, wants_progress
 from ._batch_report import BatchReport, Tally
 from ._batch_retry import Retry
@@ -171,6 +171,7 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
         retry=plan.retry,
         deliver=collector.deliver,
         signal=plan.signal,
+        grace=grace_for(executable),
     )
     collector.pool = pool
     make = JobMaker(runnable=is_runnable(executable), item_key=plan.item_key)
@@ -331,6 +332,9 @@ class _Collector:
         report = self.tally.finish(pool.retries)
         if pool.signal.aborted and self.stopped is None:
             self.stopped = f"cancelled: {pool.signal.reason or 'no reason given'}"
+        for failure in (pool.feed_error, pool.deliver_error):  # last guards, not paths
+            if failure is not None and self.stopped is None:
+                self.stopped = f"the batch failed: {type(failure).__name__}: {failure}"
         report.stopped = self.stopped
         report.sink = str(self.sink.path) if self.sink is not None else None
         items = sorted(self.kept, key=lambda item: item.index)

@@ -73,6 +73,12 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     batch.add_argument("--resume", action="store_true", help="skip items completed in OUTPUT")
     batch.add_argument("--item-key", default=None, help="the field that keys an item")
     batch.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    batch.add_argument(
+        "--backend",
+        choices=["ray", "local"],
+        default=None,
+        help="where agents built without backend= run (default: $RAYGENT_BACKEND, else ray)",
+    )
     batch.set_defaults(run=_run_batch)
 
 

@@ -23,6 +23,8 @@ def test_the_cli_runs_an_agent_over_a_file(tmp_path: Path) -> None:
         "4",
         "--retries",
         "1",
+        "--backend",
+        "local",
     )
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
