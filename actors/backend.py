@@ -1,4 +1,4 @@
-"""The Ray `Backend`: model gateways and tool tasks, plugged into the agent loop."""
+"""The Ray `Backend`: model gateways, tool tasks and session hosts, plugged into the loop."""
 
 from __future__ import annotations
 
@@ -6,21 +6,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ._core import Backend, LocalSessions
+from ._core import Backend
 from ._options import RayOptions
 from .gateway import RayModelAccess
+from .sessions import RaySessions
 from .tool_tasks import RayToolExecution
 
 __all__ = ["connect", "ray_backend"]
-
-
-class _ProcessSessions(LocalSessions):
-    """Session persistence in each process, as on the local backend (session-host
-    actors come next). Its locks belong to one process: a backend shipped to a Ray
-    worker, with an agent, gets fresh ones there."""
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), ())
 
 
 def ray_backend(options: RayOptions | None = None) -> Backend:
@@ -28,7 +20,7 @@ def ray_backend(options: RayOptions | None = None) -> Backend:
     now; models and tools that run in-process never need Ray at all. Picklable: an agent
     built with it can be shipped to Ray workers."""
     options = options or RayOptions()
-    return Backend("ray", RayModelAccess(options), RayToolExecution(options), _ProcessSessions())
+    return Backend("ray", RayModelAccess(options), RayToolExecution(options), RaySessions(options))
 
 
 def connect(

@@ -21,7 +21,9 @@ import contextlib
 import copy
 import hashlib
 import json
+import logging
 import os
+import pickle
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -68,6 +70,7 @@ __all__ = [
     "store_identity",
 ]
 
+log = logging.getLogger("raygent.sessions")
 _dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps
 
 # Host calls wait on the store and on each other's leases, not on the CPU.
@@ -118,36 +121,50 @@ def route(store_key: str, ref: str, hosts: int) -> int:
     return int.from_bytes(digest[:8], "big") % hosts
 
 
-def store_identity(store: Store) -> tuple[str, Store]:
+def store_identity(store: Store) -> tuple[str, Store] | None:
     """A store's key (a hash of its pickled configuration: equal configurations in any
-    process get the same key) and the copy sent to hosts. A relative SQLite path is made
-    absolute here: it means this process's working directory, not a host's."""
+    process get the same key) and the copy sent to hosts; None for a store served in
+    this process (see `RaySessions`). A relative SQLite path is made absolute here: it
+    means this process's working directory, not a host's."""
     try:
         return _identities[store]
     except (KeyError, TypeError):
         pass
+    found = _identify(store)
+    # Stores that cannot be weakly referenced are looked at on every use.
+    with contextlib.suppress(TypeError):
+        _identities[store] = found
+    return found
+
+
+def _identify(store: Store) -> tuple[str, Store] | None:
+    if isinstance(store, InMemoryStore) or (
+        isinstance(store, SQLiteStore) and store.path == ":memory:"
+    ):
+        return None  # its data lives in this process: a host would get a copy
     shipped = store
     if isinstance(store, SQLiteStore) and not os.path.isabs(store.path):
         shipped = copy.copy(store)
         shipped.path = os.path.abspath(store.path)
-    key = hashlib.sha256(_dumps(shipped)).hexdigest()[:16]
-    # Stores that cannot be weakly referenced are hashed on every use.
-    with contextlib.suppress(TypeError):
-        _identities[store] = (key, shipped)
-    return key, shipped
-
-
-def per_process(store: Store) -> bool:
-    """A store whose data lives in this process (a pickled copy would be another one)."""
-    return isinstance(store, InMemoryStore) or (
-        isinstance(store, SQLiteStore) and store.path == ":memory:"
-    )
+    try:
+        pickled = _dumps(shipped)
+        pickle.loads(pickled)  # what a host will do with it
+    except Exception as exc:
+        log.warning(
+            "%s cannot be sent to the session hosts (%s: %s); its sessions are served "
+            "in this process",
+            type(store).__name__,
+            type(exc).__name__,
+            exc,
+        )
+        return None
+    return hashlib.sha256(pickled).hexdigest()[:16], shipped
 
 
 # Per process: handles, stores known to hosts, store identities, FIFO locks.
 _handles: dict[tuple[str, str, str], Any] = {}  # (job, namespace, name) -> handle
 _registered: set[tuple[str, str, str, str]] = set()  # (job, namespace, name, store key)
-_identities: weakref.WeakKeyDictionary[Any, tuple[str, Store]] = weakref.WeakKeyDictionary()
+_identities: weakref.WeakKeyDictionary[Any, tuple[str, Store] | None] = weakref.WeakKeyDictionary()
 _locks: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop, weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock]
 ] = weakref.WeakKeyDictionary()
@@ -182,7 +199,8 @@ class RaySessions:
 
     Stores must be reachable from every host: Redis, or an SQLite file on this machine.
     In-memory stores (`InMemoryStore`, SQLite `:memory:`) are per process (a host would
-    get a copy), so their sessions are served in this process, as on the local backend.
+    get a copy), so their sessions are served in this process, as on the local backend;
+    so are those of a store that cannot be pickled (a warning says so).
 
     Writers that bypass the hosts (`session.clear()`, the local backend) make the next
     append of a cached conversation fail once with `PositionConflictError` (the fence
@@ -233,9 +251,10 @@ class RaySessions:
     async def forget(self, memory: Memory, scope: Scope) -> None:
         """Drop the hosts' cached copy of a conversation changed around them (cleared,
         compacted, written by another backend), so the next run loads it from the store."""
-        if per_process(memory.store):
+        found = store_identity(memory.store)
+        if found is None:
             return
-        key, _ = store_identity(memory.store)
+        key, _ = found
         ref = memory.store.ref(scope)
         name = host_names(self.hosts)[route(key, ref, self.hosts)]
         try:
@@ -245,9 +264,10 @@ class RaySessions:
 
     async def acquire(self, memory: Memory, scope: Scope, run_id: str) -> SessionLease:
         store = memory.store
-        if per_process(store):
+        found = store_identity(store)
+        if found is None:
             return await _local.acquire(memory, scope, run_id)
-        key, shipped = store_identity(store)
+        key, shipped = found
         ref = store.ref(scope)
         lock = _lock((key, ref))
         await lock.acquire()

@@ -75,8 +75,14 @@ async def redis_store(redis_url: str, tmp_path: Path) -> AsyncIterator[Store]:
     delete_store(made)
 
 
+def _identity(store: Store) -> tuple[str, Store]:
+    found = store_identity(store)
+    assert found is not None
+    return found
+
+
 def _host_of(sessions: RaySessions, store: Store, scope: Scope) -> Any:
-    key, _ = store_identity(store)
+    key, _ = _identity(store)
     return sessions.start()[route(key, store.ref(scope), sessions.hosts)]
 
 
@@ -235,7 +241,7 @@ async def test_an_abandoned_lease_expires_and_no_longer_blocks(tmp_path: Path) -
     backend, sessions = sessions_backend(hosts=HOSTS, lease_timeout=0.5)
     scope = Scope("abandoned")
     host = _host_of(sessions, store, scope)
-    key, shipped = store_identity(store)
+    key, shipped = _identity(store)
     # A driver that took the lease and died: no release, no renewal.
     lease_id, history = await host.acquire.remote(key, scope, "dead-driver", 0.5, shipped)
     assert history == b"[]"
@@ -275,7 +281,7 @@ async def test_a_run_cancelled_while_queued_leaves_no_lease_behind(tmp_path: Pat
     _, sessions = sessions_backend(hosts=HOSTS)
     memory, scope = Memory(store), Scope("cancelled")
     host = _host_of(sessions, store, scope)
-    key, shipped = store_identity(store)
+    key, shipped = _identity(store)
     holder, _ = await host.acquire.remote(key, scope, "another-driver", 60, shipped)
     queued = asyncio.create_task(sessions.acquire(memory, scope, "impatient"))
     await asyncio.sleep(0.3)
