@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
+from .backend import current_backend
 from .memory import scope_of
 from .messages import ContentPart, Message
 from .report import AgentResult
@@ -79,5 +80,12 @@ class Session:
         return list(await self.agent.memory.store.errors(self.scope))
 
     async def clear(self) -> None:
-        assert self.agent.memory is not None
-        await self.agent.memory.store.clear(self.scope)
+        """Delete the stored conversation and its errors (and any cached copy of it)."""
+        memory = self.agent.memory
+        assert memory is not None
+        await memory.store.clear(self.scope)
+        backend = self.agent.backend or current_backend()
+        forget = getattr(backend.sessions, "forget", None)
+        if forget is not None:
+            # Session hosts cache conversations; a clear around them must drop the copy.
+            await forget(memory, self.scope)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -56,6 +57,21 @@ class Simulator:
     def stats(self) -> SimStats:
         """A snapshot of the counters; safe from any thread."""
         return self._core.stats.snapshot()
+
+    async def wait_until(
+        self, predicate: Callable[[SimStats], bool], timeout: float = 10.0
+    ) -> SimStats:
+        """Poll the stats until `predicate` holds (e.g. a disconnect was counted); raise
+        AssertionError after `timeout` seconds. For tests: a bounded wait on a
+        condition, not a sleep."""
+        deadline = time.monotonic() + timeout
+        while True:
+            stats = self.stats()
+            if predicate(stats):
+                return stats
+            if time.monotonic() > deadline:
+                raise AssertionError(f"condition not reached in {timeout:g}s; stats: {stats}")
+            await asyncio.sleep(0.005)
 
     def reset(self) -> None:
         """Zero stats, recorded requests, rule fire counters and the prompt cache."""

@@ -30,15 +30,6 @@ def faulty(fault: Fault) -> list[Rule]:
     return [Rule(reply=Reply(text="never seen " * 20, fault=fault))]
 
 
-async def wait_for(predicate: Any, timeout: float = 5.0) -> None:
-    """Poll a condition on the simulator's stats, bounded in time."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
-
-
 @pytest.mark.parametrize(
     ("status", "error", "retryable"),
     [
@@ -190,7 +181,7 @@ async def test_abort_mid_stream_closes_the_request(provider: str) -> None:
                     seen += 1
                     if seen == 3:
                         controller.abort("enough")
-        await wait_for(lambda: sim.stats().disconnects == 1)
+        await sim.wait_until(lambda s: s.disconnects == 1)
         assert sim.stats().in_flight == 0
 
 
@@ -200,13 +191,13 @@ async def test_abort_while_waiting_for_a_reply(provider: str) -> None:
         task = asyncio.create_task(
             make_model(provider, sim).complete(HELLO, signal=controller.signal)
         )
-        await wait_for(lambda: sim.stats().in_flight == 1)
+        await sim.wait_until(lambda s: s.in_flight == 1)
         started = time.monotonic()
         controller.abort("user")
         with pytest.raises(AbortedError):
             await task
         assert time.monotonic() - started < 1.0
-        await wait_for(lambda: sim.stats().disconnects == 1)
+        await sim.wait_until(lambda s: s.disconnects == 1)
 
 
 async def test_cancelling_the_task_closes_the_request(provider: str) -> None:
@@ -217,11 +208,11 @@ async def test_cancelling_the_task_closes_the_request(provider: str) -> None:
                 pass
 
         task = asyncio.create_task(consume())
-        await wait_for(lambda: sim.stats().in_flight == 1)
+        await sim.wait_until(lambda s: s.in_flight == 1)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await wait_for(lambda: sim.stats().disconnects == 1)
+        await sim.wait_until(lambda s: s.disconnects == 1)
 
 
 async def test_offline_guard_refuses_real_providers() -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -118,14 +116,7 @@ def make_model(provider: str, sim: Simulator, **kwargs: Any) -> HTTPModel:
 
 
 async def wait_for(
-    sim: Simulator, predicate: Callable[[SimStats], bool], timeout: float = 5.0
+    sim: Simulator, predicate: Callable[[SimStats], bool], timeout: float = 10.0
 ) -> SimStats:
-    """Poll the simulator's stats until `predicate` holds; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = sim.stats()
-        if predicate(stats):
-            return stats
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached; stats: {stats}")
-        await asyncio.sleep(0.005)
+    """Wait (bounded) until the simulator's stats satisfy `predicate`."""
+    return await sim.wait_until(predicate, timeout)

@@ -39,15 +39,8 @@ def sim_model(sim: Simulator, **kwargs: Any) -> OpenAIModel:
 async def wait_for(
     sim: Simulator, predicate: Callable[[SimStats], bool], timeout: float = 10.0
 ) -> SimStats:
-    """Poll the simulator's stats until `predicate` holds; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = sim.stats()
-        if predicate(stats):
-            return stats
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached; stats: {stats}")
-        await asyncio.sleep(0.01)
+    """Wait (bounded) until the simulator's stats satisfy `predicate`."""
+    return await sim.wait_until(predicate, timeout)
 
 
 def _exists(path: Path) -> bool:

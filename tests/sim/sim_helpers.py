@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -102,17 +100,10 @@ def anthropic_events(raw: str) -> list[Any]:
 
 
 async def wait_for(
-    sim: Simulator, predicate: Callable[[SimStats], bool], timeout: float = 5.0
+    sim: Simulator, predicate: Callable[[SimStats], bool], timeout: float = 10.0
 ) -> SimStats:
-    """Poll the stats until ``predicate`` holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = sim.stats()
-        if predicate(stats):
-            return stats
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not reached; stats: {stats}")
-        await asyncio.sleep(0.005)
+    """Wait (bounded) until the simulator's stats satisfy `predicate`."""
+    return await sim.wait_until(predicate, timeout)
 
 
 USER = [{"role": "user", "content": "Hello there, simulator!"}]
