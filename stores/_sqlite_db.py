@@ -14,7 +14,7 @@ from .protocol import StoreDataError, StoreError, StoreUnavailableError
 T = TypeVar("T")
 
 SCHEMA_VERSION = 1
-BUSY_TIMEOUT_MS = 10_000
+BUSY_TIMEOUT_MS = 30_000
 
 # Tables are prefixed so that the file can be shared with an application's own tables.
 SCHEMA = """

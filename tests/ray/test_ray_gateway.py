@@ -20,7 +20,8 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 async def test_the_bound_holds_across_the_cluster() -> None:
     bound, runners, per_runner = 32, 4, 32  # 4x the bound in flight, from 4 processes
-    async with serve(latency=Latency(fixed_ms=150)) as sim:
+    # A latency long enough that the bound is reached even on a loaded machine.
+    async with serve(latency=Latency(fixed_ms=400)) as sim:
         bot = raygent.agent(model=sim_model(sim, max_concurrency=bound), backend=backend())
         actors = [Runner.remote() for _ in range(runners)]  # type: ignore[attr-defined]
         pids = await asyncio.gather(*(a.pid.remote() for a in actors))
@@ -75,10 +76,11 @@ async def test_a_retry_after_pauses_every_request_through_the_gateway() -> None:
 
 
 async def test_replicas_split_the_bound() -> None:
-    async with serve(latency=Latency(fixed_ms=100)) as sim:
+    # A latency long enough that the bound is reached even on a loaded machine.
+    async with serve(latency=Latency(fixed_ms=500)) as sim:
         model = sim_model(sim, max_concurrency=8)
         bot = raygent.agent(model=model, backend=backend(replicas=2))
-        results = await asyncio.gather(*(bot.execute(f"q{i}") for i in range(40)))
+        results = await asyncio.gather(*(bot.execute(f"q{i}") for i in range(24)))
         stats = sim.stats()
         names = gateway_names(gateway_key(model), 2)
         shares = [await ray.get_actor(name, namespace=NAMESPACE).stats.remote() for name in names]

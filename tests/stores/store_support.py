@@ -31,6 +31,7 @@ from raygent.stores import (
     SQLiteStore,
     Store,
     StoredMessage,
+    StoreUnavailableError,
 )
 
 MakeStore = Callable[..., Any]  # the make_store fixture: builds a store of the test's kind
@@ -201,7 +202,7 @@ def process_writer(store: Store, scope: Scope, writer: int, batches: int, barrie
 
 async def write_batches(store: Store, scope: Scope, writer: int, batches: int) -> int:
     """Returns how many conflicts the writer met."""
-    position, conflicts = 0, 0
+    position, conflicts, unavailable = 0, 0, 0
     for index in range(batches):
         messages = batch_of(writer, index)
         while True:
@@ -211,6 +212,13 @@ async def write_batches(store: Store, scope: Scope, writer: int, batches: int) -
                 )
             except PositionConflictError as exc:
                 position, conflicts = exc.actual, conflicts + 1
+                continue
+            except StoreUnavailableError:
+                # Retryable by contract (e.g. SQLite's lock wait ran out on a loaded
+                # machine); the idempotent append makes the retry safe.
+                unavailable += 1
+                if unavailable > 5:
+                    raise
                 continue
             position = result.first_position + result.count
             break
