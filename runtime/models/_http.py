@@ -112,6 +112,11 @@ class HTTPModel:
         return f"{type(self).__name__}(name={self.name!r}, base_url={self.base_url!r})"
 
     @functools.cached_property
+    def _remote(self) -> bool:
+        # Parsed once per model, not on every request.
+        return _leaves_machine(self.base_url)
+
+    @functools.cached_property
     def key_fingerprint(self) -> str:
         """A short, one-way fingerprint of the API key (safe to log and to key gateways on)."""
         return hashlib.sha256(self._api_key.encode()).hexdigest()[:12]
@@ -141,7 +146,7 @@ class HTTPModel:
         self, path: str, body: dict[str, Any], signal: AbortSignal | None
     ) -> AsyncIterator[httpx.Response]:
         """POST `body`; yield the open response once its status is 2xx, else raise typed."""
-        if os.environ.get("RAYGENT_OFFLINE") and _leaves_machine(self.base_url):
+        if os.environ.get("RAYGENT_OFFLINE") and self._remote:
             # The guard tests run under: a real provider call fails loudly, before any I/O.
             raise OfflineError(
                 f"RAYGENT_OFFLINE is set: refusing to call {self.base_url}", provider=self.provider
