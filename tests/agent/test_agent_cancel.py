@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 import pytest
 from agent_support import Recorder, add
+from shared_support import Gate, Hanging
 
 import raygent
 from raygent import AbortController, AbortSignal, Capabilities, ModelOptions
@@ -15,40 +15,8 @@ from raygent.errors import AgentCancelledError
 from raygent.events import Event
 from raygent.messages import Message
 from raygent.models.contract import Done, ModelResponse, StreamChunk, TextDelta
-from raygent.testing import FunctionModel, ScriptedModel, call, hang, reply
+from raygent.testing import FunctionModel, ScriptedModel, call, reply
 from raygent.usage import Usage
-
-
-class Hanging:
-    """A tool that blocks until cancelled, and says when it started and was cancelled."""
-
-    def __init__(self) -> None:
-        self.started = asyncio.Event()
-        self.cancelled = asyncio.Event()
-
-        @raygent.tool(name="wait_forever")
-        async def wait_forever() -> str:
-            """Never returns."""
-            self.started.set()
-            try:
-                await asyncio.get_running_loop().create_future()
-            except asyncio.CancelledError:
-                self.cancelled.set()
-                raise
-            return "unreachable"
-
-        self.tool = wait_forever
-
-
-class Gate:
-    """A model step that says when the request arrived, then hangs."""
-
-    def __init__(self) -> None:
-        self.arrived = asyncio.Event()
-
-    def __call__(self, messages: list[Message], options: ModelOptions) -> Any:
-        self.arrived.set()
-        return hang()
 
 
 def _cancelled(result: raygent.AgentResult) -> AgentCancelledError:

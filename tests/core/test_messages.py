@@ -7,15 +7,14 @@ import json
 import msgpack
 import pytest
 from pydantic import ValidationError
+from shared_support import MESSAGE_SHAPES, REDACTED, THINKING
 
 from raygent import (
     AssistantMessage,
     ImagePart,
     ProviderBlock,
-    SystemMessage,
     TextPart,
     ToolCall,
-    ToolMessage,
     UserMessage,
 )
 from raygent.messages import (
@@ -26,46 +25,7 @@ from raygent.messages import (
     messages_to_msgpack,
 )
 
-THINKING = {
-    "type": "thinking",
-    "thinking": "Let me add 2 and 2. ünïcødé ✓",
-    "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds",
-}
-REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a"}
-
-SHAPES = {
-    "system": SystemMessage(content="You are terse."),
-    "system-empty": SystemMessage(),
-    "user-text": UserMessage(content="hello"),
-    "user-multipart": UserMessage(content=[TextPart(text="look:"), TextPart(text=" twice")]),
-    "user-image-url": UserMessage(
-        content=[TextPart(text="what is it?"), ImagePart(url="https://example.com/cat.png")]
-    ),
-    "user-image-base64": UserMessage(
-        content=[ImagePart(data="iVBORw0KGgo=", media_type="image/png")]
-    ),
-    "user-image-path": UserMessage(content=[ImagePart(path="./images/cat.jpg")]),
-    "assistant-text": AssistantMessage(content="Hi."),
-    "assistant-tool-calls": AssistantMessage(
-        content="Looking it up.",
-        tool_calls=[
-            ToolCall.parse("call_1", "search", '{"q": "ray", "limit": 3}'),
-            ToolCall.parse("call_2", "calc", '{"expr": "2+2", "nested": {"a": [1, 2.5, null]}}'),
-        ],
-    ),
-    "assistant-malformed-args": AssistantMessage(
-        tool_calls=[ToolCall.parse("call_3", "search", '{"q": "unterminated')]
-    ),
-    "assistant-thinking": AssistantMessage(
-        content=[
-            ProviderBlock(provider="anthropic", kind="thinking", data=THINKING),
-            ProviderBlock(provider="anthropic", kind="redacted_thinking", data=REDACTED),
-            TextPart(text="4"),
-        ]
-    ),
-    "tool-result": ToolMessage(call_id="call_1", name="search", content="3 results"),
-    "tool-error": ToolMessage(call_id="call_2", content="division by zero", is_error=True),
-}
+SHAPES = MESSAGE_SHAPES
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))

@@ -19,7 +19,7 @@ from raygent import AgentResult, AgentStream, ModelOptions, OpenAIModel
 from raygent.events import Event
 from raygent.messages import AssistantMessage, Message, ToolMessage
 from raygent.stores import InMemoryStore, RedisStore, SQLiteStore, Store, StoredMessage
-from raygent.testing import FunctionModel, hang
+from raygent.testing import FunctionModel
 
 KINDS = ("memory", "sqlite", "redis")
 POLICIES = ("message", "turn", "run")
@@ -157,38 +157,6 @@ def lookup(q: str) -> str:
 def explode(reason: str) -> str:
     """Always fails."""
     raise RuntimeError(f"boom: {reason}")
-
-
-class Hanging:
-    """A tool that blocks until cancelled, and says when it started and was cancelled."""
-
-    def __init__(self) -> None:
-        self.started = asyncio.Event()
-        self.cancelled = asyncio.Event()
-
-        @raygent.tool(name="wait_forever")
-        async def wait_forever() -> str:
-            """Never returns."""
-            self.started.set()
-            try:
-                await asyncio.get_running_loop().create_future()
-            except asyncio.CancelledError:
-                self.cancelled.set()
-                raise
-            return "unreachable"
-
-        self.tool = wait_forever
-
-
-class Gate:
-    """A model step that says when the request arrived, then hangs until aborted."""
-
-    def __init__(self) -> None:
-        self.arrived = asyncio.Event()
-
-    def __call__(self, messages: list[Message], options: ModelOptions) -> Any:
-        self.arrived.set()
-        return hang()
 
 
 class Held:

@@ -14,8 +14,6 @@ import pytest
 from memory_support import (
     POLICIES,
     AppendFails,
-    Gate,
-    Hanging,
     Recorder,
     RecordErrorFails,
     Shape,
@@ -29,6 +27,7 @@ from memory_support import (
     user,
 )
 from pydantic import BaseModel
+from shared_support import Gate, Hanging
 
 import raygent
 from raygent import AbortController, AgentResult, Memory, Repair

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from memory_support import (
     POLICIES,
-    Hanging,
     Held,
     assistant,
     drain,
@@ -23,6 +22,7 @@ from memory_support import (
     shapes,
     user,
 )
+from shared_support import Hanging
 
 import raygent
 from raygent import AbortController, Memory, ModelOptions
