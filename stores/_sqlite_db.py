@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -77,7 +78,7 @@ def connect(path: str) -> sqlite3.Connection:
         # busy_timeout first: switching to WAL needs a lock another process may hold.
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if path != ":memory:":
-            db.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(db)
             # In WAL mode NORMAL survives a process crash and skips an fsync per commit;
             # a power cut may lose the last commits, never corrupt the file.
             db.execute("PRAGMA synchronous = NORMAL")
@@ -86,6 +87,26 @@ def connect(path: str) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def _enable_wal(db: sqlite3.Connection) -> None:
+    """Switch to WAL, waiting out other processes opening the same new file.
+
+    Changing the journal mode can answer "database is locked" at once, without the busy
+    handler (seen with two processes opening one fresh file): retry it within the busy
+    timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.005
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)  # on the store's worker thread, never the event loop
+        delay = min(delay * 2, 0.1)
 
 
 def ensure_schema(db: sqlite3.Connection, path: str) -> None:
