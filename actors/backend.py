@@ -8,6 +8,7 @@ from typing import Any
 
 from ._core import Backend
 from ._options import RayOptions
+from .batch_runners import RayBatchRunners
 from .gateway import RayModelAccess
 from .sessions import RaySessions
 from .tool_tasks import RayToolExecution
@@ -20,7 +21,13 @@ def ray_backend(options: RayOptions | None = None) -> Backend:
     now; models and tools that run in-process never need Ray at all. Picklable: an agent
     built with it can be shipped to Ray workers."""
     options = options or RayOptions()
-    return Backend("ray", RayModelAccess(options), RayToolExecution(options), RaySessions(options))
+    return Backend(
+        "ray",
+        RayModelAccess(options),
+        RayToolExecution(options),
+        RaySessions(options),
+        RayBatchRunners(options),
+    )
 
 
 def connect(

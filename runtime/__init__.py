@@ -3,11 +3,13 @@
 The public API is what this module exports; everything else is internal.
 """
 
-from . import errors, eval
+from . import compaction, errors, eval, observers
 from .abort import AbortController, AbortSignal
 from .agents import Agent, AgentStream, SystemPrompt, agent
+from .attachments import AttachmentPolicy, OutboundPolicy
 from .backend import current_backend, init
 from .batch import BatchResult, Retry, batch, batch_sync
+from .compaction import Compaction, CompactionResult
 from .fallback import fallback_model
 from .memory import Memory
 from .messages import (
@@ -50,8 +52,11 @@ __all__ = [
     "AgentStream",
     "AnthropicModel",
     "AssistantMessage",
+    "AttachmentPolicy",
     "BatchResult",
     "Capabilities",
+    "Compaction",
+    "CompactionResult",
     "Cost",
     "ImagePart",
     "Memory",
@@ -61,6 +66,7 @@ __all__ = [
     "ModelOptions",
     "ModelResponse",
     "OpenAIModel",
+    "OutboundPolicy",
     "Pricing",
     "ProviderBlock",
     "Repair",
@@ -81,11 +87,13 @@ __all__ = [
     "agent",
     "batch",
     "batch_sync",
+    "compaction",
     "current_backend",
     "errors",
     "eval",
     "fallback_model",
     "init",
+    "observers",
     "tool",
     "total_cost",
 ]

@@ -154,6 +154,7 @@ class InFlight:
         self._exhausted = False
         self._stopping = False
         self._grace_timer: asyncio.TimerHandle | None = None
+        self._read: asyncio.Future[Job] | None = None
         self.retries = 0
         self.feed_error: BaseException | None = None
         self.deliver_error: BaseException | None = None
@@ -239,7 +240,7 @@ class InFlight:
             return None
         try:
             if is_async:
-                return await anext(feed)  # type: ignore[arg-type]
+                return self._read_async(feed)  # type: ignore[arg-type]
             return next(feed)  # type: ignore[arg-type]
         except (StopIteration, StopAsyncIteration):
             self._exhausted = True
@@ -248,6 +249,19 @@ class InFlight:
             self._exhausted = True
             self.feed_error = exc
         return None
+
+    def _read_async(self, feed: AsyncIterator[Job]) -> Job | None:
+        """The next job if one has arrived, else None (with a read under way that wakes
+        the pool when it ends). Awaiting the read here instead would hold back every
+        completion behind a slow feed: a runner fed over the network, a slow reader."""
+        read = self._read
+        if read is None:
+            read = self._read = asyncio.ensure_future(anext(feed))
+            read.add_done_callback(lambda _: self._wake.set())
+        if not read.done():
+            return None
+        self._read = None
+        return read.result()
 
     def _start(self, job: Job) -> None:
         job.attempts += 1
@@ -347,6 +361,8 @@ class InFlight:
     def _clear(self) -> None:
         if self._grace_timer is not None:
             self._grace_timer.cancel()
+        if self._read is not None:
+            self._read.cancel()
         # Only left after an unexpected error: leave nothing running.
         for running in self._running:
             running.cancel()

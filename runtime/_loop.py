@@ -16,6 +16,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._observe import deliver
 from ._state import RunState, maybe_await, now
 from ._tool_round import run_tool_round
 from ._trip import model_trip
@@ -138,6 +139,7 @@ async def run_loop(run: RunState, user_input: list[Any]) -> AgentResult:
             await run.saver.close()
     await _finish(run, result, "completed")
     await run.emit(AgentCompleted, result=result)
+    await deliver(run.report, run.observers)
     return result
 
 
@@ -306,6 +308,7 @@ async def _fail(
     result = _result(run, data=None, text=progress.text(), error=error)
     await _finish(run, result, status)
     await run.emit(AgentErrored, error=error.to_dict(), result=result)
+    await deliver(run.report, run.observers)
     return result
 
 

@@ -14,6 +14,7 @@ from .memory import RunSaver
 from .messages import Message
 from .middleware import Middleware
 from .models.contract import Model, ModelOptions
+from .observers import Observer
 from .output import OutputSpec, Repair
 from .report import AgentReport, AgentResult, ModelInfo
 from .run_context import RunInfo
@@ -21,6 +22,7 @@ from .seams import Backend
 from .usage import Usage
 
 if TYPE_CHECKING:
+    from .compaction import Compaction
     from .tools import Tool
 
 Phase = Literal["starting", "trip", "tools", "between_trips", "done"]
@@ -47,6 +49,7 @@ class RunConfig:
     streaming: bool
     guard_max_buffer: int | None
     version: str | None
+    compaction: Compaction | None = None
 
 
 @dataclass
@@ -66,6 +69,8 @@ class RunState:
     setup_error: Exception | None = None
     # Saves to the session's store by the memory's policy (None: no memory).
     saver: RunSaver | None = None
+    # Who gets the finished report (raygent.observers); none for a nested run.
+    observers: tuple[Observer, ...] = ()
     _saved: int = 0
     # Detaches the run from the caller's abort signal once it ends.
     unlink: Callable[[], None] = field(default=lambda: None)

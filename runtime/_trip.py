@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from ._compact import compact_before_trip
 from ._guard import GuardBuffer, extract_tool_calls
 from ._state import RunState, maybe_await, now
 from .errors import MaxTripsError, ProviderResponseError
@@ -39,6 +40,7 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
             f"the run needs more than max_trips={run.config.max_trips} model trips",
             max_trips=run.config.max_trips,
         )
+    await compact_before_trip(run, index)  # a no-op without `compaction=`
     started, clock = now(), time.perf_counter()
     trip = TripReport(
         index=index,

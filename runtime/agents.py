@@ -16,16 +16,20 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from typing_extensions import Unpack
 
-from ._loop import run_loop
+from ._attach_run import start_run
+from ._observe import observers_for, own_observers
 from ._state import RunConfig, RunState
 from .abort import AbortController, AbortSignal
+from .attachments import AttachmentLike, AttachmentPolicy
 from .backend import current_backend
+from .compaction import Compaction
 from .errors import InvalidOptionsError, PromptError, RaygentError
 from .events import Dispatcher, Event, EventHandler, Handlers, handler_list
 from .memory import Memory, RunSaver, default_memory, scope_of
 from .messages import ContentPart, Message, SystemMessage, UserMessage
 from .middleware import Middleware
 from .models.contract import Model, ModelOptions, ToolSpec
+from .observers import Observe
 from .output import OutputSpec, Repair
 from .report import AgentResult
 from .run_context import RunInfo
@@ -84,6 +88,9 @@ class RunOptions(TypedDict, total=False):
     on: Handlers | None
     deps: Any
     parent: RunInfo | None
+    attachments: Sequence[AttachmentLike] | None
+    attachment_policy: AttachmentPolicy | None
+    observe: Observe
 
 
 class Agent:
@@ -104,15 +111,19 @@ class Agent:
         on: Handlers | None,
         version: str | None,
         capture_messages: bool,
-        observe: EventHandler | Iterable[EventHandler] | None,
+        observe: Observe,
         continue_on_output_limit: int,
         tool_schemas: Literal["full", "compact"],
         streaming_tool_guard: bool | int | None,
         backend: Backend | None,
         memory: Memory | None = None,
+        attachment_policy: AttachmentPolicy | None = None,
+        compaction: Compaction | None = None,
     ) -> None:
         self.model = model
         self.memory = memory
+        self.compaction = compaction
+        self.attachment_policy = attachment_policy or AttachmentPolicy()
         self.tools: dict[str, Tool[..., Any]] = {}
         for item in tools:
             as_tool = item.as_tool() if isinstance(item, Agent) else item
@@ -133,9 +144,10 @@ class Agent:
         self.guard_max_buffer = _guard_size(streaming_tool_guard)
         self.backend = backend
         self._factory_handlers = handler_list(on)
-        if observe is not None:
-            observers = [observe] if callable(observe) else list(observe)
-            self._factory_handlers.extend(("*", fn) for fn in observers)
+        # Observers get finished report trees (raygent.observers); `on=` gets events.
+        self.observe: Observe = (
+            observe if observe is None or isinstance(observe, bool) else own_observers(observe)
+        )
         self._instance_handlers: list[tuple[str, EventHandler]] = []
         self._specs: dict[str, tuple[ToolSpec, ...]] = {}
         # The agent's own output is resolved once; a call's own output is resolved per
@@ -159,7 +171,8 @@ class Agent:
         """Run once. Never raises: failures come back typed on `result.error`, with
         `result.report.status` failed, cancelled or incomplete. (Cancelling the task that
         awaits this records the cancellation, then lets CancelledError through.)"""
-        return await run_loop(*self._prepare(input, options, streaming=False, sink=None))
+        state, user_input = self._prepare(input, options, streaming=False, sink=None)
+        return await start_run(state, user_input, *self._attachments(options))
 
     def execute_sync(
         self, input: str | Message | Sequence[ContentPart | Message], **options: Unpack[RunOptions]
@@ -232,6 +245,13 @@ class Agent:
             # execute() never raises: a run that cannot even start fails on its result.
             config, system, messages, user_input = self._bare_config(streaming), "", [], []
             setup_error = _setup_error(exc)
+        try:
+            # Only a root run is observed: a nested run's report is in its root's tree.
+            nested = options.get("parent") is not None
+            observers = () if nested else observers_for(self.observe, options.get("observe"))
+        except Exception as exc:
+            observers = observers_for(self.observe, None)
+            setup_error = setup_error or _setup_error(exc)
         saver: RunSaver | None = None
         session_id = options.get("session_id")
         # Only a run given a session persists: a nested run reports its parent's session
@@ -251,6 +271,7 @@ class Agent:
             messages=messages,
             setup_error=setup_error,
             saver=saver,
+            observers=observers,
         )
         state.report.system_prompt = system or None
         user_signal = options.get("signal")
@@ -258,6 +279,13 @@ class Agent:
             # Unlinked when the run ends: a long-lived signal must not keep runs alive.
             state.unlink = user_signal.add_callback(lambda: state.abort.abort(user_signal.reason))
         return state, user_input
+
+    def _attachments(
+        self, options: RunOptions
+    ) -> tuple[Sequence[AttachmentLike] | None, AttachmentPolicy]:
+        """The call's attachments and the policy they are loaded under."""
+        policy = options.get("attachment_policy") or self.attachment_policy
+        return options.get("attachments"), policy
 
     def _run_info(self, options: RunOptions) -> RunInfo:
         parent = options.get("parent")
@@ -304,6 +332,7 @@ class Agent:
             streaming=streaming,
             guard_max_buffer=self.guard_max_buffer,
             version=self.version,
+            compaction=self.compaction,
         )
         return config, system
 
@@ -358,6 +387,7 @@ class AgentStream:
             input, options, streaming=True, sink=self._queue.put_nowait
         )
         self._state = state
+        self._attachments = agent._attachments(options)
         self._ended = False
         self._task = asyncio.ensure_future(self._run(user_input))
         # The end of the events, however the task ends (even cancelled before it ran).
@@ -365,7 +395,7 @@ class AgentStream:
 
     async def _run(self, user_input: list[Message]) -> AgentResult:
         try:
-            return await run_loop(self._state, user_input)
+            return await start_run(self._state, user_input, *self._attachments)
         except asyncio.CancelledError:
             # The loop recorded the cancellation: the stream's result is the cancelled run.
             if self._state.result is None:
@@ -412,17 +442,22 @@ def agent(
     on: Handlers | None = None,
     version: str | None = None,
     capture_messages: bool = False,
-    observe: EventHandler | Iterable[EventHandler] | None = None,
+    observe: Observe = None,
     continue_on_output_limit: int = 0,
     tool_schemas: Literal["full", "compact"] = "full",
     streaming_tool_guard: bool | int | None = None,
     backend: Backend | None = None,
     memory: Memory | None = None,
+    attachment_policy: AttachmentPolicy | None = None,
+    compaction: Compaction | None = None,
 ) -> Agent:
     """Build an agent. See `Agent.execute` for a run and `RunOptions` for per-call options.
 
     `streaming_tool_guard=True` (or a buffer size in characters) turns tool-call JSON that
-    a model writes as text into real tool calls.
+    a model writes as text into real tool calls. `compaction=raygent.Compaction(...)`
+    summarises older messages before a trip once the conversation counts above a
+    threshold (see `raygent.compaction`). `observe=` says who gets each finished report
+    tree (see `raygent.observers`); `on=` subscribes to events as the run goes.
     """
     return Agent(
         model=model,
@@ -443,6 +478,8 @@ def agent(
         streaming_tool_guard=streaming_tool_guard,
         backend=backend,
         memory=memory,
+        attachment_policy=attachment_policy,
+        compaction=compaction,
     )
 
 

@@ -64,6 +64,14 @@ def init(
     return chosen
 
 
+def use_backend(backend: Backend) -> None:
+    """Make `backend` this process's current one (a Ray batch runner takes its driver's,
+    so that the runs it hosts go through the same gateways)."""
+    global _current
+    with _lock:
+        _current = backend
+
+
 def current_backend() -> Backend:
     """The backend chosen by `init`, else the default (see the module docstring)."""
     with _lock:

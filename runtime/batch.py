@@ -8,9 +8,10 @@ batch itself never fails: errors of the executable, of the input, of `on_item` e
 on items and in the report. The options are defined once (`BatchOptions`) and shared by
 `batch`, `batch_sync`, `Agent.eval` and the `raygent batch` command.
 
-Runs here are in-process: the in-flight core (`_batch_engine.InFlight`) runs in this
-event loop. The Ray backend's batch runners run the same core in each runner over a
-chunked feed.
+On the local backend the in-flight core (`_batch_engine.InFlight`) runs in this event
+loop. On the Ray backend, runner actors each run the same core over the chunks of items
+the driver feeds them (`raygent.actors.batch_runners`); the driver reads the items and
+records the results, so the sink, `on_item` and the progress bar stay here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from typing_extensions import Unpack
 
-from ._batch_engine import BatchItem, Feed, InFlight, Job
+from ._batch_engine import Attempt, BatchItem, Deliver, Feed, InFlight, Job
 from ._batch_exec import InputError, ItemKey, JobMaker, attempt_for, grace_for, is_runnable
 from ._batch_progress import Progress, wants_progress
 from ._batch_report import BatchReport, Tally
@@ -35,7 +36,9 @@ from ._batch_retry import Retry
 from ._batch_sinks import Sink, key_token, open_sink
 from ._batch_sources import Source, feed, open_items
 from .abort import AbortController, AbortSignal
+from .backend import current_backend
 from .errors import AbortedError
+from .seams import Backend, BatchPool, PoolPlan
 from .usage import Usage
 
 if TYPE_CHECKING:
@@ -71,6 +74,9 @@ class BatchOptions(TypedDict, total=False):
     item_key: the field (or a callable on the item) that keys an item.
     progress: a progress bar (default: on in a terminal or a notebook).
     run_options: the `RunOptions` of every agent run (`output`, `system_prompt`, ...).
+    runners: on the Ray backend, how many runner actors share the batch (None: one per
+        128 of concurrency, at most one per CPU of the cluster); 0 runs it in this
+        process. The local backend always runs it here.
     """
 
     concurrency: int
@@ -82,6 +88,7 @@ class BatchOptions(TypedDict, total=False):
     item_key: ItemKey | None
     progress: bool | None
     run_options: RunOptions | None
+    runners: int | None
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,7 @@ class _Plan:
     item_key: ItemKey | None
     progress: bool
     run_options: RunOptions | None
+    runners: int | None
 
     @classmethod
     def of(cls, options: BatchOptions) -> _Plan:
@@ -119,7 +127,14 @@ class _Plan:
             item_key=options.get("item_key"),
             progress=wants_progress(options.get("progress")),
             run_options=options.get("run_options"),
+            runners=_runners(options.get("runners")),
         )
+
+
+def _runners(runners: int | None) -> int | None:
+    if runners is not None and (not isinstance(runners, int) or runners < 0):
+        raise ValueError(f"runners must be a non-negative int or None, not {runners!r}")
+    return runners
 
 
 @dataclass
@@ -144,6 +159,11 @@ class BatchResult:
         report = self.report
         return report.failed == 0 and report.cancelled == 0 and report.stopped is None
 
+    def _repr_html_(self) -> str:
+        from ._html import batch_html
+
+        return batch_html(self)
+
 
 async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) -> BatchResult:
     """Run `executable` on every item; see `BatchOptions` for the options.
@@ -165,14 +185,7 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
     source = open_items(items)
     sink = open_sink(plan.sink, plan.resume) if plan.sink is not None else None
     collector = _Collector(plan, sink, source.total)
-    pool = InFlight(
-        attempt,
-        concurrency=plan.concurrency,
-        retry=plan.retry,
-        deliver=collector.deliver,
-        signal=plan.signal,
-        grace=grace_for(executable),
-    )
+    pool = _pool(executable, attempt, plan, collector.deliver)
     collector.pool = pool
     make = JobMaker(runnable=is_runnable(executable), item_key=plan.item_key)
     jobs = feed(source, make, collector.skip if sink is not None and sink.done else None)
@@ -184,6 +197,35 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
         await _close(jobs, source)
         collector.close()
     return collector.result()
+
+
+def _pool(executable: Any, attempt: Attempt, plan: _Plan, deliver: Deliver) -> BatchPool:
+    """The backend's runners (Ray), else an in-flight pool in this process."""
+    grace = grace_for(executable)
+    backend = getattr(executable, "backend", None)
+    if not isinstance(backend, Backend):
+        backend = current_backend()
+    if plan.runners != 0 and backend.batches is not None:
+        return backend.batches.pool(
+            executable,
+            PoolPlan(
+                run_options=plan.run_options,
+                concurrency=plan.concurrency,
+                retry=plan.retry,
+                deliver=deliver,
+                signal=plan.signal,
+                grace=grace,
+                runners=plan.runners,
+            ),
+        )
+    return InFlight(
+        attempt,
+        concurrency=plan.concurrency,
+        retry=plan.retry,
+        deliver=deliver,
+        signal=plan.signal,
+        grace=grace,
+    )
 
 
 def batch_sync(executable: Any, items: Any, **options: Unpack[BatchOptions]) -> BatchResult:
@@ -257,7 +299,7 @@ class _Collector:
         self.sink = sink
         self.tally = Tally()
         self.kept: list[BatchItem] = []
-        self.pool: InFlight | None = None
+        self.pool: BatchPool | None = None
         self.stopped: str | None = None
         self._sink_broken = False
         self.progress = Progress(plan.progress, total)

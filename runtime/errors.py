@@ -9,6 +9,7 @@ __all__ = [
     "AbortedError",
     "AgentCancelledError",
     "AgentIncompleteError",
+    "AttachmentError",
     "AuthenticationError",
     "ContentFilterError",
     "ContextLengthExceededError",
@@ -16,6 +17,7 @@ __all__ = [
     "InvalidRequestError",
     "MaxTripsError",
     "OfflineError",
+    "OutboundPolicyError",
     "PromptError",
     "ProviderConnectionError",
     "ProviderError",
@@ -214,6 +216,23 @@ class PromptError(RaygentError):
 
     code = "prompt"
     category = "config"
+
+
+class AttachmentError(RaygentError):
+    """An attachment could not be used: a missing or unreadable file, an unknown kind,
+    text that is not UTF-8, a failed download. details: attachment."""
+
+    code = "attachment"
+    category = "input"
+
+
+class OutboundPolicyError(RaygentError):
+    """The attachment or outbound policy refused: a scheme, host or address not allowed,
+    a path outside the allowed roots, a body over the size cap, a timeout. details:
+    reason, and the url or path refused."""
+
+    code = "outbound_policy"
+    category = "policy"
 
 
 _KEY_PATTERNS = re.compile(r"(sk-[A-Za-z0-9_\-*]{4,}|Bearer\s+[A-Za-z0-9_\-.*]{8,})")

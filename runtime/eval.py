@@ -116,6 +116,11 @@ class EvalReport(BaseModel):
     def to_junit(self) -> str:
         return to_junit(self)
 
+    def _repr_html_(self) -> str:
+        from ._html import eval_html
+
+        return eval_html(self)
+
 
 def to_json(report: EvalReport, indent: int | None = 2) -> str:
     """The report as JSON (inputs and outputs as plain JSON values)."""

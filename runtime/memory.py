@@ -31,11 +31,11 @@ from .errors import RaygentError
 from .messages import Message
 
 if TYPE_CHECKING:
-    from stores.protocol import Scope, Store
+    from stores.protocol import CompactingStore, Scope, Snapshot, Store
     from stores.redis import RedisStore
     from stores.sqlite import SQLiteStore
 else:
-    from raygent.stores import RedisStore, Scope, SQLiteStore, Store
+    from raygent.stores import CompactingStore, RedisStore, Scope, Snapshot, SQLiteStore, Store
 
 __all__ = [
     "LocalSessions",
@@ -145,6 +145,11 @@ class RunSaver:
         except Exception as exc:
             log.warning("record_error failed for session %s: %r", self.scope.session_id, exc)
 
+    @property
+    def lease(self) -> SessionLease | None:
+        """The session held (None before `open` and after `close`)."""
+        return self._lease
+
     async def close(self) -> None:
         if self._lease is not None:
             lease, self._lease = self._lease, None
@@ -227,6 +232,10 @@ class LocalSessions:
             weakref.WeakValueDictionary()
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Locks serialise runs within one process; the store fences across processes.
+        return (type(self), ())
+
     def _lock(self, key: tuple[Hashable, str]) -> _SessionLock:
         with self._guard:
             lock = self._locks.get(key)
@@ -263,6 +272,8 @@ class _LocalLease:
         self.history = history
         self._position = len(history)
         self._lock: _SessionLock | None = lock
+        # Compaction rewrites the stored history under this lease (raygent.compaction).
+        self.compacts = isinstance(store, CompactingStore)
 
     async def append(self, turn: int, messages: Sequence[Message]) -> None:
         result = await self.store.append(
@@ -272,6 +283,23 @@ class _LocalLease:
 
     async def record_error(self, error: RaygentError, messages: Sequence[Message]) -> None:
         await self.store.record_error(self.scope, self.run_id, error, messages)
+
+    async def snapshot(self) -> Snapshot:
+        assert isinstance(self.store, CompactingStore)
+        return await self.store.snapshot(self.scope)
+
+    async def replace_prefix(
+        self, revision: int, count: int, replacement: Sequence[Message]
+    ) -> bool:
+        """Replace the stored prefix if `revision` still holds; the position fence moves
+        by what the replacement changed, so this run's next append still lines up."""
+        assert isinstance(self.store, CompactingStore)
+        outcome = await self.store.replace_prefix(
+            self.scope, revision, count, replacement, self.run_id
+        )
+        if outcome == "committed":
+            self._position += len(replacement) - count
+        return outcome == "committed"
 
     async def release(self) -> None:
         if self._lock is not None:

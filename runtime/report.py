@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .compaction import CompactionRecord
 from .errors import RaygentError
 from .messages import Message, ProviderBlock
 from .usage import Usage
@@ -82,6 +83,25 @@ class AgentReport(BaseModel):
     messages: list[Message] | None = None
     error: dict[str, Any] | None = None
     handler_errors: list[dict[str, Any]] = Field(default_factory=list)
+    compactions: list[CompactionRecord] = Field(default_factory=list)
+
+    def total_usage(self) -> Usage:
+        """The usage of every trip, nested runs' included (what `result.usage` adds up)."""
+        own = sum((trip.usage for trip in self.trips), Usage())
+        return own + sum((c.child.total_usage() for c in self.tool_calls if c.child), Usage())
+
+    def to_json(self, indent: int | None = None) -> str:
+        """The whole tree as JSON, nested runs included; `from_json` reads it back."""
+        return self.model_dump_json(indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> AgentReport:
+        return cls.model_validate_json(text)
+
+    def _repr_html_(self) -> str:
+        from ._html import report_html
+
+        return report_html(self)
 
 
 @dataclass
@@ -107,3 +127,8 @@ class AgentResult:
     @property
     def ok(self) -> bool:
         return self.report.status == "completed"
+
+    def _repr_html_(self) -> str:
+        from ._html import report_html
+
+        return report_html(self.report, result=self)

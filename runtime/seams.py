@@ -21,6 +21,9 @@ from .messages import Message
 from .models.contract import Model, ModelOptions, ModelResponse, StreamChunk
 
 if TYPE_CHECKING:
+    from ._batch_engine import Deliver, Feed
+    from ._batch_retry import Retry
+    from .agents import RunOptions
     from .tools import Tool, ToolContext
 
 T = TypeVar("T")
@@ -28,9 +31,12 @@ T = TypeVar("T")
 __all__ = [
     "LOCAL",
     "Backend",
+    "BatchExecution",
+    "BatchPool",
     "LocalModelAccess",
     "LocalToolExecution",
     "ModelAccess",
+    "PoolPlan",
     "closing_stream",
 ]
 
@@ -73,6 +79,10 @@ class LocalModelAccess:
         self._bounds: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[Any, asyncio.Semaphore]
         ] = weakref.WeakKeyDictionary()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Bounds are per process (and per event loop): a copy elsewhere starts afresh.
+        return (type(self), ())
 
     def _bound(self, model: Model) -> asyncio.Semaphore | None:
         limit = getattr(model, "max_concurrency", None)
@@ -147,12 +157,61 @@ class LocalToolExecution:
         return await tool.invoke(arguments, ctx)
 
 
+class BatchPool(Protocol):
+    """Keeps a batch's attempts in flight and hands each item over as it ends:
+    `_batch_engine.InFlight` in this process, or a Ray backend's runner actors."""
+
+    feed_error: BaseException | None
+    deliver_error: BaseException | None
+
+    @property
+    def signal(self) -> AbortSignal: ...
+
+    @property
+    def retries(self) -> int: ...
+
+    @property
+    def retrying(self) -> int: ...
+
+    def abort(self, reason: str | None = None) -> None: ...
+
+    async def run(self, feed: Feed) -> None: ...
+
+
+class BatchExecution(Protocol):
+    """Where a batch's attempts run (the backend's `batches`; None runs them here)."""
+
+    def pool(self, executable: Any, plan: PoolPlan) -> BatchPool: ...
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """What a batch pool is asked to do (the options of `raygent.batch` that concern
+    running, not reading or recording)."""
+
+    run_options: RunOptions | None
+    concurrency: int
+    retry: Retry
+    deliver: Deliver
+    signal: AbortSignal | None
+    grace: float
+    runners: int | None
+
+
 @dataclass(frozen=True)
 class Backend:
     name: str
     models: ModelAccess
     tools: ToolExecution
     sessions: SessionPersistence = field(default_factory=LocalSessions)
+    batches: BatchExecution | None = None
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        # LOCAL travels by name: an agent built on it and shipped to a Ray worker runs
+        # on that process's own in-process backend.
+        if self is LOCAL:
+            return "LOCAL"
+        return (Backend, (self.name, self.models, self.tools, self.sessions, self.batches))
 
 
 LOCAL = Backend("local", LocalModelAccess(), LocalToolExecution())

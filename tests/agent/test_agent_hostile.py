@@ -130,7 +130,7 @@ async def test_a_handler_that_raises_on_every_event_breaks_nothing() -> None:
         raise RuntimeError(f"no {event.type}")
 
     model = ScriptedModel([reply(tool_calls=[call("add", {"a": 1, "b": 2})]), "3"])
-    bot = raygent.agent(model=model, tools=[add], on={"*": hostile}, observe=hostile)
+    bot = raygent.agent(model=model, tools=[add], on={"*": [hostile, hostile]})
     events, result = await drain(bot.stream("go", on={"*": hostile}))
     assert result.ok and result.text == "3"
     assert len(result.report.handler_errors) == 3 * len(events)

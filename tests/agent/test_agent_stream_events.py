@@ -133,8 +133,7 @@ async def test_handlers_fire_by_tier_factory_instance_call() -> None:
 
     bot = raygent.agent(
         model=ScriptedModel(["a", "b"]),
-        on={"agent.completed": [tag("factory"), async_tag]},
-        observe=tag("observer"),
+        on={"agent.completed": [tag("factory"), async_tag], "*": tag("any")},
     )
     unsubscribe = bot.on("agent.completed", tag("instance"))
     await bot.execute("go", on={"agent.completed": tag("call")})
@@ -142,11 +141,11 @@ async def test_handlers_fire_by_tier_factory_instance_call() -> None:
     assert completed == [
         "factory:agent.completed",
         "async:agent.completed",
-        "observer:agent.completed",
+        "any:agent.completed",
         "instance:agent.completed",
         "call:agent.completed",
     ]
-    assert "observer:agent.starting" in order  # observers see every event
+    assert "any:agent.starting" in order  # "*" sees every event
     order.clear()
     unsubscribe()
     unsubscribe()  # twice is harmless

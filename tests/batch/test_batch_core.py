@@ -269,3 +269,23 @@ async def test_a_progress_bar_counts_items_failures_and_retries(
     assert result.report.failed == 1
     bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
     assert "5/5" in bar and "failed=1" in bar and "retrying=0" in bar
+
+
+async def test_a_slow_async_source_does_not_hold_back_items_that_ended() -> None:
+    """The next row arrives only after the first item is delivered: were the pool to
+    await the source before settling what ended, this would never finish."""
+    first_delivered = asyncio.Event()
+
+    async def rows() -> Any:
+        yield "a"
+        await first_delivered.wait()
+        yield "b"
+
+    async def echo(item: str) -> str:
+        return item.upper()
+
+    def on_item(item: BatchItem) -> None:
+        first_delivered.set()
+
+    result = await asyncio.wait_for(batch(echo, rows(), concurrency=4, on_item=on_item), timeout=30)
+    assert result.ok and result.data == ["A", "B"]

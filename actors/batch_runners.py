@@ -1,0 +1,376 @@
+"""Batch on Ray: runner actors keep the attempts in flight; the driver feeds and records.
+
+The driver reads the items (so generators, files and datasets stream as on the local
+backend), sends them to the runners in chunks, and receives each item once it has ended,
+in batches, over one streaming call per runner. `concurrency` is split among the runners
+(never multiplied), so it bounds the attempts in flight across the cluster; provider
+bounds are held by the gateways the runs in the runners go through.
+
+The driver knows which items each runner holds. A runner that dies (killed, its node
+lost) gives its unfinished items back: they run again on a new runner, their lost
+attempt counted. An item is recorded when its result reaches the driver, and only
+then, so none is recorded twice. An item that has taken down `MAX_LOST` runners fails
+(typed) instead of taking down more; if runners cannot be started at all, the batch
+stops with that error rather than reading the rest of its items.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import math
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import ray
+import ray.cloudpickle
+from ray.exceptions import RayError
+
+from ._batch_runner import BatchRunner
+from ._core import RaygentError
+from ._options import RayOptions
+
+if TYPE_CHECKING:
+    from runtime._batch_engine import BatchItem, Feed, Job, Outcome
+    from runtime.abort import AbortController, AbortSignal
+    from runtime.errors import AbortedError
+    from runtime.seams import BatchPool, PoolPlan
+else:
+    from raygent._batch_engine import BatchItem, Feed, Job, Outcome
+    from raygent.abort import AbortController, AbortSignal
+    from raygent.errors import AbortedError
+
+__all__ = ["RayBatchRunners", "RunnerLostError", "RunnerPool"]
+
+logger = logging.getLogger(__name__)
+_dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps
+_loads: Callable[[bytes], Any] = ray.cloudpickle.loads
+
+PER_RUNNER = 128  # attempts in flight one runner takes by default
+MAX_LOST = 3  # runners an item may take down before it fails
+_runner_class: Any = None
+
+
+class RunnerLostError(RaygentError):
+    """A batch runner died holding this item (`fatal`: no runner could be kept up)."""
+
+    code = "runner_lost"
+    category = "batch"
+
+    def __init__(self, message: str, *, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.fatal = fatal
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_lost_error, (str(self), self.fatal))
+
+
+def _lost_error(message: str, fatal: bool) -> RunnerLostError:
+    return RunnerLostError(message, fatal=fatal)
+
+
+class RayBatchRunners:
+    """`BatchExecution` on Ray: each batch gets its own runner actors."""
+
+    def __init__(self, options: RayOptions | None = None) -> None:
+        self.options = options or RayOptions()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.options,))
+
+    def pool(self, executable: Any, plan: PoolPlan) -> BatchPool:
+        return RunnerPool(executable, plan, self.options)
+
+
+@dataclass(eq=False)
+class _Runner:
+    handle: Any
+    slots: int
+    held: dict[int, Job] = field(default_factory=dict)  # sent, not yet back
+    closed: bool = False
+    chunks: int = 0
+    ended: bool = False
+    retries: int = 0
+    retrying: int = 0
+    delivered: int = 0
+
+
+class RunnerPool:
+    """A `BatchPool` over runner actors (see the module docstring)."""
+
+    def __init__(self, executable: Any, plan: PoolPlan, options: RayOptions) -> None:
+        self._executable = executable
+        self._plan = plan
+        self._options = options
+        self._controller = AbortController()
+        self._runners: list[_Runner] = []
+        self._consumers: set[asyncio.Task[None]] = set()
+        self._requeued: deque[Job] = deque()
+        self._lost: dict[int, int] = {}
+        self._changed = asyncio.Event()
+        self._exhausted = False
+        self._stopping = False
+        self._barren = 0  # runners that died before giving anything back
+        self._payload: Any = None
+        self._name = f"raygent-batch-{uuid.uuid4().hex[:8]}"
+        self._ids = itertools.count()
+        self.feed_error: BaseException | None = None
+        self.deliver_error: BaseException | None = None
+
+    @property
+    def signal(self) -> AbortSignal:
+        return self._controller.signal
+
+    @property
+    def retries(self) -> int:
+        return sum(r.retries for r in self._runners)
+
+    @property
+    def retrying(self) -> int:
+        return len(self._requeued) + sum(r.retrying for r in self._runners if not r.ended)
+
+    @property
+    def runners(self) -> list[Any]:
+        """The handles of the runners alive now."""
+        return [r.handle for r in self._runners if not r.ended]
+
+    def abort(self, reason: str | None = None) -> None:
+        self._controller.abort(reason)
+
+    async def run(self, feed: Feed) -> None:
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:  # abort() may come from any thread
+            loop.call_soon_threadsafe(self._changed.set)
+
+        unhook = self.signal.add_callback(wake)
+        outer = self._plan.signal
+        unlink = outer.add_callback(lambda: self.abort(outer.reason)) if outer else None
+        try:
+            self._options.connect()
+            self._payload = ray.put(_dumps(self._executable))
+            for slots in _split(self._plan.concurrency, self._count()):
+                self._spawn(slots)
+            await self._drive(feed)
+        except asyncio.CancelledError:
+            self.abort(self.signal.reason or "the batch task was cancelled")
+            await self._abandon()
+            raise
+        finally:
+            unhook()
+            if unlink is not None:
+                unlink()
+            self._shutdown()
+
+    def _count(self) -> int:
+        if self._plan.runners:
+            wanted = self._plan.runners
+        else:
+            resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+            cpus = int(resources.get("CPU", 1)) or 1
+            wanted = min(math.ceil(self._plan.concurrency / PER_RUNNER), cpus)
+        return max(1, min(wanted, self._plan.concurrency))
+
+    def _spawn(self, slots: int) -> None:
+        global _runner_class
+        if _runner_class is None:
+            _runner_class = ray.remote(BatchRunner)
+        from .backend import ray_backend  # here: backend.py imports this module
+
+        handle = _runner_class.options(
+            name=f"{self._name}-{next(self._ids)}",
+            namespace=self._options.namespace,
+            num_cpus=0,
+            scheduling_strategy="SPREAD",
+            max_concurrency=1000,
+        ).remote(
+            self._payload,
+            self._plan.run_options,
+            slots,
+            self._plan.retry,
+            self._plan.grace,
+            ray_backend(self._options),
+        )
+        runner = _Runner(handle, slots)
+        self._runners.append(runner)
+        task = asyncio.ensure_future(self._consume(runner))
+        self._consumers.add(task)
+        task.add_done_callback(self._consumers.discard)
+
+    async def _drive(self, feed: Feed) -> None:
+        while True:
+            if self.signal.aborted and not self._stopping:
+                await self._stop()
+            if not self._stopping:
+                await self._fill(feed)
+            if not self._requeued and (self._exhausted or self._stopping):
+                for runner in self._runners:
+                    if not runner.ended and not runner.closed:
+                        runner.closed = True
+                        runner.handle.close.remote(runner.chunks)
+            if all(r.ended for r in self._runners):
+                if not self._requeued:
+                    return
+                if not self._stopping:  # work left and no runner to take it
+                    self._spawn(self._runners[-1].slots)
+            await self._changed.wait()
+            self._changed.clear()
+
+    async def _fill(self, feed: Feed) -> None:
+        for runner in self._runners:
+            if runner.ended or runner.closed:
+                continue
+            room = 2 * runner.slots - len(runner.held)
+            if room < max(1, runner.slots // 2):
+                continue
+            chunk = [job async for job in self._take(feed, room)]
+            if chunk:
+                runner.held.update((job.index, job) for job in chunk)
+                runner.chunks += 1
+                runner.handle.submit.remote(chunk)
+
+    async def _take(self, feed: Feed, count: int) -> AsyncIterator[Job]:
+        taken = 0
+        while taken < count:
+            if self._requeued:
+                job = self._requeued.popleft()
+            elif self._exhausted:
+                return
+            else:
+                read = await self._read(feed)
+                if read is None:
+                    return
+                job = read
+                if job.error is not None:  # unreadable: it fails here, unrun
+                    await self._deliver(_ended(job, Outcome("failed", error=job.error)))
+                    continue
+            taken += 1
+            yield job
+
+    async def _read(self, feed: Feed) -> Job | None:
+        try:
+            if isinstance(feed, Iterator):
+                return next(feed)
+            return await anext(feed)
+        except (StopIteration, StopAsyncIteration):
+            self._exhausted = True
+        except Exception as exc:
+            self._exhausted = True  # a failing feed ends there; what it gave still runs
+            self.feed_error = exc
+        return None
+
+    async def _consume(self, runner: _Runner) -> None:
+        died: BaseException | None = None
+        try:
+            stream = runner.handle.results.options(num_returns="streaming").remote()
+            async for ref in stream:
+                pickled, runner.retries, runner.retrying = await ref
+                await self._receive(runner, pickled)
+        except RayError as exc:
+            died = exc
+        finally:
+            runner.ended = True
+            runner.retrying = 0
+            await self._settle_held(runner, died)
+            self._changed.set()
+
+    async def _receive(self, runner: _Runner, pickled: bytes) -> None:
+        items: list[BatchItem] = _loads(pickled)
+        for item in items:
+            if runner.held.pop(item.index, None) is not None:
+                runner.delivered += 1
+                await self._deliver(item)
+        self._changed.set()
+
+    async def _settle_held(self, runner: _Runner, died: BaseException | None) -> None:
+        """What a runner held and never gave back: cancelled if the batch is stopping,
+        else run again elsewhere (or failed, for an item that took down too many)."""
+        held, runner.held = list(runner.held.values()), {}
+        if died is not None:
+            logger.warning("batch runner lost with %d items: %s", len(held), died)
+        if self._stopping or self.signal.aborted:
+            for job in held:
+                await self._deliver(_ended(job, Outcome("cancelled", error=self._cancelled())))
+            return
+        if died is not None and not runner.delivered:
+            self._barren += 1
+        if self._barren >= MAX_LOST:
+            # Runners die before giving anything back (an executable that cannot be
+            # unpickled there, no room to place them): stop, rather than fail every item.
+            error = RunnerLostError(f"batch runners cannot be kept up: {died}", fatal=True)
+            for job in held:
+                await self._deliver(_ended(job, Outcome("failed", error=error)))
+            self.abort(str(error))
+            return
+        for job in held:
+            lost = self._lost[job.index] = self._lost.get(job.index, 0) + 1
+            job.attempts += 1
+            if lost >= MAX_LOST:
+                error = RunnerLostError(f"item {job.index}: {lost} runners died running it")
+                await self._deliver(_ended(job, Outcome("failed", error=error)))
+            else:
+                self._requeued.append(job)
+        if self._requeued or not self._exhausted:
+            self._spawn(runner.slots)
+
+    async def _stop(self) -> None:
+        self._stopping = True
+        reason = self.signal.reason
+        for runner in self._runners:
+            if not runner.ended:
+                runner.handle.abort.remote(reason)
+        requeued, self._requeued = list(self._requeued), deque()
+        for job in requeued:
+            await self._deliver(_ended(job, Outcome("cancelled", error=self._cancelled())))
+
+    async def _abandon(self) -> None:
+        """The batch task was cancelled: what is unfinished ends cancelled now."""
+        await self._stop()
+        for task in list(self._consumers):
+            task.cancel()
+        for runner in self._runners:
+            held, runner.held = list(runner.held.values()), {}
+            for job in held:
+                await self._deliver(_ended(job, Outcome("cancelled", error=self._cancelled())))
+
+    def _shutdown(self) -> None:
+        self._stopping = True  # a consumer still ending gives back what it held cancelled
+        for task in list(self._consumers):
+            task.cancel()
+        for runner in self._runners:
+            with contextlib.suppress(Exception):
+                ray.kill(runner.handle, no_restart=True)
+
+    def _cancelled(self) -> AbortedError:
+        reason = self.signal.reason or "no reason given"
+        return AbortedError(f"batch cancelled: {reason}", reason=self.signal.reason)
+
+    async def _deliver(self, item: BatchItem) -> None:
+        try:
+            await self._plan.deliver(item)
+        except Exception as exc:
+            self.deliver_error = self.deliver_error or exc
+
+
+def _ended(job: Job, outcome: Outcome) -> BatchItem:
+    return BatchItem(
+        index=job.index,
+        key=job.key,
+        status=outcome.status,
+        error=outcome.error,
+        attempts=job.attempts,
+        usage=job.usage,
+        input=job.input,
+        meta=job.meta,
+    )
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """`total` slots over `parts` runners, floor/ceil: never more than `total` in all."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]

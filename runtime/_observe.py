@@ -1,0 +1,56 @@
+"""Which observers see a run, and handing them its report (see `raygent.observers`)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+
+from .observers import Observe, Observer, log, registered
+from .report import AgentReport
+
+__all__ = ["deliver", "observers_for", "own_observers"]
+
+
+def own_observers(setting: Observe) -> tuple[Observer, ...]:
+    """The observers an `observe=` value names itself (none for None, True or False)."""
+    if setting is None or isinstance(setting, bool):
+        return ()
+    if callable(setting):
+        return (setting,)
+    listed = tuple(setting)
+    for observer in listed:
+        if not callable(observer):
+            raise TypeError(f"an observer is a callable taking an AgentReport, not {observer!r}")
+    return listed
+
+
+def observers_for(agent_setting: Observe, call_setting: Observe) -> tuple[Observer, ...]:
+    """The observers of one root run, from the agent's and the call's `observe=`."""
+    if call_setting is False:
+        return ()
+    use_global = call_setting is True or agent_setting is not False
+    chosen: Iterable[Observer] = (
+        *(registered() if use_global else ()),
+        *own_observers(agent_setting),
+        *own_observers(call_setting),
+    )
+    unique: list[Observer] = []
+    for observer in chosen:
+        if not any(observer is seen for seen in unique):
+            unique.append(observer)
+    return tuple(unique)
+
+
+async def deliver(report: AgentReport, observers: tuple[Observer, ...]) -> None:
+    """Hand the finished report to each observer in turn; one that raises is logged."""
+    for observer in observers:
+        try:
+            outcome = observer(report)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except Exception as exc:  # an observer must never break the run
+            log.warning("observer %s raised %r", _name(observer), exc, exc_info=exc)
+
+
+def _name(observer: Observer) -> str:
+    return str(getattr(observer, "__qualname__", None) or type(observer).__qualname__)

@@ -1,0 +1,195 @@
+"""`raygent.batch` on the Ray backend: runner actors keep the attempts in flight, the
+driver feeds them and records each item once, whatever happens to a runner."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from pydantic import BaseModel
+from ray_support import NAMESPACE, backend, sim_model
+
+import raygent
+from raygent import AbortController
+from raygent.batch import BatchItem, Retry, batch
+from raygent.errors import RateLimitError
+from raygent.sim import Latency, serve
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+PREFIX = "raygent-batch-"
+
+
+class Answer(BaseModel):
+    text: str
+
+
+def runner_names() -> list[str]:
+    return [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith(PREFIX) and a["namespace"] == NAMESPACE
+    ]
+
+
+async def pid_of_work(item: int) -> dict[str, int]:
+    await asyncio.sleep(0.02)  # the work: an I/O wait
+    return {"item": item, "pid": os.getpid()}
+
+
+async def test_an_agent_batch_runs_on_runners_within_the_provider_bound() -> None:
+    async with serve(latency=Latency(fixed_ms=30)) as sim:
+        bot = raygent.agent(model=sim_model(sim, max_concurrency=6), backend=backend())
+        result = await batch(bot, [f"q{i}" for i in range(40)], concurrency=16, runners=2)
+        stats = sim.stats()
+    assert result.ok, [str(i.error) for i in result.items if not i.ok]
+    assert [item.index for item in result.items] == list(range(40))
+    assert all(isinstance(text, str) and text for text in result.data)
+    assert result.usage.input_tokens > 0
+    assert stats.requests == 40
+    assert stats.peak_in_flight <= 6  # the gateway's bound, across both runners
+    assert runner_names() == []  # the batch's runners end with it
+
+
+async def test_items_run_in_runner_processes_and_come_back_in_order() -> None:
+    ray_back = backend()
+
+    async def where(item: int) -> dict[str, int]:
+        return await pid_of_work(item)
+
+    agentless = _on(ray_back, where)
+    result = await batch(agentless, range(30), concurrency=6, runners=2)
+    assert result.ok
+    assert [row["item"] for row in result.data] == list(range(30))
+    pids = {row["pid"] for row in result.data}
+    assert os.getpid() not in pids and len(pids) == 2
+
+
+async def test_a_runner_killed_mid_batch_loses_no_item_and_records_none_twice(
+    tmp_path: Path,
+) -> None:
+    sink = tmp_path / "out.jsonl"
+    killed: list[str] = []
+
+    def kill_one(item: BatchItem) -> None:
+        if killed or item.index < 5:
+            return
+        name = runner_names()[0]
+        killed.append(name)
+        ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+
+    result = await batch(
+        _on(backend(), pid_of_work),
+        range(120),
+        concurrency=8,
+        runners=2,
+        sink=sink,
+        on_item=kill_one,
+    )
+    assert killed
+    assert result.ok, result.report
+    rows = [json.loads(line) for line in sink.read_text().splitlines()]
+    keys = [row["key"] for row in rows]
+    assert sorted(keys) == list(range(120))  # every item, once
+    assert all(row["status"] == "completed" for row in rows)
+    assert max(row["attempts"] for row in rows) >= 2  # the killed runner's items ran again
+
+
+async def test_retries_happen_in_the_runner_and_count_every_attempt() -> None:
+    marks = Path(os.environ.get("TMPDIR", "/tmp")) / f"raygent-flaky-{os.getpid()}"
+    marks.mkdir(exist_ok=True)
+
+    async def flaky(item: int) -> int:
+        mark = marks / str(item)
+        if not mark.exists():  # the first attempt of each item fails, retryably
+            mark.touch()
+            raise RateLimitError("slow down", retry_after=0)
+        return item
+
+    result = await batch(
+        _on(backend(), flaky),
+        range(10),
+        concurrency=4,
+        runners=2,
+        retry=Retry(attempts=3, backoff="none", jitter=False),
+    )
+    assert result.ok and result.data == list(range(10))
+    assert {item.attempts for item in result.items} == {2}
+    assert result.report.retries == 10
+
+
+async def test_a_signal_cancels_the_runners_work_and_the_sink_stays_consistent(
+    tmp_path: Path,
+) -> None:
+    sink = tmp_path / "out.jsonl"
+    controller = AbortController()
+
+    async def slow(item: int) -> int:
+        await asyncio.sleep(0.01 if item < 4 else 30)
+        return item
+
+    def stop_after_four(item: BatchItem) -> None:
+        if item.ok and item.index == 3:
+            controller.abort("enough")
+
+    result = await asyncio.wait_for(
+        batch(
+            _on(backend(), slow),
+            range(40),
+            concurrency=8,
+            runners=2,
+            sink=sink,
+            signal=controller.signal,
+            on_item=stop_after_four,
+        ),
+        timeout=60,
+    )
+    rows = [json.loads(line) for line in sink.read_text().splitlines()]
+    assert len({row["key"] for row in rows}) == len(rows)  # none twice
+    assert result.report.cancelled > 0
+    assert {row["status"] for row in rows} <= {"completed", "cancelled"}
+    assert result.report.stopped is not None and "enough" in result.report.stopped
+
+
+async def test_runners_that_cannot_start_stop_the_batch_with_a_typed_error() -> None:
+    result = await asyncio.wait_for(
+        batch(_on(backend(), _Unshippable()), (i for i in range(50)), concurrency=4, runners=1),
+        timeout=60,
+    )
+    assert not result.ok
+    failed = [item for item in result.items if item.status == "failed"]
+    assert failed and all(item.error is not None for item in failed)
+    assert type(failed[0].error).__name__ == "RunnerLostError"
+    assert result.report.stopped is not None and "cannot be kept up" in result.report.stopped
+    assert result.report.total < 50  # it stopped reading instead of failing everything
+
+
+class _Unshippable:
+    """Pickles here, fails to unpickle in the runner."""
+
+    async def __call__(self, item: Any) -> Any:
+        return item
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_refuse, ())
+
+
+def _refuse() -> Any:
+    raise RuntimeError("this executable cannot run in a worker")
+
+
+class _on:  # reads as a call: _on(backend, fn)
+    """A plain async callable bound to a backend (as an agent would be), so the test
+    needs no process-wide `raygent.init`."""
+
+    def __init__(self, backend: Any, fn: Any) -> None:
+        self.backend = backend
+        self.fn = fn
+
+    async def __call__(self, item: Any) -> Any:
+        return await self.fn(item)
