@@ -33,6 +33,8 @@ __all__ = [
 
 ItemKey: TypeAlias = "str | Callable[[Any], Any]"
 RUN_GRACE = 5.0
+# An agent's item may name the session it runs in (the agent needs `memory=`).
+SESSION_FIELDS = frozenset({"session_id", "user_id"})
 _RUN_STATUSES = frozenset({"completed", "failed", "cancelled", "incomplete"})
 
 
@@ -139,8 +141,13 @@ def attempt_for(executable: Any, run_options: RunOptions | None) -> Attempt:
         options = {k: v for k, v in (run_options or {}).items() if k != "signal"}
 
         async def run(job: Job, signal: AbortSignal) -> Outcome:
+            meta = job.meta
+            item_options = options
+            if meta is not None and not SESSION_FIELDS.isdisjoint(meta):
+                # An item's own session: its runs load and save that conversation.
+                item_options = {**options, **{k: meta[k] for k in SESSION_FIELDS & set(meta)}}
             try:
-                value = await execute(job.input, **options, signal=signal)
+                value = await execute(job.input, **item_options, signal=signal)
             except AbortedError as exc:
                 return Outcome("cancelled", error=exc)
             except Exception as exc:

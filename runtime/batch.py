@@ -173,7 +173,9 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
     iterable or generator (consumed as slots free up, never materialised), an async
     iterable, a JSONL / CSV / Parquet path, or a dataset with `iter_rows()` (a Ray
     Dataset). An agent's item is a str, a message list, or a mapping with an `input`
-    field whose other fields become the item's `meta`; a callable gets the item as is.
+    field whose other fields become the item's `meta` (a `session_id` / `user_id` field
+    runs the item in that session of the agent's memory); a callable gets the item as
+    is.
 
     Never fails as a whole; raises only for options that make no sense (TypeError,
     ValueError, a missing input file), before any item runs. Cancelling the awaiting

@@ -48,9 +48,15 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "demo",
         help="run an agent against the built-in provider simulator (no key, no network)",
         description="Start the simulator in-process and run an agent with a tool and "
-        "structured output against it.",
+        "structured output over a bundled dataset of 500 questions (raygent.batch, SQLite "
+        "sessions), writing the results as they end.",
     )
     demo.add_argument("--latency-ms", type=float, default=50.0, help="simulated latency")
+    demo.add_argument("--items", type=int, default=None, help="only the first N questions")
+    demo.add_argument("--concurrency", type=int, default=64, help="questions at a time")
+    demo.add_argument(
+        "--out", default="raygent-demo", help="folder for results.jsonl and sessions.db"
+    )
     demo.set_defaults(run=_run_demo)
 
 
@@ -93,8 +99,15 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     from .demo import run_demo
 
-    asyncio.run(run_demo(latency_ms=args.latency_ms))
-    return 0
+    result = asyncio.run(
+        run_demo(
+            latency_ms=args.latency_ms,
+            items=args.items,
+            out=args.out,
+            concurrency=args.concurrency,
+        )
+    )
+    return 0 if result.ok else 1
 
 
 def _run_sim(args: argparse.Namespace) -> int:

@@ -1,27 +1,41 @@
-"""`raygent demo`: an agent with a tool and structured output, against the simulator.
+"""`raygent demo`: raygent's main job, on the embedded default, against the simulator.
 
-The model here is the built-in provider simulator (a local HTTP server speaking the
-OpenAI and Anthropic wire formats), so the demo needs no key and no network. The same
-agent talks to a real provider when given a real model.
+An agent with a tool and structured output answers a bundled dataset of 500 travellers'
+questions in bulk (`raygent.batch`), each traveller's questions in their own stored
+conversation (SQLite sessions), with a progress bar; the results are written as they
+end, and a summary closes. On the Ray backend (the default) it runs on a local Ray:
+batch runners, model gateways, tool tasks and session hosts.
+
+The model is the built-in provider simulator (a local HTTP server speaking the OpenAI
+and Anthropic wire formats), so the demo needs no key and no network. The same agent
+talks to a real provider when given a real model.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
+import sys
 import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
-from .agents import agent
-from .backend import current_backend
+from .agents import Agent, agent
+from .backend import current_backend, init
+from .batch import BatchItem, BatchResult, batch
+from .memory import Memory
 from .models import AnthropicModel, OpenAIModel
 from .pricing import Pricing
-from .report import AgentResult
 from .sim import Latency, Match, Reply, Rule, ToolCallReply, serve
 from .tools import tool
-from .usage import Usage, total_cost
+from .usage import total_cost
 
-CITIES = ["Paris", "Lagos", "Lima", "Osaka", "Oslo", "Perth", "Quito", "Rome", "Seoul", "Tunis"]
+__all__ = ["Forecast", "dataset", "run_demo"]
+
+DATASET = "demo_questions.jsonl"
+BOUND = 32  # the provider's concurrency bound, as declared on the model
 
 
 class Forecast(BaseModel):
@@ -39,23 +53,40 @@ def get_weather(city: str) -> dict[str, object]:
     Args:
         city: the city's name.
     """
-    return {"city": city, "temp_c": 12 + len(city) % 7 * 3, "sky": "clear"}
+    return {"city": city, "temp_c": _temp(city), "sky": "clear"}
 
 
-def _script() -> list[Rule]:
+def _temp(city: str) -> float:
+    return float(4 + sum(map(ord, city)) % 25)
+
+
+def dataset(limit: int | None = None) -> list[dict[str, Any]]:
+    """The bundled questions: `{"id", "input", "session_id"}` rows (the first `limit`)."""
+    text = resources.files(__package__ or "raygent").joinpath(DATASET).read_text("utf-8")
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return rows if limit is None else rows[:limit]
+
+
+def _script(cities: set[str]) -> list[Rule]:
     rules = []
-    for city in CITIES:
+    for city in sorted(cities):
         rules += [
             Rule(
-                match=Match(last_user=city, after_tool_result=False),
+                match=Match(last_user=rf"\b{city}\b", after_tool_result=False),
                 reply=Reply(tool_calls=[ToolCallReply("get_weather", {"city": city})]),
             ),
             Rule(
-                match=Match(last_user=city, after_tool_result=True),
-                reply=Reply(json={"city": city, "temp_c": 21.0, "summary": f"Clear in {city}."}),
+                match=Match(last_user=rf"\b{city}\b", after_tool_result=True),
+                reply=Reply(
+                    json={"city": city, "temp_c": _temp(city), "summary": f"Clear in {city}."}
+                ),
             ),
         ]
     return rules
+
+
+def _city(question: str, cities: set[str]) -> str:
+    return next(c for c in cities if c in question)
 
 
 # Declared pricing: the simulator's models are in no price list. A real model such as
@@ -63,25 +94,31 @@ def _script() -> list[Rule]:
 DEMO_PRICING = Pricing(input_per_mtok=0.15, output_per_mtok=0.60)
 
 
-async def run_demo(latency_ms: float = 50.0) -> list[AgentResult]:
-    """Run the demo against an in-process simulator; return the results."""
+async def run_demo(
+    latency_ms: float = 50.0,
+    items: int | None = None,
+    out: str | Path = "raygent-demo",
+    concurrency: int = 64,
+) -> BatchResult:
+    """Run the demo against an in-process simulator; return the batch's result."""
     print("raygent demo: the model here is the built-in provider SIMULATOR, not a real LLM.")
     backend = current_backend()
-    print(f"  backend: {backend.name} (RAYGENT_BACKEND=local runs everything in this process)")
+    if backend.name == "ray":
+        backend = init("ray", include_dashboard=False, log_to_driver=False)
+        where = "a local Ray (batch runners, model gateways, tool tasks, session hosts)"
+    else:
+        where = "this process"
+    print(f"  backend: {backend.name}: {where}; RAYGENT_BACKEND=local runs it in-process")
+    folder = Path(out).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("sessions.db*"):  # each demo starts its conversations afresh
+        stale.unlink()
+    rows = dataset(items)
+    cities = {"Paris", "Rome", *(_city(row["input"], _CITIES) for row in rows)}
     latency = Latency(fixed_ms=latency_ms, per_token_ms=1, jitter_ms=latency_ms / 5)
-    async with serve(_script(), latency=latency) as sim:
+    async with serve(_script(cities), latency=latency) as sim:
         print(f"  simulator at {sim.url} (OpenAI and Anthropic wire formats)\n")
-        openai = OpenAIModel(
-            "sim-gpt", base_url=sim.openai_base_url, api_key="sk-demo", pricing=DEMO_PRICING
-        )
-        forecaster = agent(
-            "forecaster",
-            model=openai,
-            system_prompt="You answer weather questions for {{audience}}.",
-            placeholders={"audience": "travellers"},
-            tools=[get_weather],
-            output=Forecast,
-        )
+        forecaster = _forecaster(sim.openai_base_url, folder / "sessions.db")
 
         print("One run, streamed as events:")
         stream = forecaster.stream("What's the weather in Paris?")
@@ -90,13 +127,22 @@ async def run_demo(latency_ms: float = 50.0) -> list[AgentResult]:
         first = await stream.result
         print(f"  -> {first.data!r}\n")
 
+        sink = folder / "results.jsonl"
+        print(
+            f"{len(rows)} questions from {len({r['session_id'] for r in rows})} travellers, "
+            f"{concurrency} at a time, each traveller in their own stored conversation:"
+        )
         started = time.perf_counter()
-        questions = [f"What's the weather in {city}?" for city in CITIES]
-        results = await asyncio.gather(*(forecaster.execute(q) for q in questions))
+        result = await batch(
+            forecaster,
+            rows,
+            concurrency=concurrency,
+            sink=sink,
+            progress=None,
+            on_item=_milestones(len(rows)),
+        )
         elapsed = time.perf_counter() - started
-        print(f"{len(results)} runs at once in {elapsed:.2f} s:")
-        for result in results:
-            print(f"  {result.status:9} {result.data!r}")
+        sample = await forecaster.session(rows[0]["session_id"]).history()
 
         claude = AnthropicModel(
             "sim-claude", base_url=sim.anthropic_base_url, api_key="sk-demo", pricing=DEMO_PRICING
@@ -104,14 +150,53 @@ async def run_demo(latency_ms: float = 50.0) -> list[AgentResult]:
         same = agent("forecaster-claude", model=claude, tools=[get_weather], output=Forecast)
         other = await same.execute("And the weather in Rome?")
         print(f"\nThe same agent on the Anthropic wire: {other.status} {other.data!r}")
+        peak = sim.stats().peak_in_flight
 
-        _summary([first, *results, other], sim.stats().peak_in_flight)
+    _summary(result, elapsed, peak)
+    print(f"  results: {sink} (one JSON line per question, written as each ended)")
+    print(
+        f"  sessions: {folder / 'sessions.db'} ({rows[0]['session_id']} holds "
+        f"{len(sample)} messages)"
+    )
     print(
         "\nTo use a real provider: OpenAIModel('gpt-4o-mini') reads OPENAI_API_KEY, "
         "AnthropicModel('claude-sonnet-4-5') reads ANTHROPIC_API_KEY;\n"
         "any OpenAI-compatible server works with base_url='http://host:port/v1'."
     )
-    return [first, *results, other]
+    return result
+
+
+def _forecaster(base_url: str, sessions: Path) -> Agent:
+    from .stores import SQLiteStore
+
+    model = OpenAIModel(
+        "sim-gpt", base_url=base_url, api_key="sk-demo", pricing=DEMO_PRICING, max_concurrency=BOUND
+    )
+    return agent(
+        "forecaster",
+        model=model,
+        system_prompt="You answer weather questions for {{audience}}.",
+        placeholders={"audience": "travellers"},
+        tools=[get_weather],
+        output=Forecast,
+        memory=Memory(SQLiteStore(sessions), save_policy="turn"),
+    )
+
+
+def _milestones(total: int) -> Any:
+    """Progress lines where there is no terminal for a bar (a pipe, CI)."""
+    if sys.stderr is not None and sys.stderr.isatty():
+        return None
+    every = max(1, total // 5)
+    done = 0
+
+    def on_item(item: BatchItem) -> None:
+        nonlocal done
+        done += 1
+        if done % every == 0 or done == total:
+            print(f"  {done}/{total} done", flush=True)
+
+    return on_item
 
 
 def _collapsed(kinds: list[str]) -> list[str]:
@@ -126,14 +211,26 @@ def _collapsed(kinds: list[str]) -> list[str]:
     return out
 
 
-def _summary(results: list[AgentResult], peak: int) -> None:
-    usage = sum((r.usage for r in results), Usage())
-    completed = sum(r.ok for r in results)
-    trips = sum(len(r.report.trips) for r in results)
+def _summary(result: BatchResult, elapsed: float, peak: int) -> None:
+    report = result.report
+    usage = result.usage
     cost = total_cost(usage)
-    money = "unknown (no pricing for one of the models)" if cost is None else f"${cost:.6f}"
+    money = "unknown (no pricing for the model)" if cost is None else f"${cost:.6f}"
+    p50 = f"{report.latency_p50:.2f}" if report.latency_p50 is not None else "-"
+    p95 = f"{report.latency_p95:.2f}" if report.latency_p95 is not None else "-"
     print(
-        f"\nsummary: {completed}/{len(results)} completed, {trips} model trips, "
-        f"{usage.total_input_tokens} in / {usage.output_tokens} out tokens, cost {money}, "
-        f"peak {peak} requests in flight"
+        f"\nsummary: {report.succeeded}/{report.total} completed, {report.failed} failed, "
+        f"in {elapsed:.1f} s ({report.total / elapsed:.0f} items/s, latency p50 {p50} s, "
+        f"p95 {p95} s)\n"
+        f"  {usage.total_input_tokens} in / {usage.output_tokens} out tokens, cost {money}; "
+        f"peak {peak} requests in flight (bound {BOUND})"
     )
+
+
+_CITIES = {
+    *"Accra Amman Athens Auckland Austin Baku Bergen Bogota Bordeaux Cairo".split(),
+    *"Cusco Dakar Delhi Denver Dublin Durban Geneva Hanoi Havana Helsinki".split(),
+    *"Kyoto Lagos Lima Lisbon Madrid Manila Montreal Mumbai Nairobi Naples".split(),
+    *"Osaka Oslo Paris Perth Porto Prague Quito Reykjavik Riga Rome".split(),
+    *"Santiago Seoul Seville Sydney Tallinn Tbilisi Tunis Valencia Vienna Zurich".split(),
+}

@@ -2,28 +2,45 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("backend", ["local", "ray"])
-def test_demo_runs_and_says_the_model_is_the_simulator(backend: str) -> None:
+def test_demo_runs_the_bundled_dataset_and_says_the_model_is_the_simulator(
+    backend: str, tmp_path: Path
+) -> None:
     env = {**os.environ, "RAYGENT_OFFLINE": "1", "RAYGENT_BACKEND": backend}
     env.pop("RAY_ADDRESS", None)
+    out = tmp_path / "demo"
     result = subprocess.run(
-        [sys.executable, "-m", "raygent", "demo", "--latency-ms", "0"],
+        [sys.executable, "-m", "raygent", "demo", "--latency-ms", "5", "--out", str(out)],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=280,
         env=env,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
-    assert "SIMULATOR, not a real LLM" in out
-    assert f"backend: {backend}" in out
-    assert "summary: 12/12 completed" in out
-    assert "cost $" in out
-    assert "OPENAI_API_KEY" in out  # how to point it at a real provider
+    text = result.stdout
+    assert "SIMULATOR, not a real LLM" in text
+    assert f"backend: {backend}" in text
+    assert "500 questions from 100 travellers" in text
+    assert "500/500 done" in text  # progress, as lines when there is no terminal
+    assert "summary: 500/500 completed, 0 failed" in text
+    assert "cost $" in text
+    peak = re.search(r"peak (\d+) requests in flight \(bound (\d+)\)", text)
+    assert peak is not None and 0 < int(peak[1]) <= int(peak[2])
+    assert "OPENAI_API_KEY" in text  # how to point it at a real provider
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(row["key"] for row in rows) == [f"q{i:03d}" for i in range(1, 501)]
+    assert all(row["status"] == "completed" and row["data"]["city"] for row in rows)
+    assert "traveller-001 holds 20 messages" in text  # five questions, four messages each
+    assert (out / "sessions.db").exists()

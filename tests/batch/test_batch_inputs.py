@@ -117,3 +117,28 @@ async def test_bad_inputs_are_refused_before_anything_runs(tmp_path: Path) -> No
         await batch(shouting_agent(), tmp_path / "in.txt")
     with pytest.raises(TypeError):
         await batch(shouting_agent(), {"input": "a"})
+
+
+async def test_an_item_session_id_runs_it_in_that_session() -> None:
+    import raygent
+    from raygent.stores import InMemoryStore
+    from raygent.testing import FunctionModel, reply
+
+    store = InMemoryStore()
+
+    def count(messages: Any, options: Any) -> Any:
+        return reply(f"seen {len(messages)}")
+
+    bot = raygent.agent(model=FunctionModel(count), memory=raygent.Memory(store))
+    rows = [
+        {"id": "a1", "input": "first", "session_id": "alice"},
+        {"id": "b1", "input": "first", "session_id": "bob"},
+        {"id": "a2", "input": "second", "session_id": "alice"},
+    ]
+    result = await batch(bot, rows, concurrency=1)
+    assert result.ok
+    # alice's second run saw her first question and answer; bob's run saw only its own.
+    assert result.data == ["seen 1", "seen 1", "seen 3"]
+    alice = await bot.session("alice").history()
+    assert [m.role for m in alice] == ["user", "assistant", "user", "assistant"]
+    assert result.items[2].meta == {"id": "a2", "session_id": "alice"}
