@@ -18,7 +18,7 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -31,6 +31,11 @@ from .pricing import Pricing
 from .sim import Latency, Match, Reply, Rule, ToolCallReply, serve
 from .tools import tool
 from .usage import total_cost
+
+if TYPE_CHECKING:
+    from stores.sqlite import SQLiteStore  # mypy's name for raygent.stores (memory.py)
+else:
+    from raygent.stores import SQLiteStore
 
 __all__ = ["Forecast", "dataset", "run_demo"]
 
@@ -61,7 +66,8 @@ def _temp(city: str) -> float:
 
 
 def dataset(limit: int | None = None) -> list[dict[str, Any]]:
-    """The bundled questions: `{"id", "input", "session_id"}` rows (the first `limit`)."""
+    """The bundled questions: `{"id", "input", "city", "session_id"}` rows (the first
+    `limit`)."""
     text = resources.files(__package__ or "raygent").joinpath(DATASET).read_text("utf-8")
     rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     return rows if limit is None else rows[:limit]
@@ -85,10 +91,6 @@ def _script(cities: set[str]) -> list[Rule]:
     return rules
 
 
-def _city(question: str, cities: set[str]) -> str:
-    return next(c for c in cities if c in question)
-
-
 # Declared pricing: the simulator's models are in no price list. A real model such as
 # "gpt-4o-mini" is priced from genai-prices without this.
 DEMO_PRICING = Pricing(input_per_mtok=0.15, output_per_mtok=0.60)
@@ -109,12 +111,9 @@ async def run_demo(
     else:
         where = "this process"
     print(f"  backend: {backend.name}: {where}; RAYGENT_BACKEND=local runs it in-process")
-    folder = Path(out).resolve()
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.glob("sessions.db*"):  # each demo starts its conversations afresh
-        stale.unlink()
+    folder = _fresh(Path(out))
     rows = dataset(items)
-    cities = {"Paris", "Rome", *(_city(row["input"], _CITIES) for row in rows)}
+    cities = {"Paris", "Rome", *(row["city"] for row in rows)}
     latency = Latency(fixed_ms=latency_ms, per_token_ms=1, jitter_ms=latency_ms / 5)
     async with serve(_script(cities), latency=latency) as sim:
         print(f"  simulator at {sim.url} (OpenAI and Anthropic wire formats)\n")
@@ -166,9 +165,15 @@ async def run_demo(
     return result
 
 
-def _forecaster(base_url: str, sessions: Path) -> Agent:
-    from .stores import SQLiteStore
+def _fresh(out: Path) -> Path:
+    folder = out.resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("sessions.db*"):  # each demo starts its conversations afresh
+        stale.unlink()
+    return folder
 
+
+def _forecaster(base_url: str, sessions: Path) -> Agent:
     model = OpenAIModel(
         "sim-gpt", base_url=base_url, api_key="sk-demo", pricing=DEMO_PRICING, max_concurrency=BOUND
     )
@@ -225,12 +230,3 @@ def _summary(result: BatchResult, elapsed: float, peak: int) -> None:
         f"  {usage.total_input_tokens} in / {usage.output_tokens} out tokens, cost {money}; "
         f"peak {peak} requests in flight (bound {BOUND})"
     )
-
-
-_CITIES = {
-    *"Accra Amman Athens Auckland Austin Baku Bergen Bogota Bordeaux Cairo".split(),
-    *"Cusco Dakar Delhi Denver Dublin Durban Geneva Hanoi Havana Helsinki".split(),
-    *"Kyoto Lagos Lima Lisbon Madrid Manila Montreal Mumbai Nairobi Naples".split(),
-    *"Osaka Oslo Paris Perth Porto Prague Quito Reykjavik Riga Rome".split(),
-    *"Santiago Seoul Seville Sydney Tallinn Tbilisi Tunis Valencia Vienna Zurich".split(),
-}
