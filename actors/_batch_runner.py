@@ -1,9 +1,14 @@
 """The batch runner actor: the in-flight core of a batch, fed jobs by the driver.
 
-The driver `submit`s chunks of jobs, and reads the items that ended from `results`, a
-streaming call it keeps open for the runner's life; it `close`s the runner once it has
-nothing more to send. A runner never decides an item's fate twice: each job it takes
-ends once, and goes back in the results stream.
+A runner lives as long as the driver that made it and serves its batches, several at
+once if need be, each by its id. For each batch the driver `open`s it, `submit`s
+chunks of jobs, reads the items that ended from `results` (a streaming call kept open
+for the batch) and `close`s it once it has nothing more to send. A runner decides each
+job's fate once, and gives it back in the results stream.
+
+Why runners outlive a batch: the actors the runs in a runner create (model gateways,
+session hosts) are owned by it and would die with it, under every other user; and a new
+runner costs a worker process start per batch.
 
 Items go back pickled by us, a batch at a time: a result that cannot be pickled fails
 its own item instead of breaking the stream (which the driver would take for a dead
@@ -15,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import ray.cloudpickle
@@ -56,105 +62,119 @@ ResultBatch = tuple[bytes, int, int]
 """(pickled list of BatchItem, retries so far, items waiting to retry)."""
 
 
-class BatchRunner:
-    """Runs the jobs it is fed, `slots` attempts in flight, retrying by `retry`."""
+@dataclass
+class _Batch:
+    """One batch's share on this runner."""
 
-    def __init__(
+    pool: InFlight
+    jobs: asyncio.Queue[list[Job] | None]
+    ready: asyncio.Event
+    ended: list[BatchItem] = field(default_factory=list)
+    task: asyncio.Task[None] | None = None
+    received: int = 0
+    expected: int | None = None
+
+    def wake(self) -> None:
+        self.ready.set()
+
+    def maybe_end(self) -> None:
+        if self.expected is not None and self.received == self.expected:
+            self.jobs.put_nowait(None)
+
+
+class BatchRunner:
+    """Runs the jobs it is fed for each open batch, retrying by the batch's `Retry`."""
+
+    def __init__(self, backend: Backend) -> None:
+        # Runs in this worker use the driver's backend: their model calls go through
+        # the same gateways, so provider bounds hold across every runner.
+        use_backend(backend)
+        self._batches: dict[str, _Batch] = {}
+
+    async def open(
         self,
+        batch_id: str,
         executable: bytes,
         run_options: RunOptions | None,
         slots: int,
         retry: Retry,
         grace: float,
-        backend: Backend,
     ) -> None:
-        # Runs in this worker use the driver's backend: their model calls go through
-        # the same gateways, so provider bounds hold across every runner.
-        use_backend(backend)
-        self._attempt = attempt_for(_loads(executable), run_options)
-        self._slots = slots
-        self._retry = retry
-        self._grace = grace
-        self._jobs: asyncio.Queue[list[Job] | None] | None = None
-        self._ended: list[BatchItem] = []
-        self._ready: asyncio.Event | None = None
-        self._pool: InFlight | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._received = 0
-        self._expected: int | None = None
+        """Take a share of a batch: `slots` attempts in flight."""
+        state = _Batch(
+            pool=InFlight(
+                attempt_for(_loads(executable), run_options),
+                concurrency=slots,
+                retry=retry,
+                deliver=lambda item: self._deliver(batch_id, item),
+                grace=grace,
+            ),
+            jobs=asyncio.Queue(),
+            ready=asyncio.Event(),
+        )
+        state.task = asyncio.ensure_future(state.pool.run(_feed(state.jobs)))
+        state.task.add_done_callback(lambda _: state.wake())
+        self._batches[batch_id] = state
 
-    def _start(self) -> tuple[asyncio.Queue[list[Job] | None], InFlight, asyncio.Task[None]]:
-        # Made on the actor's event loop, at the first call (not in __init__).
-        if self._jobs is None or self._pool is None or self._task is None:
-            self._jobs = asyncio.Queue()
-            self._ready = asyncio.Event()
-            self._pool = InFlight(
-                self._attempt,
-                concurrency=self._slots,
-                retry=self._retry,
-                deliver=self._deliver,
-                grace=self._grace,
-            )
-            self._task = asyncio.ensure_future(self._pool.run(self._feed(self._jobs)))
-            self._task.add_done_callback(lambda _: self._wake())
-        return self._jobs, self._pool, self._task
+    async def _deliver(self, batch_id: str, item: BatchItem) -> None:
+        state = self._batches[batch_id]
+        state.ended.append(item)
+        state.wake()
 
-    async def _feed(self, queue: asyncio.Queue[list[Job] | None]) -> AsyncIterator[Job]:
-        while (chunk := await queue.get()) is not None:
-            for job in chunk:
-                yield job
-
-    async def _deliver(self, item: BatchItem) -> None:
-        self._ended.append(item)
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._ready is not None:
-            self._ready.set()
-
-    async def submit(self, jobs: list[Job]) -> None:
+    async def submit(self, batch_id: str, jobs: list[Job]) -> None:
         """More jobs to run."""
-        queue, _, _ = self._start()
-        queue.put_nowait(jobs)
-        self._received += 1
-        self._maybe_end(queue)
+        state = self._batches[batch_id]
+        state.jobs.put_nowait(jobs)
+        state.received += 1
+        state.maybe_end()
 
-    async def close(self, chunks: int) -> None:
-        """Nothing more than `chunks` chunks in all will be submitted: `results` ends once
-        they have arrived and every job has ended. (Ray may deliver a `close` before the
+    async def close(self, batch_id: str, chunks: int) -> None:
+        """No more than `chunks` chunks in all will be submitted: `results` ends once
+        they have arrived and every job has ended. (Ray may run a `close` before the
         last `submit`s of the same caller: the count says when the feed is whole.)"""
-        queue, _, _ = self._start()
-        self._expected = chunks
-        self._maybe_end(queue)
+        state = self._batches[batch_id]
+        state.expected = chunks
+        state.maybe_end()
 
-    def _maybe_end(self, queue: asyncio.Queue[list[Job] | None]) -> None:
-        if self._expected is not None and self._received == self._expected:
-            queue.put_nowait(None)
+    async def abort(self, batch_id: str, reason: str | None) -> None:
+        """End the batch's unfinished jobs as cancelled (running ones get the grace)."""
+        state = self._batches.get(batch_id)
+        if state is not None:
+            state.pool.abort(reason)
 
-    async def abort(self, reason: str | None) -> None:
-        """End what is unfinished as cancelled (running attempts get the grace)."""
-        _, pool, _ = self._start()
-        pool.abort(reason)
+    async def results(self, batch_id: str) -> AsyncIterator[ResultBatch]:
+        """The batch's items as they end, in batches, until it is closed and drained."""
+        state = self._batches[batch_id]
+        task = state.task
+        assert task is not None
+        try:
+            while True:
+                await state.ready.wait()
+                if not task.done():
+                    await asyncio.sleep(FLUSH_INTERVAL)  # let neighbours join the batch
+                state.ready.clear()
+                ended, state.ended = state.ended, []
+                if ended:
+                    yield _pickled(ended), state.pool.retries, state.pool.retrying
+                if task.done() and not state.ended:
+                    if not task.cancelled() and task.exception() is not None:
+                        raise task.exception()  # type: ignore[misc]
+                    return
+        finally:
+            if not task.done():  # the driver went away mid-batch: stop its work
+                state.pool.abort("the driver stopped reading the batch")
+                task.add_done_callback(lambda _: self._batches.pop(batch_id, None))
+            else:
+                self._batches.pop(batch_id, None)
 
-    async def results(self) -> AsyncIterator[ResultBatch]:
-        """The items as they end, in batches, until the runner is closed and drained."""
-        _, pool, task = self._start()
-        assert self._ready is not None
-        while True:
-            await self._ready.wait()
-            if not task.done():
-                await asyncio.sleep(FLUSH_INTERVAL)  # let neighbours join the batch
-            self._ready.clear()
-            ended, self._ended = self._ended, []
-            if ended:
-                yield _pickled(ended), pool.retries, pool.retrying
-            if task.done() and not self._ended:
-                if not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
-                return
+    def open_batches(self) -> int:
+        return len(self._batches)
 
-    def ping(self) -> bool:
-        return True
+
+async def _feed(queue: asyncio.Queue[list[Job] | None]) -> AsyncIterator[Job]:
+    while (chunk := await queue.get()) is not None:
+        for job in chunk:
+            yield job
 
 
 def _pickled(items: list[BatchItem]) -> bytes:

@@ -6,12 +6,14 @@ in batches, over one streaming call per runner. `concurrency` is split among the
 (never multiplied), so it bounds the attempts in flight across the cluster; provider
 bounds are held by the gateways the runs in the runners go through.
 
-The driver knows which items each runner holds. A runner that dies (killed, its node
-lost) gives its unfinished items back: they run again on a new runner, their lost
-attempt counted. An item is recorded when its result reaches the driver, and only
-then, so none is recorded twice. An item that has taken down `MAX_LOST` runners fails
-(typed) instead of taking down more; if runners cannot be started at all, the batch
-stops with that error rather than reading the rest of its items.
+Runners belong to the driver (they end with it) and are kept for its next batches: a
+batch takes the ones it needs and makes those missing. The driver knows which items
+each runner holds. A runner that dies (killed, its node lost) gives its unfinished
+items back: they run again on another runner, their lost attempt counted. An item is
+recorded when its result reaches the driver, and only then, so none is recorded twice.
+An item that has taken down `MAX_LOST` runners fails (typed) instead of taking down
+more; if runners cannot be started at all, the batch stops with that error rather than
+reading the rest of its items.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 import ray.cloudpickle
-from ray.exceptions import RayError
+from ray.exceptions import RayError, RayTaskError
 
 from ._batch_runner import BatchRunner
 from ._core import RaygentError
 from ._options import RayOptions
+from ._ray import job_id
 
 if TYPE_CHECKING:
     from runtime._batch_engine import BatchItem, Feed, Job, Outcome
@@ -53,7 +56,6 @@ _loads: Callable[[bytes], Any] = ray.cloudpickle.loads
 
 PER_RUNNER = 128  # attempts in flight one runner takes by default
 MAX_LOST = 3  # runners an item may take down before it fails
-_runner_class: Any = None
 
 
 class RunnerLostError(RaygentError):
@@ -83,6 +85,16 @@ class RayBatchRunners:
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.options,))
 
+    def check(self, executable: Any) -> None:
+        try:
+            _dumps(executable)
+        except Exception as exc:
+            raise TypeError(
+                f"the batch's executable cannot be shipped to Ray runners: {type(exc).__name__}: "
+                f"{exc}. Keep what it holds picklable (make clients inside it, per process), "
+                "or run the batch in this process with runners=0."
+            ) from exc
+
     def pool(self, executable: Any, plan: PoolPlan) -> BatchPool:
         return RunnerPool(executable, plan, self.options)
 
@@ -98,6 +110,8 @@ class _Runner:
     retries: int = 0
     retrying: int = 0
     delivered: int = 0
+    opened: bool = False
+    fresh: bool = True  # made for this batch (not kept from an earlier one)
 
 
 class RunnerPool:
@@ -117,8 +131,7 @@ class RunnerPool:
         self._stopping = False
         self._barren = 0  # runners that died before giving anything back
         self._payload: Any = None
-        self._name = f"raygent-batch-{uuid.uuid4().hex[:8]}"
-        self._ids = itertools.count()
+        self._id = uuid.uuid4().hex
         self.feed_error: BaseException | None = None
         self.deliver_error: BaseException | None = None
 
@@ -177,26 +190,9 @@ class RunnerPool:
         return max(1, min(wanted, self._plan.concurrency))
 
     def _spawn(self, slots: int) -> None:
-        global _runner_class
-        if _runner_class is None:
-            _runner_class = ray.remote(BatchRunner)
-        from .backend import ray_backend  # here: backend.py imports this module
-
-        handle = _runner_class.options(
-            name=f"{self._name}-{next(self._ids)}",
-            namespace=self._options.namespace,
-            num_cpus=0,
-            scheduling_strategy="SPREAD",
-            max_concurrency=1000,
-        ).remote(
-            self._payload,
-            self._plan.run_options,
-            slots,
-            self._plan.retry,
-            self._plan.grace,
-            ray_backend(self._options),
-        )
-        runner = _Runner(handle, slots)
+        busy = [r.handle for r in self._runners if not r.ended]
+        handle, fresh = _fleet.take(self._options, busy)
+        runner = _Runner(handle, slots, fresh=fresh)
         self._runners.append(runner)
         task = asyncio.ensure_future(self._consume(runner))
         self._consumers.add(task)
@@ -210,9 +206,9 @@ class RunnerPool:
                 await self._fill(feed)
             if not self._requeued and (self._exhausted or self._stopping):
                 for runner in self._runners:
-                    if not runner.ended and not runner.closed:
+                    if runner.opened and not runner.ended and not runner.closed:
                         runner.closed = True
-                        runner.handle.close.remote(runner.chunks)
+                        runner.handle.close.remote(self._id, runner.chunks)
             if all(r.ended for r in self._runners):
                 if not self._requeued:
                     return
@@ -223,7 +219,7 @@ class RunnerPool:
 
     async def _fill(self, feed: Feed) -> None:
         for runner in self._runners:
-            if runner.ended or runner.closed:
+            if runner.ended or runner.closed or not runner.opened:
                 continue
             room = 2 * runner.slots - len(runner.held)
             if room < max(1, runner.slots // 2):
@@ -232,7 +228,7 @@ class RunnerPool:
             if chunk:
                 runner.held.update((job.index, job) for job in chunk)
                 runner.chunks += 1
-                runner.handle.submit.remote(chunk)
+                runner.handle.submit.remote(self._id, chunk)
 
     async def _take(self, feed: Feed, count: int) -> AsyncIterator[Job]:
         taken = 0
@@ -267,12 +263,29 @@ class RunnerPool:
     async def _consume(self, runner: _Runner) -> None:
         died: BaseException | None = None
         try:
-            stream = runner.handle.results.options(num_returns="streaming").remote()
+            plan = self._plan
+            opening = runner.handle.open.remote(
+                self._id, self._payload, plan.run_options, runner.slots, plan.retry, plan.grace
+            )
+            try:
+                await opening
+            except RayTaskError as exc:
+                # The runner is fine; the executable fails to load there (a module the
+                # workers cannot import, say): every runner would fail alike.
+                cause = getattr(exc, "cause", None) or exc
+                self.abort(
+                    f"batch runners cannot load the executable: {type(cause).__name__}: {cause}"
+                )
+                return
+            runner.opened = True
+            self._changed.set()
+            stream = runner.handle.results.options(num_returns="streaming").remote(self._id)
             async for ref in stream:
                 pickled, runner.retries, runner.retrying = await ref
                 await self._receive(runner, pickled)
         except RayError as exc:
             died = exc
+            _fleet.discard(self._options, runner.handle)
         finally:
             runner.ended = True
             runner.retrying = 0
@@ -297,8 +310,8 @@ class RunnerPool:
             for job in held:
                 await self._deliver(_ended(job, Outcome("cancelled", error=self._cancelled())))
             return
-        if died is not None and not runner.delivered:
-            self._barren += 1
+        if died is not None and not runner.delivered and runner.fresh:
+            self._barren += 1  # a kept runner found dead says nothing of this batch
         if self._barren >= MAX_LOST:
             # Runners die before giving anything back (an executable that cannot be
             # unpickled there, no room to place them): stop, rather than fail every item.
@@ -323,7 +336,7 @@ class RunnerPool:
         reason = self.signal.reason
         for runner in self._runners:
             if not runner.ended:
-                runner.handle.abort.remote(reason)
+                runner.handle.abort.remote(self._id, reason)
         requeued, self._requeued = list(self._requeued), deque()
         for job in requeued:
             await self._deliver(_ended(job, Outcome("cancelled", error=self._cancelled())))
@@ -342,9 +355,12 @@ class RunnerPool:
         self._stopping = True  # a consumer still ending gives back what it held cancelled
         for task in list(self._consumers):
             task.cancel()
+        # Runners stay up for the driver's next batch; one still running this batch's
+        # work (an unexpected exit) is told to stop it.
         for runner in self._runners:
-            with contextlib.suppress(Exception):
-                ray.kill(runner.handle, no_restart=True)
+            if not runner.ended:
+                with contextlib.suppress(Exception):
+                    runner.handle.abort.remote(self._id, "the batch ended")
 
     def _cancelled(self) -> AbortedError:
         reason = self.signal.reason or "no reason given"
@@ -368,6 +384,51 @@ def _ended(job: Job, outcome: Outcome) -> BatchItem:
         input=job.input,
         meta=job.meta,
     )
+
+
+class _Fleet:
+    """This driver's runners (per Ray job and namespace), kept for its next batches:
+    made on demand, dropped when found dead. Owned by the driver, they end with it."""
+
+    def __init__(self) -> None:
+        self._runners: dict[tuple[str, str], list[Any]] = {}  # by _fleet_key
+        self._ids = itertools.count()
+        self._class: Any = None
+
+    def take(self, options: RayOptions, busy: list[Any]) -> tuple[Any, bool]:
+        """A runner not in `busy` (the batch's own), made if there is none (then the
+        flag is True)."""
+        key = _fleet_key(options)
+        runners = self._runners.setdefault(key, [])
+        for handle in runners:
+            if not any(handle is other for other in busy):
+                return handle, False
+        if self._class is None:
+            self._class = ray.remote(BatchRunner)
+        from .backend import ray_backend  # here: backend.py imports this module
+
+        handle = self._class.options(
+            name=f"raygent-runner-{key[0]}-{next(self._ids)}",  # findable in `ray list actors`
+            namespace=options.namespace,
+            num_cpus=0,
+            scheduling_strategy="SPREAD",
+            max_concurrency=1000,
+            max_restarts=0,
+        ).remote(ray_backend(options))
+        runners.append(handle)
+        return handle, True
+
+    def discard(self, options: RayOptions, handle: Any) -> None:
+        runners = self._runners.get(_fleet_key(options), [])
+        runners[:] = [h for h in runners if h is not handle]
+
+
+def _fleet_key(options: RayOptions) -> tuple[str, str]:
+    # Runners run with the backend of the options that made them: one fleet per options.
+    return (job_id(), repr(options))
+
+
+_fleet = _Fleet()
 
 
 def _split(total: int, parts: int) -> list[int]:

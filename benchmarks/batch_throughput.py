@@ -23,8 +23,10 @@ items shows that the peak does not grow with the item count.
 
     python benchmarks/batch_throughput.py
 
-`--backend ray` sends the agents' model calls through Ray model gateways; the batch core
-still runs in this process (Ray batch runners come later).
+`--backend ray` runs the batch of the agent on Ray batch runner actors (their model calls
+through the model gateways) and the hand loop of `agent.execute` through the gateways from
+this process; the batch of a plain callable is left out there (it holds this process's
+aiohttp session, which cannot travel to a runner).
 """
 
 from __future__ import annotations
@@ -92,7 +94,9 @@ async def sim_stats(session: aiohttp.ClientSession, base: str) -> dict[str, Any]
 
 
 async def throughput(args: argparse.Namespace, base: str) -> None:
-    model = OpenAIModel("sim-gpt", base_url=base + "/v1", api_key="sk-bench")
+    model = OpenAIModel(
+        "sim-gpt", base_url=base + "/v1", api_key="sk-bench", max_concurrency=args.bound
+    )
     agent = raygent.agent(model=model)
     body = json.dumps(model.request_body([UserMessage(content=PROMPT)], None, stream=False))
     url = base + "/v1/chat/completions"
@@ -114,6 +118,8 @@ async def throughput(args: argparse.Namespace, base: str) -> None:
         "raygent.batch(async callable)": raygent_batch(one_request, args.bound),
         HAND_AGENT: hand_loop(one_run, args.bound),
     }
+    if args.backend == "ray":
+        del clients["raygent.batch(async callable)"]
     for client in clients.values():  # warm up connections and caches
         await client(args.bound * 2)
     rates: dict[str, list[float]] = {name: [] for name in clients}
@@ -165,6 +171,7 @@ def report(
 
 
 async def _memory_child(items: int, sink: str) -> None:
+    raygent.init("local")  # the driver's own memory: the batch core and the sink
     def rows() -> Iterator[dict[str, int]]:
         for n in range(items):
             yield {"n": n}
@@ -220,8 +227,7 @@ def main() -> None:
     if args.memory_child:
         asyncio.run(_memory_child(int(args.memory_child[0]), args.memory_child[1]))
         return
-    # The agents use this backend; the batch core itself runs in this process either way
-    # (Ray batch runners are not built yet): with "ray", model calls go through gateways.
+    # With "ray", the batch of the agent runs on batch runners, model calls via gateways.
     raygent.init(args.backend)
     with sim_process("--latency-ms", str(args.latency_ms)) as base:
         asyncio.run(throughput(args, base))

@@ -38,7 +38,7 @@ from ._batch_sources import Source, feed, open_items
 from .abort import AbortController, AbortSignal
 from .backend import current_backend
 from .errors import AbortedError
-from .seams import Backend, BatchPool, PoolPlan
+from .seams import Backend, BatchExecution, BatchPool, PoolPlan
 from .usage import Usage
 
 if TYPE_CHECKING:
@@ -184,10 +184,13 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
     """
     plan = _Plan.of(options)
     attempt = attempt_for(executable, plan.run_options)
+    runners = _runners_for(executable, plan)
+    if runners is not None:
+        runners.check(executable)
     source = open_items(items)
     sink = open_sink(plan.sink, plan.resume) if plan.sink is not None else None
     collector = _Collector(plan, sink, source.total)
-    pool = _pool(executable, attempt, plan, collector.deliver)
+    pool = _pool(executable, attempt, plan, collector.deliver, runners)
     collector.pool = pool
     make = JobMaker(runnable=is_runnable(executable), item_key=plan.item_key)
     jobs = feed(source, make, collector.skip if sink is not None and sink.done else None)
@@ -201,14 +204,28 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
     return collector.result()
 
 
-def _pool(executable: Any, attempt: Attempt, plan: _Plan, deliver: Deliver) -> BatchPool:
-    """The backend's runners (Ray), else an in-flight pool in this process."""
-    grace = grace_for(executable)
+def _runners_for(executable: Any, plan: _Plan) -> BatchExecution | None:
+    """The backend's batch runners (the executable's backend, else the current one),
+    unless `runners=0` or the backend runs batches in this process."""
+    if plan.runners == 0:
+        return None
     backend = getattr(executable, "backend", None)
     if not isinstance(backend, Backend):
         backend = current_backend()
-    if plan.runners != 0 and backend.batches is not None:
-        return backend.batches.pool(
+    return backend.batches
+
+
+def _pool(
+    executable: Any,
+    attempt: Attempt,
+    plan: _Plan,
+    deliver: Deliver,
+    runners: BatchExecution | None,
+) -> BatchPool:
+    """The backend's runners (Ray), else an in-flight pool in this process."""
+    grace = grace_for(executable)
+    if runners is not None:
+        return runners.pool(
             executable,
             PoolPlan(
                 run_options=plan.run_options,

@@ -181,6 +181,9 @@ class BatchPool(Protocol):
 class BatchExecution(Protocol):
     """Where a batch's attempts run (the backend's `batches`; None runs them here)."""
 
+    def check(self, executable: Any) -> None:
+        """Raise TypeError, before anything runs, if `executable` cannot run there."""
+
     def pool(self, executable: Any, plan: PoolPlan) -> BatchPool: ...
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
-from pydantic import BaseModel
 from ray_support import NAMESPACE, backend, sim_model
 
 import raygent
@@ -22,11 +22,7 @@ from raygent.sim import Latency, serve
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
-PREFIX = "raygent-batch-"
-
-
-class Answer(BaseModel):
-    text: str
+PREFIX = "raygent-runner-"
 
 
 def runner_names() -> list[str]:
@@ -53,7 +49,6 @@ async def test_an_agent_batch_runs_on_runners_within_the_provider_bound() -> Non
     assert result.usage.input_tokens > 0
     assert stats.requests == 40
     assert stats.peak_in_flight <= 6  # the gateway's bound, across both runners
-    assert runner_names() == []  # the batch's runners end with it
 
 
 async def test_items_run_in_runner_processes_and_come_back_in_order() -> None:
@@ -68,20 +63,24 @@ async def test_items_run_in_runner_processes_and_come_back_in_order() -> None:
     assert [row["item"] for row in result.data] == list(range(30))
     pids = {row["pid"] for row in result.data}
     assert os.getpid() not in pids and len(pids) == 2
+    assert len(runner_names()) >= 2
+    # The runners stay up for the driver's next batch, which reuses them.
+    again = await batch(agentless, range(10), concurrency=6, runners=2)
+    assert {row["pid"] for row in again.data} == pids
 
 
 async def test_a_runner_killed_mid_batch_loses_no_item_and_records_none_twice(
     tmp_path: Path,
 ) -> None:
     sink = tmp_path / "out.jsonl"
-    killed: list[str] = []
+    killed: list[int] = []
 
     def kill_one(item: BatchItem) -> None:
-        if killed or item.index < 5:
+        if killed or item.index < 5 or not item.ok:
             return
-        name = runner_names()[0]
-        killed.append(name)
-        ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+        pid = item.data["pid"]  # the runner process that ran this item: kill it
+        killed.append(pid)
+        os.kill(pid, signal.SIGKILL)
 
     result = await batch(
         _on(backend(), pid_of_work),
@@ -156,17 +155,28 @@ async def test_a_signal_cancels_the_runners_work_and_the_sink_stays_consistent(
     assert result.report.stopped is not None and "enough" in result.report.stopped
 
 
-async def test_runners_that_cannot_start_stop_the_batch_with_a_typed_error() -> None:
+async def test_an_executable_that_cannot_load_on_the_runners_stops_the_batch() -> None:
     result = await asyncio.wait_for(
         batch(_on(backend(), _Unshippable()), (i for i in range(50)), concurrency=4, runners=1),
         timeout=60,
     )
     assert not result.ok
-    failed = [item for item in result.items if item.status == "failed"]
-    assert failed and all(item.error is not None for item in failed)
-    assert type(failed[0].error).__name__ == "RunnerLostError"
-    assert result.report.stopped is not None and "cannot be kept up" in result.report.stopped
+    stopped = result.report.stopped
+    assert stopped is not None and "cannot load the executable" in stopped
+    assert "this executable cannot run in a worker" in stopped
+    assert result.report.succeeded == 0
     assert result.report.total < 50  # it stopped reading instead of failing everything
+
+
+async def test_a_runner_that_dies_at_start_is_replaced() -> None:
+    # Kill a fresh runner before the batch reaches it: the batch makes another.
+    ray_back = backend()
+    doomed = await batch(_on(ray_back, pid_of_work), range(4), concurrency=2, runners=1)
+    assert doomed.ok
+    os.kill(doomed.data[0]["pid"], signal.SIGKILL)
+    result = await batch(_on(ray_back, pid_of_work), range(20), concurrency=4, runners=1)
+    assert result.ok, result.report
+    assert doomed.data[0]["pid"] not in {row["pid"] for row in result.data}
 
 
 class _Unshippable:
@@ -210,3 +220,23 @@ async def test_a_ray_dataset_is_streamed_through_the_runners() -> None:
     assert result.ok
     assert sorted(result.data) == [i * 2 for i in range(25)]
     assert sorted(item.key for item in result.items) == sorted(row["id"] for row in rows)
+
+
+async def test_an_executable_that_cannot_be_shipped_is_refused_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    lock = threading.Lock()  # cannot be pickled
+
+    async def holds_a_lock(item: int) -> int:
+        with lock:
+            return item
+
+    sink = tmp_path / "out.jsonl"
+    with pytest.raises(TypeError, match="runners=0"):
+        await batch(_on(backend(), holds_a_lock), range(3), sink=sink)
+    assert not sink.exists()
+    # The same batch runs in the driver when asked to.
+    result = await batch(_on(backend(), holds_a_lock), range(3), runners=0)
+    assert result.ok and result.data == [0, 1, 2]
