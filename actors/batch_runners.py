@@ -40,13 +40,19 @@ from ._ray import job_id
 
 if TYPE_CHECKING:
     from runtime._batch_engine import BatchItem, Feed, Job, Outcome
+    from runtime._observe import deliver as observe
     from runtime.abort import AbortController, AbortSignal
     from runtime.errors import AbortedError
+    from runtime.observers import registered
+    from runtime.report import AgentReport
     from runtime.seams import BatchPool, PoolPlan
 else:
     from raygent._batch_engine import BatchItem, Feed, Job, Outcome
+    from raygent._observe import deliver as observe
     from raygent.abort import AbortController, AbortSignal
     from raygent.errors import AbortedError
+    from raygent.observers import registered
+    from raygent.report import AgentReport
 
 __all__ = ["RayBatchRunners", "RunnerLostError", "RunnerPool"]
 
@@ -132,6 +138,10 @@ class RunnerPool:
         self._barren = 0  # runners that died before giving anything back
         self._payload: Any = None
         self._id = uuid.uuid4().hex
+        run_observe = (plan.run_options or {}).get("observe")
+        agent_observe = getattr(executable, "observe", None)
+        # observe=False on the agent or the batch's runs keeps the global observers out.
+        self._observed = not (run_observe is False or (agent_observe is False and not run_observe))
         self.feed_error: BaseException | None = None
         self.deliver_error: BaseException | None = None
 
@@ -297,8 +307,19 @@ class RunnerPool:
         for item in items:
             if runner.held.pop(item.index, None) is not None:
                 runner.delivered += 1
+                await self._observe(item)
                 await self._deliver(item)
         self._changed.set()
+
+    async def _observe(self, item: BatchItem) -> None:
+        """Observers registered in the driver see the runs its runners made (in the
+        runner's process, the registry is its own: empty unless filled there)."""
+        report = getattr(item.result, "report", None)
+        if not isinstance(report, AgentReport) or self._observed is False:
+            return
+        observers = registered()
+        if observers:
+            await observe(report, observers)
 
     async def _settle_held(self, runner: _Runner, died: BaseException | None) -> None:
         """What a runner held and never gave back: cancelled if the batch is stopping,

@@ -240,3 +240,18 @@ async def test_an_executable_that_cannot_be_shipped_is_refused_before_anything_r
     # The same batch runs in the driver when asked to.
     result = await batch(_on(backend(), holds_a_lock), range(3), runners=0)
     assert result.ok and result.data == [0, 1, 2]
+
+
+async def test_observers_registered_in_the_driver_see_the_runs_made_on_runners() -> None:
+    from raygent import observers
+    from raygent.testing import FunctionModel, reply
+
+    seen: list[str] = []
+    bot = raygent.agent(
+        "echo", model=FunctionModel(lambda messages, options: reply("ok")), backend=backend()
+    )
+    with observers.add(lambda report: seen.append(report.run_id)):
+        result = await batch(bot, ["a", "b", "c"], concurrency=2, runners=1)
+        quiet = await batch(bot, ["d"], runners=1, run_options={"observe": False})
+    assert result.ok and quiet.ok
+    assert sorted(seen) == sorted(item.result.report.run_id for item in result.items)
