@@ -372,8 +372,10 @@ async def evaluate(
 
 
 def _scoring_options(options: BatchOptions) -> BatchOptions:
-    """The scoring batch keeps the runs' bounds, retries and signal; nothing else."""
-    scoring = BatchOptions(progress=False)
+    """The scoring batch keeps the runs' bounds, retries and signal; nothing else. It
+    runs in this process (scorers are quick, or judges whose model calls go through the
+    backend anyway): nothing of the scorers has to travel to batch runners."""
+    scoring = BatchOptions(progress=False, runners=0)
     if "concurrency" in options:
         scoring["concurrency"] = options["concurrency"]
     if "retry" in options:

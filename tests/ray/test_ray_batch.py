@@ -255,3 +255,25 @@ async def test_observers_registered_in_the_driver_see_the_runs_made_on_runners()
         quiet = await batch(bot, ["d"], runners=1, run_options={"observe": False})
     assert result.ok and quiet.ok
     assert sorted(seen) == sorted(item.result.report.run_id for item in result.items)
+
+
+async def test_eval_runs_the_cases_on_runners_and_scores_in_the_driver() -> None:
+    from raygent.testing import FunctionModel, reply
+
+    scored_in: list[int] = []
+
+    def here(text: str) -> bool:
+        scored_in.append(os.getpid())
+        return text.startswith("echo:")
+
+    bot = raygent.agent(
+        model=FunctionModel(lambda messages, options: reply(f"echo:{messages[-1].text}")),
+        backend=backend(),
+    )
+    report = await bot.eval(
+        [{"input": "a", "expected": "echo:a"}, {"input": "b", "expected": "echo:x"}],
+        scorers=[raygent.eval.exact(), raygent.eval.predicate(here)],
+        runners=1,
+    )
+    assert [case.passed for case in report.cases] == [True, False]
+    assert set(scored_in) == {os.getpid()}
