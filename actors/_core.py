@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from runtime.abort import AbortSignal, AbortWatch, abortable
+    from runtime.abort import AbortController, AbortSignal, AbortWatch, abortable
     from runtime.errors import (
         ProviderConnectionError,
         RateLimitError,
@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from runtime.models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
     from runtime.seams import Backend, _routed, closing_stream
     from runtime.tools import Tool, ToolContext, ToolTimeoutError
-    from runtime.usage import Usage
+    from runtime.usage import Cost, Usage
 else:
-    from raygent.abort import AbortSignal, AbortWatch, abortable
+    from raygent.abort import AbortController, AbortSignal, AbortWatch, abortable
     from raygent.errors import (
         ProviderConnectionError,
         RateLimitError,
@@ -38,12 +38,14 @@ else:
     from raygent.models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
     from raygent.seams import Backend, _routed, closing_stream
     from raygent.tools import Tool, ToolContext, ToolTimeoutError
-    from raygent.usage import Usage
+    from raygent.usage import Cost, Usage
 
 __all__ = [
+    "AbortController",
     "AbortSignal",
     "AbortWatch",
     "Backend",
+    "Cost",
     "Done",
     "LocalSessions",
     "Message",

@@ -17,10 +17,12 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import pydantic_core
 
 from ._core import (
+    Cost,
     Done,
     Message,
     Model,
@@ -34,7 +36,15 @@ from ._core import (
 )
 from ._limits import Pause, Slots, TokenBucket
 
-__all__ = ["Gateway", "GatewayLimits", "RetryPolicy", "StreamBatching", "batches"]
+__all__ = [
+    "Gateway",
+    "GatewayLimits",
+    "RetryPolicy",
+    "Send",
+    "Sends",
+    "StreamBatching",
+    "batches",
+]
 
 
 @dataclass(frozen=True)
@@ -73,6 +83,87 @@ class GatewayLimits:
     batching: StreamBatching = field(default_factory=StreamBatching)
 
 
+@dataclass
+class Send:
+    """One send of a request: how long it waited to be admitted (`queued`: the shared
+    pause, the rate buckets, a slot), how long the provider took, how it ended, and the
+    wait the gateway chose before the next send."""
+
+    number: int
+    started: float = field(default_factory=time.perf_counter)
+    sent: float | None = None
+    ended: float | None = None
+    error: RaygentError | None = None
+    wait: float | None = None
+
+    def admitted(self) -> None:
+        self.sent = time.perf_counter()
+
+    def failed(self, error: RaygentError) -> None:
+        self.ended, self.error = time.perf_counter(), error
+
+    def record(self, model: Model) -> dict[str, Any]:
+        """The trip report's entry: the keys of a fallback's failed attempt (model,
+        provider, error) and the send's own facts."""
+        ended = self.ended if self.ended is not None else time.perf_counter()
+        sent = self.sent if self.sent is not None else ended
+        error = self.error
+        return {
+            "model": model.name,
+            "provider": model.provider,
+            "error": None if error is None else error.to_dict(),
+            "attempt": self.number,
+            "ok": error is None,
+            "status": None if error is None else error.details.get("status"),
+            "code": None if error is None else error.code,
+            "retry_after": None if error is None else error.details.get("retry_after"),
+            "wait": self.wait,
+            "queued": round(sent - self.started, 6),
+            "duration": round(ended - sent, 6),
+        }
+
+
+class Sends:
+    """The sends of one request through a gateway.
+
+    A request answered at its first send is left as it is (as on the local backend,
+    `attempts` stays empty). One the gateway sent again (429s retried) lists every send
+    on the response's `attempts`, the failed ones first, the one that answered last; the
+    failed sends count as requests at no cost, as a fallback model counts its failed
+    attempts. A request the gateway gives up on carries `attempts` (how many sends) in
+    its error's details.
+    """
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.sends: list[Send] = []
+
+    def start(self) -> Send:
+        send = Send(len(self.sends) + 1)
+        self.sends.append(send)
+        return send
+
+    def answered(self, response: ModelResponse) -> ModelResponse:
+        if len(self.sends) < 2:
+            return response
+        self.sends[-1].ended = time.perf_counter()
+        attempts = [send.record(self.model) for send in self.sends]
+        failed = len(self.sends) - 1
+        usage = (
+            response.usage + Usage(requests=failed, cost=Cost())
+            if response.usage.cost is not None
+            else response.usage.model_copy(update={"requests": response.usage.requests + failed})
+        )
+        return response.model_copy(
+            update={"attempts": [*attempts, *response.attempts], "usage": usage}
+        )
+
+    def gave_up(self, error: RaygentError) -> RaygentError:
+        if len(self.sends) > 1:
+            error.details["attempts"] = len(self.sends)
+        return error
+
+
 class Gateway:
     """Sends requests for the models it is handed (models are picklable; each call
     brings its own) within the concurrency bound, the rate buckets and the shared
@@ -98,18 +189,23 @@ class Gateway:
         self, model: Model, messages: Sequence[Message], options: ModelOptions
     ) -> ModelResponse | RaygentError:
         estimate = self._estimate(messages, options)
+        sends = Sends(model)
         for attempt in range(1, self.limits.retry.max_attempts + 1):
+            send = sends.start()
             try:
                 async with self._admitted(estimate):
+                    send.admitted()
                     response = await model.complete(messages, options)
             except RateLimitError as exc:
-                if not await self._backed_off(exc, attempt, estimate):
-                    return exc
+                send.failed(exc)
+                if not await self._backed_off(exc, attempt, estimate, send):
+                    return sends.gave_up(exc)
                 continue
             except RaygentError as exc:
-                return exc
+                send.failed(exc)
+                return sends.gave_up(exc)
             self._succeeded(estimate, response.usage)
-            return response
+            return sends.answered(response)
         raise AssertionError("unreachable: the last attempt returns")
 
     async def stream(
@@ -118,25 +214,31 @@ class Gateway:
         """Batches of chunks; an error is the last item. A 429 is retried only before
         anything was sent (afterwards the caller has seen part of a reply)."""
         estimate = self._estimate(messages, options)
+        sends = Sends(model)
         for attempt in range(1, self.limits.retry.max_attempts + 1):
             sent = False
+            send = sends.start()
             try:
                 async with self._admitted(estimate):
+                    send.admitted()
                     chunks = model.stream(messages, options)
                     async with closing_stream(chunks):
                         async for batch in batches(chunks, self.limits.batching):
                             sent = True
-                            yield batch
                             last = batch[-1]
                             if isinstance(last, Done):
                                 self._succeeded(estimate, last.response.usage)
+                                batch[-1] = Done(sends.answered(last.response))
+                            yield batch
                 return
             except RateLimitError as exc:
-                if sent or not await self._backed_off(exc, attempt, estimate):
-                    yield exc
+                send.failed(exc)
+                if sent or not await self._backed_off(exc, attempt, estimate, send):
+                    yield sends.gave_up(exc)
                     return
             except RaygentError as exc:
-                yield exc
+                send.failed(exc)
+                yield sends.gave_up(exc)
                 return
 
     # -- limits ---------------------------------------------------------------------
@@ -156,8 +258,10 @@ class Gateway:
         finally:
             self._slots.release()
 
-    async def _backed_off(self, exc: RateLimitError, attempt: int, estimate: int) -> bool:
-        """Wait before the next attempt; False if there should be none."""
+    async def _backed_off(
+        self, exc: RateLimitError, attempt: int, estimate: int, send: Send
+    ) -> bool:
+        """Wait before the next attempt (noted on `send`); False if there should be none."""
         if self._tokens is not None:
             self._tokens.settle(estimate, 0)  # the provider did not count a rejected request
         self._slots.shrink()
@@ -170,9 +274,11 @@ class Gateway:
         if attempt >= retry.max_attempts:
             return False
         if isinstance(retry_after, (int, float)):
+            send.wait = float(retry_after)  # in the pause, before the next admission
             return True
-        delay = min(retry.max_wait, retry.backoff * 2 ** (attempt - 1))
-        await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+        send.wait = min(retry.max_wait, retry.backoff * 2 ** (attempt - 1))
+        send.wait *= random.uniform(0.5, 1.0)
+        await asyncio.sleep(send.wait)
         return True
 
     def _succeeded(self, estimate: int, usage: Usage) -> None:

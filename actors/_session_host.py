@@ -35,11 +35,11 @@ from ._core import RaygentError
 from .sessions import LeaseExpiredError, SessionHostError, encode_messages
 
 if TYPE_CHECKING:
-    from runtime.messages import messages_from_json
-    from stores.protocol import AppendResult, Scope, Store
+    from runtime.messages import Message, messages_from_json
+    from stores.protocol import AppendResult, CompactingStore, Scope, Store
 else:
-    from raygent.messages import messages_from_json
-    from raygent.stores import AppendResult, Scope, Store
+    from raygent.messages import Message, messages_from_json
+    from raygent.stores import AppendResult, CompactingStore, Scope, Store
 
 __all__ = ["Granted", "SessionHost"]
 
@@ -86,6 +86,8 @@ class _Lease:
     busy: int = 0  # store calls in flight: a busy lease neither expires nor frees
     released: bool = False
     timer: asyncio.TimerHandle | None = None
+    # The last snapshot read with this lease (compaction): (revision, stored history).
+    seen: tuple[int, list[Message]] | None = None
 
     def renew(self) -> None:
         self.deadline = time.monotonic() + self.timeout
@@ -233,6 +235,65 @@ class SessionHost:
         finally:
             self._done(lease)
         return None
+
+    async def snapshot(self, lease_id: str) -> tuple[int, bytes] | RaygentError:
+        """The stored history (JSON) and its revision, read from the store (compaction)."""
+        lease = self._lease(lease_id)
+        if isinstance(lease, RaygentError):
+            return lease
+        store = _compacting(lease)
+        lease.busy += 1
+        try:
+            async with lease.store.slots:
+                snapshot = await store.snapshot(lease.scope)
+        except RaygentError as exc:
+            return exc
+        finally:
+            self._done(lease)
+        lease.seen = (snapshot.revision, snapshot.messages)
+        return snapshot.revision, encode_messages(snapshot.messages)
+
+    async def replace_prefix(
+        self, lease_id: str, revision: int, count: int, payload: bytes
+    ) -> bool | RaygentError:
+        """Replace the stored prefix of `count` messages by `payload` (JSON) if the store
+        is still at `revision`: True committed, False a conflict (another writer moved
+        it first; the caller may read a new snapshot and try again). A commit moves the
+        lease's fence by what the replacement changed, as the local lease does, so the
+        run's next append lines up (and a write by someone else still conflicts), and
+        the cached history becomes the compacted one."""
+        lease = self._lease(lease_id)
+        if isinstance(lease, RaygentError):
+            return lease
+        store = _compacting(lease)
+        lease.busy += 1
+        try:
+            replacement = messages_from_json(payload)
+            async with lease.store.slots:
+                outcome = await store.replace_prefix(
+                    lease.scope, revision, count, replacement, lease.run_id
+                )
+        except BaseException as exc:
+            self._forget(lease.key)  # the outcome is unknown: reload on the next acquire
+            if isinstance(exc, RaygentError):
+                return exc
+            raise
+        finally:
+            self._done(lease)
+        seen, lease.seen = lease.seen, None
+        if outcome != "committed":
+            self._forget(lease.key)  # the store moved in a way the cache did not see
+            return False
+        lease.position += len(replacement) - count
+        if seen is None or seen[0] != revision:
+            self._forget(lease.key)  # committed on a revision this host did not read
+        else:
+            # The store was at `revision`, which is what `seen` holds: now it is this.
+            compacted = [*replacement, *seen[1][count:]]
+            history = encode_messages(compacted)
+            fresh = lease.store.fresh_until()
+            self._remember(lease.key, _Cached([history], len(compacted), len(history), fresh))
+        return True
 
     async def renew(self, lease_id: str) -> RaygentError | None:
         """Keep a lease alive while its run works without writing (a long model call)."""
@@ -384,6 +445,13 @@ class SessionHost:
         ):
             _, cached = self._cache.popitem(last=False)
             self._cached_bytes -= cached.size
+
+
+def _compacting(lease: _Lease) -> CompactingStore:
+    store = lease.store.store
+    if not isinstance(store, CompactingStore):  # the lease says so: it is not asked
+        raise TypeError(f"{type(store).__name__} cannot replace a prefix (compaction)")
+    return store
 
 
 def _rss() -> int | None:

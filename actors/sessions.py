@@ -47,7 +47,7 @@ if TYPE_CHECKING:
         messages_to_json,
     )
     from stores import InMemoryStore, SQLiteStore
-    from stores.protocol import Scope, Store
+    from stores.protocol import CompactingStore, Scope, Snapshot, Store
 else:
     from raygent.memory import LocalSessions, Memory, SessionLease
     from raygent.messages import (
@@ -58,7 +58,7 @@ else:
         messages_from_json,
         messages_to_json,
     )
-    from raygent.stores import InMemoryStore, Scope, SQLiteStore, Store
+    from raygent.stores import CompactingStore, InMemoryStore, Scope, Snapshot, SQLiteStore, Store
 
 __all__ = [
     "LeaseExpiredError",
@@ -339,7 +339,9 @@ class RaySessions:
 
 
 class _RayLease:
-    """One run's lease on its host: every write is one host call."""
+    """One run's lease on its host: every write is one host call. With a store that
+    can, it compacts the stored history (`snapshot` / `replace_prefix`, through the
+    host, which moves the lease's fence and its cached history with it)."""
 
     def __init__(
         self,
@@ -357,6 +359,7 @@ class _RayLease:
         self._store, self._scope, self._run_id = store, scope, run_id
         self._lock: asyncio.Lock | None = lock
         self._keeper: asyncio.Task[None] | None = None
+        self.compacts = isinstance(store, CompactingStore)
 
     def keep_alive(self, every: float) -> None:
         """Renew the lease while the run works without writing. It stops at release, or
@@ -375,6 +378,17 @@ class _RayLease:
             # The lease is gone with its host; an error record needs no fence, so it is
             # written from here rather than lost.
             await self._store.record_error(self._scope, self._run_id, payload, messages)
+
+    async def snapshot(self) -> Snapshot:
+        revision, payload = await self._call("snapshot")
+        return Snapshot(int(revision), messages_from_json(payload))
+
+    async def replace_prefix(
+        self, revision: int, count: int, replacement: Sequence[Message]
+    ) -> bool:
+        """Replace the stored prefix if `revision` still holds (False: a conflict)."""
+        payload = encode_messages(replacement)
+        return bool(await self._call("replace_prefix", revision, count, payload))
 
     async def release(self) -> None:
         if self._lock is None:

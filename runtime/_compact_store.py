@@ -31,7 +31,8 @@ MAX_ATTEMPTS = 5  # replace_prefix tries before the store is left as it is
 
 @runtime_checkable
 class CompactingLease(Protocol):
-    """A session lease that can compact the stored history (the local one can)."""
+    """A session lease that can compact the stored history (the local one and the Ray
+    one, through its session host, can)."""
 
     compacts: bool
 
@@ -83,7 +84,7 @@ class StoredView:
 async def stored_view(saver: RunSaver | None, conversation: Sequence[Message]) -> StoredView | None:
     """The stored part of the conversation, when the session's lease can compact it."""
     lease: object = saver.lease if saver is not None else None
-    # A lease of another backend (Ray session hosts) may not compact: the run does alone.
+    # A lease whose store cannot replace a prefix does not compact: the run does alone.
     if not isinstance(lease, CompactingLease) or not lease.compacts:
         return None
     try:

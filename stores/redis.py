@@ -3,6 +3,11 @@
 Each write is one Lua script (EVALSHA, loaded again on NOSCRIPT), so the position check,
 the idempotency check and the write are atomic on the server. Messages are msgpack
 envelopes in a list; every write refreshes the TTL of all keys of the conversation.
+
+Connections come from a blocking pool per event loop: past `max_connections` an
+operation waits (up to `pool_timeout`) for one to come free instead of failing, and each
+loop's pool is closed by `aclose()` in that loop, or when the loop shuts down (asyncio.run,
+`execute_sync`) if the store was not closed in it.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import asyncio
 import json
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -62,6 +67,34 @@ class _Connection:
     record_error: AsyncScript
     replace_prefix: AsyncScript
     prune: AsyncScript
+    closer: AsyncGenerator[None, None]  # closes the client when finalised (see _closer)
+
+
+async def _close_when_finalised(
+    client: aioredis.Redis, forget: Callable[[], None]
+) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        try:
+            await client.aclose()  # its pool too (from_pool): every connection is closed
+        finally:
+            forget()
+
+
+def _closer(client: aioredis.Redis, forget: Callable[[], None]) -> AsyncGenerator[None, None]:
+    """An async generator, started here in the client's loop, whose `aclose()` closes the
+    client. The loop knows its started async generators, and `shutdown_asyncgens()`
+    (asyncio.run calls it before it closes the loop) finalises them while the loop still
+    runs: so a loop that ends without `store.aclose()` still closes its connections,
+    rather than leaving sockets open on a dead loop (ResourceWarning)."""
+    closer = _close_when_finalised(client, forget)
+    step = closer.asend(None)
+    try:
+        step.send(None)  # runs up to the `yield` (nothing there awaits)
+    except StopIteration:
+        return closer
+    raise AssertionError("the closer did not stop at its yield")
 
 
 @contextmanager
@@ -86,7 +119,11 @@ class RedisStore(BaseStore):
     """Conversations under `prefix` in one Redis database.
 
     A redis.asyncio client is bound to the event loop that created it, so the store
-    keeps one client per loop, opened on first use; pickling drops them. The keys of
+    keeps one client per loop, opened on first use; pickling drops them. Each client
+    has a blocking pool of at most `max_connections`: more operations at once wait up to
+    `pool_timeout` seconds (None: no limit) for a connection, then fail with
+    `StoreUnavailableError`. `aclose()` closes the calling loop's client; a loop that
+    shuts down (asyncio.run) closes its own. The keys of
     one conversation share a hash tag; the store-wide index key does not, so a script
     touches two slots and Redis Cluster is not supported.
     """
@@ -99,12 +136,20 @@ class RedisStore(BaseStore):
         key_metadata: Sequence[str] = (),
         ttl: float | None = None,
         clock: Clock = time.time,
+        max_connections: int = 100,
+        pool_timeout: float | None = 30.0,
     ) -> None:
         super().__init__(key_metadata=key_metadata, ttl=ttl, clock=clock)
         if not prefix or "{" in prefix or "}" in prefix:
             raise ValueError("prefix must be non-empty and free of braces (hash tags)")
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, not {max_connections}")
+        if pool_timeout is not None and pool_timeout <= 0:
+            raise ValueError(f"pool_timeout must be positive seconds or None, not {pool_timeout}")
         self.url = url
         self.prefix = prefix
+        self.max_connections = max_connections
+        self.pool_timeout = pool_timeout
         self._connections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Connection] = (
             weakref.WeakKeyDictionary()
         )
@@ -128,13 +173,25 @@ class RedisStore(BaseStore):
         loop = asyncio.get_running_loop()
         connection = self._connections.get(loop)
         if connection is None:
-            client = aioredis.Redis.from_url(self.url)
-            connection = self._connections[loop] = _Connection(
+            pool = aioredis.BlockingConnectionPool.from_url(
+                self.url, max_connections=self.max_connections, timeout=self.pool_timeout
+            )
+            client = aioredis.Redis.from_pool(pool)  # the client owns (and closes) the pool
+            connections = self._connections
+
+            def forget() -> None:
+                # The entry holds the loop alive (its streams, the closer's finaliser):
+                # once closed, it goes, and the loop with it.
+                if connections.get(loop) is connection:
+                    del connections[loop]
+
+            connection = connections[loop] = _Connection(
                 client,
                 AsyncScript(client, scripts.APPEND),
                 AsyncScript(client, scripts.RECORD_ERROR),
                 AsyncScript(client, scripts.REPLACE_PREFIX),
                 AsyncScript(client, scripts.PRUNE),
+                _closer(client, forget),
             )
         return connection
 
@@ -163,11 +220,12 @@ class RedisStore(BaseStore):
             await self._connection().client.ping()
 
     async def aclose(self) -> None:
-        """Close this loop's client; clients of other loops are dropped with their loop."""
-        loop = asyncio.get_running_loop()
-        connection = self._connections.pop(loop, None)
-        if connection is not None:
-            await connection.client.aclose()
+        """Close this loop's client and its pool (the store reconnects if used again);
+        the clients of other loops are closed in them (their `aclose()`, or the loop's
+        shutdown)."""
+        connection = self._connections.pop(asyncio.get_running_loop(), None)
+        if connection is not None:  # gone first: an operation meanwhile opens a new one
+            await connection.closer.aclose()
 
     # -- reads ---------------------------------------------------------------------
 

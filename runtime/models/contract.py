@@ -104,7 +104,9 @@ class ModelOptions(BaseModel):
 
 class ModelResponse(BaseModel):
     """One complete model reply, normalised across providers. `attempts` lists failed
-    attempts before this reply (fallback models), each {model, provider, error}."""
+    attempts before this reply (fallback models), each {model, provider, error}; a Ray
+    model gateway that retried 429s lists every send, the answering one last, with more
+    facts (attempt, ok, status, code, retry_after, wait, queued, duration)."""
 
     model_config = _FROZEN
     content: list[ContentPart] = Field(default_factory=list)

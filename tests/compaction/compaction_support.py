@@ -1,20 +1,25 @@
 """Helpers for the compaction tests: a tool with long results, a model that calls it a
-given number of times, and summarisers that record what they were given."""
+given number of times, summarisers that record what they were given, and the agents and
+stores of the compaction-with-memory scenarios (on either backend)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import raygent
 from raygent import AssistantMessage, CompactionResult, Message, ProviderBlock, TextPart
 from raygent.compaction import CompactionContext
+from raygent.seams import Backend
+from raygent.stores import SQLiteStore, Store
 from raygent.testing import FunctionModel, Reply, call, reply
 
 LONG = "x" * 400  # a tool result long enough to push a conversation over a threshold
 SIGNED = {"type": "thinking", "thinking": "plan the lookup", "signature": "EqQBsig=="}
+SYSTEM = "You look things up."
 
 
 @raygent.tool
@@ -82,3 +87,47 @@ class AsyncRecorder(Recorder):
 
 def is_summary(message: Message, text: str) -> bool:
     return message.role == "assistant" and message.content == [TextPart(text=text)]
+
+
+def agent_on(
+    store: Store, policy: str, model: Any, summarizer: Any, backend: Backend | None = None
+) -> raygent.Agent:
+    compaction = raygent.Compaction(after_tokens=400, keep=2, summarize=summarizer)
+    return raygent.agent(
+        model=model,
+        tools=[lookup],
+        system_prompt=SYSTEM,
+        memory=raygent.Memory(store=store, save_policy=policy),  # type: ignore[arg-type]
+        compaction=compaction,
+        capture_messages=True,
+        max_trips=12,
+        backend=backend,
+    )
+
+
+async def earlier_runs(store: Store, session: str, backend: Backend | None = None) -> None:
+    """Two runs of tool rounds, stored without compaction."""
+    plain = raygent.agent(
+        model=tool_model(2), tools=[lookup], memory=raygent.Memory(store), backend=backend
+    )
+    for text in ("first", "second"):
+        plain.model = tool_model(2)
+        assert (await plain.session(session).execute(text)).ok
+
+
+class Interfering(SQLiteStore):
+    """An SQLite store where another client writes the conversation just before this
+    one's first `replace_prefix` (on a Ray session host, in the host's copy)."""
+
+    def __init__(self, path: Path, interfere: Callable[[SQLiteStore, Any, int], Any]) -> None:
+        super().__init__(path)
+        self.other = SQLiteStore(path)
+        self.interfere = interfere
+        self.replaces: list[str] = []
+
+    async def replace_prefix(self, scope: Any, revision: int, *args: Any, **kw: Any) -> Any:
+        if not self.replaces:
+            await self.interfere(self.other, scope, revision)
+        outcome = await super().replace_prefix(scope, revision, *args, **kw)
+        self.replaces.append(outcome)
+        return outcome

@@ -11,14 +11,12 @@ from typing import Any
 
 import pytest
 import redis
-from compaction_support import Recorder, is_summary, lookup, tool_model
+from compaction_support import Interfering, Recorder, agent_on, earlier_runs, is_summary, tool_model
 
 import raygent
 from raygent import UserMessage
 from raygent.errors import RaygentError
 from raygent.stores import InMemoryStore, RedisStore, SQLiteStore, Store, StoreUnavailableError
-
-SYSTEM = "You look things up."
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
@@ -48,27 +46,6 @@ async def make_store(
             keys = list(client.scan_iter(match=f"{prefix}:*"))
             if keys:
                 client.delete(*keys)
-
-
-def agent_on(store: Store, policy: str, model: Any, summarizer: Any) -> raygent.Agent:
-    compaction = raygent.Compaction(after_tokens=400, keep=2, summarize=summarizer)
-    return raygent.agent(
-        model=model,
-        tools=[lookup],
-        system_prompt=SYSTEM,
-        memory=raygent.Memory(store=store, save_policy=policy),  # type: ignore[arg-type]
-        compaction=compaction,
-        capture_messages=True,
-        max_trips=12,
-    )
-
-
-async def earlier_runs(store: Store, session: str) -> None:
-    """Two runs of tool rounds, stored without compaction."""
-    plain = raygent.agent(model=tool_model(2), tools=[lookup], memory=raygent.Memory(store))
-    for text in ("first", "second"):
-        plain.model = tool_model(2)
-        assert (await plain.session(session).execute(text)).ok
 
 
 @pytest.mark.parametrize("policy", ["message", "turn"])
@@ -120,24 +97,6 @@ async def test_with_the_run_policy_only_what_is_stored_is_compacted_in_the_store
     assert is_summary(history[0], summarizer.text)
     assert history[2] == UserMessage(content="third")
     assert len(history) == 3 + 2 * 4 + 1
-
-
-class Interfering(SQLiteStore):
-    """An SQLite store where another client writes the conversation just before this
-    one's first `replace_prefix`."""
-
-    def __init__(self, path: Path, interfere: Callable[[SQLiteStore, Any, int], Any]) -> None:
-        super().__init__(path)
-        self.other = SQLiteStore(path)
-        self.interfere = interfere
-        self.replaces: list[str] = []
-
-    async def replace_prefix(self, scope: Any, revision: int, *args: Any, **kw: Any) -> Any:
-        if not self.replaces:
-            await self.interfere(self.other, scope, revision)
-        outcome = await super().replace_prefix(scope, revision, *args, **kw)
-        self.replaces.append(outcome)
-        return outcome
 
 
 async def test_a_moved_revision_is_retried_and_the_run_completes(tmp_path: Path) -> None:

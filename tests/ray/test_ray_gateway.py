@@ -98,3 +98,64 @@ async def test_a_gateway_is_looked_up_once_per_process() -> None:
         assert access._gateway(model)[1] is again._gateway(model)[1]  # type: ignore[attr-defined]
     [name] = gateway_names(gateway_key(model), 1)
     assert name in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+
+
+def _two_429s_then(reply: Reply) -> list[Rule]:
+    return [
+        Rule(reply=Reply(fault=Fault(kind="status", status=429, retry_after=0.05)), times=2),
+        Rule(reply=reply),
+    ]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_the_gateways_retries_are_in_the_trip_report(streaming: bool) -> None:
+    pricing = raygent.Pricing(input_per_mtok=1.0, output_per_mtok=2.0)
+    async with serve(_two_429s_then(Reply(text="at last"))) as sim:
+        bot = raygent.agent(model=sim_model(sim, pricing=pricing), backend=backend())
+        if streaming:
+            stream = bot.stream("hi")
+            async for _ in stream:
+                pass
+            result = await stream.result
+        else:
+            result = await bot.execute("hi")
+        stats = sim.stats()
+        local = raygent.agent(model=sim_model(sim, pricing=pricing))
+        plain = await local.execute("hi")  # the 429 rules are spent: one send
+        sim.reset()
+        refused = await local.execute("hi")  # the local backend does not retry a 429
+    assert refused.error is not None and refused.error.code == "rate_limited"
+    assert result.ok and result.text == "at last", result.error
+    assert stats.by_status == {429: 2, 200: 1}
+    [trip] = result.report.trips
+    assert [a["attempt"] for a in trip.attempts] == [1, 2, 3]
+    assert [a["status"] for a in trip.attempts] == [429, 429, None]
+    assert [a["ok"] for a in trip.attempts] == [False, False, True]
+    assert [a["code"] for a in trip.attempts] == ["rate_limited", "rate_limited", None]
+    for failed in trip.attempts[:2]:
+        # A fallback's failed attempt says the same (model, provider, typed error).
+        assert failed["model"] == "sim-gpt" and failed["provider"] == "openai"
+        assert failed["error"]["code"] == "rate_limited" and failed["error"]["status"] == 429
+        assert failed["retry_after"] == 0.05 and failed["wait"] == 0.05
+    assert trip.attempts[2]["error"] is None and trip.attempts[2]["wait"] is None
+    assert trip.attempts[1]["queued"] > 0.03  # it waited out the first Retry-After
+    assert all(a["duration"] >= 0 for a in trip.attempts)
+    # The two 429s count as requests at no cost; tokens and cost are the answer's.
+    assert plain.ok and plain.report.trips[0].attempts == []  # one send: nothing listed
+    assert result.usage.requests == 3
+    assert result.usage.output_tokens == plain.usage.output_tokens
+    assert result.usage.cost is not None and plain.usage.cost is not None
+    assert result.usage.cost.total == pytest.approx(plain.usage.cost.total)
+    assert trip.usage == result.usage
+
+
+async def test_a_request_the_gateway_gives_up_on_says_how_often_it_was_sent() -> None:
+    script = [Rule(reply=Reply(fault=Fault(kind="status", status=429, retry_after=0.01)))]
+    async with serve(script) as sim:
+        bot = raygent.agent(
+            model=sim_model(sim), backend=backend(retry=raygent.actors.RetryPolicy(max_attempts=3))
+        )
+        result = await bot.execute("hi")
+        stats = sim.stats()
+    assert result.report.status == "failed" and stats.requests == 3
+    assert result.error is not None and result.error.to_dict()["attempts"] == 3

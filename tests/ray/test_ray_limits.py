@@ -136,8 +136,14 @@ async def test_the_gateway_retries_429s_and_returns_other_errors_at_once() -> No
     async with serve(script) as sim:
         gateway = Gateway(GatewayLimits(max_concurrency=4))
         model = sim_model(sim)
-        assert isinstance(await gateway.complete(model, messages, options), ModelResponse)
+        response = await gateway.complete(model, messages, options)
+        assert isinstance(response, ModelResponse)
         assert sim.stats().by_status == {429: 2, 200: 1}
+        assert [a["status"] for a in response.attempts] == [429, 429, None]
+        assert response.usage.requests == 3
+        once = await gateway.complete(model, messages, options)  # the 429s are spent
+        assert isinstance(once, ModelResponse)
+        assert once.attempts == [] and once.usage.requests == 1
         sim.reset()
         bad = await gateway.complete(model, [UserMessage(content="bad")], options)
         assert isinstance(bad, InvalidRequestError) and sim.stats().requests == 1
@@ -151,6 +157,7 @@ async def test_the_gateway_gives_up_after_its_attempts() -> None:
         stats = sim.stats()
     assert isinstance(result, RateLimitError)
     assert stats.requests == 3
+    assert result.details["attempts"] == 3
 
 
 async def test_the_gateway_holds_request_and_token_rates() -> None:

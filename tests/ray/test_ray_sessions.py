@@ -421,3 +421,63 @@ async def test_host_refuses_expired_and_foreign_leases() -> None:
     refused = await other.record_error(granted[0], {"code": "x"}, b"[]")
     assert type(refused) is SessionHostError  # another incarnation: the host restarted
     assert await host.acquire("unknown", Scope("a"), "r2", 60) is None  # send the store
+
+
+class CountingStore(InMemoryStore):
+    """Counts loads: a history served from a host's cache is not loaded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads = 0
+
+    async def load(self, scope: Scope) -> list[Message]:
+        self.loads += 1
+        return await super().load(scope)
+
+
+def _said(*texts: str) -> list[Message]:
+    return [UserMessage(content=t) for t in texts]
+
+
+async def test_host_compacts_under_the_lease_and_keeps_fence_and_cache_in_line() -> None:
+    host, store, scope = SessionHost(), CountingStore(), Scope("c")
+    await store.append(scope, "earlier", 0, _said("a", "b", "c"))
+    granted = await host.acquire("k", scope, "r1", 60, store)
+    assert isinstance(granted, tuple)
+    lease_id = granted[0]
+    snapshot = await host.snapshot(lease_id)
+    assert isinstance(snapshot, tuple)
+    revision, payload = snapshot
+    assert messages_from_json(payload) == _said("a", "b", "c")
+    summary = [AssistantMessage(content="a and b")]
+    # A revision that moved: a conflict, nothing written, the fence where it was.
+    assert await host.replace_prefix(lease_id, revision + 1, 2, encode_messages(summary)) is False
+    assert await store.load(scope) == _said("a", "b", "c")
+    snapshot = await host.snapshot(lease_id)  # as a compactor does after a conflict
+    assert snapshot == (revision, payload)
+    assert await host.replace_prefix(lease_id, revision, 2, encode_messages(summary)) is True
+    # The fence moved by what the replacement changed: the next append lines up.
+    assert await host.append(lease_id, 0, encode_messages(_said("d"))) == 3
+    await host.release(lease_id)
+    compacted = [*summary, *_said("c", "d")]
+    assert await store.load(scope) == compacted
+    loads = store.loads
+    again = await host.acquire("k", scope, "r2", 60)
+    assert isinstance(again, tuple)
+    assert messages_from_json(again[1]) == compacted  # the cached copy is the compacted one
+    assert store.loads == loads  # served from the cache
+    # Another writer moves the store around the host: the conflict drops the cached copy.
+    snapshot = await host.snapshot(again[0])
+    assert isinstance(snapshot, tuple)
+    await store.append(scope, "elsewhere", 0, _said("e"))
+    assert await host.replace_prefix(again[0], snapshot[0], 1, b"[]") is False
+    await host.release(again[0])
+    third = await host.acquire("k", scope, "r3", 60)
+    assert isinstance(third, tuple)
+    assert messages_from_json(third[1]) == [*compacted, *_said("e")]
+    assert store.loads == loads + 1  # reloaded from the store
+    await host.release(third[0])
+    # A released lease compacts nothing.
+    refused = await host.replace_prefix(third[0], snapshot[0], 0, b"[]")
+    assert isinstance(refused, LeaseExpiredError)
+    assert isinstance(await host.snapshot(third[0]), LeaseExpiredError)

@@ -4,9 +4,11 @@ fails half-way, the SQLite schema check and locks, Redis TTLs, scripts and outag
 from __future__ import annotations
 
 import asyncio
+import gc
 import multiprocessing
 import sqlite3
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -277,3 +279,65 @@ async def test_store_redis_unreachable_is_retryable_and_hides_the_password() -> 
         assert "sekrit" not in str(caught.value.to_dict())
     finally:
         await store.aclose()
+
+
+# -- Redis connections: a bounded pool per event loop ------------------------------------
+
+
+def _pool_size(store: RedisStore) -> int:
+    pool = store._connection().client.connection_pool
+    return len(pool._available_connections) + len(pool._in_use_connections)
+
+
+@pytest.mark.kinds("redis")
+async def test_store_redis_waits_for_a_connection_when_all_are_busy(
+    make_store: MakeStore,
+) -> None:
+    store = make_store(max_connections=4)
+    sessions = [Scope(f"busy-{i}") for i in range(20)]
+    appends = [store.append(sessions[i % 20], f"run-{i}", 0, say(f"m{i}")) for i in range(200)]
+    loads = [store.load(sessions[i % 20]) for i in range(100)]
+    results = await asyncio.gather(*appends, *loads)  # 300 at once, 4 connections
+    assert len(results) == 300
+    assert _pool_size(store) == 4  # all four were used, never a fifth
+    stored = [await store.load(scope) for scope in sessions]
+    assert [len(history) for history in stored] == [10] * 20
+    assert sorted(m.text for h in stored for m in h) == sorted(f"m{i}" for i in range(200))
+
+
+@pytest.mark.kinds("redis")
+async def test_store_redis_gives_up_waiting_after_pool_timeout(make_store: MakeStore) -> None:
+    store = make_store(max_connections=1, pool_timeout=0.05)
+    pool = store._connection().client.connection_pool
+    held = await pool.get_connection()  # the only connection, taken from under the store
+    try:
+        with pytest.raises(StoreUnavailableError) as caught:
+            await store.load(SCOPE)
+        assert caught.value.retryable
+    finally:
+        await pool.release(held)
+    assert await store.load(SCOPE) == []
+
+
+@pytest.mark.kinds("redis")
+async def test_store_redis_closes_the_connections_of_a_loop_that_ends(store: RedisStore) -> None:
+    async def elsewhere() -> int:
+        scopes = [Scope(f"loop-{i}") for i in range(8)]
+        await asyncio.gather(*(store.append(s, "r", 0, say("a")) for s in scopes))
+        return _pool_size(store)  # and no store.aclose() in this loop
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opened = await asyncio.to_thread(asyncio.run, elsewhere())
+        gc.collect()
+    assert opened > 1
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+    assert len(store._connections) == 0  # the loop is let go
+    assert [m.text for m in await store.load(Scope("loop-3"))] == ["a"]
+
+
+def test_store_redis_checks_its_pool_options() -> None:
+    with pytest.raises(ValueError, match="max_connections"):
+        RedisStore(max_connections=0)
+    with pytest.raises(ValueError, match="pool_timeout"):
+        RedisStore(pool_timeout=0)
