@@ -5,9 +5,10 @@ The task asks for the tool's `num_cpus` (else the backend's default), `resources
 (a tool that raises is never retried: it answered). `timeout` cancels the task. An
 `inline` tool runs in the caller's process, as on the local backend.
 
-Arguments are validated in the caller (an invalid call costs no remote task). The tool
-gets a `ToolContext` without the abort signal (a signal lives in the caller's process);
-aborting the run cancels the task instead.
+Arguments are validated in the caller (an invalid call costs no remote task). A signal
+lives in the caller's process, so the tool's `ToolContext` carries a signal of the
+task's own, which fires when the task is cancelled (the run aborted or cancelled, the
+tool timed out) just before the tool is interrupted, as the run's signal does in-process.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import Any
 
 import ray
 import ray.cloudpickle
-from ray.exceptions import RayError, RayTaskError
+from ray.exceptions import NodeDiedError, RayError, RayTaskError
 
-from ._core import Tool, ToolContext, ToolExecutionError, ToolTimeoutError
+from ._core import AbortController, Tool, ToolContext, ToolExecutionError, ToolTimeoutError
 from ._options import RayOptions
 
 __all__ = ["RayToolExecution"]
@@ -32,6 +33,9 @@ _dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps  # what Ray ships results
 
 # Keys of `Tool.resources` that Ray takes as their own task options.
 _BUILTIN_RESOURCES = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
+
+CANCELLED = "tool task cancelled"  # the reason on the signal a cancelled task's tool sees
+INTERRUPT_TICK = 0.05  # seconds: how soon an async tool's task notices its cancellation
 
 
 class _Failed:
@@ -48,12 +52,16 @@ def _runner(fn: Callable[..., Any], ctx_param: str | None, name: str) -> Callabl
     """The function a tool's tasks run: call the tool (an async one in its own loop)."""
 
     def run_tool(kwargs: dict[str, Any], ctx: ToolContext | None) -> Any:
-        if ctx_param is not None:
-            kwargs[ctx_param] = ctx
+        controller = AbortController()
+        if ctx_param is not None and ctx is not None:
+            kwargs[ctx_param] = dataclasses.replace(ctx, signal=controller.signal)
         try:
             value = fn(**kwargs)
             if inspect.isawaitable(value):
-                value = asyncio.run(_finish(value))
+                value = asyncio.run(_finish(value, controller))
+        except KeyboardInterrupt:  # how Ray tells a task it is cancelled
+            controller.abort(CANCELLED)
+            raise
         except Exception as exc:
             return _Failed(_portable(exc, name))
         return value
@@ -61,8 +69,29 @@ def _runner(fn: Callable[..., Any], ctx_param: str | None, name: str) -> Callabl
     return run_tool
 
 
-async def _finish(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
+async def _finish(awaitable: Awaitable[Any], controller: AbortController) -> Any:
+    """Await an async tool; when the task is cancelled, fire its signal first, then
+    cancel the tool (the order of an abort in-process).
+
+    Ray tells a cancelled task with a KeyboardInterrupt that Python raises only when it
+    runs bytecode: a loop idle in its selector would never see it (and its worker would
+    be killed after the grace, the tool never cancelled), so the loop wakes every tick."""
+    tool = asyncio.ensure_future(awaitable)
+    ticker = asyncio.ensure_future(_tick())
+    try:
+        return await asyncio.shield(tool)
+    except asyncio.CancelledError:
+        controller.abort(CANCELLED)
+        tool.cancel()
+        raise
+    finally:
+        ticker.cancel()
+
+
+async def _tick() -> None:
+    # Waking the loop is the point: nothing here waits for an event.
+    while True:  # noqa: ASYNC110
+        await asyncio.sleep(INTERRUPT_TICK)
 
 
 def _portable(exc: Exception, name: str) -> Exception:
@@ -94,6 +123,7 @@ class RayToolExecution:
             return await tool.invoke(arguments, ctx)
         kwargs = tool.validate(arguments)
         self.options.connect()
+        # The signal stays here; the task makes its own (see `_runner`).
         remote_ctx = dataclasses.replace(ctx, signal=None) if tool.ctx_param else None
         ref = self._task(tool).remote(kwargs, remote_ctx)
         try:
@@ -160,19 +190,22 @@ def _kill_if_running(ref: Any) -> None:
 
 def _worker_failed(tool: Tool[..., Any], ctx: ToolContext, exc: RayError) -> ToolExecutionError:
     """A task that ended without the tool's answer: its worker or node died, it ran out
-    of memory, its runtime env could not be set up, its result could not be shipped."""
+    of memory, its runtime env could not be set up, its result could not be shipped.
+
+    The message goes to the model: only the first sentence of Ray's text, not the node
+    addresses and `ray` commands for operators that follow it (Ray logs those)."""
     cause = exc.cause if isinstance(exc, RayTaskError) else exc
-    what = f"{type(cause).__name__}: {_first_line(cause)}"
+    what = f"{type(cause).__name__}: {_first_sentence(cause)}"
+    lost = "its Ray node was lost" if isinstance(cause, NodeDiedError) else "its Ray worker failed"
     if isinstance(exc, RayTaskError):
         message = f"tool {tool.name!r} failed on its Ray worker ({what})"
     elif tool.idempotent and tool.retries:
         message = (
-            f"tool {tool.name!r} could not finish: its Ray worker failed "
-            f"after {tool.retries} retries ({what})"
+            f"tool {tool.name!r} could not finish: {lost} after {tool.retries} retries ({what})"
         )
     else:
         message = (
-            f"tool {tool.name!r} could not finish: its Ray worker failed ({what}); "
+            f"tool {tool.name!r} could not finish: {lost} ({what}); "
             "it was not retried (only idempotent tools with retries are)"
         )
     return ToolExecutionError(
@@ -180,6 +213,8 @@ def _worker_failed(tool: Tool[..., Any], ctx: ToolContext, exc: RayError) -> Too
     )
 
 
-def _first_line(exc: BaseException) -> str:
+def _first_sentence(exc: BaseException) -> str:
     text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
+    line = text.splitlines()[0] if text else ""
+    end = line.find(". ")
+    return line if end < 0 else line[: end + 1]

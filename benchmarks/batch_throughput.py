@@ -172,6 +172,7 @@ def report(
 
 async def _memory_child(items: int, sink: str) -> None:
     raygent.init("local")  # the driver's own memory: the batch core and the sink
+
     def rows() -> Iterator[dict[str, int]]:
         for n in range(items):
             yield {"n": n}

@@ -64,12 +64,14 @@ def init(
     return chosen
 
 
-def use_backend(backend: Backend) -> None:
+def use_backend(backend: Backend | None) -> Backend | None:
     """Make `backend` this process's current one (a Ray batch runner takes its driver's,
-    so that the runs it hosts go through the same gateways)."""
+    so that the runs it hosts go through the same gateways); None goes back to the
+    default. Returns the choice it replaces (None: the default), to restore it later."""
     global _current
     with _lock:
-        _current = backend
+        previous, _current = _current, backend
+    return previous
 
 
 def current_backend() -> Backend:

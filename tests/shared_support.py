@@ -1,12 +1,11 @@
 """Test doubles and data shared by several test folders (tests/ is on sys.path through
-its conftest): every message shape, a tool that hangs, a model step that hangs."""
+its conftest): every message shape, a model step that hangs."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-import raygent
 from raygent import (
     AssistantMessage,
     ImagePart,
@@ -61,27 +60,6 @@ MESSAGE_SHAPES: dict[str, Message] = {
     "tool-result": ToolMessage(call_id="call_1", name="search", content="3 results"),
     "tool-error": ToolMessage(call_id="call_2", content="division by zero", is_error=True),
 }
-
-
-class Hanging:
-    """A tool that blocks until cancelled, and says when it started and was cancelled."""
-
-    def __init__(self) -> None:
-        self.started = asyncio.Event()
-        self.cancelled = asyncio.Event()
-
-        @raygent.tool(name="wait_forever")
-        async def wait_forever() -> str:
-            """Never returns."""
-            self.started.set()
-            try:
-                await asyncio.get_running_loop().create_future()
-            except asyncio.CancelledError:
-                self.cancelled.set()
-                raise
-            return "unreachable"
-
-        self.tool = wait_forever
 
 
 class Gate:

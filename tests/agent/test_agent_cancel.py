@@ -7,7 +7,8 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 from agent_support import Recorder, add
-from shared_support import Gate, Hanging
+from backend_support import Hanging
+from shared_support import Gate
 
 import raygent
 from raygent import AbortController, AbortSignal, Capabilities, ModelOptions
@@ -83,7 +84,7 @@ async def test_an_abort_cancels_running_tools() -> None:
     await hanging.started.wait()
     controller.abort("stop tools")
     result = await run
-    assert hanging.cancelled.is_set()
+    await hanging.was_cancelled()
     error = _cancelled(result)
     assert error.details["cancelled_at"] == "tools"
     assert len(model.requests) == 1
@@ -128,7 +129,7 @@ async def test_cancelling_the_task_during_tools_cancels_them() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert hanging.cancelled.is_set()
+    await hanging.was_cancelled()
     assert _cancelled(errors.events[0].result).details["cancelled_at"] == "tools"
 
 
@@ -249,7 +250,7 @@ async def test_a_nested_run_is_cancelled_with_its_parent() -> None:
     await hanging.started.wait()
     controller.abort("all stop")
     result = await run
-    assert hanging.cancelled.is_set()
+    await hanging.was_cancelled()
     assert _cancelled(result).details["reason"] == "all stop"
 
 

@@ -153,8 +153,11 @@ async def test_stream_and_execute_agree_with_a_fallback() -> None:
 
 
 async def test_fails_over_between_simulated_providers() -> None:
+    # Retry-After beyond what a Ray gateway waits for (RetryPolicy.max_wait): the 429
+    # comes back at once on both backends (a shorter one a gateway retries first).
+    busy = Fault(kind="status", status=429, retry_after=600)
     script = [
-        Rule(match=Match(model="primary"), reply=Reply(fault=Fault(kind="status", status=429))),
+        Rule(match=Match(model="primary"), reply=Reply(fault=busy)),
         Rule(match=Match(model="backup"), reply=Reply(text="backup answered")),
     ]
     async with serve(script) as sim:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from agent_support import add, assert_wellformed, drain
+from backend_support import RAY_CPUS, Marks
 
 import raygent
 from raygent import AbortController, ModelOptions, ToolMessage
@@ -42,33 +44,35 @@ async def test_malformed_arguments_and_unknown_tools_are_told_to_the_model() -> 
     assert all(c.error is not None for c in result.report.tool_calls)
 
 
-async def test_twenty_calls_in_one_trip_run_at_once_and_answer_in_order() -> None:
-    arrived = 0
-    everyone = asyncio.Event()
-    # Each call finishes after the one behind it: the last asked finishes first.
-    finished = [asyncio.Event() for _ in range(TWENTY + 1)]
-    finished[TWENTY].set()
+async def test_twenty_calls_in_one_trip_run_at_once_and_answer_in_order(
+    tmp_path: Path, backend_kind: str
+) -> None:
+    # On Ray each call is a task asking for a CPU: as many run at once as the test
+    # cluster has CPUs (4); the rest wait their turn.
+    count = TWENTY if backend_kind == "local" else RAY_CPUS
+    marks = Marks(tmp_path)
 
     @raygent.tool
     async def slow_echo(n: int) -> str:
-        """Echo once all twenty are running."""
-        nonlocal arrived
-        arrived += 1
-        if arrived == TWENTY:
-            everyone.set()
-        await everyone.wait()
-        await finished[n + 1].wait()
-        finished[n].set()
+        """Echo once all of them are running."""
+        marks.add("arrived", str(n))
+        await marks.wait("arrived", count)
+        # Each call finishes after the one behind it: the last asked finishes first.
+        if n + 1 < count:
+            await marks.wait(f"finished-{n + 1}")
+        marks.add(f"finished-{n}")
+        marks.add("order", str(n))
         return f"echo {n}"
 
-    calls = [call("slow_echo", {"n": n}, call_id=f"c{n:02}") for n in range(TWENTY)]
+    calls = [call("slow_echo", {"n": n}, call_id=f"c{n:02}") for n in range(count)]
     model = ScriptedModel([reply(tool_calls=calls), "all echoed"])
     bot = raygent.agent(model=model, tools=[slow_echo])
-    result = await asyncio.wait_for(bot.execute("go"), timeout=10)
-    assert result.ok
+    result = await asyncio.wait_for(bot.execute("go"), timeout=30)
+    assert result.ok, result.error
+    assert marks.read("order") == [str(n) for n in reversed(range(count))]
     sent, _ = model.requests[1]
     replies = [(m.call_id, m.text) for m in sent if isinstance(m, ToolMessage)]
-    assert replies == [(f"c{n:02}", f"echo {n}") for n in range(TWENTY)]
+    assert replies == [(f"c{n:02}", f"echo {n}") for n in range(count)]
 
 
 async def test_a_huge_reply_goes_through_streamed_or_not() -> None:
@@ -94,8 +98,8 @@ async def test_huge_tool_arguments_are_fine() -> None:
     assert result.ok and result.report.tool_calls[0].output == "500000"
 
 
-async def test_a_tool_that_hangs_is_cancelled_by_its_timeout_or_an_abort() -> None:
-    started = asyncio.Event()
+async def test_a_tool_that_hangs_is_cancelled_by_its_timeout_or_an_abort(tmp_path: Path) -> None:
+    marks = Marks(tmp_path)
 
     @raygent.tool(timeout=0.05)
     async def stuck() -> str:
@@ -106,7 +110,7 @@ async def test_a_tool_that_hangs_is_cancelled_by_its_timeout_or_an_abort() -> No
     @raygent.tool
     async def stuck_forever() -> str:
         """Hangs with no timeout."""
-        started.set()
+        marks.add("started")
         await asyncio.get_running_loop().create_future()
         return "never"
 
@@ -120,7 +124,7 @@ async def test_a_tool_that_hangs_is_cancelled_by_its_timeout_or_an_abort() -> No
     run = asyncio.ensure_future(
         raygent.agent(model=model, tools=[stuck_forever]).execute("go", signal=controller.signal)
     )
-    await started.wait()
+    await marks.wait("started")
     controller.abort("hung tool")
     assert (await run).report.status == "cancelled"
 

@@ -1,4 +1,6 @@
-"""Fixtures of the memory suite: each test that takes `store` runs on every store kind.
+"""Fixtures of the memory suite: each test runs on both backends (`test_x[local-...]`,
+`test_x[ray-...]`, see tests/backend_support.py), and each test that takes `store` runs
+on every store kind.
 
 - memory: an InMemoryStore;
 - sqlite: an SQLiteStore on a real file in tmp_path;
@@ -12,12 +14,22 @@ share the file / prefix (two clients of one store).
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from backend_support import on_backend, parametrize
 from memory_support import KINDS, build_store, delete_prefix
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize(metafunc)
+
+
+@pytest.fixture(autouse=True)
+def backend_kind(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from on_backend(request)
 
 
 @pytest.fixture(params=KINDS)

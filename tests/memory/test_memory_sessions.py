@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backend_support import Hanging
 from memory_support import (
     POLICIES,
     Held,
@@ -22,7 +23,6 @@ from memory_support import (
     shapes,
     user,
 )
-from shared_support import Hanging
 
 import raygent
 from raygent import AbortController, Memory, ModelOptions
@@ -341,6 +341,7 @@ def _session_lock_waiters(sessions: LocalSessions) -> int:
     return sum(len(getattr(lock, "_waiters", None) or ()) for lock in sessions._locks.values())
 
 
+@pytest.mark.local_only("counts the waiters on the local backend's session locks")
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 async def test_runs_from_two_threads_on_one_session_are_serialised(store: Any) -> None:
     """Two threads, each running execute_sync (its own event loop), on one session: the
@@ -434,7 +435,7 @@ async def test_a_stream_left_mid_run_is_recorded_as_cancelled(store: Any, policy
             break  # the consumer stops listening: the run is cancelled
     outcome = await stream.result
     assert isinstance(outcome.error, AgentCancelledError)
-    assert hanging.cancelled.is_set()
+    await hanging.was_cancelled()
     assert shapes(await store.load(SCOPE)) == ([user("go")] if policy == "message" else [])
     [record] = await store.errors(SCOPE)
     assert record.run_id == outcome.report.run_id
