@@ -186,11 +186,14 @@ class Gateway:
         }
 
     async def complete(
-        self, model: Model, messages: Sequence[Message], options: ModelOptions
+        self, model: Model, messages: Sequence[Message], options: ModelOptions, retries: bool = True
     ) -> ModelResponse | RaygentError:
+        """`retries=False`: a 429 goes back at once (a fallback with a next model to try);
+        its Retry-After still pauses everyone else."""
         estimate = self._estimate(messages, options)
         sends = Sends(model)
-        for attempt in range(1, self.limits.retry.max_attempts + 1):
+        most = self.limits.retry.max_attempts if retries else 1
+        for attempt in range(1, most + 1):
             send = sends.start()
             try:
                 async with self._admitted(estimate):
@@ -198,7 +201,7 @@ class Gateway:
                     response = await model.complete(messages, options)
             except RateLimitError as exc:
                 send.failed(exc)
-                if not await self._backed_off(exc, attempt, estimate, send):
+                if not await self._backed_off(exc, attempt, most, estimate, send):
                     return sends.gave_up(exc)
                 continue
             except RaygentError as exc:
@@ -209,13 +212,15 @@ class Gateway:
         raise AssertionError("unreachable: the last attempt returns")
 
     async def stream(
-        self, model: Model, messages: Sequence[Message], options: ModelOptions
+        self, model: Model, messages: Sequence[Message], options: ModelOptions, retries: bool = True
     ) -> AsyncIterator[list[StreamChunk] | RaygentError]:
         """Batches of chunks; an error is the last item. A 429 is retried only before
-        anything was sent (afterwards the caller has seen part of a reply)."""
+        anything was sent (afterwards the caller has seen part of a reply), and not at
+        all with `retries=False`."""
         estimate = self._estimate(messages, options)
         sends = Sends(model)
-        for attempt in range(1, self.limits.retry.max_attempts + 1):
+        most = self.limits.retry.max_attempts if retries else 1
+        for attempt in range(1, most + 1):
             sent = False
             send = sends.start()
             try:
@@ -233,7 +238,7 @@ class Gateway:
                 return
             except RateLimitError as exc:
                 send.failed(exc)
-                if sent or not await self._backed_off(exc, attempt, estimate, send):
+                if sent or not await self._backed_off(exc, attempt, most, estimate, send):
                     yield sends.gave_up(exc)
                     return
             except RaygentError as exc:
@@ -259,7 +264,7 @@ class Gateway:
             self._slots.release()
 
     async def _backed_off(
-        self, exc: RateLimitError, attempt: int, estimate: int, send: Send
+        self, exc: RateLimitError, attempt: int, most: int, estimate: int, send: Send
     ) -> bool:
         """Wait before the next attempt (noted on `send`); False if there should be none."""
         if self._tokens is not None:
@@ -271,7 +276,7 @@ class Gateway:
             if retry_after > retry.max_wait:
                 return False  # not worth holding anyone for: the error goes back now
             self._pause.push(float(retry_after))  # everyone waits, this request included
-        if attempt >= retry.max_attempts:
+        if attempt >= most:
             return False
         if isinstance(retry_after, (int, float)):
             send.wait = float(retry_after)  # in the pause, before the next admission

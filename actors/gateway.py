@@ -92,12 +92,18 @@ class RayModelAccess:
     Aborting the run, or cancelling the awaiting task, cancels the remote call, which
     closes the HTTP request."""
 
-    def __init__(self, options: RayOptions | None = None) -> None:
+    def __init__(self, options: RayOptions | None = None, *, retries: bool = True) -> None:
         self.options = options or RayOptions()
+        self.retries = retries
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Shipped to Ray workers with the agent: rebuilt there, sharing that process's cache.
-        return (type(self), (self.options,))
+        return (_access, (self.options, self.retries))
+
+    def failing_fast(self) -> RayModelAccess:
+        """This access with the gateways' 429 retries off: for a model that has another
+        to fall back on (`fallback_model`), which is what a 429 should lead to."""
+        return RayModelAccess(self.options, retries=False)
 
     def _gateway(self, model: Model) -> tuple[str, Any] | None:
         key = gateway_key(model)
@@ -173,7 +179,7 @@ class RayModelAccess:
             return await model.complete(messages, options, signal=signal)
         name, handle = found
         try:
-            ref = handle.complete.remote(model, messages, options)
+            ref = handle.complete.remote(model, messages, options, self.retries)
             result = await abortable(awaited(ref), signal)
         except RayTaskError as exc:
             raise _cause(exc) from None
@@ -200,7 +206,7 @@ class RayModelAccess:
                     yield chunk
             return
         name, handle = found
-        remote = handle.stream.remote(model, messages, options)
+        remote = handle.stream.remote(model, messages, options, self.retries)
         finished = False
         try:
             with AbortWatch(signal) as watch:
@@ -234,3 +240,7 @@ def _cause(exc: RayTaskError) -> Exception:
     as values)."""
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, Exception) else exc
+
+
+def _access(options: RayOptions, retries: bool) -> RayModelAccess:
+    return RayModelAccess(options, retries=retries)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .abort import AbortSignal
 from .errors import (
@@ -70,6 +70,17 @@ class FallbackModel:
         routed._access = access
         return routed
 
+    def _via(self, position: int) -> ModelAccess:
+        """The access for the model at `position`: one with a model after it fails fast
+        where the access would otherwise retry a 429 itself (Ray's gateways), so that
+        the fallback gets to fail over, as it does in-process."""
+        access = self._access
+        assert access is not None
+        fast = getattr(access, "failing_fast", None)
+        if position < len(self.models) - 1 and callable(fast):
+            return cast("ModelAccess", fast())
+        return access
+
     def _fails_over(self, error: BaseException) -> bool:
         if callable(self.retry_on) and not isinstance(self.retry_on, tuple):
             return bool(self.retry_on(error))
@@ -88,7 +99,7 @@ class FallbackModel:
                 if self._access is None:
                     response = await model.complete(messages, options, signal=signal)
                 else:
-                    response = await self._access.complete(
+                    response = await self._via(position).complete(
                         model, messages, options or _NO_OPTIONS, signal
                     )
             except Exception as error:
@@ -111,7 +122,7 @@ class FallbackModel:
             if self._access is None:
                 chunks = model.stream(messages, options, signal=signal)
             else:
-                chunks = self._access.stream(model, messages, options or _NO_OPTIONS, signal)
+                chunks = self._via(position).stream(model, messages, options or _NO_OPTIONS, signal)
             async with closing_stream(chunks):
                 try:
                     first = await anext(chunks)

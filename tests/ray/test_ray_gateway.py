@@ -159,3 +159,21 @@ async def test_a_request_the_gateway_gives_up_on_says_how_often_it_was_sent() ->
         stats = sim.stats()
     assert result.report.status == "failed" and stats.requests == 3
     assert result.error is not None and result.error.to_dict()["attempts"] == 3
+
+
+async def test_a_fallback_fails_over_at_once_and_its_last_model_is_retried() -> None:
+    busy = Fault(kind="status", status=429, retry_after=0.05)
+    script = [
+        Rule(match=Match(model="primary"), reply=Reply(fault=busy)),
+        Rule(match=Match(model="backup"), reply=Reply(fault=busy), times=2),
+        Rule(match=Match(model="backup"), reply=Reply(text="backup answered")),
+    ]
+    async with serve(script) as sim:
+        primary = raygent.OpenAIModel("primary", base_url=sim.openai_base_url, api_key="sk-p1")
+        backup = raygent.OpenAIModel("backup", base_url=sim.openai_base_url, api_key="sk-b2")
+        bot = raygent.agent(model=raygent.fallback_model([primary, backup]), backend=backend())
+        result = await bot.execute("hi")
+        stats = sim.stats()
+    assert result.ok and result.text == "backup answered", result.error
+    # The primary once (it had a model after it), the backup three times (the last one).
+    assert stats.by_status[429] == 3 and stats.by_status[200] == 1
