@@ -6,7 +6,7 @@ control; the core in `raygent` never imports Ray.
 
 from ._gateway_actor import Gateway, GatewayLimits, RetryPolicy, StreamBatching
 from ._options import RayOptions
-from .backend import connect, ray_backend
+from .backend import connect, ray_backend, ship_by_value
 from .gateway import RayModelAccess, gateway_key, gateway_names
 from .sessions import LeaseExpiredError, RaySessions, SessionHostError
 from .tool_tasks import RayToolExecution
@@ -26,4 +26,5 @@ __all__ = [
     "gateway_key",
     "gateway_names",
     "ray_backend",
+    "ship_by_value",
 ]

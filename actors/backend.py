@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from types import ModuleType
 from typing import Any
+
+import ray.cloudpickle
 
 from ._core import Backend
 from ._options import RayOptions
@@ -13,7 +16,7 @@ from .gateway import RayModelAccess
 from .sessions import RaySessions
 from .tool_tasks import RayToolExecution
 
-__all__ = ["connect", "ray_backend"]
+__all__ = ["connect", "ray_backend", "ship_by_value"]
 
 
 def ray_backend(options: RayOptions | None = None) -> Backend:
@@ -46,3 +49,10 @@ def connect(
     )
     options.connect()
     return ray_backend(options)
+
+
+def ship_by_value(module: ModuleType) -> None:
+    """Pickle what `module` (a package: with its submodules) defines by value when it
+    travels to Ray workers, instead of by reference: for code that exists only where the
+    driver runs (a script's folder), which workers could not import."""
+    ray.cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]

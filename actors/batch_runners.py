@@ -144,6 +144,7 @@ class RunnerPool:
         self._observed = not (run_observe is False or (agent_observe is False and not run_observe))
         self.feed_error: BaseException | None = None
         self.deliver_error: BaseException | None = None
+        self.failure: str | None = None
 
     @property
     def signal(self) -> AbortSignal:
@@ -283,9 +284,10 @@ class RunnerPool:
                 # The runner is fine; the executable fails to load there (a module the
                 # workers cannot import, say): every runner would fail alike.
                 cause = getattr(exc, "cause", None) or exc
-                self.abort(
+                self.failure = (
                     f"batch runners cannot load the executable: {type(cause).__name__}: {cause}"
                 )
+                self.abort(self.failure)
                 return
             runner.opened = True
             self._changed.set()
@@ -339,7 +341,8 @@ class RunnerPool:
             error = RunnerLostError(f"batch runners cannot be kept up: {died}", fatal=True)
             for job in held:
                 await self._deliver(_ended(job, Outcome("failed", error=error)))
-            self.abort(str(error))
+            self.failure = str(error)
+            self.abort(self.failure)
             return
         for job in held:
             lost = self._lost[job.index] = self._lost.get(job.index, 0) + 1

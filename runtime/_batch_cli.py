@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from .backend import init
+from .backend import current_backend, init
 from .batch import BatchOptions, BatchResult, Retry, batch_sync
 
 __all__ = ["load_target", "run_batch_command"]
@@ -28,6 +28,7 @@ def run_batch_command(args: argparse.Namespace) -> int:
         if args.backend is not None:
             init(args.backend)
         executable = load_target(args.target)
+        _ship_by_value(args.target)
         result = batch_sync(executable, args.input, **options)
     except (ImportError, AttributeError, TypeError, ValueError, OSError) as exc:
         print(f"raygent batch: {exc}", file=sys.stderr)
@@ -51,6 +52,20 @@ def load_target(target: str) -> Any:
     for part in attribute.split("."):
         value = getattr(value, part)
     return value
+
+
+def _ship_by_value(target: str) -> None:
+    """On Ray, a target imported from the working directory goes to the batch runners
+    by value: the workers (on other machines, in other folders) need not import it."""
+    if current_backend().name != "ray":
+        return
+    package = target.partition(":")[0].split(".")[0]
+    module = sys.modules.get(package)
+    origin = getattr(module, "__file__", None)
+    if module is None or origin is None:
+        return
+    if os.path.abspath(origin).startswith(os.path.abspath(os.getcwd()) + os.sep):
+        importlib.import_module("raygent.actors").ship_by_value(module)
 
 
 def summary(result: BatchResult) -> str:

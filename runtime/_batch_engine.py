@@ -158,6 +158,7 @@ class InFlight:
         self.retries = 0
         self.feed_error: BaseException | None = None
         self.deliver_error: BaseException | None = None
+        self.failure: str | None = None  # never set here: a seam for other pools
 
     @property
     def signal(self) -> AbortSignal:

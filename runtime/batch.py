@@ -391,6 +391,9 @@ class _Collector:
         pool = self.pool
         assert pool is not None
         report = self.tally.finish(pool.retries)
+        if pool.failure is not None and self.stopped is None:
+            # The pool could not go on (Ray runners unable to load the executable).
+            self.stopped = f"the batch failed: {pool.failure}"
         if pool.signal.aborted and self.stopped is None:
             self.stopped = f"cancelled: {pool.signal.reason or 'no reason given'}"
         for failure in (pool.feed_error, pool.deliver_error):  # last guards, not paths

@@ -163,6 +163,7 @@ class BatchPool(Protocol):
 
     feed_error: BaseException | None
     deliver_error: BaseException | None
+    failure: str | None  # why the pool stopped on its own, when it did
 
     @property
     def signal(self) -> AbortSignal: ...

@@ -89,10 +89,11 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def raygent_cli(*args: str, **popen: Any) -> subprocess.Popen[str]:
-    """`python -m raygent ARGS` from the repository root (so tests.batch... imports)."""
+    """`python -m raygent ARGS` from the repository root (so tests.batch... imports),
+    unless `cwd=` says where."""
+    popen.setdefault("cwd", ROOT)
     return subprocess.Popen(
         [sys.executable, "-m", "raygent", *args],
-        cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
