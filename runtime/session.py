@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -80,12 +81,19 @@ class Session:
         return list(await self.agent.memory.store.errors(self.scope))
 
     async def clear(self) -> None:
-        """Delete the stored conversation and its errors (and any cached copy of it)."""
+        """Delete the stored conversation and its errors (and any cached copy of it).
+
+        It takes its turn like a run: a run on the session in progress finishes first
+        (its saves are not refused halfway), and runs that arrive later start afresh."""
         memory = self.agent.memory
         assert memory is not None
-        await memory.store.clear(self.scope)
         backend = self.agent.backend or current_backend()
-        forget = getattr(backend.sessions, "forget", None)
-        if forget is not None:
-            # Session hosts cache conversations; a clear around them must drop the copy.
-            await forget(memory, self.scope)
+        lease = await backend.sessions.acquire(memory, self.scope, f"clear-{uuid.uuid4().hex}")
+        try:
+            await memory.store.clear(self.scope)
+            forget = getattr(backend.sessions, "forget", None)
+            if forget is not None:
+                # Session hosts cache conversations; a clear around them drops the copy.
+                await forget(memory, self.scope)
+        finally:
+            await lease.release()

@@ -460,3 +460,35 @@ async def test_a_queued_run_cancelled_as_the_session_is_handed_to_it_passes_it_o
     await lease.release()
     again = await asyncio.wait_for(sessions.acquire(memory, SCOPE, "d"), 10)
     await again.release()
+
+
+async def test_clear_waits_for_the_run_in_progress_then_the_next_run_starts_afresh(
+    store: Any,
+) -> None:
+    entered, release = asyncio.Event(), asyncio.Event()
+    seen: list[int] = []
+
+    async def answer(messages: list[Message], options: ModelOptions) -> Any:
+        seen.append(len(messages))
+        if len(seen) == 2:  # the second run waits, mid-trip, holding the session
+            entered.set()
+            await release.wait()
+        return reply(f"answer {len(seen)}")
+
+    bot = raygent.agent(model=FunctionModel(answer), memory=memory_of(store, "message"))
+    session = bot.session("s1")
+    assert (await session.execute("one")).ok
+    running = asyncio.ensure_future(session.execute("two"))
+    await entered.wait()
+    clearing = asyncio.ensure_future(session.clear())
+    for _ in range(20):  # let the clear get as far as it can: to the session's turn
+        await asyncio.sleep(0)
+    assert not clearing.done()
+    release.set()
+    result = await running
+    await clearing
+    assert result.ok  # its saves were not refused halfway
+    assert await session.history() == []
+    third = await session.execute("three")
+    assert third.ok and seen[-1] == 1  # only its own question: it started afresh
+    assert [m.role for m in await session.history()] == ["user", "assistant"]
