@@ -18,6 +18,7 @@ runner), and one pickled batch costs Ray one object instead of one per item.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -193,15 +194,5 @@ def _sendable(item: BatchItem) -> BatchItem:
             f"item {item.index}: the result could not be sent back to the driver: "
             f"{type(exc).__name__}: {exc}"
         )
-        return BatchItem(
-            index=item.index,
-            key=item.key,
-            status="failed",
-            error=error,
-            attempts=item.attempts,
-            usage=item.usage,
-            latency=item.latency,
-            input=item.input,
-            meta=item.meta,
-        )
+        return dataclasses.replace(item, status="failed", result=None, data=None, error=error)
     return item

@@ -39,7 +39,7 @@ from ._options import RayOptions
 from ._ray import job_id
 
 if TYPE_CHECKING:
-    from runtime._batch_engine import BatchItem, Feed, Job, Outcome
+    from runtime._batch_engine import BatchItem, Feed, Job, Outcome, ended
     from runtime._observe import deliver as observe
     from runtime.abort import AbortController, AbortSignal
     from runtime.errors import AbortedError
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from runtime.report import AgentReport
     from runtime.seams import BatchPool, PoolPlan
 else:
-    from raygent._batch_engine import BatchItem, Feed, Job, Outcome
+    from raygent._batch_engine import BatchItem, Feed, Job, Outcome, ended
     from raygent._observe import deliver as observe
     from raygent.abort import AbortController, AbortSignal
     from raygent.errors import AbortedError
@@ -254,7 +254,7 @@ class RunnerPool:
                     return
                 job = read
                 if job.error is not None:  # unreadable: it fails here, unrun
-                    await self._deliver(_ended(job, Outcome("failed", error=job.error)))
+                    await self._deliver(ended(job, Outcome("failed", error=job.error)))
                     continue
             taken += 1
             yield job
@@ -331,7 +331,7 @@ class RunnerPool:
             logger.warning("batch runner lost with %d items: %s", len(held), died)
         if self._stopping or self.signal.aborted:
             for job in held:
-                await self._deliver(_ended(job, Outcome("cancelled", error=self._cancelled())))
+                await self._deliver(ended(job, Outcome("cancelled", error=self._cancelled())))
             return
         if died is not None and not runner.delivered and runner.fresh:
             self._barren += 1  # a kept runner found dead says nothing of this batch
@@ -340,7 +340,7 @@ class RunnerPool:
             # unpickled there, no room to place them): stop, rather than fail every item.
             error = RunnerLostError(f"batch runners cannot be kept up: {died}", fatal=True)
             for job in held:
-                await self._deliver(_ended(job, Outcome("failed", error=error)))
+                await self._deliver(ended(job, Outcome("failed", error=error)))
             self.failure = str(error)
             self.abort(self.failure)
             return
@@ -349,7 +349,7 @@ class RunnerPool:
             job.attempts += 1
             if lost >= MAX_LOST:
                 error = RunnerLostError(f"item {job.index}: {lost} runners died running it")
-                await self._deliver(_ended(job, Outcome("failed", error=error)))
+                await self._deliver(ended(job, Outcome("failed", error=error)))
             else:
                 self._requeued.append(job)
         if self._requeued or not self._exhausted:
@@ -363,7 +363,7 @@ class RunnerPool:
                 runner.handle.abort.remote(self._id, reason)
         requeued, self._requeued = list(self._requeued), deque()
         for job in requeued:
-            await self._deliver(_ended(job, Outcome("cancelled", error=self._cancelled())))
+            await self._deliver(ended(job, Outcome("cancelled", error=self._cancelled())))
 
     async def _abandon(self) -> None:
         """The batch task was cancelled: what is unfinished ends cancelled now."""
@@ -373,7 +373,7 @@ class RunnerPool:
         for runner in self._runners:
             held, runner.held = list(runner.held.values()), {}
             for job in held:
-                await self._deliver(_ended(job, Outcome("cancelled", error=self._cancelled())))
+                await self._deliver(ended(job, Outcome("cancelled", error=self._cancelled())))
 
     def _shutdown(self) -> None:
         self._stopping = True  # a consumer still ending gives back what it held cancelled
@@ -395,19 +395,6 @@ class RunnerPool:
             await self._plan.deliver(item)
         except Exception as exc:
             self.deliver_error = self.deliver_error or exc
-
-
-def _ended(job: Job, outcome: Outcome) -> BatchItem:
-    return BatchItem(
-        index=job.index,
-        key=job.key,
-        status=outcome.status,
-        error=outcome.error,
-        attempts=job.attempts,
-        usage=job.usage,
-        input=job.input,
-        meta=job.meta,
-    )
 
 
 class _Fleet:

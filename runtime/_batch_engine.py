@@ -27,7 +27,17 @@ from .abort import AbortController, AbortSignal
 from .errors import AbortedError
 from .usage import Usage
 
-__all__ = ["Attempt", "BatchItem", "Deliver", "Feed", "InFlight", "ItemStatus", "Job", "Outcome"]
+__all__ = [
+    "Attempt",
+    "BatchItem",
+    "Deliver",
+    "Feed",
+    "InFlight",
+    "ItemStatus",
+    "Job",
+    "Outcome",
+    "ended",
+]
 
 ItemStatus = Literal["completed", "failed", "cancelled"]
 EMPTY_USAGE = Usage()
@@ -84,6 +94,23 @@ class BatchItem:
     @property
     def ok(self) -> bool:
         return self.status == "completed"
+
+
+def ended(job: Job, outcome: Outcome) -> BatchItem:
+    """The item `job` became, ending with `outcome` (its last attempt's)."""
+    return BatchItem(
+        index=job.index,
+        key=job.key,
+        status=outcome.status,
+        result=outcome.result,
+        data=outcome.data if outcome.status == "completed" else None,
+        error=outcome.error,
+        attempts=job.attempts,
+        usage=job.usage,
+        latency=None if job.started is None else time.monotonic() - job.started,
+        input=job.input,
+        meta=job.meta,
+    )
 
 
 Attempt: TypeAlias = Callable[[Job, AbortSignal], Coroutine[Any, Any, Outcome]]
@@ -339,20 +366,7 @@ class InFlight:
             task.cancel()
 
     async def _finish(self, job: Job, outcome: Outcome) -> None:
-        latency = None if job.started is None else time.monotonic() - job.started
-        item = BatchItem(
-            index=job.index,
-            key=job.key,
-            status=outcome.status,
-            result=outcome.result,
-            data=outcome.data if outcome.status == "completed" else None,
-            error=outcome.error,
-            attempts=job.attempts,
-            usage=job.usage,
-            latency=latency,
-            input=job.input,
-            meta=job.meta,
-        )
+        item = ended(job, outcome)
         try:
             await self._deliver(item)
         except Exception as exc:
