@@ -10,9 +10,10 @@ Why runners outlive a batch: the actors the runs in a runner create (model gatew
 session hosts) are owned by it and would die with it, under every other user; and a new
 runner costs a worker process start per batch.
 
-Items go back pickled by us, a batch at a time: a result that cannot be pickled fails
-its own item instead of breaking the stream (which the driver would take for a dead
-runner), and one pickled batch costs Ray one object instead of one per item.
+Items go back pickled by us, each on its own, a batch of them at a time: a result that
+cannot be pickled here (or unpickled in the driver) fails its own item instead of
+breaking the stream (which the driver would take for a dead runner), and one batch
+costs Ray one object instead of one per item.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ class UnsentResultError(RaygentError):
     category = "batch"
 
 
-ResultBatch = tuple[bytes, int, int]
-"""(pickled list of BatchItem, retries so far, items waiting to retry)."""
+ResultBatch = tuple[list[tuple[int, bytes]], int, int]
+"""((index, pickled BatchItem) of each item, retries so far, items waiting to retry)."""
 
 
 @dataclass
@@ -178,21 +179,20 @@ async def _feed(queue: asyncio.Queue[list[Job] | None]) -> AsyncIterator[Job]:
             yield job
 
 
-def _pickled(items: list[BatchItem]) -> bytes:
-    try:
-        return _dumps(items)
-    except Exception:
-        return _dumps([_sendable(item) for item in items])
+def _pickled(items: list[BatchItem]) -> list[tuple[int, bytes]]:
+    """Each item pickled on its own: one that cannot be pickled here, or unpickled in
+    the driver, fails alone."""
+    return [(item.index, _pickled_item(item)) for item in items]
 
 
-def _sendable(item: BatchItem) -> BatchItem:
+def _pickled_item(item: BatchItem) -> bytes:
     try:
-        _dumps(item)
+        return _dumps(item)
     except Exception as exc:
         logger.warning("item %s: its result cannot be pickled (%s)", item.index, exc)
         error = UnsentResultError(
             f"item {item.index}: the result could not be sent back to the driver: "
             f"{type(exc).__name__}: {exc}"
         )
-        return dataclasses.replace(item, status="failed", result=None, data=None, error=error)
-    return item
+        failed = dataclasses.replace(item, status="failed", result=None, data=None, error=error)
+        return _dumps(failed)

@@ -33,7 +33,7 @@ import ray
 import ray.cloudpickle
 from ray.exceptions import RayError, RayTaskError
 
-from ._batch_runner import BatchRunner
+from ._batch_runner import BatchRunner, UnsentResultError
 from ._core import RaygentError
 from ._options import RayOptions
 from ._ray import job_id
@@ -107,8 +107,12 @@ class RayBatchRunners:
 
 @dataclass(eq=False)
 class _Runner:
+    """A runner's share of this batch (a runner may serve it again after a failure:
+    each share has its own id there)."""
+
     handle: Any
     slots: int
+    share: str
     held: dict[int, Job] = field(default_factory=dict)  # sent, not yet back
     closed: bool = False
     chunks: int = 0
@@ -203,7 +207,8 @@ class RunnerPool:
     def _spawn(self, slots: int) -> None:
         busy = [r.handle for r in self._runners if not r.ended]
         handle, fresh = _fleet.take(self._options, busy)
-        runner = _Runner(handle, slots, fresh=fresh)
+        share = f"{self._id}-{len(self._runners)}"
+        runner = _Runner(handle, slots, share, fresh=fresh)
         self._runners.append(runner)
         task = asyncio.ensure_future(self._consume(runner))
         self._consumers.add(task)
@@ -219,7 +224,7 @@ class RunnerPool:
                 for runner in self._runners:
                     if runner.opened and not runner.ended and not runner.closed:
                         runner.closed = True
-                        runner.handle.close.remote(self._id, runner.chunks)
+                        runner.handle.close.remote(runner.share, runner.chunks)
             if all(r.ended for r in self._runners):
                 if not self._requeued:
                     return
@@ -239,7 +244,7 @@ class RunnerPool:
             if chunk:
                 runner.held.update((job.index, job) for job in chunk)
                 runner.chunks += 1
-                runner.handle.submit.remote(self._id, chunk)
+                runner.handle.submit.remote(runner.share, chunk)
 
     async def _take(self, feed: Feed, count: int) -> AsyncIterator[Job]:
         taken = 0
@@ -276,7 +281,7 @@ class RunnerPool:
         try:
             plan = self._plan
             opening = runner.handle.open.remote(
-                self._id, self._payload, plan.run_options, runner.slots, plan.retry, plan.grace
+                runner.share, self._payload, plan.run_options, runner.slots, plan.retry, plan.grace
             )
             try:
                 await opening
@@ -291,26 +296,41 @@ class RunnerPool:
                 return
             runner.opened = True
             self._changed.set()
-            stream = runner.handle.results.options(num_returns="streaming").remote(self._id)
+            stream = runner.handle.results.options(num_returns="streaming").remote(runner.share)
             async for ref in stream:
                 pickled, runner.retries, runner.retrying = await ref
                 await self._receive(runner, pickled)
         except RayError as exc:
             died = exc
             _fleet.discard(self._options, runner.handle)
+        except Exception as exc:
+            # Results this process cannot read (a type it cannot import, say): what the
+            # runner held runs again elsewhere, up to MAX_LOST times, then fails typed.
+            logger.warning("batch runner results unreadable: %r", exc)
+            died = exc
+            runner.handle.abort.remote(runner.share, "the driver cannot read its results")
         finally:
             runner.ended = True
             runner.retrying = 0
             await self._settle_held(runner, died)
             self._changed.set()
 
-    async def _receive(self, runner: _Runner, pickled: bytes) -> None:
-        items: list[BatchItem] = _loads(pickled)
-        for item in items:
-            if runner.held.pop(item.index, None) is not None:
-                runner.delivered += 1
-                await self._observe(item)
-                await self._deliver(item)
+    async def _receive(self, runner: _Runner, pickled: list[tuple[int, bytes]]) -> None:
+        for index, data in pickled:
+            job = runner.held.pop(index, None)
+            if job is None:
+                continue
+            runner.delivered += 1
+            try:
+                item: BatchItem = _loads(data)
+            except Exception as exc:
+                error = UnsentResultError(
+                    f"item {index}: the driver cannot read its result: {type(exc).__name__}: {exc}"
+                )
+                job.attempts += 1  # at least the one that made the result
+                item = ended(job, Outcome("failed", error=error))
+            await self._observe(item)
+            await self._deliver(item)
         self._changed.set()
 
     async def _observe(self, item: BatchItem) -> None:
@@ -360,7 +380,7 @@ class RunnerPool:
         reason = self.signal.reason
         for runner in self._runners:
             if not runner.ended:
-                runner.handle.abort.remote(self._id, reason)
+                runner.handle.abort.remote(runner.share, reason)
         requeued, self._requeued = list(self._requeued), deque()
         for job in requeued:
             await self._deliver(ended(job, Outcome("cancelled", error=self._cancelled())))
@@ -384,7 +404,7 @@ class RunnerPool:
         for runner in self._runners:
             if not runner.ended:
                 with contextlib.suppress(Exception):
-                    runner.handle.abort.remote(self._id, "the batch ended")
+                    runner.handle.abort.remote(runner.share, "the batch ended")
 
     def _cancelled(self) -> AbortedError:
         reason = self.signal.reason or "no reason given"

@@ -277,3 +277,45 @@ async def test_eval_runs_the_cases_on_runners_and_scores_in_the_driver() -> None
     )
     assert [case.passed for case in report.cases] == [True, False]
     assert set(scored_in) == {os.getpid()}
+
+
+class _UnreadableInDriver:
+    """Pickles in the runner; fails to unpickle in the driver."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unreadable, ())
+
+
+def _unreadable() -> Any:
+    raise RuntimeError("this result cannot be read here")
+
+
+async def unreadable_first(item: int) -> Any:
+    await asyncio.sleep(0.05)  # the work; also keeps items in separate result batches
+    return _UnreadableInDriver() if item == 0 else item
+
+
+async def test_a_result_the_driver_cannot_read_fails_its_item_typed() -> None:
+    result = await asyncio.wait_for(
+        batch(_on(backend(), unreadable_first), range(5), concurrency=1, runners=1),
+        timeout=90,
+    )
+    first, *rest = result.items
+    assert first.status == "failed" and type(first.error).__name__ == "UnsentResultError"
+    assert "cannot read its result" in str(first.error)
+    assert [item.data for item in rest] == [1, 2, 3, 4]
+    assert {item.attempts for item in result.items} == {1}  # no runner was taken for lost
+
+
+async def lock_for_first(item: int) -> Any:
+    import threading
+
+    await asyncio.sleep(0.05)
+    return threading.Lock() if item == 0 else item
+
+
+async def test_a_result_that_cannot_be_pickled_in_the_runner_fails_its_item_alone() -> None:
+    result = await batch(_on(backend(), lock_for_first), range(4), concurrency=2, runners=1)
+    first, *rest = result.items
+    assert first.status == "failed" and "could not be sent back" in str(first.error)
+    assert [item.data for item in rest] == [1, 2, 3]
