@@ -26,6 +26,9 @@ class RayOptions:
     - `retry`: how gateways retry 429s. `batching`: how streamed chunks are batched.
     - `tool_num_cpus`: CPUs reserved by a tool task whose tool declares none (Ray's own
       default is 1; 0 lets I/O-bound tools run many to a core, one worker process each).
+    - `runner_num_cpus`: CPUs each batch runner reserves (0: runners are placed by
+      spreading alone, and may land on a head node that takes no tasks; a little, such
+      as 0.1, keeps them on nodes with CPUs to give).
     - `tool_cancel_grace`: seconds a cancelled tool task (timed out, run aborted) has to
       stop on its KeyboardInterrupt before its worker process is killed.
     """
@@ -39,6 +42,7 @@ class RayOptions:
     batching: StreamBatching = field(default_factory=StreamBatching)
     tool_num_cpus: float = 1.0
     tool_cancel_grace: float = 1.0
+    runner_num_cpus: float = 0.0
 
     def __post_init__(self) -> None:
         if self.replicas < 1:
@@ -47,6 +51,8 @@ class RayOptions:
             raise ValueError(f"tool_cancel_grace must be >= 0, not {self.tool_cancel_grace}")
         if self.tool_num_cpus < 0:
             raise ValueError(f"tool_num_cpus must be >= 0, not {self.tool_num_cpus}")
+        if self.runner_num_cpus < 0:
+            raise ValueError(f"runner_num_cpus must be >= 0, not {self.runner_num_cpus}")
 
     def connect(self) -> None:
         """Start or join Ray unless this process is connected already."""

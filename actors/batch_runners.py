@@ -441,7 +441,7 @@ class _Fleet:
         handle = self._class.options(
             name=f"raygent-runner-{key[0]}-{next(self._ids)}",  # findable in `ray list actors`
             namespace=options.namespace,
-            num_cpus=0,
+            num_cpus=options.runner_num_cpus,
             scheduling_strategy="SPREAD",
             max_concurrency=1000,
             max_restarts=0,
