@@ -319,3 +319,14 @@ async def test_a_result_that_cannot_be_pickled_in_the_runner_fails_its_item_alon
     first, *rest = result.items
     assert first.status == "failed" and "could not be sent back" in str(first.error)
     assert [item.data for item in rest] == [1, 2, 3]
+
+
+async def assigned(item: int) -> dict[str, float]:
+    return dict(ray.get_runtime_context().get_assigned_resources())
+
+
+async def test_runners_reserve_the_cpus_the_options_ask_for() -> None:
+    result = await batch(_on(backend(runner_num_cpus=0.5), assigned), range(2), runners=1)
+    assert result.ok and all(row.get("CPU") == 0.5 for row in result.data)
+    default = await batch(_on(backend(), assigned), range(2), runners=1)
+    assert default.ok and all(not row.get("CPU") for row in default.data)
