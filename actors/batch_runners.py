@@ -37,6 +37,7 @@ from ._batch_runner import BatchRunner, UnsentResultError
 from ._core import RaygentError
 from ._options import RayOptions
 from ._ray import job_id
+from .sessions import store_identity
 
 if TYPE_CHECKING:
     from runtime._batch_engine import BatchItem, Feed, Job, Outcome, ended
@@ -92,6 +93,15 @@ class RayBatchRunners:
         return (type(self), (self.options,))
 
     def check(self, executable: Any) -> None:
+        memory = getattr(executable, "memory", None)
+        store = getattr(memory, "store", None)
+        if store is not None and store_identity(store) is None:
+            # Each runner would get its own copy: sessions split, and lost with it.
+            raise TypeError(
+                f"the agent's memory ({type(store).__name__}) lives in this process, so "
+                "batch runners cannot share its sessions: use an SQLite file or Redis, "
+                "or run the batch in this process with runners=0"
+            )
         try:
             _dumps(executable)
         except Exception as exc:

@@ -330,3 +330,30 @@ async def test_runners_reserve_the_cpus_the_options_ask_for() -> None:
     assert result.ok and all(row.get("CPU") == 0.5 for row in result.data)
     default = await batch(_on(backend(), assigned), range(2), runners=1)
     assert default.ok and all(not row.get("CPU") for row in default.data)
+
+
+async def test_an_agent_whose_sessions_live_in_this_process_is_kept_off_runners(
+    tmp_path: Path,
+) -> None:
+    from raygent.stores import InMemoryStore, SQLiteStore
+    from raygent.testing import FunctionModel, reply
+
+    def count(messages: Any, options: Any) -> Any:
+        return reply(f"seen {len(messages)}")
+
+    rows = [{"input": "a", "session_id": "s"}, {"input": "b", "session_id": "s"}]
+    in_memory = raygent.agent(
+        model=FunctionModel(count), memory=raygent.Memory(InMemoryStore()), backend=backend()
+    )
+    with pytest.raises(TypeError, match="runners=0"):
+        await batch(in_memory, rows)
+    here = await batch(in_memory, rows, runners=0, concurrency=1)
+    assert here.data == ["seen 1", "seen 3"]
+    # A store every process reaches: the runners share the session through the hosts.
+    on_file = raygent.agent(
+        model=FunctionModel(count),
+        memory=raygent.Memory(SQLiteStore(tmp_path / "s.db")),
+        backend=backend(),
+    )
+    shared = await batch(on_file, rows, runners=1, concurrency=1)
+    assert shared.data == ["seen 1", "seen 3"]
