@@ -357,3 +357,26 @@ async def test_an_agent_whose_sessions_live_in_this_process_is_kept_off_runners(
     )
     shared = await batch(on_file, rows, runners=1, concurrency=1)
     assert shared.data == ["seen 1", "seen 3"]
+
+
+def fails_odd_once(marks: Path) -> Any:
+    async def work(item: int) -> int:
+        mark = marks / str(item)
+        if item % 2 and not mark.exists():  # marks: files every process sees
+            mark.touch()
+            raise ValueError("odd, the first time")
+        return item
+
+    return work
+
+
+async def test_resume_on_ray_reruns_only_what_did_not_complete(tmp_path: Path) -> None:
+    sink = tmp_path / "out.jsonl"
+    work = fails_odd_once(tmp_path)
+    first = await batch(_on(backend(), work), range(10), runners=2, sink=sink, retry=Retry(1))
+    assert first.report.succeeded == 5 and first.report.failed == 5
+    again = await batch(_on(backend(), work), range(10), runners=2, sink=sink, resume=True)
+    assert again.ok and again.report.skipped == 5 and again.report.succeeded == 5
+    rows = [json.loads(line) for line in sink.read_text().splitlines()]
+    completed = sorted(r["key"] for r in rows if r["status"] == "completed")
+    assert completed == list(range(10))  # each item completed once in the sink
