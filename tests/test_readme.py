@@ -44,3 +44,39 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     test_command = next(c.strip() for c in commands if "pytest" in c)
     ci = (ROOT / ".ci" / "run").read_text()
     assert test_command in ci.splitlines()
+
+
+@pytest.mark.timeout(300)
+def test_the_readme_blocks_run_on_the_default_ray_backend_too(tmp_path: Path) -> None:
+    # What a reader gets without RAYGENT_BACKEND: Ray, started by the first block that
+    # needs it (one Ray for every block: they run one after another in one process).
+    paths = []
+    for index, block in enumerate(BLOCKS):
+        path = tmp_path / f"readme_block_{index}.py"
+        path.write_text(block)
+        paths.append(str(path))
+    runner = tmp_path / "run_all.py"
+    runner.write_text(
+        "import runpy, sys\n"
+        "for path in sys.argv[1:]:\n"
+        "    print(f'== {path}', flush=True)\n"
+        "    runpy.run_path(path, run_name='__main__')\n"
+        "import raygent\n"
+        "print('backend:', raygent.current_backend().name)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("RAYGENT_BACKEND", "RAY_ADDRESS")}
+    result = subprocess.run(
+        [sys.executable, str(runner), *paths],
+        cwd=tmp_path,
+        env={**env, "RAYGENT_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "backend: ray" in result.stdout
+    outputs = result.stdout.split("== ")[1:]
+    assert len(outputs) == len(BLOCKS)
+    for index, output in enumerate(outputs):
+        for expected in re.findall(r"print\(.*\)\s+#\s*(.+)$", BLOCKS[index], re.MULTILINE):
+            assert expected.strip() in output, (index, expected)
