@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
-from raygent import AgentResult, AgentStream, AnthropicModel, OpenAIModel, tool
+from raygent import (
+    AbortSignal,
+    AgentResult,
+    AgentStream,
+    AnthropicModel,
+    Capabilities,
+    ModelOptions,
+    ModelResponse,
+    OpenAIModel,
+    tool,
+)
 from raygent.events import Event
 from raygent.messages import AssistantMessage, Message, ToolMessage
 from raygent.models._http import HTTPModel
+from raygent.models.contract import StreamChunk
 from raygent.sim import SimStats, Simulator
 
 KEY = "sk-test-key-000000"
@@ -120,3 +131,29 @@ async def wait_for(
 ) -> SimStats:
     """Wait (bounded) until the simulator's stats satisfy `predicate`."""
     return await sim.wait_until(predicate, timeout)
+
+
+class StreamOnlyModel:
+    """A test model that only streams: subclasses write `stream` (and name themselves)."""
+
+    name = "stream-only"
+    provider = "test"
+    capabilities = Capabilities()
+
+    async def complete(
+        self,
+        messages: Sequence[Message],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> ModelResponse:
+        raise NotImplementedError
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        raise NotImplementedError

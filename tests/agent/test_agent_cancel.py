@@ -6,12 +6,12 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
-from agent_support import Recorder, add
+from agent_support import Recorder, StreamOnlyModel, add
 from backend_support import Hanging
 from shared_support import Gate
 
 import raygent
-from raygent import AbortController, AbortSignal, Capabilities, ModelOptions
+from raygent import AbortController, AbortSignal, ModelOptions
 from raygent.errors import AgentCancelledError
 from raygent.events import Event
 from raygent.messages import Message
@@ -175,24 +175,13 @@ async def test_cancelling_a_task_awaiting_stream_result_gives_the_cancelled_resu
     assert _cancelled(result).details["cancelled_at"] == "trip"
 
 
-class SlowStreamModel:
+class SlowStreamModel(StreamOnlyModel):
     """Streams two deltas, then waits forever; records when its stream is closed."""
 
     name = "slow-stream"
-    provider = "test"
-    capabilities = Capabilities()
 
     def __init__(self) -> None:
         self.closed = asyncio.Event()
-
-    async def complete(
-        self,
-        messages: Sequence[Message],
-        options: ModelOptions | None = None,
-        *,
-        signal: AbortSignal | None = None,
-    ) -> ModelResponse:
-        raise NotImplementedError
 
     async def stream(
         self,

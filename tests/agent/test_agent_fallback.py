@@ -6,10 +6,10 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
-from agent_support import City, drain, make_model, outcome
+from agent_support import City, StreamOnlyModel, drain, make_model, outcome
 
 import raygent
-from raygent import AbortSignal, Capabilities, ModelOptions, ModelResponse, Pricing
+from raygent import AbortSignal, Capabilities, ModelOptions, Pricing
 from raygent.errors import (
     AuthenticationError,
     ProviderConnectionError,
@@ -98,21 +98,10 @@ async def test_the_fallback_can_do_only_what_every_model_can() -> None:
     assert options.response_schema is None
 
 
-class BreaksMidStream:
+class BreaksMidStream(StreamOnlyModel):
     """Streams one delta, then fails with a transient error."""
 
     name = "breaks"
-    provider = "test"
-    capabilities = Capabilities()
-
-    async def complete(
-        self,
-        messages: Sequence[Message],
-        options: ModelOptions | None = None,
-        *,
-        signal: AbortSignal | None = None,
-    ) -> ModelResponse:
-        raise NotImplementedError
 
     async def stream(
         self,
