@@ -169,9 +169,6 @@ class BatchRunner:
             else:
                 self._batches.pop(batch_id, None)
 
-    def open_batches(self) -> int:
-        return len(self._batches)
-
 
 async def _feed(queue: asyncio.Queue[list[Job] | None]) -> AsyncIterator[Job]:
     while (chunk := await queue.get()) is not None:

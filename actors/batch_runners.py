@@ -66,21 +66,11 @@ MAX_LOST = 3  # runners an item may take down before it fails
 
 
 class RunnerLostError(RaygentError):
-    """A batch runner died holding this item (`fatal`: no runner could be kept up)."""
+    """A batch runner died holding this item. With `fatal=True` (a detail, like every
+    error's: it pickles and reads as `error.fatal`), no runner could be kept up."""
 
     code = "runner_lost"
     category = "batch"
-
-    def __init__(self, message: str, *, fatal: bool = False) -> None:
-        super().__init__(message)
-        self.fatal = fatal
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_lost_error, (str(self), self.fatal))
-
-
-def _lost_error(message: str, fatal: bool) -> RunnerLostError:
-    return RunnerLostError(message, fatal=fatal)
 
 
 class RayBatchRunners:
@@ -171,11 +161,6 @@ class RunnerPool:
     @property
     def retrying(self) -> int:
         return len(self._requeued) + sum(r.retrying for r in self._runners if not r.ended)
-
-    @property
-    def runners(self) -> list[Any]:
-        """The handles of the runners alive now."""
-        return [r.handle for r in self._runners if not r.ended]
 
     def abort(self, reason: str | None = None) -> None:
         self._controller.abort(reason)
