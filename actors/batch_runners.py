@@ -42,6 +42,7 @@ from .sessions import store_identity
 if TYPE_CHECKING:
     from runtime._batch_engine import BatchItem, Feed, Job, Outcome, ended
     from runtime._observe import deliver as observe
+    from runtime._observe import uses_global
     from runtime.abort import AbortController, AbortSignal
     from runtime.errors import AbortedError
     from runtime.observers import registered
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 else:
     from raygent._batch_engine import BatchItem, Feed, Job, Outcome, ended
     from raygent._observe import deliver as observe
+    from raygent._observe import uses_global
     from raygent.abort import AbortController, AbortSignal
     from raygent.errors import AbortedError
     from raygent.observers import registered
@@ -142,10 +144,10 @@ class RunnerPool:
         self._barren = 0  # runners that died before giving anything back
         self._payload: Any = None
         self._id = uuid.uuid4().hex
-        run_observe = (plan.run_options or {}).get("observe")
-        agent_observe = getattr(executable, "observe", None)
-        # observe=False on the agent or the batch's runs keeps the global observers out.
-        self._observed = not (run_observe is False or (agent_observe is False and not run_observe))
+        # The driver's global observers see the runners' runs by the usual rule.
+        self._observed = uses_global(
+            getattr(executable, "observe", None), (plan.run_options or {}).get("observe")
+        )
         self.feed_error: BaseException | None = None
         self.deliver_error: BaseException | None = None
         self.failure: str | None = None
@@ -332,7 +334,7 @@ class RunnerPool:
         """Observers registered in the driver see the runs its runners made (in the
         runner's process, the registry is its own: empty unless filled there)."""
         report = getattr(item.result, "report", None)
-        if not isinstance(report, AgentReport) or self._observed is False:
+        if not isinstance(report, AgentReport) or not self._observed:
             return
         observers = registered()
         if observers:

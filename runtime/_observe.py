@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from .observers import Observe, Observer, log, registered
 from .report import AgentReport
 
-__all__ = ["deliver", "observers_for", "own_observers"]
+__all__ = ["deliver", "observers_for", "own_observers", "uses_global"]
 
 
 def own_observers(setting: Observe) -> tuple[Observer, ...]:
@@ -24,13 +24,20 @@ def own_observers(setting: Observe) -> tuple[Observer, ...]:
     return listed
 
 
+def uses_global(agent_setting: Observe, call_setting: Observe) -> bool:
+    """Whether the process-wide observers see a run, by the agent's and the call's
+    `observe=`."""
+    if call_setting is False:
+        return False
+    return call_setting is True or agent_setting is not False
+
+
 def observers_for(agent_setting: Observe, call_setting: Observe) -> tuple[Observer, ...]:
     """The observers of one root run, from the agent's and the call's `observe=`."""
     if call_setting is False:
         return ()
-    use_global = call_setting is True or agent_setting is not False
     chosen: Iterable[Observer] = (
-        *(registered() if use_global else ()),
+        *(registered() if uses_global(agent_setting, call_setting) else ()),
         *own_observers(agent_setting),
         *own_observers(call_setting),
     )

@@ -253,8 +253,21 @@ async def test_observers_registered_in_the_driver_see_the_runs_made_on_runners()
     with observers.add(lambda report: seen.append(report.run_id)):
         result = await batch(bot, ["a", "b", "c"], concurrency=2, runners=1)
         quiet = await batch(bot, ["d"], runners=1, run_options={"observe": False})
-    assert result.ok and quiet.ok
+        # An agent with observe=False keeps global observers out even when its runs
+        # name an observer of their own (the same rule as in-process).
+        private = raygent.agent(
+            "private",
+            model=FunctionModel(lambda messages, options: reply("ok")),
+            backend=backend(),
+            observe=False,
+        )
+        own = await batch(private, ["e"], runners=1, run_options={"observe": _keep_nothing})
+    assert result.ok and quiet.ok and own.ok
     assert sorted(seen) == sorted(item.result.report.run_id for item in result.items)
+
+
+def _keep_nothing(report: Any) -> None:
+    """An observer of a run's own (it runs in the runner)."""
 
 
 async def test_eval_runs_the_cases_on_runners_and_scores_in_the_driver() -> None:
