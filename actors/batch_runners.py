@@ -40,20 +40,18 @@ from ._ray import job_id
 from .sessions import store_identity
 
 if TYPE_CHECKING:
-    from runtime._batch_engine import BatchItem, Feed, Job, Outcome, ended
+    from runtime._batch_engine import BatchItem, Feed, Job, Outcome, cancelled, ended
     from runtime._observe import deliver as observe
     from runtime._observe import uses_global
     from runtime.abort import AbortController, AbortSignal
-    from runtime.errors import AbortedError
     from runtime.observers import registered
     from runtime.report import AgentReport
     from runtime.seams import BatchPool, PoolPlan
 else:
-    from raygent._batch_engine import BatchItem, Feed, Job, Outcome, ended
+    from raygent._batch_engine import BatchItem, Feed, Job, Outcome, cancelled, ended
     from raygent._observe import deliver as observe
     from raygent._observe import uses_global
     from raygent.abort import AbortController, AbortSignal
-    from raygent.errors import AbortedError
     from raygent.observers import registered
     from raygent.report import AgentReport
 
@@ -348,7 +346,7 @@ class RunnerPool:
             logger.warning("batch runner lost with %d items: %s", len(held), died)
         if self._stopping or self.signal.aborted:
             for job in held:
-                await self._deliver(ended(job, Outcome("cancelled", error=self._cancelled())))
+                await self._deliver(ended(job, Outcome("cancelled", error=cancelled(self.signal))))
             return
         if died is not None and not runner.delivered and runner.fresh:
             self._barren += 1  # a kept runner found dead says nothing of this batch
@@ -380,7 +378,7 @@ class RunnerPool:
                 runner.handle.abort.remote(runner.share, reason)
         requeued, self._requeued = list(self._requeued), deque()
         for job in requeued:
-            await self._deliver(ended(job, Outcome("cancelled", error=self._cancelled())))
+            await self._deliver(ended(job, Outcome("cancelled", error=cancelled(self.signal))))
 
     async def _abandon(self) -> None:
         """The batch task was cancelled: what is unfinished ends cancelled now."""
@@ -390,7 +388,7 @@ class RunnerPool:
         for runner in self._runners:
             held, runner.held = list(runner.held.values()), {}
             for job in held:
-                await self._deliver(ended(job, Outcome("cancelled", error=self._cancelled())))
+                await self._deliver(ended(job, Outcome("cancelled", error=cancelled(self.signal))))
 
     def _shutdown(self) -> None:
         self._stopping = True  # a consumer still ending gives back what it held cancelled
@@ -402,10 +400,6 @@ class RunnerPool:
             if not runner.ended:
                 with contextlib.suppress(Exception):
                     runner.handle.abort.remote(runner.share, "the batch ended")
-
-    def _cancelled(self) -> AbortedError:
-        reason = self.signal.reason or "no reason given"
-        return AbortedError(f"batch cancelled: {reason}", reason=self.signal.reason)
 
     async def _deliver(self, item: BatchItem) -> None:
         try:

@@ -36,6 +36,7 @@ __all__ = [
     "ItemStatus",
     "Job",
     "Outcome",
+    "cancelled",
     "ended",
 ]
 
@@ -111,6 +112,12 @@ def ended(job: Job, outcome: Outcome) -> BatchItem:
         input=job.input,
         meta=job.meta,
     )
+
+
+def cancelled(signal: AbortSignal) -> AbortedError:
+    """The error of an item a batch ended unfinished when `signal` fired."""
+    reason = signal.reason or "no reason given"
+    return AbortedError(f"batch cancelled: {reason}", reason=signal.reason)
 
 
 Attempt: TypeAlias = Callable[[Job, AbortSignal], Coroutine[Any, Any, Outcome]]
@@ -319,15 +326,11 @@ class InFlight:
 
     def _outcome_of(self, task: asyncio.Future[Outcome]) -> Outcome:
         if task.cancelled():
-            return Outcome("cancelled", error=self._cancelled_error())
+            return Outcome("cancelled", error=cancelled(self.signal))
         error = task.exception()
         if error is not None:
             return Outcome("failed", error=error)
         return task.result()
-
-    def _cancelled_error(self) -> AbortedError:
-        reason = self.signal.reason or "no reason given"
-        return AbortedError(f"batch cancelled: {reason}", reason=self.signal.reason)
 
     def _schedule_retry(self, job: Job, delay: float) -> None:
         self.retries += 1
@@ -354,7 +357,7 @@ class InFlight:
         unfinished = [*self._waiting.values(), *self._ready]
         self._waiting.clear()
         self._ready.clear()
-        error = self._cancelled_error()
+        error = cancelled(self.signal)
         for job in unfinished:
             await self._finish(job, Outcome("cancelled", error=error))
         if self._running:

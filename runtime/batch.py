@@ -28,7 +28,17 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from typing_extensions import Unpack
 
-from ._batch_engine import Attempt, BatchItem, Deliver, Feed, InFlight, Job
+from ._batch_engine import (
+    Attempt,
+    BatchItem,
+    Deliver,
+    Feed,
+    InFlight,
+    Job,
+    Outcome,
+    cancelled,
+    ended,
+)
 from ._batch_exec import InputError, ItemKey, JobMaker, attempt_for, grace_for, is_runnable
 from ._batch_progress import Progress, wants_progress
 from ._batch_report import BatchReport, Tally
@@ -37,7 +47,6 @@ from ._batch_sinks import Sink, key_token, open_sink
 from ._batch_sources import Source, feed, open_items
 from .abort import AbortController, AbortSignal
 from .backend import current_backend
-from .errors import AbortedError
 from .seams import Backend, BatchExecution, BatchPool, PoolPlan
 from .usage import Usage
 
@@ -197,7 +206,7 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
     try:
         await pool.run(jobs)
         if pool.signal.aborted and source.total is not None and sink is None:
-            await collector.cancel_unread(jobs, pool.signal.reason)
+            await collector.cancel_unread(jobs, pool.signal)
     finally:
         await _close(jobs, source)
         collector.close()
@@ -365,19 +374,15 @@ class _Collector:
             if self.pool is not None:
                 self.pool.abort(self.stopped)
 
-    async def cancel_unread(self, jobs: Feed, reason: str | None) -> None:
+    async def cancel_unread(self, jobs: Feed, signal: AbortSignal) -> None:
         """A cancelled batch over a list: the items never started end cancelled too, so
         that `data` keeps one slot per item."""
-        error = AbortedError(f"batch cancelled: {reason or 'no reason given'}")
+        error = cancelled(signal)
         remaining: list[Job] = []
         if isinstance(jobs, Generator):
             remaining = list(jobs)
         for job in remaining:
-            await self.deliver(
-                BatchItem(
-                    job.index, job.key, "cancelled", error=error, input=job.input, meta=job.meta
-                )
-            )
+            await self.deliver(ended(job, Outcome("cancelled", error=error)))
 
     def close(self) -> None:
         self.progress.close(self.tally.failed, self.tally.cancelled, 0)
