@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 import ray
 
-__all__ = ["awaited", "ensure_ray", "job_id"]
+__all__ = ["actor_class", "awaited", "ensure_ray", "job_id"]
 
 _init_lock = threading.Lock()
 
@@ -40,3 +41,10 @@ async def awaited(ref: Any) -> Any:
     except asyncio.CancelledError:
         ray.cancel(ref)
         raise
+
+
+@functools.cache
+def actor_class(cls: type) -> Any:
+    """`ray.remote(cls)`, made once per process: each `ray.remote` is a new actor class
+    for Ray to export."""
+    return ray.remote(cls)

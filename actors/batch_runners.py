@@ -36,7 +36,7 @@ from ray.exceptions import RayError, RayTaskError
 from ._batch_runner import BatchRunner, UnsentResultError
 from ._core import RaygentError
 from ._options import RayOptions
-from ._ray import job_id
+from ._ray import actor_class, job_id
 from .sessions import store_identity
 
 if TYPE_CHECKING:
@@ -415,7 +415,6 @@ class _Fleet:
     def __init__(self) -> None:
         self._runners: dict[tuple[str, str], list[Any]] = {}  # by _fleet_key
         self._ids = itertools.count()
-        self._class: Any = None
 
     def take(self, options: RayOptions, busy: list[Any]) -> tuple[Any, bool]:
         """A runner not in `busy` (the batch's own), made if there is none (then the
@@ -425,18 +424,20 @@ class _Fleet:
         for handle in runners:
             if not any(handle is other for other in busy):
                 return handle, False
-        if self._class is None:
-            self._class = ray.remote(BatchRunner)
         from .backend import ray_backend  # here: backend.py imports this module
 
-        handle = self._class.options(
-            name=f"raygent-runner-{key[0]}-{next(self._ids)}",  # findable in `ray list actors`
-            namespace=options.namespace,
-            num_cpus=options.runner_num_cpus,
-            scheduling_strategy="SPREAD",
-            max_concurrency=1000,
-            max_restarts=0,
-        ).remote(ray_backend(options))
+        handle = (
+            actor_class(BatchRunner)
+            .options(
+                name=f"raygent-runner-{key[0]}-{next(self._ids)}",  # findable in `ray list actors`
+                namespace=options.namespace,
+                num_cpus=options.runner_num_cpus,
+                scheduling_strategy="SPREAD",
+                max_concurrency=1000,
+                max_restarts=0,
+            )
+            .remote(ray_backend(options))
+        )
         runners.append(handle)
         return handle, True
 

@@ -40,7 +40,7 @@ from ._core import (
 from ._gateway_actor import Gateway, GatewayLimits
 from ._limits import partition
 from ._options import RayOptions
-from ._ray import awaited, job_id
+from ._ray import actor_class, awaited, job_id
 
 __all__ = ["RayModelAccess", "gateway_key", "gateway_names"]
 
@@ -76,14 +76,6 @@ class _Replicas:
 
 # Per process: (job, namespace, gateway key, replicas, detached) -> handles.
 _replicas: dict[tuple[Hashable, ...], _Replicas] = {}
-_actor_class: Any = None
-
-
-def _gateway_class() -> Any:
-    global _actor_class
-    if _actor_class is None:
-        _actor_class = ray.remote(Gateway)
-    return _actor_class
 
 
 class RayModelAccess:
@@ -137,7 +129,7 @@ class RayModelAccess:
                 batching=o.batching,
             )
             handles.append(
-                _gateway_class()
+                actor_class(Gateway)
                 .options(
                     name=name,
                     namespace=o.namespace,

@@ -34,7 +34,7 @@ from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
 from ._core import Message, RaygentError
 from ._options import RayOptions
-from ._ray import job_id
+from ._ray import actor_class, job_id
 
 if TYPE_CHECKING:
     from runtime.memory import LocalSessions, Memory, SessionLease
@@ -170,16 +170,12 @@ _locks: weakref.WeakKeyDictionary[
 ] = weakref.WeakKeyDictionary()
 _background: set[asyncio.Task[Any]] = set()
 _local = LocalSessions()
-_host_class: Any = None
 
 
-def _actor_class() -> Any:
-    global _host_class
-    if _host_class is None:
-        from ._session_host import SessionHost  # it imports this module's errors
+def _host_class() -> Any:
+    from ._session_host import SessionHost  # it imports this module's errors
 
-        _host_class = ray.remote(SessionHost)
-    return _host_class
+    return actor_class(SessionHost)
 
 
 class RaySessions:
@@ -322,7 +318,7 @@ class RaySessions:
         handle = _handles.get(cache_key)
         if handle is None:
             handle = _handles[cache_key] = (
-                _actor_class()
+                _host_class()
                 .options(
                     name=name,
                     namespace=o.namespace,
