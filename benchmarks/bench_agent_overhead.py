@@ -85,6 +85,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    # The agent loop's own cost, in this process (Ray's is bench_ray_overhead.py's).
+    raygent.init("local")
     script = str(Path(__file__).with_name("agent_overhead_script.yaml"))
     with sim_process("--script", script) as base:
         asyncio.run(run(args, base))
