@@ -30,16 +30,16 @@ import ray.cloudpickle
 from ._core import Backend
 
 if TYPE_CHECKING:
-    from runtime._batch_engine import BatchItem, InFlight, Job
-    from runtime._batch_exec import attempt_for
-    from runtime._batch_retry import Retry
+    from runtime._batch.engine import BatchItem, InFlight, Job
+    from runtime._batch.exec import attempt_for
+    from runtime._batch.retry import Retry
     from runtime.agents import RunOptions
     from runtime.backend import use_backend
     from runtime.errors import RaygentError
 else:
-    from raygent._batch_engine import BatchItem, InFlight, Job
-    from raygent._batch_exec import attempt_for
-    from raygent._batch_retry import Retry
+    from raygent._batch.engine import BatchItem, InFlight, Job
+    from raygent._batch.exec import attempt_for
+    from raygent._batch.retry import Retry
     from raygent.backend import use_backend
     from raygent.errors import RaygentError
 

@@ -40,20 +40,20 @@ from ._ray import actor_class, job_id
 from .sessions import store_identity
 
 if TYPE_CHECKING:
-    from runtime._batch_engine import BatchItem, Feed, Job, Outcome, cancelled, ended
-    from runtime._observe import deliver as observe
-    from runtime._observe import uses_global
+    from runtime._batch.engine import BatchItem, Feed, Job, Outcome, cancelled, ended
     from runtime.abort import AbortController, AbortSignal
+    from runtime.observe._delivery import deliver as observe
+    from runtime.observe._delivery import uses_global
+    from runtime.observe.report import AgentReport
     from runtime.observers import registered
-    from runtime.report import AgentReport
     from runtime.seams import BatchPool, PoolPlan
 else:
-    from raygent._batch_engine import BatchItem, Feed, Job, Outcome, cancelled, ended
-    from raygent._observe import deliver as observe
-    from raygent._observe import uses_global
+    from raygent._batch.engine import BatchItem, Feed, Job, Outcome, cancelled, ended
     from raygent.abort import AbortController, AbortSignal
+    from raygent.observe._delivery import deliver as observe
+    from raygent.observe._delivery import uses_global
+    from raygent.observe.report import AgentReport
     from raygent.observers import registered
-    from raygent.report import AgentReport
 
 __all__ = ["RayBatchRunners", "RunnerLostError", "RunnerPool"]
 

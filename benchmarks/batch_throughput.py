@@ -51,7 +51,7 @@ from _sim_process import sim_process
 
 import raygent
 from raygent import OpenAIModel, UserMessage
-from raygent.batch import batch
+from raygent._batch import batch
 
 PROMPT = "Say something short."
 JSON = {"content-type": "application/json"}

@@ -4,13 +4,17 @@ The public API is what this module exports; everything else is internal.
 """
 
 from . import compaction, errors, eval, observers
+from ._batch import BatchResult, Retry, batch, batch_sync
+from ._version import __version__
 from .abort import AbortController, AbortSignal
 from .agents import Agent, AgentStream, SystemPrompt, agent
+from .agents.fallback import fallback_model
+from .agents.middleware import Middleware
+from .agents.output import Repair
+from .agents.session import Session
 from .attachments import AttachmentPolicy, OutboundPolicy
 from .backend import current_backend, init
-from .batch import BatchResult, Retry, batch, batch_sync
 from .compaction import Compaction, CompactionResult
-from .fallback import fallback_model
 from .memory import Memory
 from .messages import (
     AssistantMessage,
@@ -23,7 +27,6 @@ from .messages import (
     ToolMessage,
     UserMessage,
 )
-from .middleware import Middleware
 from .models import (
     AnthropicModel,
     Capabilities,
@@ -34,14 +37,10 @@ from .models import (
     ResponseSchema,
     ToolSpec,
 )
-from .output import Repair
+from .observe.report import AgentReport, AgentResult
 from .pricing import Pricing
-from .report import AgentReport, AgentResult
-from .session import Session
 from .tools import Tool, ToolContext, tool
 from .usage import Cost, Usage, total_cost
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AbortController",

@@ -89,7 +89,7 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _run_batch(args: argparse.Namespace) -> int:
-    from ._batch_cli import run_batch_command
+    from ._batch.cli import run_batch_command
 
     return run_batch_command(args)
 

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from .agents import Agent, agent
+from ._batch.call import BatchItem, BatchResult, batch
+from .agents._agent import Agent, agent
 from .backend import current_backend, init
-from .batch import BatchItem, BatchResult, batch
-from .memory import Memory
+from .memory._save import Memory
 from .models import AnthropicModel, OpenAIModel
 from .pricing import Pricing
 from .sim import Latency, Match, Reply, Rule, ToolCallReply, serve
@@ -33,7 +33,7 @@ from .tools import tool
 from .usage import total_cost
 
 if TYPE_CHECKING:
-    from stores.sqlite import SQLiteStore  # mypy's name for raygent.stores (memory.py)
+    from stores.sqlite import SQLiteStore  # mypy's name for raygent.stores (memory/_save.py)
 else:
     from raygent.stores import SQLiteStore
 

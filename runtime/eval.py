@@ -27,8 +27,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 from typing_extensions import Unpack
 
-from ._batch_sinks import dumps, error_dict
-from .batch import BatchItem, BatchOptions, BatchReport, batch
+from ._batch.call import BatchItem, BatchOptions, BatchReport, batch
+from ._batch.sinks import dumps, error_dict
 from .errors import RaygentError
 from .usage import Usage
 
@@ -117,7 +117,7 @@ class EvalReport(BaseModel):
         return to_junit(self)
 
     def _repr_html_(self) -> str:
-        from ._html import eval_html
+        from .observe._html import eval_html
 
         return eval_html(self)
 

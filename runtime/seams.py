@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from .abort import AbortSignal
-from .memory import LocalSessions, SessionPersistence
+from .memory._sessions import LocalSessions, SessionPersistence
 from .messages import Message
 from .models.contract import Model, ModelOptions, ModelResponse, StreamChunk
 
 if TYPE_CHECKING:
-    from ._batch_engine import Deliver, Feed
-    from ._batch_retry import Retry
-    from .agents import RunOptions
+    from ._batch.engine import Deliver, Feed
+    from ._batch.retry import Retry
+    from .agents._agent import RunOptions
     from .tools import Tool, ToolContext
 
 T = TypeVar("T")
@@ -159,7 +159,7 @@ class LocalToolExecution:
 
 class BatchPool(Protocol):
     """Keeps a batch's attempts in flight and hands each item over as it ends:
-    `_batch_engine.InFlight` in this process, or a Ray backend's runner actors."""
+    `_batch.engine.InFlight` in this process, or a Ray backend's runner actors."""
 
     feed_error: BaseException | None
     deliver_error: BaseException | None

@@ -8,7 +8,7 @@ batch itself never fails: errors of the executable, of the input, of `on_item` e
 on items and in the report. The options are defined once (`BatchOptions`) and shared by
 `batch`, `batch_sync`, `Agent.eval` and the `raygent batch` command.
 
-On the local backend the in-flight core (`_batch_engine.InFlight`) runs in this event
+On the local backend the in-flight core (`_batch.engine.InFlight`) runs in this event
 loop. On the Ray backend, runner actors each run the same core over the chunks of items
 the driver feeds them (`raygent.actors.batch_runners`); the driver reads the items and
 records the results, so the sink, `on_item` and the progress bar stay here.
@@ -28,30 +28,20 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from typing_extensions import Unpack
 
-from ._batch_engine import (
-    Attempt,
-    BatchItem,
-    Deliver,
-    Feed,
-    InFlight,
-    Job,
-    Outcome,
-    cancelled,
-    ended,
-)
-from ._batch_exec import InputError, ItemKey, JobMaker, attempt_for, grace_for, is_runnable
-from ._batch_progress import Progress, wants_progress
-from ._batch_report import BatchReport, Tally
-from ._batch_retry import Retry
-from ._batch_sinks import Sink, key_token, open_sink
-from ._batch_sources import Source, feed, open_items
-from .abort import AbortController, AbortSignal
-from .backend import current_backend
-from .seams import Backend, BatchExecution, BatchPool, PoolPlan
-from .usage import Usage
+from ..abort import AbortController, AbortSignal
+from ..backend import current_backend
+from ..seams import Backend, BatchExecution, BatchPool, PoolPlan
+from ..usage import Usage
+from .engine import Attempt, BatchItem, Deliver, Feed, InFlight, Job, Outcome, cancelled, ended
+from .exec import InputError, ItemKey, JobMaker, attempt_for, grace_for, is_runnable
+from .progress import Progress, wants_progress
+from .report import BatchReport, Tally
+from .retry import Retry
+from .sinks import Sink, key_token, open_sink
+from .sources import Source, feed, open_items
 
 if TYPE_CHECKING:
-    from .agents import RunOptions
+    from ..agents._agent import RunOptions
 
 __all__ = [
     "BatchItem",
@@ -169,7 +159,7 @@ class BatchResult:
         return report.failed == 0 and report.cancelled == 0 and report.stopped is None
 
     def _repr_html_(self) -> str:
-        from ._html import batch_html
+        from ..observe._html import batch_html
 
         return batch_html(self)
 

@@ -8,8 +8,8 @@ import os
 import sys
 from typing import Any
 
-from .backend import current_backend, init
-from .batch import BatchOptions, BatchResult, Retry, batch_sync
+from ..backend import current_backend, init
+from .call import BatchOptions, BatchResult, Retry, batch_sync
 
 __all__ = ["load_target", "run_batch_command"]
 

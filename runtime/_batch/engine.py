@@ -22,10 +22,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
-from ._batch_retry import Retry
-from .abort import AbortController, AbortSignal
-from .errors import AbortedError
-from .usage import Usage
+from ..abort import AbortController, AbortSignal
+from ..errors import AbortedError
+from ..usage import Usage
+from .retry import Retry
 
 __all__ = [
     "Attempt",

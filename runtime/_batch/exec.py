@@ -11,14 +11,14 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from ._batch_engine import EMPTY_USAGE, Attempt, Job, Outcome
-from .abort import AbortSignal
-from .errors import AbortedError, RaygentError
-from .messages import MESSAGE_ADAPTER, MESSAGES_ADAPTER
-from .usage import Usage
+from ..abort import AbortSignal
+from ..errors import AbortedError, RaygentError
+from ..messages import MESSAGE_ADAPTER, MESSAGES_ADAPTER
+from ..usage import Usage
+from .engine import EMPTY_USAGE, Attempt, Job, Outcome
 
 if TYPE_CHECKING:
-    from .agents import RunOptions
+    from ..agents._agent import RunOptions
 
 __all__ = [
     "InputError",

@@ -9,8 +9,8 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._batch_engine import BatchItem
-from .usage import Usage
+from ..usage import Usage
+from .engine import BatchItem
 
 __all__ = ["BatchReport", "Tally"]
 

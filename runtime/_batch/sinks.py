@@ -27,8 +27,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from ._batch_engine import EMPTY_USAGE, BatchItem
-from .errors import RaygentError
+from ..errors import RaygentError
+from .engine import EMPTY_USAGE, BatchItem
 
 __all__ = ["JsonlSink", "ParquetSink", "Sink", "key_token", "open_sink", "record_of"]
 

@@ -27,8 +27,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from ._batch_engine import Feed, Job
-from ._batch_exec import InputError, Unreadable
+from .engine import Feed, Job
+from .exec import InputError, Unreadable
 
 __all__ = ["Source", "feed", "open_items"]
 

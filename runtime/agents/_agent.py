@@ -16,29 +16,29 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from typing_extensions import Unpack
 
-from ._attach_run import start_run
-from ._observe import observers_for, own_observers
+from ..abort import AbortController, AbortSignal
+from ..attachments._parse import AttachmentLike, AttachmentPolicy
+from ..backend import current_backend
+from ..compaction._policy import Compaction
+from ..errors import InvalidOptionsError, PromptError, RaygentError
+from ..memory._save import Memory, RunSaver, default_memory, scope_of
+from ..messages import ContentPart, Message, SystemMessage, UserMessage
+from ..models.contract import Model, ModelOptions, ToolSpec
+from ..observe._delivery import observers_for, own_observers
+from ..observe.events import Dispatcher, Event, EventHandler, Handlers, handler_list
+from ..observe.observers import Observe
+from ..observe.report import AgentResult
+from ..run_context import RunInfo
+from ..seams import Backend
+from ..tools import Tool
+from ._start import start_run
 from ._state import RunConfig, RunState
-from .abort import AbortController, AbortSignal
-from .attachments import AttachmentLike, AttachmentPolicy
-from .backend import current_backend
-from .compaction import Compaction
-from .errors import InvalidOptionsError, PromptError, RaygentError
-from .events import Dispatcher, Event, EventHandler, Handlers, handler_list
-from .memory import Memory, RunSaver, default_memory, scope_of
-from .messages import ContentPart, Message, SystemMessage, UserMessage
 from .middleware import Middleware
-from .models.contract import Model, ModelOptions, ToolSpec
-from .observers import Observe
 from .output import OutputSpec, Repair
-from .report import AgentResult
-from .run_context import RunInfo
-from .seams import Backend
-from .tools import Tool
 
 if TYPE_CHECKING:
-    from .batch import BatchOptions
-    from .eval import EvalReport, Scorer
+    from .._batch.call import BatchOptions
+    from ..eval import EvalReport, Scorer
     from .session import Session
 
 __all__ = ["Agent", "AgentStream", "RunOptions", "SystemPrompt", "agent"]
@@ -206,7 +206,7 @@ class Agent:
         self, cases: Any, scorers: Iterable[Scorer], **options: Unpack[BatchOptions]
     ) -> EvalReport:
         """Run on every case (on `raygent.batch`) and score each run; see `raygent.eval`."""
-        from .eval import evaluate
+        from ..eval import evaluate
 
         return await evaluate(self, cases, scorers, **options)
 

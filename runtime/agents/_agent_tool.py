@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
-from .report import AgentResult
-from .run_context import RunInfo
-from .tools import Tool, ToolContext, tool
+from ..observe.report import AgentResult
+from ..run_context import RunInfo
+from ..tools import Tool, ToolContext, tool
 
 if TYPE_CHECKING:
-    from .agents import Agent
+    from ._agent import Agent
 
 
 def agent_tool(agent: Agent, *, name: str | None, description: str | None) -> Tool[..., Any]:

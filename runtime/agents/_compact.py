@@ -12,11 +12,8 @@ from collections.abc import Awaitable
 from itertools import takewhile
 from typing import Any, TypeVar
 
-from ._compact_range import has_signed_reasoning, safe_range
-from ._compact_store import StoredView, stored_view
-from ._state import RunState
-from .abort import abortable
-from .compaction import (
+from ..abort import abortable
+from ..compaction._policy import (
     Compaction,
     CompactionContext,
     CompactionRecord,
@@ -25,8 +22,11 @@ from .compaction import (
     SkipReason,
     check_result,
 )
-from .errors import RaygentError
-from .messages import MESSAGE_ADAPTER, Message, UserMessage
+from ..compaction._range import has_signed_reasoning, safe_range
+from ..compaction._store import StoredView, stored_view
+from ..errors import RaygentError
+from ..messages import MESSAGE_ADAPTER, Message, UserMessage
+from ._state import RunState
 
 __all__ = ["compact_before_trip", "estimate_tokens"]
 

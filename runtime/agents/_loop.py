@@ -16,11 +16,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._observe import deliver
-from ._state import RunState, maybe_await, now
-from ._tool_round import run_tool_round
-from ._trip import model_trip
-from .errors import (
+from ..errors import (
     AbortedError,
     AgentCancelledError,
     AgentIncompleteError,
@@ -29,10 +25,14 @@ from .errors import (
     RefusalError,
     SchemaValidationError,
 )
-from .events import AgentCompleted, AgentErrored, AgentStarting
-from .messages import AssistantMessage, ToolCall, UserMessage
-from .models.contract import ModelResponse
-from .report import AgentResult, RunStatus
+from ..messages import AssistantMessage, ToolCall, UserMessage
+from ..models.contract import ModelResponse
+from ..observe._delivery import deliver
+from ..observe.events import AgentCompleted, AgentErrored, AgentStarting
+from ..observe.report import AgentResult, RunStatus
+from ._state import RunState, maybe_await, now
+from ._tool_round import run_tool_round
+from ._trip import model_trip
 
 __all__ = ["run_loop"]
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from ._attach_load import load_parts, with_parts
+from ..abort import abortable
+from ..attachments._load import load_parts, with_parts
+from ..attachments._parse import AttachmentLike, AttachmentPolicy, parse_attachments
+from ..errors import AbortedError, AttachmentError, RaygentError
+from ..messages import Message
+from ..observe.report import AgentResult
 from ._loop import run_loop
 from ._state import RunState
-from .abort import abortable
-from .attachments import AttachmentLike, AttachmentPolicy, parse_attachments
-from .errors import AbortedError, AttachmentError, RaygentError
-from .messages import Message
-from .report import AgentResult
 
 __all__ = ["start_run"]
 

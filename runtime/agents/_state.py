@@ -8,22 +8,22 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
-from .abort import AbortController
-from .events import Dispatcher, Event
-from .memory import RunSaver
-from .messages import Message
+from ..abort import AbortController
+from ..memory._save import RunSaver
+from ..messages import Message
+from ..models.contract import Model, ModelOptions
+from ..observe.events import Dispatcher, Event
+from ..observe.observers import Observer
+from ..observe.report import AgentReport, AgentResult, ModelInfo
+from ..run_context import RunInfo
+from ..seams import Backend
+from ..usage import Usage
 from .middleware import Middleware
-from .models.contract import Model, ModelOptions
-from .observers import Observer
 from .output import OutputSpec, Repair
-from .report import AgentReport, AgentResult, ModelInfo
-from .run_context import RunInfo
-from .seams import Backend
-from .usage import Usage
 
 if TYPE_CHECKING:
-    from .compaction import Compaction
-    from .tools import Tool
+    from ..compaction._policy import Compaction
+    from ..tools import Tool
 
 Phase = Literal["starting", "trip", "tools", "between_trips", "done"]
 

@@ -11,13 +11,13 @@ import asyncio
 import time
 from typing import Any
 
+from ..abort import abortable
+from ..errors import AbortedError, RaygentError, ToolExecutionError
+from ..messages import ToolCall, ToolMessage
+from ..observe.events import ToolCalled, ToolCalling, ToolFailed
+from ..observe.report import Timing, ToolCallReport
+from ..tools import ToolContext, tool_result_text
 from ._state import RunState, maybe_await, now
-from .abort import abortable
-from .errors import AbortedError, RaygentError, ToolExecutionError
-from .events import ToolCalled, ToolCalling, ToolFailed
-from .messages import ToolCall, ToolMessage
-from .report import Timing, ToolCallReport
-from .tools import ToolContext, tool_result_text
 
 __all__ = ["run_tool_round"]
 

@@ -4,20 +4,9 @@ from __future__ import annotations
 
 import time
 
-from ._compact import compact_before_trip
-from ._guard import GuardBuffer, extract_tool_calls
-from ._state import RunState, maybe_await, now
-from .errors import MaxTripsError, ProviderResponseError
-from .events import (
-    ToolStreaming,
-    TripCompleted,
-    TripReasoning,
-    TripStarted,
-    TripStreaming,
-    TripUsage,
-)
-from .messages import ContentPart, TextPart
-from .models.contract import (
+from ..errors import MaxTripsError, ProviderResponseError
+from ..messages import ContentPart, TextPart
+from ..models.contract import (
     Done,
     ModelResponse,
     ReasoningDelta,
@@ -26,8 +15,19 @@ from .models.contract import (
     ToolCallDelta,
     UsageChunk,
 )
-from .report import Timing, TripReport
-from .seams import closing_stream
+from ..observe.events import (
+    ToolStreaming,
+    TripCompleted,
+    TripReasoning,
+    TripStarted,
+    TripStreaming,
+    TripUsage,
+)
+from ..observe.report import Timing, TripReport
+from ..seams import closing_stream
+from ._compact import compact_before_trip
+from ._guard import GuardBuffer, extract_tool_calls
+from ._state import RunState, maybe_await, now
 
 __all__ = ["model_trip"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, cast
 
-from .abort import AbortSignal
-from .errors import (
+from ..abort import AbortSignal
+from ..errors import (
     ProviderConnectionError,
     ProviderError,
     ProviderResponseError,
@@ -14,10 +14,10 @@ from .errors import (
     RateLimitError,
     ServerError,
 )
-from .messages import Message
-from .models.contract import Capabilities, Done, Model, ModelOptions, ModelResponse, StreamChunk
-from .seams import ModelAccess, closing_stream
-from .usage import Cost, Usage
+from ..messages import Message
+from ..models.contract import Capabilities, Done, Model, ModelOptions, ModelResponse, StreamChunk
+from ..seams import ModelAccess, closing_stream
+from ..usage import Cost, Usage
 
 __all__ = ["FallbackModel", "fallback_model"]
 

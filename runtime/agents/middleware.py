@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .messages import Message, ToolCall
-    from .models.contract import ModelOptions, ModelResponse
-    from .report import AgentResult
-    from .run_context import RunInfo
+    from ..messages import Message, ToolCall
+    from ..models.contract import ModelOptions, ModelResponse
+    from ..observe.report import AgentResult
+    from ..run_context import RunInfo
 
 __all__ = ["Middleware"]
 

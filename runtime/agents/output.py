@@ -10,8 +10,8 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from .errors import SchemaValidationError
-from .models.contract import ResponseSchema
+from ..errors import SchemaValidationError
+from ..models.contract import ResponseSchema
 
 __all__ = ["OutputSpec", "Repair"]
 

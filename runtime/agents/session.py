@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
-from .backend import current_backend
-from .memory import scope_of
-from .messages import ContentPart, Message
-from .report import AgentResult
+from ..backend import current_backend
+from ..memory._save import scope_of
+from ..messages import ContentPart, Message
+from ..observe.report import AgentResult
 
 if TYPE_CHECKING:
-    from .agents import Agent, AgentStream, RunOptions
+    from ._agent import Agent, AgentStream, RunOptions
 
 __all__ = ["Session"]
 

@@ -15,19 +15,12 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..errors import AttachmentError, OutboundPolicyError
+from ..messages import ContentPart, ImagePart, Message, TextPart, UserMessage
+from ..models._media import require_vision
+from ..models.contract import Capabilities
 from ._outbound import check_url_shape, fetch, literal_ip, refusal, shown_url
-from .attachments import (
-    Attachment,
-    AttachmentPolicy,
-    InlineSource,
-    PathSource,
-    UrlSource,
-    media_type_of,
-)
-from .errors import AttachmentError, OutboundPolicyError
-from .messages import ContentPart, ImagePart, Message, TextPart, UserMessage
-from .models._media import require_vision
-from .models.contract import Capabilities
+from ._parse import Attachment, AttachmentPolicy, InlineSource, PathSource, UrlSource, media_type_of
 
 __all__ = ["load_parts", "with_parts"]
 

@@ -24,7 +24,7 @@ from urllib.parse import SplitResult, urljoin, urlsplit
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .errors import AttachmentError, OfflineError, OutboundPolicyError
+from ..errors import AttachmentError, OfflineError, OutboundPolicyError
 
 __all__ = [
     "Fetched",

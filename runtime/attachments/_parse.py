@@ -27,8 +27,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..errors import AttachmentError
 from ._outbound import OutboundPolicy, shown_url
-from .errors import AttachmentError
 
 __all__ = [
     "Attachment",

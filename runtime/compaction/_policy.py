@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._compact_transcript import render_transcript
-from .abort import AbortSignal
-from .errors import RaygentError
-from .messages import AssistantMessage, Message, SystemMessage, UserMessage
-from .models.contract import Model, ModelOptions
-from .usage import Usage
+from ..abort import AbortSignal
+from ..errors import RaygentError
+from ..messages import AssistantMessage, Message, SystemMessage, UserMessage
+from ..models.contract import Model, ModelOptions
+from ..usage import Usage
+from ._transcript import render_transcript
 
 if TYPE_CHECKING:
-    from .seams import ModelAccess
+    from ..seams import ModelAccess
 
 __all__ = [
     "Compaction",

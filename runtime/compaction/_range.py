@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from .messages import AssistantMessage, Message, ProviderBlock
+from ..messages import AssistantMessage, Message, ProviderBlock
 
 __all__ = ["has_signed_reasoning", "safe_range"]
 

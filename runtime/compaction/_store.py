@@ -15,12 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .messages import Message
+from ..messages import Message
 
 if TYPE_CHECKING:
     from stores.protocol import Snapshot
 
-    from .memory import RunSaver
+    from ..memory._save import RunSaver
 
 __all__ = ["MAX_ATTEMPTS", "StoredView", "stored_view"]
 

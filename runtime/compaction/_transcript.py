@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .messages import AssistantMessage, ImagePart, Message, TextPart, ToolMessage
+from ..messages import AssistantMessage, ImagePart, Message, TextPart, ToolMessage
 
 __all__ = ["render_transcript"]
 

@@ -1,4 +1,8 @@
-"""Model adapters: the contract, and the OpenAI and Anthropic wire formats over httpx."""
+"""Model adapters: the contract, and the OpenAI and Anthropic wire formats over httpx.
+
+The contract (`contract`: the `Model` protocol, options, responses, stream chunks, tool
+specs) belongs to the base every part speaks. May import the base only.
+"""
 
 from .anthropic import AnthropicModel
 from .contract import (

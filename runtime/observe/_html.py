@@ -14,11 +14,11 @@ from datetime import datetime
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from .usage import Usage
+from ..usage import Usage
 
 if TYPE_CHECKING:
-    from .batch import BatchResult
-    from .eval import EvalReport
+    from .._batch.call import BatchResult
+    from ..eval import EvalReport
     from .report import AgentReport, AgentResult, Timing
 
 __all__ = ["batch_html", "eval_html", "report_html"]

@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
+    from ..usage import Usage
     from .report import AgentReport, Timing, ToolCallReport, TripReport
-    from .usage import Usage
 
 __all__ = ["OpenTelemetry"]
 
@@ -51,7 +51,7 @@ class OpenTelemetry:
                 "raygent.observers.OpenTelemetry needs OpenTelemetry: "
                 "pip install 'raygent[otel]' (or opentelemetry-api and an SDK)"
             ) from exc
-        from . import __version__
+        from .._version import __version__
 
         self._trace = trace
         self._tracer: Tracer = trace.get_tracer("raygent", __version__, tracer_provider)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .usage import Usage
+from ..usage import Usage
 
 if TYPE_CHECKING:
     from .report import AgentResult

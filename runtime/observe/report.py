@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .compaction import CompactionRecord
-from .errors import RaygentError
-from .messages import Message, ProviderBlock
-from .usage import Usage
+from ..compaction._policy import CompactionRecord
+from ..errors import RaygentError
+from ..messages import Message, ProviderBlock
+from ..usage import Usage
 
 __all__ = ["AgentReport", "AgentResult", "ModelInfo", "RunStatus", "ToolCallReport", "TripReport"]
 

@@ -1,5 +1,8 @@
 """Provider simulator: a local HTTP server speaking the OpenAI Chat Completions and
-Anthropic Messages wires, scripted replies, latency, rate caps and faults."""
+Anthropic Messages wires, scripted replies, latency, rate caps and faults.
+
+It plays the provider, so it stands alone: it imports nothing else of raygent.
+"""
 
 from ._script import Fault, Latency, Match, Reply, Rule, Script, ToolCallReply, UsageOverride
 from ._serve import Simulator, serve

@@ -18,10 +18,10 @@ from raygent import (
     OpenAIModel,
     tool,
 )
-from raygent.events import Event
 from raygent.messages import AssistantMessage, Message, ToolMessage
 from raygent.models._http import HTTPModel
 from raygent.models.contract import StreamChunk
+from raygent.observe.events import Event
 from raygent.sim import SimStats, Simulator
 
 KEY = "sk-test-key-000000"

@@ -13,9 +13,9 @@ from shared_support import Gate
 import raygent
 from raygent import AbortController, AbortSignal, ModelOptions
 from raygent.errors import AgentCancelledError
-from raygent.events import Event
 from raygent.messages import Message
 from raygent.models.contract import Done, ModelResponse, StreamChunk, TextDelta
+from raygent.observe.events import Event
 from raygent.testing import FunctionModel, ScriptedModel, call, reply
 from raygent.usage import Usage
 

@@ -12,8 +12,8 @@ from backend_support import RAY_CPUS, Marks
 import raygent
 from raygent import AbortController, ModelOptions, ToolMessage
 from raygent.errors import ProviderResponseError
-from raygent.events import Event
 from raygent.messages import Message
+from raygent.observe.events import Event
 from raygent.testing import FunctionModel, ScriptedModel, call, reply
 
 TWENTY = 20

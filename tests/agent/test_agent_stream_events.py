@@ -10,7 +10,7 @@ from agent_support import City, Recorder, add, drain, outcome, search
 
 import raygent
 from raygent import Repair
-from raygent.events import Event
+from raygent.observe.events import Event
 from raygent.testing import ScriptedModel, Step, call, reply
 
 TOOL_SCRIPT: list[Step] = [
@@ -122,7 +122,7 @@ async def test_events_can_be_read_after_the_result() -> None:
 async def test_handlers_fire_by_tier_factory_instance_call() -> None:
     order: list[str] = []
 
-    def tag(name: str) -> raygent.events.EventHandler:
+    def tag(name: str) -> raygent.observe.events.EventHandler:
         def handler(event: Event) -> None:
             order.append(f"{name}:{event.type}")
 

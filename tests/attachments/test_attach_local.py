@@ -10,8 +10,8 @@ import pytest
 from attach_support import PNG
 
 from raygent import AttachmentPolicy, ImagePart, TextPart
-from raygent._attach_load import load_parts
 from raygent.attachments import parse_attachments
+from raygent.attachments._load import load_parts
 from raygent.errors import AttachmentError, InvalidRequestError, OutboundPolicyError
 from raygent.models import Capabilities
 

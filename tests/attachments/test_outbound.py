@@ -10,7 +10,7 @@ import pytest
 from attach_support import FileServer, resolver, self_signed
 
 from raygent import OutboundPolicy
-from raygent._outbound import fetch
+from raygent.attachments._outbound import fetch
 from raygent.errors import AttachmentError, OutboundPolicyError
 
 # The test server listens on 127.0.0.1; only that one address is trusted, so every

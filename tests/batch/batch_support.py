@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import raygent
-from raygent.batch import Retry
+from raygent._batch import Retry
 from raygent.messages import Message
 from raygent.models import ModelOptions
 from raygent.testing import FunctionModel

@@ -12,7 +12,7 @@ from batch_support import Sleeps, fast_retry, shouting_agent, yield_a_few
 
 import raygent
 from raygent import AbortController
-from raygent.batch import BatchItem, InputError, Retry, batch, batch_sync
+from raygent._batch import BatchItem, InputError, Retry, batch, batch_sync
 from raygent.errors import AbortedError, RateLimitError
 from raygent.testing import FunctionModel
 

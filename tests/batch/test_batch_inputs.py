@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from batch_support import shouting_agent, write_jsonl
 
-from raygent.batch import InputError, batch
+from raygent._batch import InputError, batch
 
 ROWS = [{"input": f"question {i}", "key": f"q{i}", "topic": "t"} for i in range(5)]
 EXPECTED = [f"QUESTION {i}" for i in range(5)]

@@ -9,7 +9,7 @@ from batch_support import Sleeps, fast_retry
 
 import raygent
 from raygent import Usage
-from raygent.batch import Retry, batch
+from raygent._batch import Retry, batch
 from raygent.errors import AuthenticationError, InvalidRequestError, RateLimitError, ServerError
 from raygent.testing import FunctionModel, ScriptedModel, call, reply
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 import raygent
 from raygent import AbortController
-from raygent.batch import BatchItem, batch
+from raygent._batch import BatchItem, batch
 from raygent.testing import FunctionModel
 
 
@@ -124,7 +124,7 @@ async def test_a_parquet_sink_writes_parts_and_resumes(tmp_path: Path) -> None:
 
 
 async def test_a_parquet_sink_flushes_in_parts_as_rows_accumulate(tmp_path: Path) -> None:
-    from raygent._batch_sinks import ParquetSink
+    from raygent._batch.sinks import ParquetSink
 
     sink = ParquetSink(tmp_path / "out.parquet", resume=False, rows_per_part=3)
     for index in range(7):

@@ -32,8 +32,8 @@ import ray
 from ray.cluster_utils import Cluster
 
 import raygent
+from raygent._batch import BatchItem, batch
 from raygent.actors import RayOptions, ray_backend
-from raygent.batch import BatchItem, batch
 from raygent.messages import Message, ToolMessage
 from raygent.seams import Backend
 from raygent.testing import FunctionModel, ScriptedModel, call, reply

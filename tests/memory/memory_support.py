@@ -16,8 +16,8 @@ import redis
 
 import raygent
 from raygent import AgentResult, AgentStream, ModelOptions, OpenAIModel
-from raygent.events import Event
 from raygent.messages import AssistantMessage, Message, ToolMessage
+from raygent.observe.events import Event
 from raygent.stores import InMemoryStore, RedisStore, SQLiteStore, Store, StoredMessage
 from raygent.testing import FunctionModel
 

@@ -16,7 +16,7 @@ from ray_support import NAMESPACE, backend, sim_model
 
 import raygent
 from raygent import AbortController
-from raygent.batch import BatchItem, Retry, batch
+from raygent._batch import BatchItem, Retry, batch
 from raygent.errors import RateLimitError
 from raygent.sim import Latency, serve
 
