@@ -104,6 +104,27 @@ async def run_demo(
 ) -> BatchResult:
     """Run the demo against an in-process simulator; return the batch's result."""
     print("raygent demo: the model here is the built-in provider SIMULATOR, not a real LLM.")
+    _start_backend()
+    folder = _fresh(Path(out))
+    rows = dataset(items)
+    cities = {"Paris", "Rome", *(row["city"] for row in rows)}
+    latency = Latency(fixed_ms=latency_ms, per_token_ms=1, jitter_ms=latency_ms / 5)
+    sink = folder / "results.jsonl"
+    async with serve(_script(cities), latency=latency) as sim:
+        print(f"  simulator at {sim.url} (OpenAI and Anthropic wire formats)\n")
+        forecaster = _forecaster(sim.openai_base_url, folder / "sessions.db")
+        await _one_run_streamed(forecaster)
+        result, elapsed = await _in_bulk(forecaster, rows, concurrency, sink)
+        sample = await forecaster.session(rows[0]["session_id"]).history()
+        await _on_the_anthropic_wire(sim.anthropic_base_url)
+        peak = sim.stats().peak_in_flight
+
+    _summary(result, elapsed, peak)
+    _where_it_went(sink, folder / "sessions.db", rows[0]["session_id"], len(sample))
+    return result
+
+
+def _start_backend() -> None:
     backend = current_backend()
     if backend.name == "ray":
         backend = init("ray", include_dashboard=False, log_to_driver=False)
@@ -111,58 +132,54 @@ async def run_demo(
     else:
         where = "this process"
     print(f"  backend: {backend.name}: {where}; RAYGENT_BACKEND=local runs it in-process")
-    folder = _fresh(Path(out))
-    rows = dataset(items)
-    cities = {"Paris", "Rome", *(row["city"] for row in rows)}
-    latency = Latency(fixed_ms=latency_ms, per_token_ms=1, jitter_ms=latency_ms / 5)
-    async with serve(_script(cities), latency=latency) as sim:
-        print(f"  simulator at {sim.url} (OpenAI and Anthropic wire formats)\n")
-        forecaster = _forecaster(sim.openai_base_url, folder / "sessions.db")
 
-        print("One run, streamed as events:")
-        stream = forecaster.stream("What's the weather in Paris?")
-        kinds = [event.type async for event in stream]
-        print("  " + "\n  ".join(_collapsed(kinds)))
-        first = await stream.result
-        print(f"  -> {first.data!r}\n")
 
-        sink = folder / "results.jsonl"
-        print(
-            f"{len(rows)} questions from {len({r['session_id'] for r in rows})} travellers, "
-            f"{concurrency} at a time, each traveller in their own stored conversation:"
-        )
-        started = time.perf_counter()
-        result = await batch(
-            forecaster,
-            rows,
-            concurrency=concurrency,
-            sink=sink,
-            progress=None,
-            on_item=_milestones(len(rows)),
-        )
-        elapsed = time.perf_counter() - started
-        sample = await forecaster.session(rows[0]["session_id"]).history()
+async def _one_run_streamed(forecaster: Agent) -> None:
+    print("One run, streamed as events:")
+    stream = forecaster.stream("What's the weather in Paris?")
+    kinds = [event.type async for event in stream]
+    print("  " + "\n  ".join(_collapsed(kinds)))
+    first = await stream.result
+    print(f"  -> {first.data!r}\n")
 
-        claude = AnthropicModel(
-            "sim-claude", base_url=sim.anthropic_base_url, api_key="sk-demo", pricing=DEMO_PRICING
-        )
-        same = agent("forecaster-claude", model=claude, tools=[get_weather], output=Forecast)
-        other = await same.execute("And the weather in Rome?")
-        print(f"\nThe same agent on the Anthropic wire: {other.status} {other.data!r}")
-        peak = sim.stats().peak_in_flight
 
-    _summary(result, elapsed, peak)
-    print(f"  results: {sink} (one JSON line per question, written as each ended)")
+async def _in_bulk(
+    forecaster: Agent, rows: list[dict[str, Any]], concurrency: int, sink: Path
+) -> tuple[BatchResult, float]:
+    """The batch of every question; its result and how long it took."""
     print(
-        f"  sessions: {folder / 'sessions.db'} ({rows[0]['session_id']} holds "
-        f"{len(sample)} messages)"
+        f"{len(rows)} questions from {len({r['session_id'] for r in rows})} travellers, "
+        f"{concurrency} at a time, each traveller in their own stored conversation:"
     )
+    started = time.perf_counter()
+    result = await batch(
+        forecaster,
+        rows,
+        concurrency=concurrency,
+        sink=sink,
+        progress=None,
+        on_item=_milestones(len(rows)),
+    )
+    return result, time.perf_counter() - started
+
+
+async def _on_the_anthropic_wire(base_url: str) -> None:
+    claude = AnthropicModel(
+        "sim-claude", base_url=base_url, api_key="sk-demo", pricing=DEMO_PRICING
+    )
+    same = agent("forecaster-claude", model=claude, tools=[get_weather], output=Forecast)
+    other = await same.execute("And the weather in Rome?")
+    print(f"\nThe same agent on the Anthropic wire: {other.status} {other.data!r}")
+
+
+def _where_it_went(sink: Path, sessions: Path, session_id: str, stored: int) -> None:
+    print(f"  results: {sink} (one JSON line per question, written as each ended)")
+    print(f"  sessions: {sessions} ({session_id} holds {stored} messages)")
     print(
         "\nTo use a real provider: OpenAIModel('gpt-4o-mini') reads OPENAI_API_KEY, "
         "AnthropicModel('claude-sonnet-4-5') reads ANTHROPIC_API_KEY;\n"
         "any OpenAI-compatible server works with base_url='http://host:port/v1'."
     )
-    return result
 
 
 def _fresh(out: Path) -> Path:

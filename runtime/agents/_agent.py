@@ -12,7 +12,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict
 
 from typing_extensions import Unpack
 
@@ -26,7 +26,7 @@ from ..messages import ContentPart, Message, SystemMessage, UserMessage
 from ..models.contract import Model, ModelOptions, ToolSpec
 from ..observe._delivery import observers_for, own_observers
 from ..observe.events import Dispatcher, Event, EventHandler, Handlers, handler_list
-from ..observe.observers import Observe
+from ..observe.observers import Observe, Observer
 from ..observe.report import AgentResult
 from ..run_context import RunInfo
 from ..seams import Backend
@@ -235,50 +235,58 @@ class Agent:
             ],
             sink,
         )
-        setup_error: RaygentError | None = None
+        opening = self._opening(input, options, streaming)
+        observers, observers_error = self._observers(options)
+        saver, saver_error = self._saver(options, opening.config, info)
+        state = RunState(
+            info=info,
+            config=opening.config,
+            events=events,
+            abort=AbortController(),
+            messages=opening.messages,
+            # The first thing that went wrong is the run's error.
+            setup_error=opening.error or observers_error or saver_error,
+            saver=saver,
+            observers=observers,
+        )
+        state.report.system_prompt = opening.system or None
+        _follow(state, options.get("signal"))
+        return state, opening.user_input
+
+    def _opening(self, input: Any, options: RunOptions, streaming: bool) -> _Opening:
+        """The run's configuration and conversation, or why it cannot start."""
         try:
             config, system = self._config(options, streaming)
             messages: list[Message] = [SystemMessage(content=system)] if system else []
             messages.extend(options.get("history") or ())
-            user_input = _as_messages(input)
+            return _Opening(config, system, messages, _as_messages(input))
         except Exception as exc:
             # execute() never raises: a run that cannot even start fails on its result.
-            config, system, messages, user_input = self._bare_config(streaming), "", [], []
-            setup_error = _setup_error(exc)
+            return _Opening(self._bare_config(streaming), "", [], [], _setup_error(exc))
+
+    def _observers(self, options: RunOptions) -> tuple[tuple[Observer, ...], RaygentError | None]:
+        """Who gets the run's report tree. Only a root run is observed: a nested run's
+        report is in its root's tree."""
+        if options.get("parent") is not None:
+            return (), None
         try:
-            # Only a root run is observed: a nested run's report is in its root's tree.
-            nested = options.get("parent") is not None
-            observers = () if nested else observers_for(self.observe, options.get("observe"))
+            return observers_for(self.observe, options.get("observe")), None
         except Exception as exc:
-            observers = observers_for(self.observe, None)
-            setup_error = setup_error or _setup_error(exc)
-        saver: RunSaver | None = None
+            return observers_for(self.observe, None), _setup_error(exc)
+
+    def _saver(
+        self, options: RunOptions, config: RunConfig, info: RunInfo
+    ) -> tuple[RunSaver | None, RaygentError | None]:
+        """Only a run given a session persists: a nested run reports its parent's session
+        but is part of the parent's run (and must not wait for the parent's session)."""
         session_id = options.get("session_id")
-        # Only a run given a session persists: a nested run reports its parent's session
-        # but is part of the parent's run (and must not wait for the parent's session).
-        if self.memory is not None and session_id:
-            try:
-                scope = scope_of(session_id, options.get("user_id"), options.get("metadata"))
-            except Exception as exc:
-                setup_error = setup_error or _setup_error(exc)
-            else:
-                saver = RunSaver(self.memory, scope, config.backend.sessions, info.run_id)
-        state = RunState(
-            info=info,
-            config=config,
-            events=events,
-            abort=AbortController(),
-            messages=messages,
-            setup_error=setup_error,
-            saver=saver,
-            observers=observers,
-        )
-        state.report.system_prompt = system or None
-        user_signal = options.get("signal")
-        if user_signal is not None:
-            # Unlinked when the run ends: a long-lived signal must not keep runs alive.
-            state.unlink = user_signal.add_callback(lambda: state.abort.abort(user_signal.reason))
-        return state, user_input
+        if self.memory is None or not session_id:
+            return None, None
+        try:
+            scope = scope_of(session_id, options.get("user_id"), options.get("metadata"))
+        except Exception as exc:
+            return None, _setup_error(exc)
+        return RunSaver(self.memory, scope, config.backend.sessions, info.run_id), None
 
     def _attachments(
         self, options: RunOptions
@@ -488,6 +496,23 @@ def _anonymous_name(model: Model, tools: Mapping[str, Tool[..., Any]]) -> str:
     suffix = "+".join(tools)
     base = f"anon_{model.provider}_{model.name}"
     return f"{base}_{suffix}" if suffix else base
+
+
+class _Opening(NamedTuple):
+    """What a run starts from, or why it cannot start (`error`)."""
+
+    config: RunConfig
+    system: str
+    messages: list[Message]
+    user_input: list[Message]
+    error: RaygentError | None = None
+
+
+def _follow(state: RunState, signal: AbortSignal | None) -> None:
+    """Abort the run when the caller's signal fires. Unlinked when the run ends: a
+    long-lived signal must not keep runs alive."""
+    if signal is not None:
+        state.unlink = signal.add_callback(lambda: state.abort.abort(signal.reason))
 
 
 def _setup_error(exc: Exception) -> RaygentError:
