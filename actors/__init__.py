@@ -1,19 +1,21 @@
-"""The Ray backend: model gateways, tool tasks and session hosts (batch runners next).
+"""The Ray backend: model gateways, tool execution, session hosts and batch runners.
 
 Build it with `raygent.init(backend="ray")`, or `ray_backend(RayOptions(...))` for more
 control; the core in `raygent` never imports Ray.
 """
 
-from ._gateway_actor import Gateway, GatewayLimits, RetryPolicy, StreamBatching
+from ._gateway_actor import Gateway
+from ._ledger import Bounds
 from ._options import RayOptions
+from ._sends import RetryPolicy
 from .backend import connect, ray_backend, ship_by_value
-from .gateway import RayModelAccess, gateway_key, gateway_names
+from .gateway import RayModelAccess, endpoint_digest, gateway_key, gateway_names
 from .sessions import LeaseExpiredError, RaySessions, SessionHostError
 from .tool_tasks import RayToolExecution
 
 __all__ = [
+    "Bounds",
     "Gateway",
-    "GatewayLimits",
     "LeaseExpiredError",
     "RayModelAccess",
     "RayOptions",
@@ -21,8 +23,8 @@ __all__ = [
     "RayToolExecution",
     "RetryPolicy",
     "SessionHostError",
-    "StreamBatching",
     "connect",
+    "endpoint_digest",
     "gateway_key",
     "gateway_names",
     "ray_backend",

@@ -2,9 +2,16 @@
 
 A runner lives as long as the driver that made it and serves its batches, several at
 once if need be, each by its id. For each batch the driver `open`s it, `submit`s
-chunks of jobs, reads the items that ended from `results` (a streaming call kept open
-for the batch) and `close`s it once it has nothing more to send. A runner decides each
-job's fate once, and gives it back in the results stream.
+numbered chunks of jobs (run in their numbers' order: Ray may deliver one caller's calls
+out of order, and the items of a session must keep theirs), reads the items that ended
+from `results` (a streaming call kept open for the batch) and `close`s it once it has
+nothing more to send. A runner decides each job's fate once, and gives it back in the
+results stream.
+
+The driver routes every item that names a session to the runner that owns the session
+(a stable hash of it), so the runner serialises its sessions in-process (the in-flight
+core keeps their order) and its runs write to the store themselves, fenced by position,
+with no session-host call (`runner_owns_sessions`).
 
 Why runners outlive a batch: the actors the runs in a runner create (model gateways,
 session hosts) are owned by it and would die with it, under every other user; and a new
@@ -28,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import ray.cloudpickle
 
 from ._core import Backend
+from .sessions import runner_owns_sessions
 
 if TYPE_CHECKING:
     from runtime._batch.engine import BatchItem, InFlight, Job
@@ -73,11 +81,19 @@ class _Batch:
     ready: asyncio.Event
     ended: list[BatchItem] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
-    received: int = 0
+    received: int = 0  # chunks fed to the pool, in their numbers' order
+    early: dict[int, list[Job]] = field(default_factory=dict)  # chunks ahead of their turn
     expected: int | None = None
 
     def wake(self) -> None:
         self.ready.set()
+
+    def take(self, number: int, jobs: list[Job]) -> None:
+        self.early[number] = jobs
+        while self.received in self.early:
+            self.jobs.put_nowait(self.early.pop(self.received))
+            self.received += 1
+        self.maybe_end()
 
     def maybe_end(self) -> None:
         if self.expected is not None and self.received == self.expected:
@@ -114,7 +130,12 @@ class BatchRunner:
             jobs=asyncio.Queue(),
             ready=asyncio.Event(),
         )
-        state.task = asyncio.ensure_future(state.pool.run(_feed(state.jobs)))
+        # The runs of this batch own their sessions (the driver routed them here).
+        owned = runner_owns_sessions.set(True)
+        try:
+            state.task = asyncio.ensure_future(state.pool.run(_feed(state.jobs)))
+        finally:
+            runner_owns_sessions.reset(owned)
         state.task.add_done_callback(lambda _: state.wake())
         self._batches[batch_id] = state
 
@@ -123,17 +144,14 @@ class BatchRunner:
         state.ended.append(item)
         state.wake()
 
-    async def submit(self, batch_id: str, jobs: list[Job]) -> None:
-        """More jobs to run."""
-        state = self._batches[batch_id]
-        state.jobs.put_nowait(jobs)
-        state.received += 1
-        state.maybe_end()
+    async def submit(self, batch_id: str, number: int, jobs: list[Job]) -> None:
+        """More jobs to run: the batch's chunk `number` (from 0)."""
+        self._batches[batch_id].take(number, jobs)
 
     async def close(self, batch_id: str, chunks: int) -> None:
-        """No more than `chunks` chunks in all will be submitted: `results` ends once
-        they have arrived and every job has ended. (Ray may run a `close` before the
-        last `submit`s of the same caller: the count says when the feed is whole.)"""
+        """`chunks` chunks in all are submitted: `results` ends once they have arrived
+        and every job has ended. (Ray may run a `close` before the last `submit`s of
+        the same caller: the count says when the feed is whole.)"""
         state = self._batches[batch_id]
         state.expected = chunks
         state.maybe_end()

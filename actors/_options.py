@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._gateway_actor import RetryPolicy, StreamBatching
+from ._sends import RetryPolicy
 
 __all__ = ["RayOptions"]
 
@@ -17,13 +17,18 @@ class RayOptions:
 
     - `address`, `namespace`, `init_kwargs`: used by `ray.init` when the backend has to
       start or join Ray itself (nothing is done if this process is already connected);
-      gateways are named actors in `namespace`.
-    - `replicas`: gateway actors per endpoint; the endpoint's bound is split among them
-      (floor/ceil), never multiplied. Every process must use the same number for an
-      endpoint.
-    - `detached`: gateways outlive the driver that created them (for several drivers
-      sharing one cluster over time); by default they end with the creating job.
-    - `retry`: how gateways retry 429s. `batching`: how streamed chunks are batched.
+      gateways, session hosts and runners are named actors in `namespace`.
+    - `replicas`: gateway actors every endpoint's bound is split over (floor/ceil),
+      never multiplied; one is enough for thousands of lease holders. Every process
+      must use the same number.
+    - `lease_ttl`: seconds a process keeps its slice of a bound without hearing from
+      the gateway; a process that dies gives its slice back after this long.
+      `lease_idle`: seconds a process keeps a slice it does not use before giving it
+      back. `gateway_idle_timeout`: seconds a gateway with no lease holder lives on
+      (gateways are detached: they outlive the driver that made them, not the work).
+    - `detached`: session hosts outlive the driver that created them (for several
+      drivers sharing one cluster over time); by default they end with the creating job.
+    - `retry`: how 429s are retried on Ray (every holder pauses for a Retry-After).
     - `tool_num_cpus`: CPUs reserved by a tool task whose tool declares none (Ray's own
       default is 1; 0 lets I/O-bound tools run many to a core, one worker process each).
     - `runner_num_cpus`: CPUs each batch runner reserves (0: runners are placed by
@@ -37,9 +42,11 @@ class RayOptions:
     namespace: str = "raygent"
     init_kwargs: Mapping[str, Any] = field(default_factory=dict)
     replicas: int = 1
+    lease_ttl: float = 10.0
+    lease_idle: float = 2.0
+    gateway_idle_timeout: float = 600.0
     detached: bool = False
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    batching: StreamBatching = field(default_factory=StreamBatching)
     tool_num_cpus: float = 1.0
     tool_cancel_grace: float = 1.0
     runner_num_cpus: float = 0.0
@@ -47,6 +54,8 @@ class RayOptions:
     def __post_init__(self) -> None:
         if self.replicas < 1:
             raise ValueError(f"replicas must be >= 1, not {self.replicas}")
+        if self.lease_ttl <= 0 or self.lease_idle < 0 or self.gateway_idle_timeout <= 0:
+            raise ValueError("lease_ttl and gateway_idle_timeout must be > 0, lease_idle >= 0")
         if self.tool_cancel_grace < 0:
             raise ValueError(f"tool_cancel_grace must be >= 0, not {self.tool_cancel_grace}")
         if self.tool_num_cpus < 0:

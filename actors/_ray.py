@@ -10,7 +10,7 @@ from typing import Any
 
 import ray
 
-__all__ = ["actor_class", "awaited", "ensure_ray", "job_id"]
+__all__ = ["actor_class", "awaited", "ensure_ray", "job_id", "reconstructed"]
 
 _init_lock = threading.Lock()
 
@@ -48,3 +48,12 @@ def actor_class(cls: type) -> Any:
     """`ray.remote(cls)`, made once per process: each `ray.remote` is a new actor class
     for Ray to export."""
     return ray.remote(cls)
+
+
+def reconstructed() -> bool:
+    """Whether this process is an actor that Ray restarted (after its process died):
+    what it knew is gone, and others may still act on it."""
+    try:
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # not in an actor (a unit test drives the class in-process)
+        return False

@@ -6,16 +6,17 @@ to it. It is usable in-process too, which is how its leases and cache are unit-t
 
 Per conversation it keeps a FIFO gate (only while a run holds or waits for it) and,
 least recently used first out, a cached copy of the history. The store stays the source
-of truth: every append goes to the store at once, fenced by `expected_position`, and the
-cache is dropped whenever it might differ from the store (a conflict, a failed write).
+of truth: runs write to it themselves, fenced by `expected_position`, and hand back
+what they appended when they release their lease; the cache is extended with it, or
+dropped whenever it might differ from the store (a conflict, a compaction, an unknown
+outcome, a batch that wrote around the hosts).
 
 Messages cross the Ray boundary, and sit in the cache, as their JSON (one schema, encoded
 and decoded in Rust, a few times cheaper than pickling the models): a cached
 conversation costs about its JSON size, and a history is sent without re-encoding.
 
-Errors go back as values (a `RaygentError` returned, never raised), as the gateway does:
-the caller gets the typed error itself, and Ray logs no "error in task" for an ordinary
-position conflict.
+Errors go back as values (a `RaygentError` returned, never raised): the caller gets the
+typed error itself, and Ray logs no "error in task" for an ordinary store error.
 """
 
 from __future__ import annotations
@@ -32,14 +33,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._core import RaygentError
-from .sessions import LeaseExpiredError, SessionHostError, encode_messages
+from ._session_wire import LeaseExpiredError, SessionHostError, encode_messages
 
 if TYPE_CHECKING:
-    from runtime.messages import Message, messages_from_json
-    from stores.protocol import AppendResult, CompactingStore, Scope, Store
+    from stores.protocol import Scope, Store
 else:
-    from raygent.messages import Message, messages_from_json
-    from raygent.stores import AppendResult, CompactingStore, Scope, Store
+    from raygent.stores import Scope, Store
 
 __all__ = ["Granted", "SessionHost"]
 
@@ -80,14 +79,10 @@ class _Lease:
     store: _Store
     scope: Scope
     run_id: str
-    position: int  # the conversation's length as this lease knows it: the fence
+    position: int  # the conversation's length when the lease was granted
     timeout: float
     deadline: float
-    busy: int = 0  # store calls in flight: a busy lease neither expires nor frees
-    released: bool = False
     timer: asyncio.TimerHandle | None = None
-    # The last snapshot read with this lease (compaction): (revision, stored history).
-    seen: tuple[int, list[Message]] | None = None
 
     def renew(self) -> None:
         self.deadline = time.monotonic() + self.timeout
@@ -194,120 +189,28 @@ class SessionHost:
         lease.timer = asyncio.get_running_loop().call_later(lease_timeout, self._check, lease)
         return lease.lease_id, history
 
-    async def append(self, lease_id: str, turn: int, payload: bytes) -> int | RaygentError:
-        """Write one batch (JSON) through to the store; returns the new length."""
-        lease = self._lease(lease_id)
-        if isinstance(lease, RaygentError):
-            return lease
-        lease.busy += 1
-        try:
-            messages = messages_from_json(payload)
-            async with lease.store.slots:
-                result = await lease.store.store.append(
-                    lease.scope, lease.run_id, turn, messages, expected_position=lease.position
-                )
-        except BaseException as exc:
-            # A conflict, or a write whose outcome is unknown: reload on the next acquire.
-            self._forget(lease.key)
-            if isinstance(exc, RaygentError):
-                return exc
-            raise
-        finally:
-            self._done(lease)
-        self._extend(lease, result, payload)
-        lease.position = result.first_position + result.count
-        return lease.position
-
-    async def record_error(
-        self, lease_id: str, error: dict[str, Any], payload: bytes
-    ) -> RaygentError | None:
-        """Keep a failure beside the history (never part of it)."""
-        lease = self._lease(lease_id)
-        if isinstance(lease, RaygentError):
-            return lease
-        lease.busy += 1
-        try:
-            messages = messages_from_json(payload)
-            async with lease.store.slots:
-                await lease.store.store.record_error(lease.scope, lease.run_id, error, messages)
-        except RaygentError as exc:
-            return exc
-        finally:
-            self._done(lease)
-        return None
-
-    async def snapshot(self, lease_id: str) -> tuple[int, bytes] | RaygentError:
-        """The stored history (JSON) and its revision, read from the store (compaction)."""
-        lease = self._lease(lease_id)
-        if isinstance(lease, RaygentError):
-            return lease
-        store = _compacting(lease)
-        lease.busy += 1
-        try:
-            async with lease.store.slots:
-                snapshot = await store.snapshot(lease.scope)
-        except RaygentError as exc:
-            return exc
-        finally:
-            self._done(lease)
-        lease.seen = (snapshot.revision, snapshot.messages)
-        return snapshot.revision, encode_messages(snapshot.messages)
-
-    async def replace_prefix(
-        self, lease_id: str, revision: int, count: int, payload: bytes
-    ) -> bool | RaygentError:
-        """Replace the stored prefix of `count` messages by `payload` (JSON) if the store
-        is still at `revision`: True committed, False a conflict (another writer moved
-        it first; the caller may read a new snapshot and try again). A commit moves the
-        lease's fence by what the replacement changed, as the local lease does, so the
-        run's next append lines up (and a write by someone else still conflicts), and
-        the cached history becomes the compacted one."""
-        lease = self._lease(lease_id)
-        if isinstance(lease, RaygentError):
-            return lease
-        store = _compacting(lease)
-        lease.busy += 1
-        try:
-            replacement = messages_from_json(payload)
-            async with lease.store.slots:
-                outcome = await store.replace_prefix(
-                    lease.scope, revision, count, replacement, lease.run_id
-                )
-        except BaseException as exc:
-            self._forget(lease.key)  # the outcome is unknown: reload on the next acquire
-            if isinstance(exc, RaygentError):
-                return exc
-            raise
-        finally:
-            self._done(lease)
-        seen, lease.seen = lease.seen, None
-        if outcome != "committed":
-            self._forget(lease.key)  # the store moved in a way the cache did not see
-            return False
-        lease.position += len(replacement) - count
-        if seen is None or seen[0] != revision:
-            self._forget(lease.key)  # committed on a revision this host did not read
-        else:
-            # The store was at `revision`, which is what `seen` holds: now it is this.
-            compacted = [*replacement, *seen[1][count:]]
-            history = encode_messages(compacted)
-            fresh = lease.store.fresh_until()
-            self._remember(lease.key, _Cached([history], len(compacted), len(history), fresh))
-        return True
-
     async def renew(self, lease_id: str) -> RaygentError | None:
         """Keep a lease alive while its run works without writing (a long model call)."""
         lease = self._lease(lease_id)
         return lease if isinstance(lease, RaygentError) else None
 
-    async def release(self, lease_id: str) -> None:
-        """End a lease (the next run goes ahead); unknown or expired leases are ignored.
-        A store call still in flight with the lease finishes first."""
-        lease = self._leases.get(lease_id)
-        if lease is not None:
-            lease.released = True
-            if not lease.busy:
-                self._free(lease)
+    async def release(
+        self, lease_id: str, appended: bytes | None, position: int | None
+    ) -> RaygentError | None:
+        """End a lease (the next run goes ahead). `appended`: the messages (JSON) the
+        run wrote, which moved the conversation to `position`; the cached copy is
+        extended with them when it is the one the run started from, else dropped
+        (None: the run cannot say, as after a conflict or a compaction). An unknown or
+        expired lease is refused as a value (what the run wrote is in the store)."""
+        lease = self._lease(lease_id)
+        if isinstance(lease, RaygentError):
+            return lease
+        if appended is None or position is None:
+            self._forget(lease.key)
+        elif position != lease.position:
+            self._extend(lease, appended, position)
+        self._free(lease)
+        return None
 
     async def stats(self) -> dict[str, Any]:
         """What this host holds: cached conversations and bytes, leases, gates, RSS."""
@@ -326,6 +229,11 @@ class SessionHost:
     async def forget(self, store_key: str, ref: str) -> None:
         """Drop a conversation's cached history (it was changed around the hosts)."""
         self._forget((store_key, ref))
+
+    async def forget_all(self, store_key: str, refs: list[str]) -> None:
+        """`forget` many (a batch on runners wrote them)."""
+        for ref in refs:
+            self._forget((store_key, ref))
 
     async def _again(self, lease: _Lease) -> Granted | RaygentError:
         """The same run asking again (its first answer was lost on the way): it already
@@ -356,7 +264,7 @@ class SessionHost:
 
     def _lease(self, lease_id: str) -> _Lease | RaygentError:
         lease = self._leases.get(lease_id)
-        if lease is not None and not lease.released:
+        if lease is not None:
             lease.renew()
             return lease
         if not lease_id.startswith(self._incarnation + "-"):
@@ -371,19 +279,13 @@ class SessionHost:
             lease_id=lease_id,
         )
 
-    def _done(self, lease: _Lease) -> None:
-        lease.busy -= 1
-        lease.renew()
-        if lease.released and not lease.busy:
-            self._free(lease)
-
     def _check(self, lease: _Lease) -> None:
         """The lease's timer: expire it, or look again at its (renewed) deadline."""
         if self._leases.get(lease.lease_id) is not lease:
             return
         now = time.monotonic()
-        if lease.busy or now < lease.deadline:
-            wait = lease.timeout if lease.busy else lease.deadline - now
+        if now < lease.deadline:
+            wait = lease.deadline - now
             lease.timer = asyncio.get_running_loop().call_later(wait, self._check, lease)
             return
         log.warning(
@@ -418,16 +320,16 @@ class SessionHost:
         self._cached_bytes += cached.size
         self._evict()
 
-    def _extend(self, lease: _Lease, result: AppendResult, payload: bytes) -> None:
+    def _extend(self, lease: _Lease, payload: bytes, position: int) -> None:
         key = lease.key
         cached = self._cache.get(key)
         if cached is None:
             return
-        if result.duplicate or cached.count != result.first_position:
+        if cached.count != lease.position:
             self._forget(key)  # the store moved in a way this copy did not see
             return
         cached.chunks.append(payload)
-        cached.count += result.count
+        cached.count = position
         cached.size += len(payload)
         cached.fresh_until = lease.store.fresh_until()
         self._cached_bytes += len(payload)
@@ -445,13 +347,6 @@ class SessionHost:
         ):
             _, cached = self._cache.popitem(last=False)
             self._cached_bytes -= cached.size
-
-
-def _compacting(lease: _Lease) -> CompactingStore:
-    store = lease.store.store
-    if not isinstance(store, CompactingStore):  # the lease says so: it is not asked
-        raise TypeError(f"{type(store).__name__} cannot replace a prefix (compaction)")
-    return store
 
 
 def _rss() -> int | None:

@@ -6,10 +6,17 @@ in batches, over one streaming call per runner. `concurrency` is split among the
 (never multiplied), so it bounds the attempts in flight across the cluster; provider
 bounds are held by the gateways the runs in the runners go through.
 
+Each runner serves a *lane* of the batch. An item that names a session goes to the lane
+of that session (a stable hash of it), in input order, so one runner runs all of a
+session's items, one after another, and writes them to the store itself (no session
+host on the way); other items go wherever there is room. At the end the driver tells
+the session hosts to forget the conversations the batch wrote around them.
+
 Runners belong to the driver (they end with it) and are kept for its next batches: a
 batch takes the ones it needs and makes those missing. The driver knows which items
 each runner holds. A runner that dies (killed, its node lost) gives its unfinished
-items back: they run again on another runner, their lost attempt counted. An item is
+items back: they run again on the runner that replaces it in its lane (so its sessions
+move with them, still in order), their lost attempt counted. An item is
 recorded when its result reaches the driver, and only then, so none is recorded twice.
 An item that has taken down `MAX_LOST` runners fails (typed) instead of taking down
 more; if runners cannot be started at all, the batch stops with that error rather than
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 import math
@@ -40,16 +48,20 @@ from ._ray import actor_class, job_id
 from .sessions import store_identity
 
 if TYPE_CHECKING:
-    from runtime._batch.engine import BatchItem, Feed, Job, Outcome, cancelled, ended
+    from runtime._batch.engine import BatchItem, Feed, Job, Outcome, cancelled, ended, session_of
     from runtime.abort import AbortController, AbortSignal
+    from runtime.backend import current_backend
+    from runtime.memory._save import scope_of
     from runtime.observe._delivery import deliver as observe
     from runtime.observe._delivery import uses_global
     from runtime.observe.report import AgentReport
     from runtime.observers import registered
     from runtime.seams import BatchPool, PoolPlan
 else:
-    from raygent._batch.engine import BatchItem, Feed, Job, Outcome, cancelled, ended
+    from raygent._batch.engine import BatchItem, Feed, Job, Outcome, cancelled, ended, session_of
     from raygent.abort import AbortController, AbortSignal
+    from raygent.backend import current_backend
+    from raygent.memory._save import scope_of
     from raygent.observe._delivery import deliver as observe
     from raygent.observe._delivery import uses_global
     from raygent.observe.report import AgentReport
@@ -113,6 +125,7 @@ class _Runner:
     handle: Any
     slots: int
     share: str
+    lane: int
     held: dict[int, Job] = field(default_factory=dict)  # sent, not yet back
     closed: bool = False
     chunks: int = 0
@@ -132,9 +145,11 @@ class RunnerPool:
         self._plan = plan
         self._options = options
         self._controller = AbortController()
-        self._runners: list[_Runner] = []
+        self._runners: list[_Runner] = []  # every runner of the batch, dead ones too
+        self._lanes: list[_Runner] = []  # the runner serving each lane now
+        self._backlog: list[deque[Job]] = []  # per lane: jobs routed to it, not yet sent
+        self._touched: set[tuple[Any, Any]] = set()  # sessions the batch ran in
         self._consumers: set[asyncio.Task[None]] = set()
-        self._requeued: deque[Job] = deque()
         self._lost: dict[int, int] = {}
         self._changed = asyncio.Event()
         self._exhausted = False
@@ -160,7 +175,8 @@ class RunnerPool:
 
     @property
     def retrying(self) -> int:
-        return len(self._requeued) + sum(r.retrying for r in self._runners if not r.ended)
+        requeued = sum(1 for backlog in self._backlog for job in backlog if job.attempts)
+        return requeued + sum(r.retrying for r in self._lanes if not r.ended)
 
     def abort(self, reason: str | None = None) -> None:
         self._controller.abort(reason)
@@ -177,9 +193,11 @@ class RunnerPool:
         try:
             self._options.connect()
             self._payload = ray.put(_dumps(self._executable))
-            for slots in _split(self._plan.concurrency, self._count()):
-                self._spawn(slots)
+            for lane, slots in enumerate(_split(self._plan.concurrency, self._count())):
+                self._backlog.append(deque())
+                self._spawn(lane, slots)
             await self._drive(feed)
+            await self._forget_touched()
         except asyncio.CancelledError:
             self.abort(self.signal.reason or "the batch task was cancelled")
             await self._abandon()
@@ -199,12 +217,16 @@ class RunnerPool:
             wanted = min(math.ceil(self._plan.concurrency / PER_RUNNER), cpus)
         return max(1, min(wanted, self._plan.concurrency))
 
-    def _spawn(self, slots: int) -> None:
-        busy = [r.handle for r in self._runners if not r.ended]
+    def _spawn(self, lane: int, slots: int) -> None:
+        busy = [r.handle for r in self._lanes if not r.ended]
         handle, fresh = _fleet.take(self._options, busy)
         share = f"{self._id}-{len(self._runners)}"
-        runner = _Runner(handle, slots, share, fresh=fresh)
+        runner = _Runner(handle, slots, share, lane, fresh=fresh)
         self._runners.append(runner)
+        if lane < len(self._lanes):
+            self._lanes[lane] = runner
+        else:
+            self._lanes.append(runner)
         task = asyncio.ensure_future(self._consume(runner))
         self._consumers.add(task)
         task.add_done_callback(self._consumers.discard)
@@ -215,49 +237,66 @@ class RunnerPool:
                 await self._stop()
             if not self._stopping:
                 await self._fill(feed)
-            if not self._requeued and (self._exhausted or self._stopping):
-                for runner in self._runners:
-                    if runner.opened and not runner.ended and not runner.closed:
-                        runner.closed = True
-                        runner.handle.close.remote(runner.share, runner.chunks)
-            if all(r.ended for r in self._runners):
-                if not self._requeued:
-                    return
-                if not self._stopping:  # work left and no runner to take it
-                    self._spawn(self._runners[-1].slots)
+            done = self._exhausted or self._stopping
+            for lane, runner in enumerate(self._lanes):
+                if runner.ended:
+                    if self._backlog[lane] and not self._stopping:
+                        self._spawn(lane, runner.slots)  # work left and no runner for it
+                elif done and runner.opened and not runner.closed and not self._backlog[lane]:
+                    runner.closed = True
+                    runner.handle.close.remote(runner.share, runner.chunks)
+            if all(r.ended for r in self._lanes) and not any(self._backlog):
+                return
             await self._changed.wait()
             self._changed.clear()
 
     async def _fill(self, feed: Feed) -> None:
-        for runner in self._runners:
+        for runner in self._lanes:
             if runner.ended or runner.closed or not runner.opened:
                 continue
             room = 2 * runner.slots - len(runner.held)
             if room < max(1, runner.slots // 2):
                 continue
-            chunk = [job async for job in self._take(feed, room)]
+            chunk = [job async for job in self._take(feed, runner.lane, room)]
             if chunk:
                 runner.held.update((job.index, job) for job in chunk)
+                runner.handle.submit.remote(runner.share, runner.chunks, chunk)
                 runner.chunks += 1
-                runner.handle.submit.remote(runner.share, chunk)
 
-    async def _take(self, feed: Feed, count: int) -> AsyncIterator[Job]:
+    async def _take(self, feed: Feed, lane: int, count: int) -> AsyncIterator[Job]:
+        """Up to `count` jobs for `lane`: its backlog first (requeued, then routed to
+        it), then the feed; a job read for another lane's session joins that lane's
+        backlog (at most twice the concurrency are held aside so)."""
+        backlog = self._backlog[lane]
         taken = 0
         while taken < count:
-            if self._requeued:
-                job = self._requeued.popleft()
-            elif self._exhausted:
+            if backlog:
+                job = backlog.popleft()
+            elif self._exhausted or sum(map(len, self._backlog)) >= 2 * self._plan.concurrency:
                 return
             else:
                 read = await self._read(feed)
                 if read is None:
                     return
-                job = read
-                if job.error is not None:  # unreadable: it fails here, unrun
-                    await self._deliver(ended(job, Outcome("failed", error=job.error)))
+                if read.error is not None:  # unreadable: it fails here, unrun
+                    await self._deliver(ended(read, Outcome("failed", error=read.error)))
                     continue
+                target = self._lane_of(read)
+                if target is not None and target != lane:
+                    self._backlog[target].append(read)
+                    continue
+                job = read
             taken += 1
             yield job
+
+    def _lane_of(self, job: Job) -> int | None:
+        """The lane of the job's session (a stable hash: the same in any process), or
+        None for a job that names none."""
+        session = session_of(job)
+        if session is None:
+            return None
+        digest = hashlib.sha256(repr(session).encode()).digest()
+        return int.from_bytes(digest[:8], "big") % len(self._lanes)
 
     async def _read(self, feed: Feed) -> Job | None:
         try:
@@ -316,6 +355,9 @@ class RunnerPool:
             if job is None:
                 continue
             runner.delivered += 1
+            session = session_of(job)
+            if session is not None:
+                self._touched.add(session)
             try:
                 item: BatchItem = _loads(data)
             except Exception as exc:
@@ -359,6 +401,7 @@ class RunnerPool:
             self.failure = str(error)
             self.abort(self.failure)
             return
+        requeued = []
         for job in held:
             lost = self._lost[job.index] = self._lost.get(job.index, 0) + 1
             job.attempts += 1
@@ -366,19 +409,24 @@ class RunnerPool:
                 error = RunnerLostError(f"item {job.index}: {lost} runners died running it")
                 await self._deliver(ended(job, Outcome("failed", error=error)))
             else:
-                self._requeued.append(job)
-        if self._requeued or not self._exhausted:
-            self._spawn(runner.slots)
+                requeued.append(job)
+        # First in the lane again, in the order they were sent: a session's items keep
+        # their order on the runner that takes the lane over.
+        self._backlog[runner.lane].extendleft(reversed(requeued))
+        if self._backlog[runner.lane] or not self._exhausted:
+            self._spawn(runner.lane, runner.slots)
 
     async def _stop(self) -> None:
         self._stopping = True
         reason = self.signal.reason
-        for runner in self._runners:
+        for runner in self._lanes:
             if not runner.ended:
                 runner.handle.abort.remote(runner.share, reason)
-        requeued, self._requeued = list(self._requeued), deque()
-        for job in requeued:
-            await self._deliver(ended(job, Outcome("cancelled", error=cancelled(self.signal))))
+        for backlog in self._backlog:
+            unsent = list(backlog)
+            backlog.clear()
+            for job in unsent:
+                await self._deliver(ended(job, Outcome("cancelled", error=cancelled(self.signal))))
 
     async def _abandon(self) -> None:
         """The batch task was cancelled: what is unfinished ends cancelled now."""
@@ -406,6 +454,23 @@ class RunnerPool:
             await self._plan.deliver(item)
         except Exception as exc:
             self.deliver_error = self.deliver_error or exc
+
+    async def _forget_touched(self) -> None:
+        """The runners wrote the batch's sessions around the session hosts: tell the
+        hosts to drop their copies (one call per host; none if no host ever ran)."""
+        memory = getattr(self._executable, "memory", None)
+        if memory is None or not self._touched:
+            return
+        backend = getattr(self._executable, "backend", None) or current_backend()
+        forget_all = getattr(backend.sessions, "forget_all", None)
+        if forget_all is None:
+            return
+        metadata = (self._plan.run_options or {}).get("metadata")
+        scopes = [scope_of(sid, uid, metadata) for sid, uid in self._touched]
+        try:
+            await forget_all(memory, scopes)
+        except Exception as exc:  # the batch is done; a stale copy reloads on conflict
+            logger.warning("could not tell the session hosts what the batch wrote: %r", exc)
 
 
 class _Fleet:

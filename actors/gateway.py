@@ -1,162 +1,217 @@
-"""Model access on Ray: each provider endpoint's requests go through its gateway actor.
+"""Model access on Ray: HTTP from the process that runs the agent, inside a leased slice
+of the endpoint's bound.
 
-A gateway is a named async actor (`raygent-gw-<hash>-<replica>`) in the backend's
-namespace, so every driver, runner and worker of the cluster that sends to an endpoint
-reaches the same actor, and its bound holds cluster-wide. Handles are looked up (or the
-actor created) once per endpoint per process. An endpoint's limits are those declared by
-the model that created its gateway.
+A provider endpoint's bound (`max_concurrency`, `requests_per_minute`,
+`tokens_per_minute`, declared on the model) is owned by a model gateway: a named,
+detached async actor (`raygent-gw-<i>` in the backend's namespace; one for the whole
+cluster unless `RayOptions.replicas` splits every bound over several). The gateway
+sends no requests. Each process that runs agents (drivers, batch runners) holds a lease
+per endpoint (`_lease.EndpointLease`), sends its requests itself through the shared
+HTTP transport inside its slice, and hears from the gateway when its slice grows or
+shrinks, when every holder must pause for a Retry-After, and once per heartbeat. So a
+trip costs no remote call and no conversation crosses Ray, and the bound still holds
+across every driver and node: a slice is granted from what the others do not hold, and
+a process that dies loses its slice when its lease expires.
 
-Models that cannot be shared with another process run in the caller's process, outside
-any gateway: models with no `endpoint` (the in-process test doubles `ScriptedModel`,
-`FunctionModel`: their state is in this process), and HTTP models given their own
-`http_client` (that client, its proxy or certificates, belong to this process).
+Models with no `endpoint` (the in-process test doubles `ScriptedModel`, `FunctionModel`)
+are not bounded, as on the local backend.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import itertools
-from collections.abc import AsyncIterator, Hashable, Iterator, Sequence
-from dataclasses import dataclass
+import os
+import uuid
+import weakref
+from collections.abc import AsyncIterator, Hashable, Sequence
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
+from ray.exceptions import RayActorError, RayTaskError
 
 from ._core import (
     AbortSignal,
-    AbortWatch,
     Message,
     Model,
     ModelOptions,
     ModelResponse,
     ProviderConnectionError,
-    RaygentError,
     StreamChunk,
     _routed,
-    abortable,
     closing_stream,
 )
-from ._gateway_actor import Gateway, GatewayLimits
-from ._limits import partition
+from ._gateway_actor import Gateway
+from ._lease import EndpointLease, GatewayUnavailable
+from ._ledger import Bounds, Grant, Report, partition
 from ._options import RayOptions
-from ._ray import actor_class, awaited, job_id
+from ._ray import actor_class, job_id, reconstructed
+from ._sends import send_complete, send_stream
 
-__all__ = ["RayModelAccess", "gateway_key", "gateway_names"]
+__all__ = ["RayModelAccess", "endpoint_digest", "gateway_key", "gateway_names"]
 
-# Calls to one gateway wait on the network, not the CPU: let thousands be in flight.
+# Calls to a gateway wait (long polls), they do not work: let thousands be parked.
 ACTOR_CONCURRENCY = 10_000
 
 
 def gateway_key(model: Model) -> Hashable | None:
-    """What a gateway is shared by: the endpoint (provider, base URL, key fingerprint) and
+    """What a bound is shared by: the endpoint (provider, base URL, key fingerprint) and
     the model's optional `gateway_group` (for providers whose limits are per model).
-    None for a model that runs in the caller's process."""
+    None for a model with no endpoint (it is not bounded)."""
     endpoint = getattr(model, "endpoint", None)
-    if endpoint is None or getattr(model, "_injected_client", None) is not None:
+    if endpoint is None:
         return None
     return (endpoint, getattr(model, "gateway_group", None))
 
 
-def gateway_names(key: Hashable, replicas: int) -> list[str]:
-    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:12]
-    return [f"raygent-gw-{digest}-{i}" for i in range(replicas)]
+def endpoint_digest(key: Hashable) -> str:
+    """A gateway key as it travels (the same in every process)."""
+    return hashlib.sha256(repr(key).encode()).hexdigest()[:16]
 
 
-@dataclass
-class _Replicas:
-    names: list[str]
-    handles: list[Any]
-    turn: Iterator[int]
-
-    def pick(self) -> tuple[str, Any]:
-        i = next(self.turn) % len(self.handles)
-        return self.names[i], self.handles[i]
+def gateway_names(replicas: int) -> list[str]:
+    """The gateways every endpoint's bound is split over (each holds its share)."""
+    return [f"raygent-gw-{i}" for i in range(replicas)]
 
 
-# Per process: (job, namespace, gateway key, replicas, detached) -> handles.
-_replicas: dict[tuple[Hashable, ...], _Replicas] = {}
+def gateway_handle(options: RayOptions, name: str) -> Any:
+    """This process's handle on a gateway, looked up (or the actor made) once per job."""
+    options.connect()
+    cache_key = (job_id(), options.namespace, name)
+    handle = _handles.get(cache_key)
+    if handle is None:
+        handle = _handles[cache_key] = (
+            actor_class(_GatewayActor)
+            .options(
+                name=name,
+                namespace=options.namespace,
+                get_if_exists=True,
+                lifetime="detached",  # it outlives the driver that made it
+                max_concurrency=ACTOR_CONCURRENCY,
+                num_cpus=0,
+                max_restarts=-1,
+                max_task_retries=0,
+            )
+            .remote(options.lease_ttl, options.gateway_idle_timeout)
+        )
+    return handle
+
+
+def forget_handle(options: RayOptions, name: str) -> None:
+    _handles.pop((job_id(), options.namespace, name), None)
+
+
+class _GatewayActor(Gateway):
+    """The gateway as a Ray actor: it knows when Ray restarted it, and ends itself when
+    idle (no restart: the next user makes a new one)."""
+
+    def __init__(self, lease_ttl: float, idle_timeout: float) -> None:
+        super().__init__(
+            lease_ttl, idle_timeout, restarted=reconstructed(), on_idle=_end_this_actor
+        )
+
+
+def _end_this_actor() -> None:
+    ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+
+
+class _RayChannel:
+    """A lease slice's way to its gateway replica."""
+
+    def __init__(
+        self, options: RayOptions, name: str, key: str, bounds: Bounds, holder_id: str
+    ) -> None:
+        self.options, self.name, self.key = options, name, key
+        self.bounds, self.holder_id = bounds, holder_id
+
+    async def sync(self, report: Report, wait: bool) -> Grant:
+        handle = gateway_handle(self.options, self.name)
+        try:
+            grant: Grant = await handle.sync.remote(
+                self.key, self.bounds, self.holder_id, report, wait
+            )
+        except (RayActorError, RayTaskError) as exc:
+            # Dead, restarting, or closing because idle: look it up (or make it) anew.
+            forget_handle(self.options, self.name)
+            raise GatewayUnavailable(f"{type(exc).__name__}") from None
+        return grant
+
+    async def release(self, returned: tuple[float, float]) -> None:
+        try:
+            await gateway_handle(self.options, self.name).release.remote(
+                self.key, self.holder_id, returned
+            )
+        except (RayActorError, RayTaskError):
+            forget_handle(self.options, self.name)
+
+    def release_nowait(self, returned: tuple[float, float]) -> None:
+        handle = _handles.get((job_id(), self.options.namespace, self.name))
+        if handle is not None:
+            handle.release.remote(self.key, self.holder_id, returned)
+
+
+def _bounds(model: Model, replicas: int) -> list[Bounds]:
+    """The model's declared limits, split over the gateway replicas (never multiplied)."""
+    bound: int | None = getattr(model, "max_concurrency", None) or None
+    rpm = getattr(model, "requests_per_minute", None)
+    tpm = getattr(model, "tokens_per_minute", None)
+    shares: list[int | None] = [None] * replicas
+    if bound is not None:
+        shares = list(partition(bound, replicas))  # never more replicas than slots
+    count = len(shares)
+    return [
+        Bounds(share, rpm / count if rpm else None, tpm / count if tpm else None)
+        for share in shares
+    ]
+
+
+# Per process: gateway handles by (job, namespace, name); leases per event loop.
+_handles: dict[tuple[str, str, str], Any] = {}
+_leases: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[Hashable, ...], EndpointLease]
+] = weakref.WeakKeyDictionary()
 
 
 class RayModelAccess:
-    """`ModelAccess` through gateway actors: one actor call per `complete`, one
-    streaming call per `stream` (chunks arrive in batches and are unbatched here).
-    Aborting the run, or cancelling the awaiting task, cancels the remote call, which
-    closes the HTTP request."""
+    """`ModelAccess` on Ray: every request is sent from this process, inside a slice of
+    its endpoint's bound leased from the endpoint's gateway (see the module docstring).
+    A 429 pauses every holder of the endpoint and is retried here
+    (`RayOptions.retry`); aborting the run closes its HTTP request, as in-process."""
 
     def __init__(self, options: RayOptions | None = None, *, retries: bool = True) -> None:
         self.options = options or RayOptions()
         self.retries = retries
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # Shipped to Ray workers with the agent: rebuilt there, sharing that process's cache.
+        # Shipped to Ray workers with the agent: rebuilt there, with that process's leases.
         return (_access, (self.options, self.retries))
 
     def failing_fast(self) -> RayModelAccess:
-        """This access with the gateways' 429 retries off: for a model that has another
-        to fall back on (`fallback_model`), which is what a 429 should lead to."""
+        """This access with 429 retries off: for a model that has another to fall back on
+        (`fallback_model`), which is what a 429 should lead to."""
         return RayModelAccess(self.options, retries=False)
 
-    def _gateway(self, model: Model) -> tuple[str, Any] | None:
+    def lease(self, model: Model) -> EndpointLease | None:
+        """This event loop's lease on the model's endpoint (None: not bounded)."""
         key = gateway_key(model)
         if key is None:
             return None
-        self.options.connect()
         o = self.options
-        cache_key = (job_id(), o.namespace, key, o.replicas, o.detached)
-        found = _replicas.get(cache_key)
-        if found is None:
-            found = _replicas[cache_key] = self._create(key, model)
-        return found.pick()
-
-    def _create(self, key: Hashable, model: Model) -> _Replicas:
-        o = self.options
-        bound: int | None = getattr(model, "max_concurrency", None) or None
-        shares: list[int | None] = [None] * o.replicas
-        if bound is not None:
-            shares = list(partition(bound, o.replicas))  # never more replicas than slots
-        count = len(shares)
-        rpm = getattr(model, "requests_per_minute", None)
-        tpm = getattr(model, "tokens_per_minute", None)
-        names = gateway_names(key, count)
-        handles = []
-        for name, share in zip(names, shares, strict=True):
-            limits = GatewayLimits(
-                max_concurrency=share,
-                requests_per_minute=rpm / count if rpm else None,
-                tokens_per_minute=tpm / count if tpm else None,
-                retry=o.retry,
-                batching=o.batching,
-            )
-            handles.append(
-                actor_class(Gateway)
-                .options(
-                    name=name,
-                    namespace=o.namespace,
-                    get_if_exists=True,
-                    lifetime="detached" if o.detached else None,
-                    max_concurrency=ACTOR_CONCURRENCY,
-                    num_cpus=0,
-                    max_restarts=-1,
-                    max_task_retries=0,
-                )
-                .remote(limits)
-            )
-        return _Replicas(names, handles, itertools.count())
-
-    def _forget(self, name: str) -> None:
-        for cache_key, found in list(_replicas.items()):
-            if name in found.names:
-                del _replicas[cache_key]
-
-    def _unavailable(self, name: str, exc: RayActorError, model: Model) -> ProviderConnectionError:
-        if isinstance(exc, ActorDiedError):
-            self._forget(name)  # the next request creates it anew
-        return ProviderConnectionError(
-            f"{model.provider}: the model gateway {name} is unavailable "
-            f"({type(exc).__name__}); the request may not have been sent",
-            provider=model.provider,
-        )
+        o.connect()
+        per_loop = _leases.get(asyncio.get_running_loop())
+        if per_loop is None:
+            per_loop = _leases[asyncio.get_running_loop()] = {}
+        cache_key = (job_id(), o.namespace, key, o.replicas)
+        lease = per_loop.get(cache_key)
+        if lease is None:
+            digest, holder = endpoint_digest(key), f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            shares = _bounds(model, o.replicas)
+            channels = [
+                _RayChannel(o, name, digest, bounds, holder)
+                for name, bounds in zip(gateway_names(len(shares)), shares, strict=True)
+            ]
+            lease = per_loop[cache_key] = EndpointLease(channels, idle_release=o.lease_idle)
+        return lease
 
     async def complete(
         self,
@@ -166,21 +221,15 @@ class RayModelAccess:
         signal: AbortSignal | None,
     ) -> ModelResponse:
         model = _routed(model, self)
-        found = self._gateway(model)
-        if found is None:
+        lease = self.lease(model)
+        if lease is None:
             return await model.complete(messages, options, signal=signal)
-        name, handle = found
         try:
-            ref = handle.complete.remote(model, messages, options, self.retries)
-            result = await abortable(awaited(ref), signal)
-        except RayTaskError as exc:
-            raise _cause(exc) from None
-        except RayActorError as exc:
-            raise self._unavailable(name, exc, model) from None
-        if isinstance(result, RaygentError):
-            raise result
-        assert isinstance(result, ModelResponse)
-        return result
+            return await send_complete(
+                lease, model, messages, options, signal, self.options.retry, self.retries
+            )
+        except GatewayUnavailable as exc:
+            raise _unavailable(model, exc) from None
 
     async def stream(
         self,
@@ -190,48 +239,25 @@ class RayModelAccess:
         signal: AbortSignal | None,
     ) -> AsyncIterator[StreamChunk]:
         model = _routed(model, self)
-        found = self._gateway(model)
-        if found is None:
+        lease = self.lease(model)
+        if lease is None:
             chunks = model.stream(messages, options, signal=signal)
+        else:
+            chunks = send_stream(
+                lease, model, messages, options, signal, self.options.retry, self.retries
+            )
+        try:
             async with closing_stream(chunks):
                 async for chunk in chunks:
                     yield chunk
-            return
-        name, handle = found
-        remote = handle.stream.remote(model, messages, options, self.retries)
-        finished = False
-        try:
-            with AbortWatch(signal) as watch:
-                while True:
-                    try:
-                        ref = await watch.until(anext(remote))
-                    except StopAsyncIteration:
-                        finished = True
-                        return
-                    batch = await watch.until(ref)
-                    if isinstance(batch, RaygentError):
-                        finished = True
-                        raise batch
-                    for chunk in batch:
-                        yield chunk
-        except RayTaskError as exc:
-            finished = True
-            raise _cause(exc) from None
-        except RayActorError as exc:
-            finished = True
-            raise self._unavailable(name, exc, model) from None
-        finally:
-            if not finished:
-                # Aborted, cancelled, or closed early by the consumer: stop the gateway's
-                # request (ray.cancel cancels its asyncio task, closing the connection).
-                ray.cancel(remote)
+        except GatewayUnavailable as exc:
+            raise _unavailable(model, exc) from None
 
 
-def _cause(exc: RayTaskError) -> Exception:
-    """The exception the gateway raised (a bug, not a provider error: those come back
-    as values)."""
-    cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, Exception) else exc
+def _unavailable(model: Model, exc: GatewayUnavailable) -> ProviderConnectionError:
+    return ProviderConnectionError(
+        f"{model.provider}: {exc}; the request was not sent", provider=model.provider
+    )
 
 
 def _access(options: RayOptions, retries: bool) -> RayModelAccess:

@@ -3,29 +3,35 @@
 A session is a *logical* actor: a fixed pool of async actors (`raygent-sessions-<i>` in
 the backend's namespace) hosts them all, each conversation on the host picked by a
 stable hash of (store, conversation ref), so every process of the cluster routes it to
-the same host. The host serialises the conversation's runs (FIFO leases), caches its
-history and writes each batch through to the store, fenced by the position it knows;
-the store stays the source of truth.
+the same host. The host serialises the conversation's runs (FIFO leases) and caches its
+history; the store stays the source of truth.
 
-A run costs two host calls (acquire, release) plus one per append, never one per
-message; histories and batches cross as their JSON. Ray does not keep the order of one
-caller's calls to an async actor, so runs from one process first queue on a per-process
-FIFO lock for the conversation: runs from one driver go in arrival order, runs from
-several drivers are mutually exclusive at the host.
+A run costs two host calls: one to open (the lease and the history), one to close (the
+lease back, with what the run appended for the host's copy). In between the run writes
+each batch of its save policy to the store itself, fenced by its position
+(`_session_lease.HostLease`). Histories cross as their JSON. Ray does not keep the order
+of one caller's calls to an async actor, so runs from one process first queue on a
+per-process FIFO lock for the conversation: runs from one driver go in arrival order,
+runs from several drivers are mutually exclusive at the host.
+
+A batch on runners does without hosts: its items are routed to runners by session, and a
+runner serialises its sessions itself (`runner_owns_sessions`), writing to the store
+with the same fence. The driver tells the hosts to forget what the batch changed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import copy
 import hashlib
-import json
 import logging
 import os
 import pickle
+import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -35,30 +41,24 @@ from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 from ._core import Message, RaygentError
 from ._options import RayOptions
 from ._ray import actor_class, job_id
+from ._session_lease import HostLease, spawn, unavailable
+from ._session_wire import (
+    LeaseExpiredError,
+    SessionHostError,
+    encode_messages,
+    host_names,
+    route,
+)
 
 if TYPE_CHECKING:
     from runtime.memory import LocalSessions, Memory, SessionLease
-    from runtime.messages import (
-        AssistantMessage,
-        SystemMessage,
-        ToolMessage,
-        UserMessage,
-        messages_from_json,
-        messages_to_json,
-    )
+    from runtime.messages import messages_from_json
     from stores import InMemoryStore, SQLiteStore
-    from stores.protocol import CompactingStore, Scope, Snapshot, Store
+    from stores.protocol import Scope, Store
 else:
     from raygent.memory import LocalSessions, Memory, SessionLease
-    from raygent.messages import (
-        AssistantMessage,
-        SystemMessage,
-        ToolMessage,
-        UserMessage,
-        messages_from_json,
-        messages_to_json,
-    )
-    from raygent.stores import CompactingStore, InMemoryStore, Scope, Snapshot, SQLiteStore, Store
+    from raygent.messages import messages_from_json
+    from raygent.stores import InMemoryStore, Scope, SQLiteStore, Store
 
 __all__ = [
     "LeaseExpiredError",
@@ -67,6 +67,7 @@ __all__ = [
     "encode_messages",
     "host_names",
     "route",
+    "runner_owns_sessions",
     "store_identity",
 ]
 
@@ -78,47 +79,11 @@ HOST_CONCURRENCY = 10_000
 # An acquire that meets a host restarting (killed, its node lost) tries again this often.
 ACQUIRE_ATTEMPTS = 5
 
-
-class SessionHostError(RaygentError):
-    """The session host holding this run's lease died (or was unreachable); the run's
-    later writes are refused. What it wrote before is stored; a retry may succeed.
-
-    details: host, lease_id (when known).
-    """
-
-    code = "session_host_unavailable"
-    category = "store"
-    default_retryable = True
-
-
-class LeaseExpiredError(SessionHostError):
-    """The run's lease on its session expired (not renewed within `lease_timeout`, e.g.
-    its driver stalled) and another run may have gone ahead; its later writes are refused."""
-
-    code = "session_lease_expired"
-
-
-_MESSAGE_TYPES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage)
-
-
-def encode_messages(messages: Sequence[Message]) -> bytes:
-    """Messages as they cross to and from the hosts: their JSON array."""
-    listed = list(messages)
-    for message in listed:
-        if not isinstance(message, _MESSAGE_TYPES):
-            raise TypeError(f"not a raygent message: {type(message).__name__}")
-    return messages_to_json(listed)
-
-
-def host_names(hosts: int) -> list[str]:
-    return [f"raygent-sessions-{i}" for i in range(hosts)]
-
-
-def route(store_key: str, ref: str, hosts: int) -> int:
-    """The host of a conversation: a stable hash (Python's `hash()` is salted per
-    process), so that every process of the cluster picks the same host."""
-    digest = hashlib.sha256(f"{store_key}\0{ref}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % hosts
+# Set by a batch runner for the runs it makes: their sessions were routed to it, so it
+# serialises them in-process and writes to the store fenced, with no host hop.
+runner_owns_sessions: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "raygent_runner_owns_sessions", default=False
+)
 
 
 def store_identity(store: Store) -> tuple[str, Store] | None:
@@ -168,12 +133,11 @@ _identities: weakref.WeakKeyDictionary[Any, tuple[str, Store] | None] = weakref.
 _locks: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop, weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock]
 ] = weakref.WeakKeyDictionary()
-_background: set[asyncio.Task[Any]] = set()
 _local = LocalSessions()
 
 
 def _host_class() -> Any:
-    from ._session_host import SessionHost  # it imports this module's errors
+    from ._session_host import SessionHost
 
     return actor_class(SessionHost)
 
@@ -258,10 +222,31 @@ class RaySessions:
         except RayActorError as exc:
             _lost(name, exc)  # a host that died has forgotten everything anyway
 
+    async def forget_all(self, memory: Memory, scopes: Iterable[Scope]) -> None:
+        """`forget` many conversations (a batch on runners wrote them around the hosts),
+        one call per host that exists; hosts not started have nothing to forget."""
+        found = store_identity(memory.store)
+        if found is None:
+            return
+        key, _ = found
+        names = host_names(self.hosts)
+        refs: dict[str, list[str]] = {}
+        for scope in scopes:
+            ref = memory.store.ref(scope)
+            refs.setdefault(names[route(key, ref, self.hosts)], []).append(ref)
+        self.options.connect()
+        for name, held in refs.items():
+            try:
+                handle = ray.get_actor(name, namespace=self.options.namespace)
+            except ValueError:
+                continue  # never started: it caches nothing
+            with contextlib.suppress(RayActorError):
+                await handle.forget_all.remote(key, held)
+
     async def acquire(self, memory: Memory, scope: Scope, run_id: str) -> SessionLease:
         store = memory.store
         found = store_identity(store)
-        if found is None:
+        if found is None or runner_owns_sessions.get():
             return await _local.acquire(memory, scope, run_id)
         key, shipped = found
         ref = store.ref(scope)
@@ -273,8 +258,19 @@ class RaySessions:
         except BaseException:
             lock.release()
             raise
-        lease = _RayLease(handle, name, lease_id, history, store, scope, run_id, lock)
-        lease.keep_alive(self.lease_timeout / 3)
+        lease = HostLease(
+            handle,
+            name,
+            lease_id,
+            history,
+            store,
+            scope,
+            run_id,
+            lock,
+            self.lease_timeout,
+            time.monotonic(),
+        )
+        lease.keep_alive()
         return lease
 
     async def _acquire(
@@ -287,7 +283,7 @@ class RaySessions:
             except RayActorError as exc:
                 _lost(name, exc)
                 if attempt + 1 == ACQUIRE_ATTEMPTS:
-                    raise _unavailable(name, exc) from None
+                    raise unavailable(name, exc) from None
                 await asyncio.sleep(0.1 * 2**attempt)
             else:
                 return handle, lease_id, history
@@ -334,86 +330,6 @@ class RaySessions:
         return handle
 
 
-class _RayLease:
-    """One run's lease on its host: every write is one host call. With a store that
-    can, it compacts the stored history (`snapshot` / `replace_prefix`, through the
-    host, which moves the lease's fence and its cached history with it)."""
-
-    def __init__(
-        self,
-        handle: Any,
-        host: str,
-        lease_id: str,
-        history: list[Message],
-        store: Store,
-        scope: Scope,
-        run_id: str,
-        lock: asyncio.Lock,
-    ) -> None:
-        self.history = history
-        self._handle, self._host, self.lease_id = handle, host, lease_id
-        self._store, self._scope, self._run_id = store, scope, run_id
-        self._lock: asyncio.Lock | None = lock
-        self._keeper: asyncio.Task[None] | None = None
-        self.compacts = isinstance(store, CompactingStore)
-
-    def keep_alive(self, every: float) -> None:
-        """Renew the lease while the run works without writing. It stops at release, or
-        when the lease is dropped unreleased (then the host lease expires)."""
-        self._keeper = _spawn(_renew(self._handle, self.lease_id, every, weakref.ref(self)))
-
-    async def append(self, turn: int, messages: Sequence[Message]) -> None:
-        await self._call("append", turn, encode_messages(messages))
-
-    async def record_error(self, error: RaygentError, messages: Sequence[Message]) -> None:
-        # JSON-safe (details may hold anything) before it crosses to the host.
-        payload = json.loads(json.dumps(error.to_dict(), default=str))
-        try:
-            await self._call("record_error", payload, encode_messages(messages))
-        except SessionHostError:
-            # The lease is gone with its host; an error record needs no fence, so it is
-            # written from here rather than lost.
-            await self._store.record_error(self._scope, self._run_id, payload, messages)
-
-    async def snapshot(self) -> Snapshot:
-        revision, payload = await self._call("snapshot")
-        return Snapshot(int(revision), messages_from_json(payload))
-
-    async def replace_prefix(
-        self, revision: int, count: int, replacement: Sequence[Message]
-    ) -> bool:
-        """Replace the stored prefix if `revision` still holds (False: a conflict)."""
-        payload = encode_messages(replacement)
-        return bool(await self._call("replace_prefix", revision, count, payload))
-
-    async def release(self) -> None:
-        if self._lock is None:
-            return
-        lock, self._lock = self._lock, None
-        if self._keeper is not None:
-            self._keeper.cancel()
-        try:
-            await self._call("release")
-        except SessionHostError:
-            pass  # the lease died with its host
-        finally:
-            lock.release()
-
-    async def _call(self, method: str, *args: Any) -> Any:
-        try:
-            result = await getattr(self._handle, method).remote(self.lease_id, *args)
-        except RayTaskError as exc:
-            raise _cause(exc) from None
-        except RayActorError as exc:
-            _lost(self._host, exc)
-            raise _unavailable(self._host, exc, lease_id=self.lease_id) from None
-        if isinstance(result, SessionHostError):
-            result.details.setdefault("host", self._host)
-        if isinstance(result, RaygentError):
-            raise result
-        return result
-
-
 def _lock(key: tuple[str, str]) -> asyncio.Lock:
     """This process's FIFO lock for a conversation (one per event loop: a lock is bound
     to the loop it first waits in); dropped when no run holds or waits for it."""
@@ -430,7 +346,7 @@ async def _granted(ref: Any, handle: Any) -> Any:
     """Await an acquire. If the waiting run is cancelled, the host may still grant the
     lease later: it is then released at once, instead of blocking the session until it
     expires."""
-    pending = _spawn(_awaited(ref))
+    pending = spawn(_awaited(ref))
     try:
         return await asyncio.shield(pending)
     except asyncio.CancelledError:
@@ -448,27 +364,7 @@ def _release_granted(done: asyncio.Task[Any], handle: Any) -> None:
     if not done.cancelled() and done.exception() is None:
         result = done.result()
         if isinstance(result, tuple):
-            handle.release.remote(result[0])
-
-
-async def _renew(handle: Any, lease_id: str, every: float, lease: weakref.ref[Any]) -> None:
-    while True:
-        await asyncio.sleep(every)
-        if lease() is None:
-            return
-        try:
-            refused = await handle.renew.remote(lease_id)
-        except Exception:
-            return  # the host is gone or restarting: the run finds out on its next write
-        if refused is not None:
-            return
-
-
-def _spawn(coro: Any) -> asyncio.Task[Any]:
-    task = asyncio.get_running_loop().create_task(coro)
-    _background.add(task)  # the loop holds tasks weakly
-    task.add_done_callback(_background.discard)
-    return task
+            handle.release.remote(result[0], None, None)
 
 
 def _lost(name: str, exc: RayActorError) -> None:
@@ -477,15 +373,6 @@ def _lost(name: str, exc: RayActorError) -> None:
         # anew on the next call.
         for cache_key in [k for k in _handles if k[2] == name]:
             del _handles[cache_key]
-
-
-def _unavailable(name: str, exc: RayActorError, **details: Any) -> SessionHostError:
-    return SessionHostError(
-        f"session host {name} is unavailable ({type(exc).__name__}); "
-        "what the run wrote before is stored",
-        host=name,
-        **details,
-    )
 
 
 def _cause(exc: RayTaskError) -> Exception:

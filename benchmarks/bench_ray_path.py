@@ -63,9 +63,7 @@ def get_weather(city: str) -> dict[str, object]:
 
 
 def forecaster(base: str, db: Path, bound: int, backend: Backend) -> raygent.Agent:
-    model = OpenAIModel(
-        "sim-gpt", base_url=base + "/v1", api_key="sk-bench", max_concurrency=bound
-    )
+    model = OpenAIModel("sim-gpt", base_url=base + "/v1", api_key="sk-bench", max_concurrency=bound)
     return raygent.agent(
         "forecaster",
         model=model,
@@ -135,8 +133,10 @@ async def throughput(bench: Bench, base: str) -> None:
             peak = max(peak, (await sim_stats(base))["peak_in_flight"])
             if kind == "ray":
                 procs.append(len(ray_workers(me, skip)))
-    med = {k: (statistics.median(rates[k]), statistics.median(p50[k]), statistics.median(p95[k]))
-           for k in rates}
+    med = {
+        k: (statistics.median(rates[k]), statistics.median(p50[k]), statistics.median(p95[k]))
+        for k in rates
+    }
     print(
         f"\n1. throughput: {args.items} items a round ({TRAVELLERS} sessions, turn policy, "
         f"SQLite), {args.concurrency} in flight, bound {args.bound}, {args.latency_ms} ms "

@@ -60,31 +60,11 @@ def on_backend(request: pytest.FixtureRequest) -> Iterator[str]:
     if kind == "ray":
         request.getfixturevalue("ray_session")
     chosen = ray_test_backend() if kind == "ray" else LOCAL
-    gateways = _gateways() if kind == "ray" else set()
     previous = raygent.backend.use_backend(chosen)
     try:
         yield kind
     finally:
         raygent.backend.use_backend(previous)
-        if kind == "ray":
-            _end_gateways(chosen, _gateways() - gateways)
-
-
-def _gateways() -> set[str]:
-    import ray
-
-    return {name for name in ray.util.list_named_actors() if name.startswith("raygent-gw-")}
-
-
-def _end_gateways(backend: Backend, names: set[str]) -> None:
-    """End the gateways a test made: each simulator listens on a port of its own, hence
-    is an endpoint of its own, and a gateway (one worker process) lives as long as the
-    job, which here is the whole test session."""
-    import ray
-
-    for name in names:
-        ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
-        backend.models._forget(name)  # type: ignore[attr-defined]  # drop the cached handle
 
 
 class Marks:

@@ -10,6 +10,11 @@ Why a coordinator and not N worker loops: an item waiting to be retried must not
 slot (the provider could be serving another item meanwhile), and Ray's own batch path
 shows what awaiting work batch by batch costs. One coordinator wakes on every
 completion, settles it, and refills the free slots at once.
+
+Items that name a session (an agent's item with `session_id`) run in input order within
+their session, each to its final outcome (retries included) before the next of that
+session starts: a later question is never asked before an earlier one is answered. An
+item of a busy session waits aside, without a slot, while other sessions' items run.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ __all__ = [
     "Outcome",
     "cancelled",
     "ended",
+    "session_of",
 ]
 
 ItemStatus = Literal["completed", "failed", "cancelled"]
@@ -114,6 +120,14 @@ def ended(job: Job, outcome: Outcome) -> BatchItem:
     )
 
 
+def session_of(job: Job) -> tuple[Any, Any] | None:
+    """The session an item runs in (its `session_id` and `user_id`), if it names one."""
+    meta = job.meta
+    if meta is None or meta.get("session_id") is None:
+        return None
+    return (meta["session_id"], meta.get("user_id"))
+
+
 def cancelled(signal: AbortSignal) -> AbortedError:
     """The error of an item a batch ended unfinished when `signal` fired."""
     reason = signal.reason or "no reason given"
@@ -183,6 +197,10 @@ class InFlight:
         self._running: dict[asyncio.Future[Outcome], Job] = {}
         self._waiting: dict[asyncio.Task[None], Job] = {}
         self._ready: deque[Job] = deque()
+        # Sessions with an item under way, and their later items waiting their turn.
+        self._sessions: dict[tuple[Any, Any], deque[Job]] = {}
+        self._parked = 0
+        self._next: deque[Job] = deque()  # items whose session's turn has come
         self._done: deque[asyncio.Future[Outcome]] = deque()
         self._wake = asyncio.Event()
         self._exhausted = False
@@ -243,7 +261,7 @@ class InFlight:
             if self.signal.aborted and not self._stopping:
                 await self._stop()
             await self._fill(feed, is_async)
-            if not (self._running or self._waiting or self._ready) and (
+            if not (self._running or self._waiting or self._ready or self._next) and (
                 self._exhausted or self._stopping
             ):
                 return
@@ -255,23 +273,40 @@ class InFlight:
 
     async def _fill(self, feed: Feed, is_async: bool) -> None:
         while len(self._running) < self._concurrency:
-            job = await self._take(feed, is_async)
+            if self.signal.aborted:
+                return  # `_stop` ends what is ready on the next turn
+            # Retries first: an item begun is finished before new ones are read; then
+            # the items whose session's turn has come (their session is marked busy).
+            if self._ready or self._next:
+                self._start((self._ready or self._next).popleft())
+                continue
+            job = self._take(feed, is_async)
             if job is None:
                 return
             if job.error is not None:
                 await self._finish(job, Outcome("failed", error=job.error))
-            else:
+            elif self._turn(job):
                 self._start(job)
 
-    async def _take(self, feed: Feed, is_async: bool) -> Job | None:
-        if self.signal.aborted:
-            return None  # `_stop` ends what is ready on the next turn
-        # Retries first: an item begun is finished before new ones are read.
-        if self._ready:
-            return self._ready.popleft()
+    def _turn(self, job: Job) -> bool:
+        """Whether a newly read job may start now: not while an earlier item of its
+        session is under way (it waits its turn, holding no slot)."""
+        session = session_of(job)
+        if session is None:
+            return True
+        queued = self._sessions.get(session)
+        if queued is None:
+            self._sessions[session] = deque()
+            return True
+        queued.append(job)
+        self._parked += 1
+        return False
+
+    def _take(self, feed: Feed, is_async: bool) -> Job | None:
+        """The next job of the feed, if there is one now and room to hold it."""
         if self._exhausted or self._stopping:
             return None
-        if len(self._running) + len(self._waiting) >= self._max_held:
+        if len(self._running) + len(self._waiting) + self._parked >= self._max_held:
             return None
         try:
             if is_async:
@@ -354,9 +389,13 @@ class InFlight:
         self._stopping = True
         for task in self._waiting:
             task.cancel()
-        unfinished = [*self._waiting.values(), *self._ready]
+        unfinished = [*self._waiting.values(), *self._ready, *self._next]
+        unfinished += [job for queued in self._sessions.values() for job in queued]
         self._waiting.clear()
         self._ready.clear()
+        self._next.clear()
+        self._sessions.clear()
+        self._parked = 0
         error = cancelled(self.signal)
         for job in unfinished:
             await self._finish(job, Outcome("cancelled", error=error))
@@ -369,6 +408,14 @@ class InFlight:
             task.cancel()
 
     async def _finish(self, job: Job, outcome: Outcome) -> None:
+        session = session_of(job)
+        queued = self._sessions.get(session) if session is not None else None
+        if queued is not None:
+            if queued and not self._stopping:
+                self._next.append(queued.popleft())  # its session's turn: next to start
+                self._parked -= 1
+            elif not queued:
+                del self._sessions[session]  # type: ignore[arg-type]
         item = ended(job, outcome)
         try:
             await self._deliver(item)

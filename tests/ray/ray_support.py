@@ -17,7 +17,7 @@ import ray
 
 import raygent
 from raygent import AgentResult, OpenAIModel
-from raygent.actors import RayOptions, ray_backend
+from raygent.actors import RayOptions, endpoint_digest, gateway_key, gateway_names, ray_backend
 from raygent.seams import Backend
 from raygent.sim import SimStats, Simulator
 
@@ -29,6 +29,14 @@ def backend(**options: Any) -> Backend:
     """A Ray backend in the tests' namespace (not `raygent.init`: that would change the
     process-wide default for every later test)."""
     return ray_backend(RayOptions(namespace=NAMESPACE, **options))
+
+
+async def gateway_stats(model: OpenAIModel, replica: int = 0, replicas: int = 1) -> dict[str, Any]:
+    """The ledger a gateway replica keeps for the model's endpoint."""
+    name = gateway_names(replicas)[replica]
+    gateway = ray.get_actor(name, namespace=NAMESPACE)
+    stats: dict[str, Any] = await gateway.stats.remote(endpoint_digest(gateway_key(model)))
+    return stats
 
 
 def sim_model(sim: Simulator, **kwargs: Any) -> OpenAIModel:

@@ -11,6 +11,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import ray
@@ -34,6 +35,26 @@ def sessions_backend(namespace: str = NAMESPACE, **kwargs: Any) -> tuple[Backend
     sessions = RaySessions(RayOptions(namespace=namespace), **kwargs)
     backend = dataclasses.replace(ray_backend(RayOptions(namespace=namespace)), sessions=sessions)
     return backend, sessions
+
+
+class InProcess:
+    """An actor handle's shape over a plain object, in this process: `handle.m.remote(*a)`
+    runs `obj.m(*a)` as a task (a `HostLease` can then be driven against a `SessionHost`
+    without Ray). `calls` counts them by method."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self.calls: dict[str, int] = defaultdict(int)
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._target, name)
+        calls = self.calls
+
+        def remote(*args: Any) -> Any:
+            calls[name] += 1
+            return asyncio.ensure_future(method(*args))
+
+        return SimpleNamespace(remote=remote)
 
 
 def fresh_namespace() -> str:

@@ -17,6 +17,7 @@ from ray_support import NAMESPACE, backend, sim_model
 import raygent
 from raygent import AbortController
 from raygent._batch import BatchItem, Retry, batch
+from raygent.actors import RayOptions, ray_backend
 from raygent.errors import RateLimitError
 from raygent.sim import Latency, serve
 
@@ -393,3 +394,105 @@ async def test_resume_on_ray_reruns_only_what_did_not_complete(tmp_path: Path) -
     rows = [json.loads(line) for line in sink.read_text().splitlines()]
     completed = sorted(r["key"] for r in rows if r["status"] == "completed")
     assert completed == list(range(10))  # each item completed once in the sink
+
+
+# -- sessions: routed to runners, in order, no host on the way ---------------------------
+
+
+class SessionModel:
+    """A model for session items: it answers with the process it ran in and the length
+    of the history it saw, and fails the first attempt of the questions in `flaky` (a
+    retryable provider error; marks are files, so every runner sees them)."""
+
+    def __init__(self, marks: Path, flaky: set[str], delay: float = 0.005) -> None:
+        self.marks, self.flaky, self.delay = marks, flaky, delay
+
+    async def __call__(self, messages: list[Any], options: Any) -> str:
+        from raygent.errors import ServerError
+
+        question = messages[-1].text
+        await asyncio.sleep(self.delay)
+        mark = self.marks / question.replace(":", "-")
+        if question in self.flaky and not mark.exists():
+            mark.touch()
+            raise ServerError("try again", provider="test", status=503)
+        return f"{question} in {os.getpid()} after {len(messages)}"
+
+
+def _session_rows(sessions: int, per_session: int) -> list[dict[str, str]]:
+    return [
+        {"input": f"s{s}:{i}", "session_id": f"traveller-{s}"}
+        for i in range(per_session)
+        for s in range(sessions)
+    ]
+
+
+def _session_agent(tmp_path: Path, model: SessionModel, namespace: str) -> raygent.Agent:
+    from raygent.stores import SQLiteStore
+    from raygent.testing import FunctionModel
+
+    return raygent.agent(
+        model=FunctionModel(model),
+        memory=raygent.Memory(SQLiteStore(tmp_path / "sessions.db"), "turn"),
+        backend=ray_backend(RayOptions(namespace=namespace)),
+    )
+
+
+async def _check_sessions(tmp_path: Path, sessions: int, per_session: int) -> None:
+    """Every session's stored history: its items in input order, each answered after
+    seeing all that came before it."""
+    from raygent.stores import Scope, SQLiteStore
+
+    store = SQLiteStore(tmp_path / "sessions.db")
+    for s in range(sessions):
+        history = await store.load(Scope(f"traveller-{s}"))
+        assert [m.text for m in history[::2]] == [f"s{s}:{i}" for i in range(per_session)]
+        answers = [m.text.split() for m in history[1::2]]
+        assert [a[0] for a in answers] == [f"s{s}:{i}" for i in range(per_session)]
+        assert [int(a[-1]) for a in answers] == [2 * i + 1 for i in range(per_session)]
+    await store.aclose()
+
+
+async def test_a_sessions_items_run_in_order_on_one_runner_with_no_host_call(
+    tmp_path: Path,
+) -> None:
+    namespace = f"raygent-tests-routed-{os.getpid()}"
+    model = SessionModel(tmp_path, flaky={"s0:0", "s3:2"})
+    agent = _session_agent(tmp_path, model, namespace)
+    rows = _session_rows(6, 5)
+    result = await batch(agent, rows, concurrency=8, runners=2, retry=Retry(3, backoff="none"))
+    assert result.ok, [str(i.error) for i in result.items if not i.ok]
+    assert result.report.retries == 2  # each retried before its session's next item
+    await _check_sessions(tmp_path, 6, 5)
+    by_session: dict[str, set[str]] = {}
+    for row, text in zip(rows, result.data, strict=True):
+        by_session.setdefault(row["session_id"], set()).add(text.split()[2])
+    assert all(len(pids) == 1 for pids in by_session.values())  # one runner per session
+    assert len(set().union(*by_session.values())) == 2  # and both runners had some
+    hosts = [
+        a for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace
+    ]
+    assert not [a for a in hosts if a["name"].startswith("raygent-sessions-")]  # no host hop
+
+
+async def test_a_killed_runners_sessions_move_with_its_items_in_order(tmp_path: Path) -> None:
+    namespace = f"raygent-tests-moved-{os.getpid()}"
+    model = SessionModel(tmp_path, flaky=set(), delay=0.02)
+    agent = _session_agent(tmp_path, model, namespace)
+    killed: list[int] = []
+
+    def kill_one(item: BatchItem) -> None:
+        if killed or item.index < 6 or not item.ok:
+            return
+        pid = int(item.data.split()[2])  # the runner that answered: kill it mid-batch
+        killed.append(pid)
+        os.kill(pid, signal.SIGKILL)
+
+    sink = tmp_path / "out.jsonl"
+    result = await batch(
+        agent, _session_rows(4, 8), concurrency=8, runners=2, sink=sink, on_item=kill_one
+    )
+    assert killed and result.ok, result.report
+    keys = sorted(json.loads(line)["key"] for line in sink.read_text().splitlines())
+    assert keys == list(range(32))  # every item once
+    await _check_sessions(tmp_path, 4, 8)  # and every session whole, in order

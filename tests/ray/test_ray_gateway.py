@@ -1,5 +1,6 @@
-"""Model gateways: one bound per endpoint across the cluster, replicas that split it, and
-429s that slow everyone down instead of failing runs."""
+"""Model gateways: one bound per endpoint across the cluster, leased in slices to the
+processes that send the requests; replicas that split it; 429s that slow everyone down
+instead of failing runs."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import time
 
 import pytest
 import ray
-from ray_support import NAMESPACE, Runner, backend, sim_model, summary, wait_for
+from ray_support import NAMESPACE, Runner, backend, gateway_stats, sim_model, summary, wait_for
 
 import raygent
-from raygent.actors import gateway_key, gateway_names
+from raygent.actors import gateway_names
 from raygent.sim import Fault, Latency, Match, Reply, Rule, serve
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -44,8 +45,7 @@ async def test_a_429_storm_slows_everyone_and_fails_no_one() -> None:
         bot = raygent.agent(model=model, backend=backend())
         results = await asyncio.gather(*(bot.execute(f"q{i}") for i in range(32)))
         stats = sim.stats()
-        gateway = ray.get_actor(gateway_names(gateway_key(model), 1)[0], namespace=NAMESPACE)
-        limits = await gateway.stats.remote()
+        limits = await gateway_stats(model)
     assert [summary(r)["status"] for r in results] == ["completed"] * 32
     assert stats.by_status[200] == 32
     assert stats.by_status[429] > 0
@@ -80,23 +80,29 @@ async def test_replicas_split_the_bound() -> None:
     async with serve(latency=Latency(fixed_ms=500)) as sim:
         model = sim_model(sim, max_concurrency=8)
         bot = raygent.agent(model=model, backend=backend(replicas=2))
+        await bot.execute("warm up")  # both replicas are up (an actor start takes a while)
         results = await asyncio.gather(*(bot.execute(f"q{i}") for i in range(24)))
         stats = sim.stats()
-        names = gateway_names(gateway_key(model), 2)
-        shares = [await ray.get_actor(name, namespace=NAMESPACE).stats.remote() for name in names]
+        shares = [await gateway_stats(model, replica, 2) for replica in range(2)]
     assert all(r.ok for r in results)
     assert stats.peak_in_flight == 8  # 4 + 4, not 2 x 8
-    assert [s["limit"] for s in shares] == [4, 4]
+    assert [s["bound"] for s in shares] == [4, 4]
 
 
-async def test_a_gateway_is_looked_up_once_per_process() -> None:
+async def test_a_lease_is_kept_per_process_and_endpoint_not_per_request() -> None:
     async with serve() as sim:
         model = sim_model(sim)
         access = backend().models
         again = backend().models  # another backend object in the same process
-        await raygent.agent(model=model, backend=backend()).execute("hi")
-        assert access._gateway(model)[1] is again._gateway(model)[1]  # type: ignore[attr-defined]
-    [name] = gateway_names(gateway_key(model), 1)
+        bot = raygent.agent(model=model, backend=backend())
+        gateway = ray.get_actor(gateway_names(1)[0], namespace=NAMESPACE)
+        before = (await gateway.stats.remote())["syncs"]
+        results = await asyncio.gather(*(bot.execute(f"q{i}") for i in range(40)))
+        syncs = (await gateway.stats.remote())["syncs"] - before
+        assert access.lease(model) is again.lease(model)  # type: ignore[attr-defined]
+    assert all(r.ok for r in results)
+    assert syncs <= 8  # 40 requests: the lease asked a few times, not once per request
+    [name] = gateway_names(1)
     assert name in {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
 
 

@@ -1,5 +1,6 @@
-"""Sessions on the Ray backend: runs go through the session hosts (leases, cached
-histories, write-through to SQLite files and the real Redis).
+"""Sessions on the Ray backend: runs take their turn from the session hosts (leases,
+cached histories), write to SQLite files and the real Redis themselves, fenced, and hand
+back what they appended.
 
 In-memory stores are per process, so hosts are tested on SQLite and Redis only; an
 in-memory store on the Ray backend is served in the driver (checked here too).
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import ray
 from session_support import (
+    InProcess,
     SessionDriver,
     check_unforked,
     delete_store,
@@ -32,6 +34,7 @@ import raygent
 from raygent import AssistantMessage, Memory, Message, UserMessage
 from raygent.actors import sessions as sessions_module
 from raygent.actors._session_host import SessionHost
+from raygent.actors._session_lease import HostLease
 from raygent.actors.sessions import (
     LeaseExpiredError,
     RaySessions,
@@ -201,7 +204,7 @@ async def _restarted(host: Any, incarnation: str, timeout: float = 30.0) -> dict
         await asyncio.sleep(0.1)
 
 
-async def test_a_killed_host_fails_its_run_typed_then_serves_the_stored_history(
+async def test_a_killed_host_does_not_fail_its_run_and_serves_the_stored_history(
     redis_store: Store,
 ) -> None:
     backend, sessions = sessions_backend(fresh_namespace(), hosts=1)
@@ -225,15 +228,34 @@ async def test_a_killed_host_fails_its_run_typed_then_serves_the_stored_history(
     ray.kill(host, no_restart=False)
     after = await _restarted(host, before["incarnation"])
     assert after["leases"] == 0 and after["cached_sessions"] == 0  # it starts cold
-    go_on.set()  # the run writes its answer with the lease of the dead host
+    go_on.set()  # the run writes its answer itself, fenced by the store
     result = await asyncio.wait_for(running, 30)
-    assert not result.ok and isinstance(result.error, SessionHostError)
-    assert result.error.code == "session_host_unavailable" and result.error.retryable
-    assert [m.text for m in await session.history()] == ["first"]  # the message policy
-    errors = await session.errors()  # recorded from the driver: the lease died
-    assert [e.error["code"] for e in errors] == ["session_host_unavailable"]
+    assert result.ok and result.text == "seen 1", result.error
+    assert [m.text for m in await session.history()] == ["first", "seen 1"]
+    assert await session.errors() == []
     again = await session.execute("second")
-    assert again.ok and again.text == "seen 2", again.error  # reloaded from the store
+    assert again.ok and again.text == "seen 3", again.error  # reloaded from the store
+
+
+async def test_a_turn_taken_after_a_host_restart_cannot_fork_the_history(
+    redis_store: Store,
+) -> None:
+    _, sessions = sessions_backend(fresh_namespace(), hosts=1)
+    [host] = sessions.start()
+    memory, scope = Memory(redis_store), Scope("restarted")
+    stale = await sessions.acquire(memory, scope, "before-the-restart")
+    incarnation = (await host.stats.remote())["incarnation"]
+    ray.kill(host, no_restart=False)
+    await _restarted(host, incarnation)
+    # Another driver's run: the restarted host has forgotten the stale lease.
+    key, shipped = _identity(redis_store)
+    fresh = await host.acquire.remote(key, scope, "after-the-restart", 60, shipped)
+    assert isinstance(fresh, tuple)
+    await redis_store.append(scope, "after-the-restart", 0, [UserMessage(content="new")], 0)
+    with pytest.raises(PositionConflictError):  # the stale run finds the position moved
+        await stale.append(0, [UserMessage(content="the old turn")])
+    await stale.release()
+    assert [m.text for m in await redis_store.load(scope)] == ["new"]
 
 
 async def test_an_abandoned_lease_expires_and_no_longer_blocks(tmp_path: Path) -> None:
@@ -255,7 +277,7 @@ async def test_an_abandoned_lease_expires_and_no_longer_blocks(tmp_path: Path) -
     assert result.ok, result.error
     assert time.monotonic() - started < 10
     assert (await host.stats.remote())["expired_leases"] == expired + 1
-    late = await host.append.remote(lease_id, 0, encode_messages([UserMessage(content="late")]))
+    late = await host.release.remote(lease_id, encode_messages([UserMessage(content="late")]), 1)
     assert isinstance(late, LeaseExpiredError) and late.code == "session_lease_expired"
     assert [m.text for m in await store.load(scope)] == ["hi", "ok"]
     await store.aclose()
@@ -289,7 +311,7 @@ async def test_a_run_cancelled_while_queued_leaves_no_lease_behind(tmp_path: Pat
     queued.cancel()
     with pytest.raises(asyncio.CancelledError):
         await queued
-    await host.release.remote(holder)
+    await host.release.remote(holder, None, None)
     # The cancelled run's lease is granted after all, and released at once: the next
     # run does not wait for it to expire (60 s).
     lease = await asyncio.wait_for(sessions.acquire(memory, scope, "next"), 10)
@@ -374,55 +396,6 @@ async def test_many_idle_sessions_stay_within_the_cache_bound(redis_store: Store
 # -- the host itself, in this process -------------------------------------------------------
 
 
-async def test_host_grants_in_arrival_order_and_bounds_its_cache() -> None:
-    host, store = SessionHost(max_cached=2), InMemoryStore()
-    key = "k"
-    first = await host.acquire(key, Scope("a"), "r1", 60, store)
-    assert isinstance(first, tuple)
-    waiting = [asyncio.create_task(host.acquire(key, Scope("a"), f"r{i}", 60)) for i in (2, 3)]
-    await asyncio.sleep(0.01)
-    assert not any(t.done() for t in waiting)
-    # The same run asking again (its answer lost on the way) gets the lease it holds.
-    assert await host.acquire(key, Scope("a"), "r1", 60) == first
-    assert await host.append(first[0], 0, encode_messages([UserMessage(content="x")])) == 1
-    await host.release(first[0])
-    second = await waiting[0]
-    assert isinstance(second, tuple)
-    assert messages_from_json(second[1]) == [UserMessage(content="x")]
-    assert not waiting[1].done()
-    await host.release(second[0])
-    third = await waiting[1]
-    assert isinstance(third, tuple)
-    await host.release(third[0])
-    for name in ("b", "c"):
-        granted = await host.acquire(key, Scope(name), "r", 60)
-        assert isinstance(granted, tuple)
-        await host.release(granted[0])
-    stats = await host.stats()
-    assert (stats["cached_sessions"], stats["leases"], stats["gates"]) == (2, 0, 0)
-
-    small = SessionHost(max_cached_bytes=100)  # a byte bound too: ~50 bytes a message
-    for name in ("a", "b", "c"):
-        granted = await small.acquire(key, Scope(name), "r", 60, store)
-        assert isinstance(granted, tuple)
-        await small.append(granted[0], 0, encode_messages([UserMessage(content=name)]))
-        await small.release(granted[0])
-    stats = await small.stats()
-    assert stats["cached_bytes"] <= 100 and stats["cached_sessions"] < 3
-
-
-async def test_host_refuses_expired_and_foreign_leases() -> None:
-    host, store = SessionHost(), InMemoryStore()
-    granted = await host.acquire("k", Scope("a"), "r1", 0.05, store)
-    assert isinstance(granted, tuple)
-    await asyncio.sleep(0.15)
-    assert isinstance(await host.append(granted[0], 0, b"[]"), LeaseExpiredError)
-    other = SessionHost()
-    refused = await other.record_error(granted[0], {"code": "x"}, b"[]")
-    assert type(refused) is SessionHostError  # another incarnation: the host restarted
-    assert await host.acquire("unknown", Scope("a"), "r2", 60) is None  # send the store
-
-
 class CountingStore(InMemoryStore):
     """Counts loads: a history served from a host's cache is not loaded."""
 
@@ -435,49 +408,110 @@ class CountingStore(InMemoryStore):
         return await super().load(scope)
 
 
+async def test_host_grants_in_arrival_order_and_bounds_its_cache() -> None:
+    host, store = SessionHost(max_cached=2), CountingStore()
+    key = "k"
+    first = await host.acquire(key, Scope("a"), "r1", 60, store)
+    assert isinstance(first, tuple)
+    waiting = [asyncio.create_task(host.acquire(key, Scope("a"), f"r{i}", 60)) for i in (2, 3)]
+    await asyncio.sleep(0.01)
+    assert not any(t.done() for t in waiting)
+    # The same run asking again (its answer lost on the way) gets the lease it holds.
+    assert await host.acquire(key, Scope("a"), "r1", 60) == first
+    await store.append(Scope("a"), "r1", 0, [UserMessage(content="x")], 0)  # the run writes
+    await host.release(first[0], encode_messages([UserMessage(content="x")]), 1)
+    second = await waiting[0]
+    assert isinstance(second, tuple)
+    assert messages_from_json(second[1]) == [UserMessage(content="x")]
+    assert store.loads == 1  # served from the copy, extended by what r1 appended
+    assert not waiting[1].done()
+    await host.release(second[0], b"[]", 1)
+    third = await waiting[1]
+    assert isinstance(third, tuple)
+    await host.release(third[0], b"[]", 1)
+    for name in ("b", "c"):
+        granted = await host.acquire(key, Scope(name), "r", 60)
+        assert isinstance(granted, tuple)
+        await host.release(granted[0], b"[]", 0)
+    stats = await host.stats()
+    assert (stats["cached_sessions"], stats["leases"], stats["gates"]) == (2, 0, 0)
+
+    small, store = SessionHost(max_cached_bytes=100), CountingStore()  # ~50 bytes a message
+    for name in ("a", "b", "c"):
+        granted = await small.acquire(key, Scope(name), "r", 60, store)
+        assert isinstance(granted, tuple)
+        await store.append(Scope(name), "r", 0, [UserMessage(content=name)], 0)
+        await small.release(granted[0], encode_messages([UserMessage(content=name)]), 1)
+    stats = await small.stats()
+    assert stats["cached_bytes"] <= 100 and stats["cached_sessions"] < 3
+
+
+async def test_host_refuses_expired_and_foreign_leases() -> None:
+    host, store = SessionHost(), InMemoryStore()
+    granted = await host.acquire("k", Scope("a"), "r1", 0.05, store)
+    assert isinstance(granted, tuple)
+    await asyncio.sleep(0.15)
+    assert isinstance(await host.release(granted[0], b"[]", 0), LeaseExpiredError)
+    other = SessionHost()
+    refused = await other.release(granted[0], None, None)
+    assert type(refused) is SessionHostError  # another incarnation: the host restarted
+    assert await host.acquire("unknown", Scope("a"), "r2", 60) is None  # send the store
+
+
 def _said(*texts: str) -> list[Message]:
     return [UserMessage(content=t) for t in texts]
 
 
-async def test_host_compacts_under_the_lease_and_keeps_fence_and_cache_in_line() -> None:
+async def test_a_run_compacts_under_its_lease_and_the_host_reloads_what_it_made() -> None:
     host, store, scope = SessionHost(), CountingStore(), Scope("c")
+    handle = InProcess(host)
     await store.append(scope, "earlier", 0, _said("a", "b", "c"))
-    granted = await host.acquire("k", scope, "r1", 60, store)
-    assert isinstance(granted, tuple)
-    lease_id = granted[0]
-    snapshot = await host.snapshot(lease_id)
-    assert isinstance(snapshot, tuple)
-    revision, payload = snapshot
-    assert messages_from_json(payload) == _said("a", "b", "c")
+
+    async def lease_of(run_id: str) -> HostLease:
+        sent = time.monotonic()
+        granted = await host.acquire("k", scope, run_id, 60, store)
+        assert isinstance(granted, tuple)
+        history = messages_from_json(granted[1])
+        return HostLease(
+            handle, "h", granted[0], history, store, scope, run_id, asyncio.Lock(), 60, sent
+        )
+
+    lease = await lease_of("r1")
+    await lease._lock.acquire()  # type: ignore[union-attr]  # as RaySessions does
+    snapshot = await lease.snapshot()
+    assert snapshot.messages == _said("a", "b", "c")
     summary = [AssistantMessage(content="a and b")]
     # A revision that moved: a conflict, nothing written, the fence where it was.
-    assert await host.replace_prefix(lease_id, revision + 1, 2, encode_messages(summary)) is False
+    assert await lease.replace_prefix(snapshot.revision + 1, 2, summary) is False
     assert await store.load(scope) == _said("a", "b", "c")
-    snapshot = await host.snapshot(lease_id)  # as a compactor does after a conflict
-    assert snapshot == (revision, payload)
-    assert await host.replace_prefix(lease_id, revision, 2, encode_messages(summary)) is True
+    assert await lease.replace_prefix(snapshot.revision, 2, summary) is True
     # The fence moved by what the replacement changed: the next append lines up.
-    assert await host.append(lease_id, 0, encode_messages(_said("d"))) == 3
-    await host.release(lease_id)
+    await lease.append(0, _said("d"))
+    await lease.release()
+    assert handle.calls["release"] == 1  # the run's only host call after the grant
     compacted = [*summary, *_said("c", "d")]
     assert await store.load(scope) == compacted
     loads = store.loads
-    again = await host.acquire("k", scope, "r2", 60)
-    assert isinstance(again, tuple)
-    assert messages_from_json(again[1]) == compacted  # the cached copy is the compacted one
-    assert store.loads == loads  # served from the cache
-    # Another writer moves the store around the host: the conflict drops the cached copy.
-    snapshot = await host.snapshot(again[0])
-    assert isinstance(snapshot, tuple)
-    await store.append(scope, "elsewhere", 0, _said("e"))
-    assert await host.replace_prefix(again[0], snapshot[0], 1, b"[]") is False
-    await host.release(again[0])
-    third = await host.acquire("k", scope, "r3", 60)
-    assert isinstance(third, tuple)
-    assert messages_from_json(third[1]) == [*compacted, *_said("e")]
-    assert store.loads == loads + 1  # reloaded from the store
-    await host.release(third[0])
-    # A released lease compacts nothing.
-    refused = await host.replace_prefix(third[0], snapshot[0], 0, b"[]")
-    assert isinstance(refused, LeaseExpiredError)
-    assert isinstance(await host.snapshot(third[0]), LeaseExpiredError)
+    again = await lease_of("r2")
+    assert again.history == compacted  # the host dropped its copy and reloaded this one
+    assert store.loads == loads + 1
+    await again._lock.acquire()  # type: ignore[union-attr]
+    await again.append(0, _said("e"))
+    await again.release()
+    third = await lease_of("r3")
+    assert third.history == [*compacted, *_said("e")]  # extended, not reloaded
+    assert store.loads == loads + 1
+
+
+async def test_a_lease_past_its_deadline_refuses_writes_without_touching_the_store() -> None:
+    host, store, scope = SessionHost(), CountingStore(), Scope("late")
+    sent = time.monotonic()
+    granted = await host.acquire("k", scope, "r1", 0.05, store)
+    assert isinstance(granted, tuple)
+    lease = HostLease(
+        InProcess(host), "h", granted[0], [], store, scope, "r1", asyncio.Lock(), 0.05, sent
+    )
+    await asyncio.sleep(0.1)
+    with pytest.raises(LeaseExpiredError):
+        await lease.append(0, _said("too late"))
+    assert await store.load(scope) == []

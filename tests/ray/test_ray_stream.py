@@ -1,4 +1,5 @@
-"""Streaming through a gateway: chunks cross in batches; aborts close the HTTP request."""
+"""Streaming on Ray: the stream is read where the run is (no Ray call per chunk, nor per
+trip); aborts close the HTTP request."""
 
 from __future__ import annotations
 
@@ -6,13 +7,12 @@ import asyncio
 
 import pytest
 import ray
-from ray_support import backend, sim_model, wait_for
+from ray_support import NAMESPACE, backend, sim_model, wait_for
 
 import raygent
-from raygent import AbortController, ModelOptions, UserMessage
-from raygent.actors import Gateway, GatewayLimits, StreamBatching
+from raygent import AbortController
+from raygent.actors import gateway_names
 from raygent.errors import AgentCancelledError
-from raygent.models.contract import Done
 from raygent.sim import Fault, Latency, Reply, Rule, serve
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -20,22 +20,22 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 LONG = "word " * 640  # 3200 characters: 200 stream chunks from the simulator
 
 
-async def test_a_stream_crosses_in_batches_not_per_chunk() -> None:
-    # ~2 ms between chunks: a batch closes on its 20 ms linger, or at 32 chunks.
-    script = [Rule(reply=Reply(text=LONG))]
-    async with serve(script, latency=Latency(per_token_ms=0.5)) as sim:
-        gateway = ray.remote(Gateway).remote(GatewayLimits(batching=StreamBatching()))
-        model = sim_model(sim)
-        items = []
-        async for ref in gateway.stream.remote(model, [UserMessage(content="hi")], ModelOptions()):
-            items.append(await ref)
-        ray.kill(gateway)
-    chunks = [chunk for item in items for chunk in item]
-    assert isinstance(chunks[-1], Done) and chunks[-1].response.text == LONG
-    assert len(chunks) > 200
-    assert len(items[0]) == 1  # the first chunk goes at once
-    assert all(len(item) <= 32 for item in items)
-    assert len(items) < len(chunks) / 4
+async def test_a_stream_costs_no_ray_call_per_chunk_nor_per_trip() -> None:
+    async with serve([Rule(reply=Reply(text=LONG))], latency=Latency(per_token_ms=0.2)) as sim:
+        bot = raygent.agent(model=sim_model(sim), backend=backend())
+        await bot.execute("warm up")  # the lease is taken
+        gateway = ray.get_actor(gateway_names(1)[0], namespace=NAMESPACE)
+        before = (await gateway.stats.remote())["syncs"]
+        results = []
+        for _ in range(3):
+            stream = bot.stream("hi")
+            deltas = [e.text async for e in stream if e.type == "agent.trip.streaming"]
+            results.append((await stream.result, deltas))
+        syncs = (await gateway.stats.remote())["syncs"] - before
+    for result, deltas in results:
+        assert result.ok and result.text == LONG and "".join(deltas) == LONG
+        assert len(deltas) > 100  # chunk by chunk, as they came
+    assert syncs <= 2  # three streamed trips: at most a heartbeat of the lease
 
 
 async def test_the_agent_streams_through_the_gateway() -> None:

@@ -1,0 +1,319 @@
+"""One endpoint's bound as its gateway keeps it: which process holds which slice.
+
+Plain Python (no Ray, no asyncio): the gateway actor applies every report to it and
+sends each holder its grant; tests drive it directly.
+
+The invariant is that the slices counted against the bound never add up to more than
+the bound. A holder's `occupied` is what it may still be using. The ledger raises it
+when it grants more. It lowers it only on the holder's own word: a report, sent after the
+holder applied its latest grant, that it now holds less. It also drops it when the
+lease expires. A holder never admits more than the grant it has received, and reports
+max(grant, in use), so what it really uses is never more than what is counted.
+
+Capacity moves lazily: a holder keeps what it was granted, used or not, until another
+holder is starved (below its fair share, with nothing free) or the adaptive limit
+shrinks. A lone process therefore keeps the whole bound between bursts, and ten share it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["UNBOUNDED", "Bounds", "Grant", "Ledger", "Report", "partition", "waterfill"]
+
+UNBOUNDED = 1 << 30  # an endpoint that declares no concurrency bound
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """One gateway's share of an endpoint's declared limits (None: not limited)."""
+
+    max_concurrency: int | None = None
+    requests_per_minute: float | None = None
+    tokens_per_minute: float | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a holder tells its gateway: its state now, and what happened since.
+
+    `seq` orders one holder's reports (Ray does not keep the order of calls to an async
+    actor): a report older than one applied is ignored. `version` is the last grant the
+    holder applied; `incarnation` the gateway that sent it (another one: the gateway
+    restarted, and `held` is a claim on what the holder still uses).
+    """
+
+    seq: int
+    version: int
+    incarnation: str | None
+    want: int  # slots it could use now
+    held: int  # max(its grant, its requests in flight)
+    in_use: int
+    succeeded: int = 0  # requests answered since its last report
+    throttled: float | None = None  # a 429 came back: its Retry-After (0: none given)
+    requests_wanted: float = 0.0  # rate budget it asks for (requests, tokens)
+    tokens_wanted: float = 0.0
+    token_debt: float = 0.0  # tokens used beyond the estimates taken, since last report
+    returned: tuple[float, float] = (0.0, 0.0)  # unused rate budget given back
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a holder may do: admit `slots` requests at once, wait `pause` seconds before
+    the next, use the rate budget it is sent (`requests`, `tokens`: added to what it
+    has). The lease lives `ttl` seconds from when the holder sent the report."""
+
+    version: int
+    slots: int
+    pause: float
+    ttl: float
+    incarnation: str
+    requests: float = 0.0
+    tokens: float = 0.0
+
+
+@dataclass
+class _Holder:
+    grant: int = 0  # what it may admit (as of `version`)
+    occupied: int = 0  # what counts against the bound
+    want: int = 0
+    in_use: int = 0
+    version: int = 0
+    seq: int = -1
+    expires: float = 0.0
+    requests: float = 0.0  # rate budget granted, not yet sent
+    tokens: float = 0.0
+    requests_wanted: float = 0.0
+    tokens_wanted: float = 0.0
+
+
+class _Bucket:
+    """`per_minute` units a minute, refilled continuously (synchronous: the gateway's
+    loop asks, it never waits here). May go into debt when usage beats estimates."""
+
+    def __init__(self, per_minute: float, now: float) -> None:
+        self.capacity = float(per_minute)
+        self.rate = self.capacity / 60.0
+        self.level = self.capacity
+        self.stamp = now
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
+        self.stamp = now
+
+    def take(self, wanted: float, now: float) -> float:
+        self.refill(now)
+        given = max(0.0, min(wanted, self.level))
+        self.level -= given
+        return given
+
+    def put(self, amount: float, now: float) -> None:
+        self.refill(now)
+        self.level = min(self.capacity, self.level + amount)
+
+    def ready_in(self, wanted: float) -> float:
+        """Seconds until `wanted` (at most a minute's worth) is there."""
+        return max(0.0, (min(wanted, self.capacity) - self.level) / self.rate)
+
+
+def partition(total: int, parts: int) -> list[int]:
+    """Split `total` into at most `parts` positive shares that add up to `total`
+    (floor/ceil): gateway replicas share a bound, they never multiply it."""
+    if total <= 0 or parts <= 0:
+        raise ValueError(f"cannot split {total} into {parts} parts")
+    parts = min(parts, total)
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def waterfill(capacity: int, wants: dict[str, int]) -> dict[str, int]:
+    """Fair shares of `capacity`: equal, none above its want, what one leaves spread
+    over the others (smallest wants are settled first)."""
+    shares: dict[str, int] = {}
+    left = capacity
+    ordered = sorted(wants.items(), key=lambda kv: kv[1])
+    for i, (holder, want) in enumerate(ordered):
+        fair = left // (len(ordered) - i)
+        shares[holder] = min(want, fair)
+        left -= shares[holder]
+    return shares
+
+
+@dataclass
+class Ledger:
+    """The bound of one endpoint (one gateway's share of it).
+
+    `limit` adapts below the declared bound (AIMD): a 429 lowers it to one under the
+    requests then in flight, each success grows it back by 1/limit. `claims_until`:
+    after a restart, nothing new is granted until every lease of the previous
+    incarnation would have expired; holders that still use slots claim them meanwhile.
+    """
+
+    bounds: Bounds
+    now: float
+    claims_until: float = 0.0
+    holders: dict[str, _Holder] = field(default_factory=dict)
+    pause_until: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.bound = self.bounds.max_concurrency or UNBOUNDED
+        self.limit = float(self.bound)
+        rpm, tpm = self.bounds.requests_per_minute, self.bounds.tokens_per_minute
+        self._requests = _Bucket(rpm, self.now) if rpm else None
+        self._tokens = _Bucket(tpm, self.now) if tpm else None
+
+    # -- reports ----------------------------------------------------------------------
+
+    def report(
+        self, holder_id: str, report: Report, incarnation: str, now: float, ttl: float
+    ) -> set[str]:
+        """Apply a holder's report; returns the holders that have something new."""
+        holder = self.holders.get(holder_id)
+        if holder is None:
+            holder = self.holders[holder_id] = _Holder()
+        if report.seq <= holder.seq:
+            return set()  # overtaken by a later report (or a duplicate)
+        holder.seq = report.seq
+        holder.expires = now + ttl
+        holder.want, holder.in_use = report.want, report.in_use
+        if report.incarnation != incarnation:
+            # A holder of the previous incarnation: what it still uses is real.
+            holder.grant = holder.occupied = max(holder.occupied, report.held)
+        elif report.version == holder.version:
+            holder.occupied = min(holder.occupied, max(holder.grant, report.held))
+        self._settle_rates(holder, report, now)
+        changed = self._throttle(report.throttled, now) if report.throttled is not None else set()
+        if report.succeeded and self.limit < self.bound:
+            self.limit = min(float(self.bound), self.limit + report.succeeded / self.limit)
+        return changed | self.rebalance(now)
+
+    def release(self, holder_id: str, returned: tuple[float, float], now: float) -> set[str]:
+        """A holder gives back everything (it is idle or closing)."""
+        if self.holders.pop(holder_id, None) is None:
+            return set()
+        self._give_back(returned, now)
+        return self.rebalance(now)
+
+    def _throttle(self, retry_after: float, now: float) -> set[str]:
+        in_flight = sum(h.in_use for h in self.holders.values())
+        self.limit = max(1.0, min(self.limit, float(in_flight)) - 1.0)
+        if retry_after > 0 and now + retry_after > self.pause_until:
+            self.pause_until = now + retry_after
+            return self._bump_all()  # every holder must hear of the pause now
+        return set()
+
+    def _settle_rates(self, holder: _Holder, report: Report, now: float) -> None:
+        self._give_back(report.returned, now)
+        if self._tokens is not None and report.token_debt:
+            self._tokens.refill(now)
+            self._tokens.level -= report.token_debt
+        holder.requests_wanted = report.requests_wanted if self._requests else 0.0
+        holder.tokens_wanted = report.tokens_wanted if self._tokens else 0.0
+
+    def _give_back(self, returned: tuple[float, float], now: float) -> None:
+        if self._requests is not None and returned[0] > 0:
+            self._requests.put(returned[0], now)
+        if self._tokens is not None and returned[1] > 0:
+            self._tokens.put(returned[1], now)
+
+    # -- granting ---------------------------------------------------------------------
+
+    def rebalance(self, now: float) -> set[str]:
+        """Expire lapsed leases, then move slots and rate budget where they are wanted.
+        Returns the holders whose grant changed."""
+        changed: set[str] = set()
+        for holder_id in [h for h, s in self.holders.items() if s.expires <= now]:
+            del self.holders[holder_id]
+        cap = min(self.bound, max(1, int(self.limit)))
+        shares = waterfill(cap, {h: s.want for h, s in self.holders.items()})
+        free = cap - sum(s.occupied for s in self.holders.values())
+        if now < self.claims_until:
+            free = min(free, 0)  # claims only, until old leases would have expired
+        starved = False
+        for holder_id in sorted(shares, key=lambda h: self._fill(h, shares[h])):
+            holder, share = self.holders[holder_id], shares[holder_id]
+            if holder.grant >= share:
+                continue
+            room = max(0, holder.occupied - holder.grant) + max(0, free)
+            grant = min(share, holder.grant + room)
+            if grant > holder.grant:
+                free -= max(0, grant - holder.occupied)
+                holder.grant, holder.occupied = grant, max(holder.occupied, grant)
+                changed.add(holder_id)
+            starved = starved or holder.grant < share
+        over = sum(s.grant for s in self.holders.values()) > cap
+        if starved or over:
+            for holder_id, share in shares.items():
+                holder = self.holders[holder_id]
+                if holder.grant > share:
+                    holder.grant = share
+                    changed.add(holder_id)
+        changed |= self._grant_rates(now)
+        for holder_id in changed:
+            self.holders[holder_id].version += 1
+        return changed
+
+    def _fill(self, holder_id: str, share: int) -> float:
+        """How far a holder is from its share (the furthest is served first)."""
+        return self.holders[holder_id].grant / share if share else math.inf
+
+    def _grant_rates(self, now: float) -> set[str]:
+        changed = set()
+        for holder_id, holder in self.holders.items():
+            if self._requests is not None and holder.requests_wanted > 0:
+                given = self._requests.take(holder.requests_wanted, now)
+                if given:
+                    holder.requests += given
+                    holder.requests_wanted -= given
+                    changed.add(holder_id)
+            if self._tokens is not None and holder.tokens_wanted > 0:
+                given = self._tokens.take(holder.tokens_wanted, now)
+                if given:
+                    holder.tokens += given
+                    holder.tokens_wanted -= given
+                    changed.add(holder_id)
+        return changed
+
+    def rates_ready_in(self) -> float | None:
+        """Seconds until the rate budget some holder waits for has refilled (None: no
+        one waits for it)."""
+        waits = []
+        for holder in self.holders.values():
+            if self._requests is not None and holder.requests_wanted > 0:
+                waits.append(self._requests.ready_in(holder.requests_wanted))
+            if self._tokens is not None and holder.tokens_wanted > 0:
+                waits.append(self._tokens.ready_in(holder.tokens_wanted))
+        return min(waits) if waits else None
+
+    def grant_for(self, holder_id: str, incarnation: str, now: float, ttl: float) -> Grant:
+        """The holder's grant as it stands; the rate budget in it is handed over."""
+        holder = self.holders.get(holder_id) or _Holder()
+        requests, tokens = holder.requests, holder.tokens
+        holder.requests = holder.tokens = 0.0
+        return Grant(
+            version=holder.version,
+            slots=holder.grant,
+            pause=max(0.0, self.pause_until - now),
+            ttl=ttl,
+            incarnation=incarnation,
+            requests=requests,
+            tokens=tokens,
+        )
+
+    def _bump_all(self) -> set[str]:
+        for holder in self.holders.values():
+            holder.version += 1
+        return set(self.holders)
+
+    def stats(self, now: float) -> dict[str, float]:
+        holders = self.holders.values()
+        return {
+            "bound": self.bound,
+            "limit": min(self.bound, max(1, int(self.limit))),
+            "granted": sum(h.grant for h in holders),
+            "occupied": sum(h.occupied for h in holders),
+            "in_use": sum(h.in_use for h in holders),
+            "holders": sum(1 for h in holders if h.grant or h.want or h.occupied),
+            "paused_for": max(0.0, self.pause_until - now),
+        }

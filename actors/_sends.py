@@ -1,0 +1,256 @@
+"""Sending one request inside a lease: admission, 429 retries, and the trip's record.
+
+On the Ray backend a request is sent by the process that runs the agent, inside a slot
+of its `EndpointLease`. A 429 pauses this lease at once and tells the gateway (which
+pauses every other holder and lowers the endpoint's adaptive limit); the request is sent
+again after the Retry-After (or a backoff), up to `RetryPolicy.max_attempts` sends.
+Errors other than 429 go back at once, typed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pydantic_core
+
+from ._core import (
+    AbortSignal,
+    Cost,
+    Done,
+    Message,
+    Model,
+    ModelOptions,
+    ModelResponse,
+    RateLimitError,
+    RaygentError,
+    StreamChunk,
+    Usage,
+    abortable,
+    closing_stream,
+)
+from ._lease import EndpointLease, Ticket
+
+__all__ = ["RetryPolicy", "Send", "Sends", "send_complete", "send_stream"]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How 429s are retried on Ray: at most `max_attempts` sends per request; a
+    Retry-After over `max_wait` seconds is not waited for (the error goes back at once);
+    without Retry-After, exponential backoff from `backoff` seconds, with jitter."""
+
+    max_attempts: int = 8
+    max_wait: float = 60.0
+    backoff: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, not {self.max_attempts}")
+
+
+@dataclass
+class Send:
+    """One send of a request: how long it waited to be admitted (`queued`: the pause,
+    the rate budget, a slot), how long the provider took, how it ended, and the wait
+    chosen before the next send."""
+
+    number: int
+    started: float = field(default_factory=time.perf_counter)
+    sent: float | None = None
+    ended: float | None = None
+    error: RaygentError | None = None
+    wait: float | None = None
+
+    def admitted(self) -> None:
+        self.sent = time.perf_counter()
+
+    def failed(self, error: RaygentError) -> None:
+        self.ended, self.error = time.perf_counter(), error
+
+    def record(self, model: Model) -> dict[str, Any]:
+        """The trip report's entry: the keys of a fallback's failed attempt (model,
+        provider, error) and the send's own facts."""
+        ended = self.ended if self.ended is not None else time.perf_counter()
+        sent = self.sent if self.sent is not None else ended
+        error = self.error
+        return {
+            "model": model.name,
+            "provider": model.provider,
+            "error": None if error is None else error.to_dict(),
+            "attempt": self.number,
+            "ok": error is None,
+            "status": None if error is None else error.details.get("status"),
+            "code": None if error is None else error.code,
+            "retry_after": None if error is None else error.details.get("retry_after"),
+            "wait": self.wait,
+            "queued": round(sent - self.started, 6),
+            "duration": round(ended - sent, 6),
+        }
+
+
+class Sends:
+    """The sends of one request.
+
+    A request answered at its first send is left as it is (as on the local backend,
+    `attempts` stays empty). One sent again (429s retried) lists every send on the
+    response's `attempts`, the failed ones first, the one that answered last; the
+    failed sends count as requests at no cost, as a fallback model counts its failed
+    attempts. A request given up on carries `attempts` (how many sends) in its error.
+    """
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.sends: list[Send] = []
+
+    def start(self) -> Send:
+        send = Send(len(self.sends) + 1)
+        self.sends.append(send)
+        return send
+
+    def answered(self, response: ModelResponse) -> ModelResponse:
+        if len(self.sends) < 2:
+            return response
+        self.sends[-1].ended = time.perf_counter()
+        attempts = [send.record(self.model) for send in self.sends]
+        failed = len(self.sends) - 1
+        usage = (
+            response.usage + Usage(requests=failed, cost=Cost())
+            if response.usage.cost is not None
+            else response.usage.model_copy(update={"requests": response.usage.requests + failed})
+        )
+        return response.model_copy(
+            update={"attempts": [*attempts, *response.attempts], "usage": usage}
+        )
+
+    def gave_up(self, error: RaygentError) -> RaygentError:
+        if len(self.sends) > 1:
+            error.details["attempts"] = len(self.sends)
+        return error
+
+
+def estimate(lease_tpm: bool, messages: Sequence[Message], options: ModelOptions) -> float:
+    """Tokens a request may use, before it is sent (only with a tokens-per-minute
+    limit): ~4 bytes of JSON a token for the prompt, plus the output cap. The real
+    usage settles it afterwards."""
+    if not lease_tpm:
+        return 0.0
+    prompt = len(pydantic_core.to_json(list(messages))) // 4
+    return float(prompt + (options.max_tokens or 0))
+
+
+def _throttled(
+    lease: EndpointLease,
+    ticket: Ticket,
+    exc: RateLimitError,
+    attempt: int,
+    most: int,
+    policy: RetryPolicy,
+    send: Send,
+) -> float | None:
+    """After a 429: pause here and tell the gateway. Returns how long to back off
+    before the next send (0: the pause is the wait), None if there should be none."""
+    found = exc.details.get("retry_after")
+    retry_after = float(found) if isinstance(found, (int, float)) else None
+    if retry_after is not None and retry_after > policy.max_wait:
+        lease.throttled(ticket, None)  # not worth holding anyone for: it goes back now
+        return None
+    lease.throttled(ticket, retry_after)
+    if attempt >= most:
+        return None
+    if retry_after is not None:
+        send.wait = retry_after  # in the pause, before the next admission
+        return 0.0
+    send.wait = min(policy.max_wait, policy.backoff * 2 ** (attempt - 1))
+    send.wait *= random.uniform(0.5, 1.0)
+    return send.wait
+
+
+async def send_complete(
+    lease: EndpointLease,
+    model: Model,
+    messages: Sequence[Message],
+    options: ModelOptions,
+    signal: AbortSignal | None,
+    policy: RetryPolicy,
+    retries: bool,
+) -> ModelResponse:
+    """`model.complete` inside the lease; 429s retried unless `retries` is False."""
+    tpm = bool(getattr(model, "tokens_per_minute", None))
+    cost = estimate(tpm, messages, options)
+    sends = Sends(model)
+    most = policy.max_attempts if retries else 1
+    for attempt in range(1, most + 1):
+        send = sends.start()
+        await abortable(lease.paused(), signal)
+        ticket = await abortable(lease.admit(cost), signal)
+        try:
+            send.admitted()
+            response = await model.complete(messages, options, signal=signal)
+        except RateLimitError as exc:
+            send.failed(exc)
+            backoff = _throttled(lease, ticket, exc, attempt, most, policy, send)
+            if backoff is None:
+                raise sends.gave_up(exc) from None
+        except RaygentError as exc:
+            send.failed(exc)
+            raise sends.gave_up(exc) from None
+        else:
+            ticket.ok, ticket.used_tokens = True, float(response.usage.total_tokens)
+            return sends.answered(response)
+        finally:
+            lease.done(ticket)
+        if backoff:
+            await abortable(asyncio.sleep(backoff), signal)
+    raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+async def send_stream(
+    lease: EndpointLease,
+    model: Model,
+    messages: Sequence[Message],
+    options: ModelOptions,
+    signal: AbortSignal | None,
+    policy: RetryPolicy,
+    retries: bool,
+) -> AsyncIterator[StreamChunk]:
+    """`model.stream` inside the lease; a 429 is retried only before anything was
+    yielded (afterwards the caller has seen part of a reply)."""
+    tpm = bool(getattr(model, "tokens_per_minute", None))
+    cost = estimate(tpm, messages, options)
+    sends = Sends(model)
+    most = policy.max_attempts if retries else 1
+    for attempt in range(1, most + 1):
+        send = sends.start()
+        await abortable(lease.paused(), signal)
+        ticket = await abortable(lease.admit(cost), signal)
+        yielded, backoff = False, None
+        try:
+            send.admitted()
+            chunks = model.stream(messages, options, signal=signal)
+            async with closing_stream(chunks):
+                async for chunk in chunks:
+                    if isinstance(chunk, Done):
+                        ticket.ok = True
+                        ticket.used_tokens = float(chunk.response.usage.total_tokens)
+                        chunk = Done(sends.answered(chunk.response))
+                    yielded = True
+                    yield chunk
+            return
+        except RateLimitError as exc:
+            send.failed(exc)
+            if not yielded:
+                backoff = _throttled(lease, ticket, exc, attempt, most, policy, send)
+            if backoff is None:
+                raise sends.gave_up(exc) from None
+        except RaygentError as exc:
+            send.failed(exc)
+            raise sends.gave_up(exc) from None
+        finally:
+            lease.done(ticket)
+        if backoff:
+            await abortable(asyncio.sleep(backoff), signal)
