@@ -33,7 +33,7 @@ from ray.cluster_utils import Cluster
 
 import raygent
 from raygent._batch import BatchItem, batch
-from raygent.actors import RayOptions, ray_backend
+from raygent.actors import RayOptions, batch_runners, ray_backend
 from raygent.messages import Message, ToolMessage
 from raygent.seams import Backend
 from raygent.testing import FunctionModel, ScriptedModel, call, reply
@@ -390,12 +390,63 @@ async def batch_node_lost(lab: Lab, work: Path) -> dict[str, Any]:
     }
 
 
+def _node_of(actor: Any) -> str:
+    return node_id()
+
+
+async def lease_holder_node_lost(lab: Lab, work: Path) -> dict[str, Any]:
+    """A batch of an agent whose runners hold slices of the provider's bound on worker
+    nodes; the node of one is removed mid-batch: every item ends once, the bound is never
+    passed, and the lost slice comes back (its lease times out) for the others to use."""
+    from raygent.sim import Latency, serve
+
+    while len(lab.nodes) < 2:
+        lab.add()
+    bound, items, ttl = 6, 120, 2.0
+    backend = ray_backend(RayOptions(namespace=NAMESPACE, lease_ttl=ttl))
+    async with serve(latency=Latency(fixed_ms=150)) as sim:
+        model = raygent.OpenAIModel(
+            "sim-gpt", base_url=sim.openai_base_url, api_key="sk-cluster", max_concurrency=bound
+        )
+        bot = raygent.agent(model=model, backend=backend)
+        removed: dict[str, Any] = {}
+        after: dict[str, int] = {"peak": 0}
+
+        async def remove_one() -> None:
+            await sim.wait_until(lambda s: s.requests >= 20, DEADLINE)
+            # The nodes this driver's runners run on (each asked where it is).
+            handles = [h for hs in batch_runners._fleet._runners.values() for h in hs]
+            nodes = await asyncio.gather(*(h.__ray_call__.remote(_node_of) for h in handles))
+            node = next(n for n in lab.nodes if n in nodes)
+            removed["node"] = node
+            removed["seconds"] = await asyncio.to_thread(lab.remove, node)
+            removed["at_request"] = sim.stats().requests
+            sim.reset()
+            await sim.wait_until(lambda s: s.in_flight == bound, DEADLINE)
+            after["peak"] = bound  # the whole bound in flight again, without the lost node
+
+        remover = asyncio.ensure_future(remove_one())
+        result = await batch(bot, [f"q{i}" for i in range(items)], concurrency=24, runners=2)
+        await asyncio.wait_for(remover, DEADLINE)
+        stats = sim.stats()
+    return {
+        "items": items,
+        "bound": bound,
+        "succeeded": result.report.succeeded,
+        "keys": sorted(item.key for item in result.items),
+        "removed": removed,
+        "peak_after_removal": stats.peak_in_flight,
+        "bound_reached_again": after["peak"] == bound,
+    }
+
+
 SCENARIOS: dict[str, Callable[[Lab, Path], Awaitable[dict[str, Any]]]] = {
     "placement": placement,
     "idempotent_rerun": idempotent_rerun,
     "not_idempotent_fails": not_idempotent_fails,
     "retries_run_out": retries_run_out,
     "batch_node_lost": batch_node_lost,
+    "lease_holder_node_lost": lease_holder_node_lost,
 }
 
 

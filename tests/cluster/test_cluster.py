@@ -1,6 +1,8 @@
 """Multi-node Ray with `ray.cluster_utils.Cluster`: tools placed by their resources, a
 node removed under a running tool (idempotent: runs again elsewhere; not: a typed error
-the model hears of), a node removed under a batch runner (every item ends once).
+the model hears of), a node removed under a batch runner (every item ends once), a node
+removed under runners holding slices of a provider bound (never passed; the slice comes
+back).
 
 The cluster runs in a subprocess (`_scenarios.py`, one cluster for all the scenarios):
 it cannot share this process with the session's Ray (`ray_session`), whatever order
@@ -156,3 +158,15 @@ def test_a_batch_loses_no_item_and_records_none_twice_when_a_runner_node_is_remo
     # before it went, others elsewhere.
     nodes = {row["node"] for row in rows}
     assert removed in nodes and len(nodes) >= 2
+
+
+def test_a_node_with_lease_holders_removed_mid_batch_never_passes_the_bound(
+    observed: dict[str, Any],
+) -> None:
+    seen = scenario(observed, "lease_holder_node_lost")
+    assert seen["removed"].get("node"), "no runner node was removed"
+    assert seen["removed"]["at_request"] < seen["items"]  # mid-batch
+    assert seen["succeeded"] == seen["items"]
+    assert seen["keys"] == list(range(seen["items"]))  # every item once
+    assert seen["peak_after_removal"] <= seen["bound"]
+    assert seen["bound_reached_again"]  # the lost slice came back to the others
