@@ -20,14 +20,19 @@ runner costs a worker process start per batch.
 Items go back pickled by us, each on its own, a batch of them at a time: a result that
 cannot be pickled here (or unpickled in the driver) fails its own item instead of
 breaking the stream (which the driver would take for a dead runner), and one batch
-costs Ray one object instead of one per item.
+costs Ray one object instead of one per item. A class the driver sent by value (an
+output model defined in a notebook or a script) goes back by reference to the driver's
+own class (`_ItemPickler`): by value, the driver would rebuild it for every item.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import io
 import logging
+import pickle
+import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -56,6 +61,46 @@ __all__ = ["BatchRunner", "ResultBatch", "UnsentResultError"]
 logger = logging.getLogger(__name__)
 _dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps
 _loads: Callable[[bytes], Any] = ray.cloudpickle.loads
+# cloudpickle's registry of the classes that travelled by value (each with an id that is
+# the same in every process it reached); absent in a cloudpickle without it: then
+# classes simply go by value.
+_TRACKED: Any = getattr(ray.cloudpickle.cloudpickle, "_DYNAMIC_CLASS_TRACKER_BY_CLASS", {})
+_TRACKED_BY_ID: Any = getattr(ray.cloudpickle.cloudpickle, "_DYNAMIC_CLASS_TRACKER_BY_ID", {})
+# The classes this runner was sent by value by its driver (with the executables).
+_from_driver: weakref.WeakSet[type] = weakref.WeakSet()
+
+
+def _tracked_class(tracker_id: str) -> type:
+    """In the driver: its own class that went to the runner by value under this id."""
+    found = _TRACKED_BY_ID.get(tracker_id)
+    if found is None:
+        raise pickle.UnpicklingError(f"no class here was sent as {tracker_id}")
+    return found  # type: ignore[no-any-return]
+
+
+class _ItemPickler(ray.cloudpickle.Pickler):
+    """cloudpickle, but the classes that came from the driver go back by reference."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, type) and obj in _from_driver:
+            return _tracked_class, (_TRACKED[obj],)
+        return super().reducer_override(obj)  # type: ignore[no-untyped-call]
+
+
+def _load_executable(payload: bytes) -> Any:
+    """The executable the driver sent; the classes it brought by value are noted."""
+    executable = _loads(payload)
+    for cls in list(_TRACKED):
+        _from_driver.add(cls)
+    return executable
+
+
+def _dump_item(item: BatchItem) -> bytes:
+    buffer = io.BytesIO()
+    pickler = _ItemPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)  # type: ignore[no-untyped-call]
+    pickler.dump(item)  # type: ignore[no-untyped-call]
+    return buffer.getvalue()
+
 
 # Items that ended within this many seconds of each other go back as one batch.
 FLUSH_INTERVAL = 0.02
@@ -121,7 +166,7 @@ class BatchRunner:
         """Take a share of a batch: `slots` attempts in flight."""
         state = _Batch(
             pool=InFlight(
-                attempt_for(_loads(executable), run_options),
+                attempt_for(_load_executable(executable), run_options),
                 concurrency=slots,
                 retry=retry,
                 deliver=lambda item: self._deliver(batch_id, item),
@@ -202,7 +247,7 @@ def _pickled(items: list[BatchItem]) -> list[tuple[int, bytes]]:
 
 def _pickled_item(item: BatchItem) -> bytes:
     try:
-        return _dumps(item)
+        return _dump_item(item)
     except Exception as exc:
         logger.warning("item %s: its result cannot be pickled (%s)", item.index, exc)
         error = UnsentResultError(

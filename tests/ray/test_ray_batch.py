@@ -503,3 +503,46 @@ async def test_a_killed_runners_sessions_move_with_its_items_in_order(tmp_path: 
     keys = sorted(json.loads(line)["key"] for line in sink.read_text().splitlines())
     assert keys == list(range(32))  # every item once
     await _check_sessions(tmp_path, 4, 8, reruns=True)  # every session whole, in order
+
+
+def _module_sent_by_value() -> Any:
+    """A module the workers cannot import (made here, at run time), sent by value: like
+    a notebook's or a script's `__main__`, with a pydantic output model."""
+    import sys
+    import types
+
+    module = types.ModuleType("raygent_by_value_outputs")
+    code = """
+from pydantic import BaseModel
+
+class Answer(BaseModel):
+    item: int
+
+async def answer(item):
+    return Answer(item=item)
+"""
+    exec(compile(code, module.__name__, "exec"), module.__dict__)
+    sys.modules[module.__name__] = module
+    ray.cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+    return module
+
+
+async def test_an_output_class_sent_by_value_comes_back_as_the_drivers_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ray.cloudpickle.cloudpickle as cloudpickle
+
+    module = _module_sent_by_value()
+    rebuilt: list[str] = []
+    make = cloudpickle._make_skeleton_class
+
+    def counted(*args: Any) -> Any:  # what unpickling a class sent by value does here
+        rebuilt.append(args[1])
+        return make(*args)
+
+    monkeypatch.setattr(cloudpickle, "_make_skeleton_class", counted)
+    result = await batch(_on(backend(), module.answer), range(40), concurrency=8, runners=1)
+    assert result.ok
+    assert all(type(data) is module.Answer for data in result.data)  # the driver's class
+    assert [data.item for data in result.data] == list(range(40))
+    assert rebuilt == []  # no class rebuilt for each item that came back
