@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,6 +55,8 @@ def reconstructed() -> bool:
     """Whether this process is an actor that Ray restarted (after its process died):
     what it knew is gone, and others may still act on it."""
     try:
-        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+        with warnings.catch_warnings():  # Ray reads its own deprecated `actor_id` here
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return bool(ray.get_runtime_context().was_current_actor_reconstructed)
     except Exception:  # not in an actor (a unit test drives the class in-process)
         return False
