@@ -1,4 +1,4 @@
-"""The Ray backend: model gateways, tool execution, session hosts and batch runners.
+"""The Ray backend: model gateways, tool executors and tasks, session hosts, batch runners.
 
 Build it with `raygent.init(backend="ray")`, or `ray_backend(RayOptions(...))` for more
 control; the core in `raygent` never imports Ray.
@@ -11,7 +11,7 @@ from ._sends import RetryPolicy
 from .backend import connect, ray_backend, ship_by_value
 from .gateway import RayModelAccess, endpoint_digest, gateway_key, gateway_names
 from .sessions import LeaseExpiredError, RaySessions, SessionHostError
-from .tool_tasks import RayToolExecution
+from .tools import RayToolExecution
 
 __all__ = [
     "Bounds",

@@ -29,13 +29,22 @@ class RayOptions:
     - `detached`: session hosts outlive the driver that created them (for several
       drivers sharing one cluster over time); by default they end with the creating job.
     - `retry`: how 429s are retried on Ray (every holder pauses for a Retry-After).
-    - `tool_num_cpus`: CPUs reserved by a tool task whose tool declares none (Ray's own
-      default is 1; 0 lets I/O-bound tools run many to a core, one worker process each).
+    - `tool_executors`: tool executors per node. A tool that asks for no placement runs
+      on an executor of the caller's node: a long-lived actor (no CPU reserved) running
+      many calls at once, async tools on its loop, sync tools in threads. Each call goes
+      to the executor with the fewest calls in flight from its process; more executors
+      spread sync tools that hold the GIL over more processes.
+    - `tool_executor_idle`: seconds without a call after which an executor exits (it
+      outlives the process that created it; the next call creates it anew).
+    - `tool_num_cpus`: CPUs reserved by the task of a tool that needs placement
+      (`resources` or `runtime_env`) but declares no `num_cpus`. Executors reserve none.
     - `runner_num_cpus`: CPUs each batch runner reserves (0: runners are placed by
       spreading alone, and may land on a head node that takes no tasks; a little, such
       as 0.1, keeps them on nodes with CPUs to give).
-    - `tool_cancel_grace`: seconds a cancelled tool task (timed out, run aborted) has to
-      stop on its KeyboardInterrupt before its worker process is killed.
+    - `tool_cancel_grace`: seconds a cancelled tool (timed out, run aborted) has to stop
+      on its interrupt. A tool task still running then has its worker process killed; a
+      tool on an executor makes its executor retire (it takes no new calls and exits once
+      its other calls end, which ends the stuck tool).
     """
 
     address: str | None = None
@@ -47,6 +56,8 @@ class RayOptions:
     gateway_idle_timeout: float = 600.0
     detached: bool = False
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    tool_executors: int = 2
+    tool_executor_idle: float = 600.0
     tool_num_cpus: float = 1.0
     tool_cancel_grace: float = 1.0
     runner_num_cpus: float = 0.0
@@ -58,6 +69,12 @@ class RayOptions:
             raise ValueError("lease_ttl and gateway_idle_timeout must be > 0, lease_idle >= 0")
         if self.tool_cancel_grace < 0:
             raise ValueError(f"tool_cancel_grace must be >= 0, not {self.tool_cancel_grace}")
+        if self.tool_executors < 1:
+            raise ValueError(f"tool_executors must be >= 1, not {self.tool_executors}")
+        if self.tool_executor_idle <= 0:
+            raise ValueError(
+                f"tool_executor_idle must be positive seconds, not {self.tool_executor_idle}"
+            )
         if self.tool_num_cpus < 0:
             raise ValueError(f"tool_num_cpus must be >= 0, not {self.tool_num_cpus}")
         if self.runner_num_cpus < 0:

@@ -1,4 +1,4 @@
-"""Small Ray glue shared by the gateways and the tool tasks."""
+"""Small Ray glue shared by the gateways, session hosts and tool executors."""
 
 from __future__ import annotations
 
@@ -6,14 +6,15 @@ import asyncio
 import functools
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 import ray
 
-__all__ = ["actor_class", "awaited", "ensure_ray", "job_id", "reconstructed"]
+__all__ = ["actor_class", "awaited", "ensure_ray", "job_id", "reconstructed", "spawn"]
 
 _init_lock = threading.Lock()
+_background: set[asyncio.Task[Any]] = set()
 
 
 def ensure_ray(address: str | None, namespace: str, init_kwargs: Mapping[str, Any]) -> None:
@@ -60,3 +61,11 @@ def reconstructed() -> bool:
             return bool(ray.get_runtime_context().was_current_actor_reconstructed)
     except Exception:  # not in an actor (a unit test drives the class in-process)
         return False
+
+
+def spawn(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+    """Run `coro` as a task of its own, held until it ends (the loop holds tasks weakly)."""
+    task = asyncio.get_running_loop().create_task(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return task

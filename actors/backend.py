@@ -1,4 +1,5 @@
-"""The Ray `Backend`: model gateways, tool tasks and session hosts, plugged into the loop."""
+"""The Ray `Backend`: model gateways, tool executors and tasks, session hosts and batch
+runners, plugged into the loop."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from ._options import RayOptions
 from .batch_runners import RayBatchRunners
 from .gateway import RayModelAccess
 from .sessions import RaySessions
-from .tool_tasks import RayToolExecution
+from .tools import RayToolExecution
 
 __all__ = ["connect", "ray_backend", "ship_by_value"]
 

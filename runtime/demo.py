@@ -4,7 +4,7 @@ An agent with a tool and structured output answers a bundled dataset of 500 trav
 questions in bulk (`raygent.batch`), each traveller's questions in their own stored
 conversation (SQLite sessions), with a progress bar; the results are written as they
 end, and a summary closes. On the Ray backend (the default) it runs on a local Ray:
-batch runners, model gateways, tool tasks and session hosts.
+batch runners, model gateways, tool executors and session hosts.
 
 The model is the built-in provider simulator (a local HTTP server speaking the OpenAI
 and Anthropic wire formats), so the demo needs no key and no network. The same agent
@@ -128,7 +128,7 @@ def _start_backend() -> None:
     backend = current_backend()
     if backend.name == "ray":
         backend = init("ray", include_dashboard=False, log_to_driver=False)
-        where = "a local Ray (batch runners, model gateways, tool tasks, session hosts)"
+        where = "a local Ray (batch runners, model gateways, tool executors, session hosts)"
     else:
         where = "this process"
     print(f"  backend: {backend.name}: {where}; RAYGENT_BACKEND=local runs it in-process")

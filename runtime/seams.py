@@ -3,7 +3,7 @@
 The loop never talks to Ray. It asks a `Backend` for model access and tool execution
 (and, with the memory issue, session persistence). `LOCAL` runs everything in this
 process; the Ray backend (raygent.actors) implements the same protocols with model
-gateways and remote tool tasks, and the same scenario tests run on both.
+gateways and tool executors, and the same scenario tests run on both.
 """
 
 from __future__ import annotations

@@ -30,7 +30,6 @@ from raygent.seams import LOCAL, Backend
 
 BACKENDS = ("local", "ray")
 NAMESPACE = "raygent-tests"  # the namespace of the session's ray.init
-RAY_CPUS = 4  # the session's Ray CPUs (tests/conftest.py): tool tasks ask for one each
 
 _ray: Backend | None = None
 
