@@ -251,8 +251,8 @@ class ToolExecutors:
         try:
             answer = await batch.ref
             for _ in range(SHIPPING_ATTEMPTS):
-                if not isinstance(answer, UnknownTools):
-                    break
+                if not isinstance(answer, UnknownTools) or batch.abandoned == len(batch.calls):
+                    break  # known now, or nobody waits any more
                 # A restarted (or new) executor: send the tools it lacks along.
                 ask = set(answer.keys)
                 tools = {key: data for key, data in batch.tools.items() if key in ask}
