@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ray.exceptions import RayActorError, RayTaskError
 
 from ._core import Message, RaygentError
+from ._ray import spawn
 from ._session_wire import LeaseExpiredError, SessionHostError, checked, encode_messages
 
 if TYPE_CHECKING:
@@ -33,16 +34,7 @@ if TYPE_CHECKING:
 else:
     from raygent.stores import CompactingStore, Scope, Snapshot, Store
 
-__all__ = ["HostLease", "spawn"]
-
-_background: set[asyncio.Task[Any]] = set()
-
-
-def spawn(coro: Any) -> asyncio.Task[Any]:
-    task = asyncio.get_running_loop().create_task(coro)
-    _background.add(task)  # the loop holds tasks weakly
-    task.add_done_callback(_background.discard)
-    return task
+__all__ = ["HostLease", "unavailable"]
 
 
 class HostLease:

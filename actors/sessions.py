@@ -40,8 +40,8 @@ from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
 from ._core import Message, RaygentError
 from ._options import RayOptions
-from ._ray import actor_class, job_id
-from ._session_lease import HostLease, spawn, unavailable
+from ._ray import actor_class, job_id, spawn
+from ._session_lease import HostLease, unavailable
 from ._session_wire import (
     LeaseExpiredError,
     SessionHostError,
