@@ -11,7 +11,9 @@ results stream.
 The driver routes every item that names a session to the runner that owns the session
 (a stable hash of it), so the runner serialises its sessions in-process (the in-flight
 core keeps their order) and its runs write to the store themselves, fenced by position,
-with no session-host call (`runner_owns_sessions`).
+with no session-host call. Tools that ask for no placement run here too
+(`RayOptions.tools_in_runners`): a runner is a worker of its own, so another hop to a tool
+executor would cost a Ray call per tool call and buy little (`in_batch_runner`).
 
 Why runners outlive a batch: the actors the runs in a runner create (model gateways,
 session hosts) are owned by it and would die with it, under every other user; and a new
@@ -40,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import ray.cloudpickle
 
 from ._core import Backend
-from .sessions import runner_owns_sessions
+from ._ray import in_batch_runner
 
 if TYPE_CHECKING:
     from runtime._batch.engine import BatchItem, InFlight, Job
@@ -175,12 +177,13 @@ class BatchRunner:
             jobs=asyncio.Queue(),
             ready=asyncio.Event(),
         )
-        # The runs of this batch own their sessions (the driver routed them here).
-        owned = runner_owns_sessions.set(True)
+        # The runs of this batch own their sessions (the driver routed them here) and
+        # run their unplaced tools here.
+        hosted = in_batch_runner.set(True)
         try:
             state.task = asyncio.ensure_future(state.pool.run(_feed(state.jobs)))
         finally:
-            runner_owns_sessions.reset(owned)
+            in_batch_runner.reset(hosted)
         state.task.add_done_callback(lambda _: state.wake())
         self._batches[batch_id] = state
 

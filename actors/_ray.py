@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import threading
 import warnings
@@ -11,9 +12,24 @@ from typing import Any
 
 import ray
 
-__all__ = ["actor_class", "awaited", "ensure_ray", "job_id", "reconstructed", "spawn"]
+__all__ = [
+    "actor_class",
+    "awaited",
+    "ensure_ray",
+    "in_batch_runner",
+    "job_id",
+    "reconstructed",
+    "spawn",
+]
 
 _init_lock = threading.Lock()
+
+# Set by a batch runner for the runs it hosts. Their sessions were routed to it, so it
+# serialises them in-process and writes to the store fenced, with no session-host call;
+# and it runs their tools that ask for no placement itself (`RayOptions.tools_in_runners`).
+in_batch_runner: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "raygent_in_batch_runner", default=False
+)
 _background: set[asyncio.Task[Any]] = set()
 
 

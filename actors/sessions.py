@@ -15,7 +15,7 @@ per-process FIFO lock for the conversation: runs from one driver go in arrival o
 runs from several drivers are mutually exclusive at the host.
 
 A batch on runners does without hosts: its items are routed to runners by session, and a
-runner serialises its sessions itself (`runner_owns_sessions`), writing to the store
+runner serialises its sessions itself (`in_batch_runner`), writing to the store
 with the same fence. The driver tells the hosts to forget what the batch changed.
 """
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import copy
 import hashlib
 import logging
@@ -40,7 +39,7 @@ from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
 from ._core import Message, RaygentError
 from ._options import RayOptions
-from ._ray import actor_class, job_id, spawn
+from ._ray import actor_class, in_batch_runner, job_id, spawn
 from ._session_lease import HostLease, unavailable
 from ._session_wire import (
     LeaseExpiredError,
@@ -67,7 +66,6 @@ __all__ = [
     "encode_messages",
     "host_names",
     "route",
-    "runner_owns_sessions",
     "store_identity",
 ]
 
@@ -78,12 +76,6 @@ _dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps
 HOST_CONCURRENCY = 10_000
 # An acquire that meets a host restarting (killed, its node lost) tries again this often.
 ACQUIRE_ATTEMPTS = 5
-
-# Set by a batch runner for the runs it makes: their sessions were routed to it, so it
-# serialises them in-process and writes to the store fenced, with no host hop.
-runner_owns_sessions: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "raygent_runner_owns_sessions", default=False
-)
 
 
 def store_identity(store: Store) -> tuple[str, Store] | None:
@@ -246,7 +238,7 @@ class RaySessions:
     async def acquire(self, memory: Memory, scope: Scope, run_id: str) -> SessionLease:
         store = memory.store
         found = store_identity(store)
-        if found is None or runner_owns_sessions.get():
+        if found is None or in_batch_runner.get():
             return await _local.acquire(memory, scope, run_id)
         key, shipped = found
         ref = store.ref(scope)

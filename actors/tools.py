@@ -4,9 +4,12 @@
 - A tool that declares `num_cpus`, `resources` or a `runtime_env` needs placement: each
   call is one Ray task asking for them (`_tool_tasks`), with `retries` for idempotent
   tools and `timeout` enforced by cancelling the task.
-- Every other tool: the tool executors of the caller's node (`tool_executors`), a
-  small pool of long-lived actors that runs many calls at once, the calls of one trip
-  in one remote call per executor.
+- Every other tool, called from a batch runner (`RayOptions.tools_in_runners`, the
+  default): in the runner's process, as in-process. A runner is already a worker of
+  its own; another hop would cost a Ray call per tool call and buy little.
+- Every other tool, called from anywhere else (a driver, a notebook): the tool
+  executors of the caller's node (`tool_executors`), a small pool of long-lived actors
+  that runs many calls at once, the calls of one trip in one remote call per executor.
 
 Arguments are validated in the caller (an invalid call costs no remote call). The run's
 signal stays in the caller's process: a remote tool's `ToolContext` carries a signal of
@@ -21,6 +24,7 @@ from typing import Any
 
 from ._core import Tool, ToolContext
 from ._options import RayOptions
+from ._ray import in_batch_runner
 from ._tool_tasks import ToolTasks, needs_placement
 from .tool_executors import ToolExecutors
 
@@ -41,7 +45,8 @@ class RayToolExecution:
     async def invoke(
         self, tool: Tool[..., Any], arguments: dict[str, Any] | None, ctx: ToolContext
     ) -> Any:
-        if tool.inline:
+        hosted = self.options.tools_in_runners and in_batch_runner.get()
+        if tool.inline or (hosted and not needs_placement(tool)):
             return await tool.invoke(arguments, ctx)
         kwargs = tool.validate(arguments)
         self.options.connect()

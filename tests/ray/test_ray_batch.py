@@ -546,3 +546,38 @@ async def test_an_output_class_sent_by_value_comes_back_as_the_drivers_own(
     assert all(type(data) is module.Answer for data in result.data)  # the driver's class
     assert [data.item for data in result.data] == list(range(40))
     assert rebuilt == []  # no class rebuilt for each item that came back
+
+
+@raygent.tool
+def which_actor() -> str:
+    """The Ray actor this call runs in (empty: not an actor)."""
+    return ray.get_runtime_context().get_actor_name() or ""
+
+
+def _answers_with_the_tool() -> Any:
+    from raygent.messages import ToolMessage
+    from raygent.testing import FunctionModel, call, reply
+
+    def step(messages: list[Any], options: Any) -> Any:
+        if isinstance(messages[-1], ToolMessage):
+            return messages[-1].text
+        return reply(tool_calls=[call("which_actor", {})])
+
+    return FunctionModel(step)
+
+
+@pytest.mark.parametrize("in_runners", [True, False])
+async def test_a_batch_runs_unplaced_tools_in_its_runners_unless_told_otherwise(
+    in_runners: bool,
+) -> None:
+    options = RayOptions(namespace=NAMESPACE, tools_in_runners=in_runners)
+    bot = raygent.agent(
+        model=_answers_with_the_tool(), tools=[which_actor], backend=ray_backend(options)
+    )
+    result = await batch(bot, [f"q{i}" for i in range(12)], concurrency=4, runners=1)
+    assert result.ok, [str(i.error) for i in result.items if not i.ok]
+    where = {text.split("-")[1] for text in result.data}  # raygent-runner-... / -tools-...
+    assert where == ({"runner"} if in_runners else {"tools"})
+    # From the driver, the same agent's tool goes to this node's executors either way.
+    here = await bot.execute("from the driver")
+    assert here.ok and here.text.startswith("raygent-tools-")
