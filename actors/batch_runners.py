@@ -116,6 +116,16 @@ class RayBatchRunners:
     def pool(self, executable: Any, plan: PoolPlan) -> BatchPool:
         return RunnerPool(executable, plan, self.options)
 
+    async def start(self, concurrency: int, runners: int | None = None) -> None:
+        """Start (or find) the runners a batch of this `concurrency` will use, and wait
+        until they are up: this driver's next batch then begins at once (a runner is a
+        worker process that takes a second or so to start)."""
+        self.options.connect()
+        taken: list[Any] = []
+        for _ in range(runner_count(concurrency, runners)):
+            taken.append(_fleet.take(self.options, taken)[0])
+        await asyncio.gather(*(handle.__ray_ready__.remote() for handle in taken))
+
 
 @dataclass(eq=False)
 class _Runner:
@@ -193,7 +203,8 @@ class RunnerPool:
         try:
             self._options.connect()
             self._payload = ray.put(_dumps(self._executable))
-            for lane, slots in enumerate(_split(self._plan.concurrency, self._count())):
+            count = runner_count(self._plan.concurrency, self._plan.runners)
+            for lane, slots in enumerate(_split(self._plan.concurrency, count)):
                 self._backlog.append(deque())
                 self._spawn(lane, slots)
             await self._drive(feed)
@@ -207,15 +218,6 @@ class RunnerPool:
             if unlink is not None:
                 unlink()
             self._shutdown()
-
-    def _count(self) -> int:
-        if self._plan.runners:
-            wanted = self._plan.runners
-        else:
-            resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
-            cpus = int(resources.get("CPU", 1)) or 1
-            wanted = min(math.ceil(self._plan.concurrency / PER_RUNNER), cpus)
-        return max(1, min(wanted, self._plan.concurrency))
 
     def _spawn(self, lane: int, slots: int) -> None:
         busy = [r.handle for r in self._lanes if not r.ended]
@@ -517,6 +519,18 @@ def _fleet_key(options: RayOptions) -> tuple[str, str]:
 
 
 _fleet = _Fleet()
+
+
+def runner_count(concurrency: int, runners: int | None) -> int:
+    """How many runners a batch uses: `runners`, else one per `PER_RUNNER` of
+    concurrency, at most one per CPU of the cluster; never more than `concurrency`."""
+    if runners:
+        wanted = runners
+    else:
+        resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
+        cpus = int(resources.get("CPU", 1)) or 1
+        wanted = min(math.ceil(concurrency / PER_RUNNER), cpus)
+    return max(1, min(wanted, concurrency))
 
 
 def _split(total: int, parts: int) -> list[int]:

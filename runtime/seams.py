@@ -187,6 +187,10 @@ class BatchExecution(Protocol):
 
     def pool(self, executable: Any, plan: PoolPlan) -> BatchPool: ...
 
+    async def start(self, concurrency: int, runners: int | None = None) -> None:
+        """Start now what a batch of this `concurrency` will run on (runner actors), so
+        that the next batch begins at once."""
+
 
 @dataclass(frozen=True)
 class PoolPlan:

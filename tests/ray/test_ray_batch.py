@@ -581,3 +581,17 @@ async def test_a_batch_runs_unplaced_tools_in_its_runners_unless_told_otherwise(
     # From the driver, the same agent's tool goes to this node's executors either way.
     here = await bot.execute("from the driver")
     assert here.ok and here.text.startswith("raygent-tools-")
+
+
+async def test_runners_started_ahead_are_the_ones_the_next_batch_uses() -> None:
+    namespace = f"raygent-tests-ahead-{os.getpid()}"
+    ahead = ray_backend(RayOptions(namespace=namespace))
+    assert ahead.batches is not None
+    await ahead.batches.start(16, runners=2)  # up and answering when this returns
+    actors = ray.util.list_named_actors(all_namespaces=True)
+    started = [a for a in actors if a["namespace"] == namespace and a["name"].startswith(PREFIX)]
+    assert len(started) == 2
+    result = await batch(_on(ahead, pid_of_work), range(20), concurrency=16, runners=2)
+    assert result.ok
+    again = ray.util.list_named_actors(all_namespaces=True)
+    assert len([a for a in again if a["namespace"] == namespace]) == 2  # no new runner
