@@ -138,7 +138,9 @@ class _Runner:
     lane: int
     held: dict[int, Job] = field(default_factory=dict)  # sent, not yet back
     closed: bool = False
-    chunks: int = 0
+    chunks: int = 0  # submit calls made (the chunks sent)
+    answers: int = 0  # result batches received
+    received: int = 0  # bytes of the results received
     ended: bool = False
     retries: int = 0
     retrying: int = 0
@@ -335,6 +337,8 @@ class RunnerPool:
             stream = runner.handle.results.options(num_returns="streaming").remote(runner.share)
             async for ref in stream:
                 pickled, runner.retries, runner.retrying = await ref
+                runner.answers += 1
+                runner.received += sum(len(data) for _, data in pickled)
                 await self._receive(runner, pickled)
         except RayError as exc:
             died = exc

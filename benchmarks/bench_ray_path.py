@@ -15,6 +15,9 @@ rounds interleaved, fresh conversations each round.
    Target: Ray <= 2 x local.
 3. Width: the Ray batch again at `--wide` in flight; the `ray::` processes must stay a
    fixed handful (<= 16 here), not grow with the runs in flight.
+4. Per item on the Ray path (the units of the cost model in benchmarks/README.md):
+   remote calls (runner chunks and result batches, gateway lease calls, session-host
+   and tool-executor calls), bytes sent to the runners and back, the driver's CPU.
 
     python benchmarks/bench_ray_path.py
 """
@@ -192,6 +195,51 @@ async def width(bench: Bench, base: str) -> None:
     print(f"fixed handful (<= 16, not growing with the runs in flight): {ok(most <= 16)}")
 
 
+async def units(bench: Bench, base: str) -> None:
+    """Remote calls and bytes per item of one Ray batch, from the pool's own counters and
+    the gateway's."""
+    from raygent.actors import batch_runners, gateway_names
+
+    args, pools = bench.args, []
+    run = batch_runners.RunnerPool.run
+
+    async def kept(self: Any, feed: Any) -> None:
+        pools.append(self)
+        await run(self, feed)
+
+    batch_runners.RunnerPool.run = kept  # type: ignore[method-assign]
+    gateway = ray.get_actor(gateway_names(1)[0], namespace="raygent")
+    syncs = (await gateway.stats.remote())["syncs"]
+    cpu = time.process_time()
+    try:
+        result = await bench.batch(base, "ray", args.items, args.concurrency)
+    finally:
+        batch_runners.RunnerPool.run = run  # type: ignore[method-assign]
+    driver_ms = (time.process_time() - cpu) * 1000 / args.items
+    syncs = (await gateway.stats.remote())["syncs"] - syncs
+    runners = [r for pool in pools for r in pool._runners]
+    items = args.items
+    sent = sum(len(ray.cloudpickle.dumps(job)) for job in _jobs(result)) / len(result.items)
+    back = sum(r.received for r in runners) / items
+    print(f"\n4. per item on the Ray path ({items} items, {len(runners)} runner(s)):")
+    print(
+        f"  runner calls: {sum(r.chunks for r in runners) / items:.3f} chunks sent, "
+        f"{sum(r.answers for r in runners) / items:.3f} result batches received"
+    )
+    print(
+        f"  gateway lease calls: {syncs / items:.4f}; session-host calls: 0; "
+        f"tool-executor calls: 0 (tools run in the runner)"
+    )
+    print(f"  bytes: ~{sent:.0f} to the runner (the job), {back:.0f} back (the result)")
+    print(f"  driver CPU: {driver_ms:.2f} ms (reading, sending, unpickling, recording)")
+
+
+def _jobs(result: Any) -> list[Any]:
+    from raygent._batch.engine import Job
+
+    return [Job(i.index, i.key, input=i.input, meta=i.meta) for i in result.items[:200]]
+
+
 def ok(passed: bool) -> str:
     return "ok" if passed else "MISSED"
 
@@ -209,6 +257,7 @@ async def main_async(args: argparse.Namespace) -> None:
         with sim_process("--script", SCRIPT, *latency) as base:
             await throughput(bench, base)
             await width(bench, base)
+            await units(bench, base)
         with sim_process("--script", SCRIPT) as base:
             await cpu(bench, base)
 
