@@ -18,6 +18,7 @@ __all__ = [
     "ensure_ray",
     "in_batch_runner",
     "job_id",
+    "named_actor",
     "reconstructed",
     "spawn",
 ]
@@ -85,3 +86,34 @@ def spawn(coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
     _background.add(task)
     task.add_done_callback(_background.discard)
     return task
+
+
+def named_actor(
+    cls: type,
+    name: str,
+    namespace: str,
+    *args: Any,
+    detached: bool = True,
+    max_restarts: int = -1,
+    max_concurrency: int = 10_000,
+    **options: Any,
+) -> Any:
+    """The actor named `name` in `namespace`, made of `cls(*args)` if it does not exist
+    yet: a service every process of the cluster shares (gateways, session hosts, tool
+    executors). It asks for no CPU (it waits, it does not work); `max_concurrency` calls
+    at once; never retried by Ray (callers retry what is safe to)."""
+    return (
+        actor_class(cls)
+        .options(
+            name=name,
+            namespace=namespace,
+            get_if_exists=True,
+            lifetime="detached" if detached else None,
+            max_concurrency=max_concurrency,
+            num_cpus=0,
+            max_restarts=max_restarts,
+            max_task_retries=0,
+            **options,
+        )
+        .remote(*args)
+    )

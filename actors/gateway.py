@@ -45,13 +45,10 @@ from ._gateway_actor import Gateway
 from ._lease import EndpointLease, GatewayUnavailable
 from ._ledger import Bounds, Grant, Report, partition
 from ._options import RayOptions
-from ._ray import actor_class, job_id, reconstructed
+from ._ray import job_id, named_actor, reconstructed
 from ._sends import send_complete, send_stream
 
 __all__ = ["RayModelAccess", "endpoint_digest", "gateway_key", "gateway_names"]
-
-# Calls to a gateway wait (long polls), they do not work: let thousands be parked.
-ACTOR_CONCURRENCY = 10_000
 
 
 def gateway_key(model: Model) -> Hashable | None:
@@ -80,19 +77,13 @@ def gateway_handle(options: RayOptions, name: str) -> Any:
     cache_key = (job_id(), options.namespace, name)
     handle = _handles.get(cache_key)
     if handle is None:
-        handle = _handles[cache_key] = (
-            actor_class(_GatewayActor)
-            .options(
-                name=name,
-                namespace=options.namespace,
-                get_if_exists=True,
-                lifetime="detached",  # it outlives the driver that made it
-                max_concurrency=ACTOR_CONCURRENCY,
-                num_cpus=0,
-                max_restarts=-1,
-                max_task_retries=0,
-            )
-            .remote(options.lease_ttl, options.gateway_idle_timeout)
+        # Detached: it outlives the driver that made it (it ends itself when idle).
+        handle = _handles[cache_key] = named_actor(
+            _GatewayActor,
+            name,
+            options.namespace,
+            options.lease_ttl,
+            options.gateway_idle_timeout,
         )
     return handle
 

@@ -39,7 +39,7 @@ from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
 from ._core import Message, RaygentError
 from ._options import RayOptions
-from ._ray import actor_class, in_batch_runner, job_id, spawn
+from ._ray import in_batch_runner, job_id, named_actor, spawn
 from ._session_lease import HostLease, unavailable
 from ._session_wire import (
     LeaseExpiredError,
@@ -72,8 +72,6 @@ __all__ = [
 log = logging.getLogger("raygent.sessions")
 _dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps
 
-# Host calls wait on the store and on each other's leases, not on the CPU.
-HOST_CONCURRENCY = 10_000
 # An acquire that meets a host restarting (killed, its node lost) tries again this often.
 ACQUIRE_ATTEMPTS = 5
 
@@ -128,10 +126,10 @@ _locks: weakref.WeakKeyDictionary[
 _local = LocalSessions()
 
 
-def _host_class() -> Any:
-    from ._session_host import SessionHost
+def _host_class() -> type:
+    from ._session_host import SessionHost  # it imports this module's errors
 
-    return actor_class(SessionHost)
+    return SessionHost
 
 
 class RaySessions:
@@ -305,19 +303,14 @@ class RaySessions:
         cache_key = (job_id(), o.namespace, name)
         handle = _handles.get(cache_key)
         if handle is None:
-            handle = _handles[cache_key] = (
-                _host_class()
-                .options(
-                    name=name,
-                    namespace=o.namespace,
-                    get_if_exists=True,
-                    lifetime="detached" if o.detached else None,
-                    max_concurrency=HOST_CONCURRENCY,
-                    num_cpus=0,
-                    max_restarts=-1,
-                    max_task_retries=0,
-                )
-                .remote(self.max_cached, self.max_cached_bytes, self.store_concurrency)
+            handle = _handles[cache_key] = named_actor(
+                _host_class(),
+                name,
+                o.namespace,
+                self.max_cached,
+                self.max_cached_bytes,
+                self.store_concurrency,
+                detached=o.detached,
             )
         return handle
 

@@ -53,14 +53,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ._core import Tool, ToolContext, ToolExecutionError
 from ._options import RayOptions
-from ._ray import actor_class, job_id, spawn
+from ._ray import job_id, named_actor, spawn
 from ._tool_executor import Retiring, ToolCallSpec, ToolExecutor, UnknownTools
 from ._tool_outcomes import decode, dumps, timed_out, worker_failed
 
 __all__ = ["ToolExecutors", "executor_names"]
 
-# Calls to an executor wait on their tools, not on the CPU of the process that sent them.
-EXECUTOR_CONCURRENCY = 10_000
 # Seconds past timeout + grace before a caller gives up on its executor: it covers the
 # executor's start (a worker process: seconds on a busy machine) and the hops.
 BACKSTOP_SLACK = 30.0
@@ -286,20 +284,13 @@ class ToolExecutors:
         handle = _handles.get(cache_key)
         if handle is None:
             node, _ = _place()
-            handle = _handles[cache_key] = (
-                actor_class(ToolExecutor)
-                .options(
-                    name=name,
-                    namespace=o.namespace,
-                    get_if_exists=True,
-                    lifetime="detached",
-                    max_concurrency=EXECUTOR_CONCURRENCY,
-                    num_cpus=0,
-                    max_restarts=0,  # made anew by name instead: see _exited_on_purpose
-                    max_task_retries=0,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-                )
-                .remote(o.tool_executor_idle)
+            handle = _handles[cache_key] = named_actor(
+                ToolExecutor,
+                name,
+                o.namespace,
+                o.tool_executor_idle,
+                max_restarts=0,  # made anew by name instead: see _exited_on_purpose
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
             )
         return handle
 

@@ -69,7 +69,8 @@ async def test_a_retry_after_pauses_every_request_through_the_gateway() -> None:
         second = await bot.execute("second")  # not the one that got the 429
         waited = time.monotonic() - paused_at
         assert (await first).ok
-        stats = sim.stats()
+        # The simulator counts a reply once its handler ends, maybe after the client read it.
+        stats = await wait_for(sim, lambda s: s.by_status.get(200) == 3)
     assert second.ok
     assert waited > 0.7
     assert stats.by_status == {200: 3, 429: 1}
@@ -125,7 +126,8 @@ async def test_the_gateways_retries_are_in_the_trip_report(streaming: bool) -> N
             result = await stream.result
         else:
             result = await bot.execute("hi")
-        stats = sim.stats()
+        # The simulator counts a reply once its handler ends, maybe after the client read it.
+        stats = await wait_for(sim, lambda s: s.by_status.get(200) == 1)
         local = raygent.agent(model=sim_model(sim, pricing=pricing))
         plain = await local.execute("hi")  # the 429 rules are spent: one send
         sim.reset()
