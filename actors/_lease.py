@@ -135,6 +135,13 @@ class EndpointLease:
         back with `done` once the request has ended, however it ended."""
         return Ticket(await self._acquire(estimate), estimate)
 
+    def admit_now(self, estimate: float = 0.0) -> Ticket | None:
+        """A slot at once if one is free (no pause, no one waiting), else None: the
+        common case, with nothing to await."""
+        if self._waiters or (chosen := self._pick(estimate)) is None:
+            return None
+        return Ticket(self._take(chosen, estimate), estimate)
+
     def done(self, ticket: Ticket) -> None:
         self._release(ticket)
 
@@ -236,12 +243,11 @@ class EndpointLease:
 
     # -- demand ---------------------------------------------------------------------------
 
-    def _note_demand(self) -> float:
+    def _note_demand(self) -> None:
         now = time.monotonic()
         demand = self.in_use + len(self._waiters)
         if demand >= self._peak or now - self._peak_at > PEAK_WINDOW:
             self._peak, self._peak_at = demand, now
-        return now
 
     def _want(self) -> int:
         """Slots to ask each slice for: the recent peak of demand, a little more (so a

@@ -170,6 +170,28 @@ def _throttled(
     return send.wait
 
 
+def _plan(
+    model: Model,
+    messages: Sequence[Message],
+    options: ModelOptions,
+    policy: RetryPolicy,
+    retries: bool,
+) -> tuple[float, Sends, int]:
+    """A request's token estimate (rate limits), its record of sends, and how many."""
+    tpm = bool(getattr(model, "tokens_per_minute", None))
+    return estimate(tpm, messages, options), Sends(model), policy.max_attempts if retries else 1
+
+
+async def _admitted(lease: EndpointLease, cost: float, signal: AbortSignal | None) -> Ticket:
+    """A slot: at once when one is free; else, abortably, once the pause is over and a
+    slot is handed over."""
+    ticket = lease.admit_now(cost)
+    if ticket is not None:
+        return ticket
+    await abortable(lease.paused(), signal)
+    return await abortable(lease.admit(cost), signal)
+
+
 async def send_complete(
     lease: EndpointLease,
     model: Model,
@@ -180,14 +202,10 @@ async def send_complete(
     retries: bool,
 ) -> ModelResponse:
     """`model.complete` inside the lease; 429s retried unless `retries` is False."""
-    tpm = bool(getattr(model, "tokens_per_minute", None))
-    cost = estimate(tpm, messages, options)
-    sends = Sends(model)
-    most = policy.max_attempts if retries else 1
+    cost, sends, most = _plan(model, messages, options, policy, retries)
     for attempt in range(1, most + 1):
         send = sends.start()
-        await abortable(lease.paused(), signal)
-        ticket = await abortable(lease.admit(cost), signal)
+        ticket = await _admitted(lease, cost, signal)
         try:
             send.admitted()
             response = await model.complete(messages, options, signal=signal)
@@ -220,14 +238,10 @@ async def send_stream(
 ) -> AsyncIterator[StreamChunk]:
     """`model.stream` inside the lease; a 429 is retried only before anything was
     yielded (afterwards the caller has seen part of a reply)."""
-    tpm = bool(getattr(model, "tokens_per_minute", None))
-    cost = estimate(tpm, messages, options)
-    sends = Sends(model)
-    most = policy.max_attempts if retries else 1
+    cost, sends, most = _plan(model, messages, options, policy, retries)
     for attempt in range(1, most + 1):
         send = sends.start()
-        await abortable(lease.paused(), signal)
-        ticket = await abortable(lease.admit(cost), signal)
+        ticket = await _admitted(lease, cost, signal)
         yielded, backoff = False, None
         try:
             send.admitted()
