@@ -127,6 +127,47 @@ class RayBatchRunners:
         await asyncio.gather(*(handle.__ray_ready__.remote() for handle in taken))
 
 
+class _Backlogs:
+    """Per lane, the jobs routed to it and not sent yet (requeued ones first), with the
+    counts the driver reads on every item kept as jobs come and go, not counted then."""
+
+    def __init__(self) -> None:
+        self.lanes: list[deque[Job]] = []
+        self.held = 0  # jobs in every lane
+        self.requeued = 0  # of which came back from a runner that died: they retry
+
+    def add_lane(self) -> None:
+        self.lanes.append(deque())
+
+    def route(self, lane: int, job: Job) -> None:
+        self.lanes[lane].append(job)
+        self.held += 1
+
+    def requeue(self, lane: int, jobs: list[Job]) -> None:
+        """First in the lane again, in the order they were sent: a session's items keep
+        their order on the runner that takes the lane over."""
+        self.lanes[lane].extendleft(reversed(jobs))
+        self.held += len(jobs)
+        self.requeued += len(jobs)
+
+    def pop(self, lane: int) -> Job | None:
+        queue = self.lanes[lane]
+        if not queue:
+            return None
+        job = queue.popleft()
+        self.held -= 1
+        if job.attempts:
+            self.requeued -= 1
+        return job
+
+    def drain(self) -> list[Job]:
+        jobs = [job for queue in self.lanes for job in queue]
+        for queue in self.lanes:
+            queue.clear()
+        self.held = self.requeued = 0
+        return jobs
+
+
 @dataclass(eq=False)
 class _Runner:
     """A runner's share of this batch (a runner may serve it again after a failure:
@@ -159,7 +200,7 @@ class RunnerPool:
         self._controller = AbortController()
         self._runners: list[_Runner] = []  # every runner of the batch, dead ones too
         self._lanes: list[_Runner] = []  # the runner serving each lane now
-        self._backlog: list[deque[Job]] = []  # per lane: jobs routed to it, not yet sent
+        self._backlog = _Backlogs()
         self._touched: set[tuple[Any, Any]] = set()  # sessions the batch ran in
         self._consumers: set[asyncio.Task[None]] = set()
         self._lost: dict[int, int] = {}
@@ -187,8 +228,7 @@ class RunnerPool:
 
     @property
     def retrying(self) -> int:
-        requeued = sum(1 for backlog in self._backlog for job in backlog if job.attempts)
-        return requeued + sum(r.retrying for r in self._lanes if not r.ended)
+        return self._backlog.requeued + sum(r.retrying for r in self._lanes if not r.ended)
 
     def abort(self, reason: str | None = None) -> None:
         self._controller.abort(reason)
@@ -207,7 +247,7 @@ class RunnerPool:
             self._payload = ray.put(_dumps(self._executable))
             count = runner_count(self._plan.concurrency, self._plan.runners)
             for lane, slots in enumerate(_split(self._plan.concurrency, count)):
-                self._backlog.append(deque())
+                self._backlog.add_lane()
                 self._spawn(lane, slots)
             await self._drive(feed)
             await self._forget_touched()
@@ -244,12 +284,12 @@ class RunnerPool:
             done = self._exhausted or self._stopping
             for lane, runner in enumerate(self._lanes):
                 if runner.ended:
-                    if self._backlog[lane] and not self._stopping:
+                    if self._backlog.lanes[lane] and not self._stopping:
                         self._spawn(lane, runner.slots)  # work left and no runner for it
-                elif done and runner.opened and not runner.closed and not self._backlog[lane]:
+                elif done and runner.opened and not runner.closed and not self._backlog.lanes[lane]:
                     runner.closed = True
                     runner.handle.close.remote(runner.share, runner.chunks)
-            if all(r.ended for r in self._lanes) and not any(self._backlog):
+            if all(r.ended for r in self._lanes) and not self._backlog.held:
                 return
             await self._changed.wait()
             self._changed.clear()
@@ -271,12 +311,12 @@ class RunnerPool:
         """Up to `count` jobs for `lane`: its backlog first (requeued, then routed to
         it), then the feed; a job read for another lane's session joins that lane's
         backlog (at most twice the concurrency are held aside so)."""
-        backlog = self._backlog[lane]
         taken = 0
         while taken < count:
-            if backlog:
-                job = backlog.popleft()
-            elif self._exhausted or sum(map(len, self._backlog)) >= 2 * self._plan.concurrency:
+            waiting = self._backlog.pop(lane)
+            if waiting is not None:
+                job = waiting
+            elif self._exhausted or self._backlog.held >= 2 * self._plan.concurrency:
                 return
             else:
                 read = await self._read(feed)
@@ -287,7 +327,7 @@ class RunnerPool:
                     continue
                 target = self._lane_of(read)
                 if target is not None and target != lane:
-                    self._backlog[target].append(read)
+                    self._backlog.route(target, read)
                     continue
                 job = read
             taken += 1
@@ -416,10 +456,8 @@ class RunnerPool:
                 await self._deliver(ended(job, Outcome("failed", error=error)))
             else:
                 requeued.append(job)
-        # First in the lane again, in the order they were sent: a session's items keep
-        # their order on the runner that takes the lane over.
-        self._backlog[runner.lane].extendleft(reversed(requeued))
-        if self._backlog[runner.lane] or not self._exhausted:
+        self._backlog.requeue(runner.lane, requeued)
+        if self._backlog.lanes[runner.lane] or not self._exhausted:
             self._spawn(runner.lane, runner.slots)
 
     async def _stop(self) -> None:
@@ -428,11 +466,8 @@ class RunnerPool:
         for runner in self._lanes:
             if not runner.ended:
                 runner.handle.abort.remote(runner.share, reason)
-        for backlog in self._backlog:
-            unsent = list(backlog)
-            backlog.clear()
-            for job in unsent:
-                await self._deliver(ended(job, Outcome("cancelled", error=cancelled(self.signal))))
+        for job in self._backlog.drain():
+            await self._deliver(ended(job, Outcome("cancelled", error=cancelled(self.signal))))
 
     async def _abandon(self) -> None:
         """The batch task was cancelled: what is unfinished ends cancelled now."""
