@@ -72,6 +72,7 @@ __all__ = [
 log = logging.getLogger("raygent.sessions")
 _dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps
 
+FORGET_CHUNK = 10_000  # conversation refs per `forget_all` call: a bounded message
 # An acquire that meets a host restarting (killed, its node lost) tries again this often.
 ACQUIRE_ATTEMPTS = 5
 
@@ -214,24 +215,30 @@ class RaySessions:
 
     async def forget_all(self, memory: Memory, scopes: Iterable[Scope]) -> None:
         """`forget` many conversations (a batch on runners wrote them around the hosts),
-        one call per host that exists; hosts not started have nothing to forget."""
+        in a few calls per host that exists; hosts never started cache nothing, and
+        when none runs (a batch's usual case) nothing is even routed."""
         found = store_identity(memory.store)
         if found is None:
             return
         key, _ = found
+        self.options.connect()
+        live = {}
+        for name in host_names(self.hosts):
+            with contextlib.suppress(ValueError):  # never started
+                live[name] = ray.get_actor(name, namespace=self.options.namespace)
+        if not live:
+            return
         names = host_names(self.hosts)
-        refs: dict[str, list[str]] = {}
+        refs: dict[str, list[str]] = {name: [] for name in live}
         for scope in scopes:
             ref = memory.store.ref(scope)
-            refs.setdefault(names[route(key, ref, self.hosts)], []).append(ref)
-        self.options.connect()
+            held = refs.get(names[route(key, ref, self.hosts)])
+            if held is not None:
+                held.append(ref)
         for name, held in refs.items():
-            try:
-                handle = ray.get_actor(name, namespace=self.options.namespace)
-            except ValueError:
-                continue  # never started: it caches nothing
-            with contextlib.suppress(RayActorError):
-                await handle.forget_all.remote(key, held)
+            for start in range(0, len(held), FORGET_CHUNK):
+                with contextlib.suppress(RayActorError):
+                    await live[name].forget_all.remote(key, held[start : start + FORGET_CHUNK])
 
     async def acquire(self, memory: Memory, scope: Scope, run_id: str) -> SessionLease:
         store = memory.store

@@ -595,3 +595,24 @@ async def test_runners_started_ahead_are_the_ones_the_next_batch_uses() -> None:
     assert result.ok
     again = ray.util.list_named_actors(all_namespaces=True)
     assert len([a for a in again if a["namespace"] == namespace]) == 2  # no new runner
+
+
+async def test_a_batch_on_runners_leaves_the_session_hosts_no_stale_copy(tmp_path: Path) -> None:
+    from raygent.stores import SQLiteStore
+    from raygent.testing import FunctionModel
+
+    namespace = f"raygent-tests-stale-{os.getpid()}"
+    backend_ = ray_backend(RayOptions(namespace=namespace))
+    bot = raygent.agent(
+        model=FunctionModel(lambda messages, options: f"seen {len(messages)}"),
+        memory=raygent.Memory(SQLiteStore(tmp_path / "s.db"), "turn"),
+        backend=backend_,
+    )
+    session = bot.session("shared")
+    assert (await session.execute("through a host")).text == "seen 1"  # the host caches it
+    rows = [{"input": f"batch {i}", "session_id": "shared"} for i in range(3)]
+    result = await batch(bot, rows, concurrency=2, runners=1)  # written around the host
+    assert result.data == ["seen 3", "seen 5", "seen 7"]
+    # The host was told to drop its copy: this run sees everything, and its write lines up.
+    again = await session.execute("through the host again")
+    assert again.ok and again.text == "seen 9", again.error
