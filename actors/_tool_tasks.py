@@ -22,9 +22,9 @@ from typing import Any
 import ray
 from ray.exceptions import RayError
 
-from ._core import AbortController, Tool, ToolContext, ToolTimeoutError
+from ._core import AbortController, Tool, ToolContext
 from ._options import RayOptions
-from ._tool_outcomes import Failed, portable, worker_failed
+from ._tool_outcomes import Failed, portable, timed_out, worker_failed
 
 __all__ = ["ToolTasks", "needs_placement"]
 
@@ -106,11 +106,7 @@ class ToolTasks:
         try:
             outcome = await self._outcome(ref, tool.timeout)
         except asyncio.TimeoutError:
-            raise ToolTimeoutError(
-                f"tool {tool.name!r} timed out after {tool.timeout:g}s",
-                tool=tool.name,
-                timeout=tool.timeout,
-            ) from None
+            raise timed_out(tool) from None
         except RayError as exc:
             raise worker_failed(tool, ctx, exc) from None
         if isinstance(outcome, Failed):
