@@ -38,7 +38,7 @@ class RayOptions:
       outlives the process that created it; the next call creates it anew).
     - `tools_in_runners`: a batch runner runs the tools that ask for no placement in
       its own process (sync tools in threads, async ones on its loop, as in-process), not
-      on the node's executors. Measured here, an executor call costs 3-4 ms of CPU across
+      on the node's executors. Measured here, an executor call costs 2-4 ms of CPU across
       the two processes, as much as the rest of a one-tool agent run; in a runner (a
       disposable worker of its own) it buys little: a tool that kills its runner costs
       its items another attempt on a new runner. False sends them to executors, as

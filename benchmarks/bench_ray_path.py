@@ -92,7 +92,10 @@ def rows(items: int, tag: str) -> list[dict[str, Any]]:
 class Bench:
     def __init__(self, args: argparse.Namespace, folder: Path) -> None:
         self.args, self.folder = args, folder
-        self.backends = {"local": LOCAL, "ray": ray_backend(RayOptions())}
+        # --tools-on-executors: the runner's tools go to the node's tool executors (a Ray
+        # call each) instead of running in the runner (RayOptions.tools_in_runners).
+        options = RayOptions(tools_in_runners=not args.tools_on_executors)
+        self.backends = {"local": LOCAL, "ray": ray_backend(options)}
         self.runs = 0
 
     async def batch(self, base: str, kind: str, items: int, concurrency: int) -> Any:
@@ -228,7 +231,8 @@ async def units(bench: Bench, base: str) -> None:
     )
     print(
         f"  gateway lease calls: {syncs / items:.4f}; session-host calls: 0; "
-        f"tool-executor calls: 0 (tools run in the runner)"
+        f"tool-executor calls: {1.0 if args.tools_on_executors else 0.0:.0f} "
+        f"({'on the executors' if args.tools_on_executors else 'tools run in the runner'})"
     )
     print(f"  bytes: ~{sent:.0f} to the runner (the job), {back:.0f} back (the result)")
     print(f"  driver CPU: {driver_ms:.2f} ms (reading, sending, unpickling, recording)")
@@ -271,6 +275,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--zero-items", type=int, default=1000)
     parser.add_argument("--wide", type=int, default=512)
+    parser.add_argument("--tools-on-executors", action="store_true")
     args = parser.parse_args()
     # A local Ray of its own, on free ports (never Redis's 6379).
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
