@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .report import AgentResult
 
 __all__ = [
+    "STREAM_ONLY",
     "AgentCompleted",
     "AgentErrored",
     "AgentStarting",
@@ -34,7 +35,6 @@ __all__ = [
     "ToolCalled",
     "ToolCalling",
     "ToolFailed",
-    "STREAM_ONLY",
     "ToolStreaming",
     "TripCompleted",
     "TripReasoning",
