@@ -21,9 +21,9 @@ def test_a_dispatcher_wants_only_the_events_someone_listens_to() -> None:
 
 
 def test_the_stream_only_events_are_the_four_deltas() -> None:
-    assert STREAM_ONLY == {
+    assert {
         "agent.trip.streaming",
         "agent.trip.reasoning",
         "agent.trip.usage",
         "agent.tool.streaming",
-    }
+    } == STREAM_ONLY
