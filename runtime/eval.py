@@ -7,10 +7,13 @@
     )
     print(report.pass_rate, report.scorers)
     Path("junit.xml").write_text(report.to_junit())
+    assert report.passed  # the suite's verdict: every case passed
+
 
 A case is a str or a mapping with `input`, optional `expected`, and `key`/`id`; its
 other fields are in `case.meta`. A case passes only when its run completed and every
-scorer passed. The runs are one batch (the `BatchOptions` apply: concurrency, retry,
+scorer passed; the suite passes (`EvalReport.passed`) only when it has cases and every
+one passed. The runs are one batch (the `BatchOptions` apply: concurrency, retry,
 signal, ...); the scoring, judge runs included, is a second batch with the same bounds.
 """
 
@@ -95,14 +98,20 @@ class CaseReport(BaseModel):
 
 class EvalReport(BaseModel):
     """Per case, per scorer, and pass rates (`scorers`: each scorer's pass rate over
-    all cases; a case whose run failed fails every scorer)."""
+    all cases; a case whose run failed fails every scorer).
+
+    `passed` is the suite's verdict: True only when there are cases and every one passed
+    (none failed a scorer, none errored). The counts: `passed_count + failed_count ==
+    total`; `errored_count` of the failed are cases whose run did not complete."""
 
     model_config = ConfigDict(extra="forbid")
     name: str
     cases: list[CaseReport]
+    passed: bool
     total: int
-    passed: int
-    failed: int
+    passed_count: int
+    failed_count: int
+    errored_count: int
     pass_rate: float
     scorers: dict[str, float]
     usage: Usage
@@ -130,13 +139,12 @@ def to_json(report: EvalReport, indent: int | None = 2) -> str:
 def to_junit(report: EvalReport) -> str:
     """The report as JUnit XML: a case is a testcase; a failed scorer a `failure`, a
     failed run an `error`."""
-    errors = sum(1 for case in report.cases if case.status != "completed")
     suite = ET.Element(
         "testsuite",
         name=report.name,
         tests=str(report.total),
-        failures=str(report.failed - errors),
-        errors=str(errors),
+        failures=str(report.failed_count - report.errored_count),
+        errors=str(report.errored_count),
         skipped="0",
         time=f"{report.batch.duration:.3f}",
         timestamp=report.created_at.isoformat(),
@@ -350,6 +358,7 @@ async def evaluate(
     missing = BatchItem(-1, None, "cancelled")
     reports = [_case_report(run, scored.get(i, missing), named) for i, run in enumerate(runs.items)]
     passed = sum(1 for case in reports if case.passed)
+    errored = sum(1 for case in reports if case.status != "completed")
     total = len(reports)
     rates = {
         name: _rate(
@@ -360,9 +369,11 @@ async def evaluate(
     return EvalReport(
         name=str(getattr(agent, "name", None) or type(agent).__name__),
         cases=reports,
+        passed=total > 0 and passed == total,
         total=total,
-        passed=passed,
-        failed=total - passed,
+        passed_count=passed,
+        failed_count=total - passed,
+        errored_count=errored,
         pass_rate=_rate(passed, total),
         scorers=rates,
         usage=runs.usage,

@@ -1,7 +1,27 @@
-"""`raygent.observers`, the documented path: code that receives every completed run's
-report tree. Defined in `raygent.observe.observers` (its docstring tells the whole story).
+"""`raygent.observers`, the documented path: code that receives completed runs' report
+trees. Defined in `raygent.observe.observers` (its docstring tells the whole story).
 """
 
-from .observe.observers import Observe, Observer, OpenTelemetry, Registration, add, registered
+from .observe.observers import (
+    Observe,
+    ObserveAll,
+    Observer,
+    OpenTelemetry,
+    Registration,
+    add,
+    observe_all,
+    observing_all,
+    registered,
+)
 
-__all__ = ["Observe", "Observer", "OpenTelemetry", "Registration", "add", "registered"]
+__all__ = [
+    "Observe",
+    "ObserveAll",
+    "Observer",
+    "OpenTelemetry",
+    "Registration",
+    "add",
+    "observe_all",
+    "observing_all",
+    "registered",
+]

@@ -16,5 +16,6 @@ never batch (batch runs agents, not the other way round). The one hand-off upwar
 """
 
 from ._agent import Agent, AgentStream, RunOptions, SystemPrompt, agent
+from ._guard import StreamingToolGuard
 
-__all__ = ["Agent", "AgentStream", "RunOptions", "SystemPrompt", "agent"]
+__all__ = ["Agent", "AgentStream", "RunOptions", "StreamingToolGuard", "SystemPrompt", "agent"]

@@ -31,6 +31,7 @@ from ..observe.report import AgentResult
 from ..run_context import RunInfo
 from ..seams import Backend
 from ..tools import Tool
+from ._guard import GuardSetting, guard_buffer
 from ._start import start_run
 from ._state import RunConfig, RunState
 from .middleware import Middleware
@@ -45,7 +46,6 @@ __all__ = ["Agent", "AgentStream", "RunOptions", "SystemPrompt", "agent"]
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _IGNORED_MODEL_OPTIONS = ("tools", "signal", "response_schema")
-DEFAULT_GUARD_BUFFER = 16_384
 
 
 class SystemPrompt:
@@ -85,6 +85,7 @@ class RunOptions(TypedDict, total=False):
     continue_on_output_limit: int | None
     capture_messages: bool | None
     tool_schemas: Literal["full", "compact"] | None
+    streaming_tool_guard: GuardSetting
     on: Handlers | None
     deps: Any
     parent: RunInfo | None
@@ -114,7 +115,7 @@ class Agent:
         observe: Observe,
         continue_on_output_limit: int,
         tool_schemas: Literal["full", "compact"],
-        streaming_tool_guard: bool | int | None,
+        streaming_tool_guard: GuardSetting,
         backend: Backend | None,
         memory: Memory | None = None,
         attachment_policy: AttachmentPolicy | None = None,
@@ -141,7 +142,7 @@ class Agent:
         self.capture_messages = capture_messages
         self.continue_on_output_limit = continue_on_output_limit
         self.tool_schemas = tool_schemas
-        self.guard_max_buffer = _guard_size(streaming_tool_guard)
+        self.guard_max_buffer = guard_buffer(streaming_tool_guard)
         self.backend = backend
         self._factory_handlers = handler_list(on)
         # Observers get finished report trees (raygent.observers); `on=` gets events.
@@ -324,6 +325,7 @@ class Agent:
             system = f"{system}\n\n{output.instruction()}" if system else output.instruction()
         continuations = options.get("continue_on_output_limit")
         capture = options.get("capture_messages")
+        guard = options.get("streaming_tool_guard")
         config = RunConfig(
             model=self.model,
             backend=self.backend or current_backend(),
@@ -338,7 +340,7 @@ class Agent:
             capture_messages=self.capture_messages if capture is None else capture,
             middleware=self.middleware,
             streaming=streaming,
-            guard_max_buffer=self.guard_max_buffer,
+            guard_max_buffer=self.guard_max_buffer if guard is None else guard_buffer(guard),
             version=self.version,
             compaction=self.compaction,
         )
@@ -453,7 +455,7 @@ def agent(
     observe: Observe = None,
     continue_on_output_limit: int = 0,
     tool_schemas: Literal["full", "compact"] = "full",
-    streaming_tool_guard: bool | int | None = None,
+    streaming_tool_guard: GuardSetting = None,
     backend: Backend | None = None,
     memory: Memory | None = None,
     attachment_policy: AttachmentPolicy | None = None,
@@ -461,8 +463,9 @@ def agent(
 ) -> Agent:
     """Build an agent. See `Agent.execute` for a run and `RunOptions` for per-call options.
 
-    `streaming_tool_guard=True` (or a buffer size in characters) turns tool-call JSON that
-    a model writes as text into real tool calls. `compaction=raygent.Compaction(...)`
+    `streaming_tool_guard=True` (or `{}`, or `{"max_buffer": n}`) turns tool-call JSON
+    that a model writes as text into real tool calls; a call's `streaming_tool_guard=`
+    overrides it (`False`: off for that call). `compaction=raygent.Compaction(...)`
     summarises older messages before a trip once the conversation counts above a
     threshold (see `raygent.compaction`). `observe=` says who gets each finished report
     tree (see `raygent.observers`); `on=` subscribes to events as the run goes.
@@ -519,14 +522,6 @@ def _setup_error(exc: Exception) -> RaygentError:
     if isinstance(exc, RaygentError):
         return exc
     return InvalidOptionsError(f"invalid run options: {type(exc).__name__}: {exc}")
-
-
-def _guard_size(guard: bool | int | None) -> int | None:
-    if guard is None or guard is False:
-        return None
-    if guard is True:
-        return DEFAULT_GUARD_BUFFER
-    return int(guard)
 
 
 def _as_messages(input: Any) -> list[Message]:

@@ -5,6 +5,10 @@ call's JSON in the text, e.g. `{"name": "search", "arguments": {...}}` or inside
 `<tool_call>` tags. With the guard on, such text is held back while streaming (up to a
 bounded buffer), parsed when the reply is complete, and turned into tool calls that are
 de-duplicated against the real ones.
+
+`streaming_tool_guard=` (on the agent, or per call over the agent's) takes `True` or `{}`
+(on, with defaults), `{"max_buffer": n}` or `n` (on, holding back at most n characters),
+`False` (off); `None` is off on an agent and "the agent's" on a call.
 """
 
 from __future__ import annotations
@@ -13,9 +17,60 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
+from ..errors import InvalidOptionsError
 from ..messages import ToolCall
+
+__all__ = [
+    "GuardBuffer",
+    "GuardSetting",
+    "StreamingToolGuard",
+    "extract_tool_calls",
+    "guard_buffer",
+]
+
+DEFAULT_MAX_BUFFER = 16_384
+
+
+class StreamingToolGuard(TypedDict, total=False):
+    """The guard's configuration; `{}` is the guard on with its defaults."""
+
+    max_buffer: int  # characters held back at most while text may be a tool call
+
+
+GuardSetting = bool | int | StreamingToolGuard | None
+
+
+def guard_buffer(setting: GuardSetting) -> int | None:
+    """The buffer size a `streaming_tool_guard=` value asks for (None: the guard is off).
+    Anything but the accepted forms is an InvalidOptionsError."""
+    if setting is None or setting is False:
+        return None
+    if setting is True:
+        return DEFAULT_MAX_BUFFER
+    if isinstance(setting, int):
+        return _positive(setting)
+    if isinstance(setting, Mapping):
+        unknown = sorted(str(key) for key in setting if key != "max_buffer")
+        if unknown:
+            raise InvalidOptionsError(
+                f"streaming_tool_guard: unknown key(s) {unknown}; the config takes max_buffer"
+            )
+        return _positive(setting.get("max_buffer", DEFAULT_MAX_BUFFER))
+    raise InvalidOptionsError(
+        "streaming_tool_guard takes True, False, None, a buffer size or "
+        f"{{'max_buffer': n}}, not {setting!r}"
+    )
+
+
+def _positive(size: object) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InvalidOptionsError(
+            f"streaming_tool_guard: the buffer size is a positive int of characters, not {size!r}"
+        )
+    return size
+
 
 _TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)

@@ -213,7 +213,9 @@ def next_step(run: RunState, response: ModelResponse, progress: Progress) -> Ste
     if finish == "length":
         complete, truncated = _split_cut_off(response.tool_calls)
         run.report.trips[-1].truncated_tool_calls = [c.call_id for c in truncated]
-        if progress.continuations < run.config.continue_on_output_limit:
+        # A continuation is a trip like any other: with none left, the run is cut off.
+        continuations_left = progress.continuations < run.config.continue_on_output_limit
+        if continuations_left and run.trip_count < run.config.max_trips:
             return Continue(complete=complete, dropped=truncated)
         raise _incomplete(run, "output_limit", progress)
     if finish == "pause_turn":

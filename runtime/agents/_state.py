@@ -113,8 +113,8 @@ class RunState:
         self.new_messages.extend(messages)
 
     async def emit(self, event_type: type[Event], **fields: Any) -> None:
-        """Build and deliver an event, only when someone listens."""
-        if self.events.active:
+        """Build and deliver an event, only when someone listens to it."""
+        if self.events.wants(event_type.type):
             await self.events.emit(
                 event_type(run_id=self.info.run_id, root_run_id=self.info.root_run_id, **fields)
             )

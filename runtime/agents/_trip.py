@@ -66,8 +66,6 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
     trip.tool_calls = [c.call_id for c in response.tool_calls]
     trip.attempts = list(response.attempts)
     run.phase = "between_trips"  # the reply is in: what follows is not mid-trip
-    if not run.config.streaming:
-        await run.emit(TripUsage, trip_index=index, usage=response.usage)
     await run.emit(
         TripCompleted,
         trip_index=index,

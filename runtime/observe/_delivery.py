@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable
 
-from .observers import Observe, Observer, log, registered
+from .observers import Observe, Observer, log, observing_all, registered
 from .report import AgentReport
 
 __all__ = ["deliver", "observers_for", "own_observers", "uses_global"]
@@ -25,11 +25,12 @@ def own_observers(setting: Observe) -> tuple[Observer, ...]:
 
 
 def uses_global(agent_setting: Observe, call_setting: Observe) -> bool:
-    """Whether the process-wide observers see a run, by the agent's and the call's
-    `observe=`."""
-    if call_setting is False:
-        return False
-    return call_setting is True or agent_setting is not False
+    """Whether the process-wide observers see a run, by the call's `observe=`, else the
+    agent's, else the `observe_all` switch."""
+    for setting in (call_setting, agent_setting):
+        if isinstance(setting, bool):
+            return setting
+    return observing_all()
 
 
 def observers_for(agent_setting: Observe, call_setting: Observe) -> tuple[Observer, ...]:

@@ -95,7 +95,7 @@ def eval_html(report: EvalReport) -> str:
         for name, rate in report.scorers.items()
     )
     head = (
-        f"<div><b>eval {_esc(report.name)}</b> · {report.passed}/{report.total} passed "
+        f"<div><b>eval {_esc(report.name)}</b> · {report.passed_count}/{report.total} passed "
         f"({report.pass_rate:.0%})</div>"
         f"<div>runs: {_usage_line(report.usage)}</div>"
         f"<div>judges: {_usage_line(report.judge_usage)}</div>"

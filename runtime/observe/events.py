@@ -4,6 +4,10 @@ Every event carries `run_id` and `root_run_id`; tool events carry `call_id`. Han
 subscribe by event name (or "*") at three tiers fired in order: the factory's `on=`, the
 agent instance's `agent.on(...)`, the call's `on=`. A handler that raises is isolated:
 the error is logged and kept on the report, and the run goes on.
+
+`execute()` and `stream()` fire the same lifecycle events. The deltas (`STREAM_ONLY`:
+text, reasoning, tool arguments and mid-stream usage) fire on `stream()` alone, where
+the provider streams them; `execute()` never builds them.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ if TYPE_CHECKING:
     from .report import AgentResult
 
 __all__ = [
+    "STREAM_ONLY",
     "AgentCompleted",
     "AgentErrored",
     "AgentStarting",
@@ -146,6 +151,11 @@ class AgentErrored(Event):
     result: AgentResult
 
 
+# What `stream()` adds on top of the lifecycle events.
+STREAM_ONLY = frozenset(
+    {TripStreaming.type, TripReasoning.type, TripUsage.type, ToolStreaming.type}
+)
+
 EventHandler = Callable[[Event], Awaitable[None] | None]
 Handlers = Mapping[str, EventHandler | Iterable[EventHandler]]
 
@@ -164,7 +174,7 @@ def handler_list(handlers: Handlers | None) -> list[tuple[str, EventHandler]]:
 class Dispatcher:
     """Delivers one run's events to its handlers, tier by tier, isolating failures."""
 
-    __slots__ = ("_handlers", "_sink", "handler_errors")
+    __slots__ = ("_handlers", "_names", "_sink", "handler_errors")
 
     def __init__(
         self,
@@ -172,13 +182,14 @@ class Dispatcher:
         sink: Callable[[Event], None] | None = None,
     ) -> None:
         self._handlers = [pair for tier in tiers for pair in tier]
+        self._names = frozenset(name for name, _ in self._handlers)
         self._sink = sink
         self.handler_errors: list[dict[str, Any]] = []
 
-    @property
-    def active(self) -> bool:
-        """Whether anyone listens (events are not even built when nobody does)."""
-        return bool(self._handlers) or self._sink is not None
+    def wants(self, event_type: str) -> bool:
+        """Whether anyone listens to `event_type` (an event is not even built when
+        nobody does)."""
+        return self._sink is not None or event_type in self._names or "*" in self._names
 
     async def emit(self, event: Event) -> None:
         if self._sink is not None:

@@ -1,12 +1,12 @@
-"""Observers: code that receives every completed run's report tree.
+"""Observers: code that receives completed runs' report trees.
 
     def keep(report: raygent.AgentReport) -> None:
         Path(f"{report.run_id}.json").write_text(report.to_json())
 
-    remove = raygent.observers.add(keep)          # every run in this process
+    raygent.observers.add(keep)                   # registered for this process
+    raygent.observers.observe_all(True)           # ... and sees every run
     await bot.execute("hi", observe=False)        # not this one
     await bot.execute("hi", observe=other)        # `keep` and `other`
-    remove()                                      # or: with raygent.observers.add(keep): ...
 
 An observer is a callable, sync or async, taking an `AgentReport`. It gets the root
 run's report once the run has ended (completed, failed, cancelled or incomplete), after
@@ -14,15 +14,22 @@ the run's last event; a nested run (an agent used as a tool) is not delivered ap
 report hangs under its parent's tool call (`ToolCallReport.child`) in the root's tree.
 Async observers are awaited before `execute` returns, so keep them quick (or hand the
 report to a queue). An observer that raises is logged on `raygent.observers` and the run
-goes on. Observers registered when a run starts are the ones that see it.
+goes on. The observers registered, and the switch, when a run starts are what it uses.
 
-`observe=` on `raygent.agent(...)` and on each call:
+Which runs the registered (process-wide) observers see:
 
-- None (default) or True: the global observers (True on a call also overrides an
-  agent's `observe=False`);
-- False: on an agent, no global observers for its runs; on a call, no observers at all;
-- an observer or a list of them: these as well as the others (each observer sees a
-  report once, even when listed twice).
+- `observe_all(True)` (off until turned on): every run, unless it opts out;
+- `observe=True` on an agent or a call: that run, even with observe-all off (True on a
+  call also overrides an agent's `observe=False`);
+- `observe=False`: on an agent, none of its runs (unless a call says True); on a call,
+  that run sees no observers at all;
+- `observe=` an observer or a list of them: run-local collectors, which see the run
+  whatever the switch says, besides the registered ones when those see it too (each
+  observer sees a report once, even when listed twice).
+
+On Ray, a batch's runs on batch runners are delivered to the driver's registered
+observers by the same rule, with the driver's switch (the runners' own registries are
+empty); run-local observers given in `run_options` run where the run does.
 
 `OpenTelemetry()` is an observer that turns report trees into spans (the `otel` extra).
 """
@@ -39,7 +46,17 @@ from ._otel import OpenTelemetry
 if TYPE_CHECKING:
     from .report import AgentReport
 
-__all__ = ["Observe", "Observer", "OpenTelemetry", "Registration", "add", "registered"]
+__all__ = [
+    "Observe",
+    "ObserveAll",
+    "Observer",
+    "OpenTelemetry",
+    "Registration",
+    "add",
+    "observe_all",
+    "observing_all",
+    "registered",
+]
 
 log = logging.getLogger("raygent.observers")
 
@@ -48,6 +65,8 @@ Observe = bool | Observer | Iterable[Observer] | None
 
 # The one place process-wide observers live; `add` hands back their removal.
 _registry: list[Observer] = []
+# Whether they see every run (observe_all), not only the runs that ask (observe=True).
+_everything: list[bool] = [False]
 
 
 class Registration:
@@ -90,3 +109,35 @@ def add(observer: Observer) -> Registration:
 def registered() -> tuple[Observer, ...]:
     """The process-wide observers, in the order they were added."""
     return tuple(_registry)
+
+
+class ObserveAll:
+    """What `observe_all` returns: leaving its `with` block puts the switch back."""
+
+    def __init__(self, previous: bool) -> None:
+        self.previous = previous
+
+    def __enter__(self) -> ObserveAll:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        _everything[0] = self.previous
+
+
+def observe_all(on: bool = True) -> ObserveAll:
+    """Have the registered observers see every run in this process (`on=False`: only the
+    runs that ask with `observe=True`, the default)."""
+    if not isinstance(on, bool):
+        raise TypeError(f"observe_all takes True or False, not {on!r}")
+    previous, _everything[0] = _everything[0], on
+    return ObserveAll(previous)
+
+
+def observing_all() -> bool:
+    """Whether `observe_all` is on."""
+    return _everything[0]

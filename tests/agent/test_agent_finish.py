@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent_support import City, add, assert_wellformed
+from agent_support import City, add, assert_wellformed, drain
 from backend_support import Marks
 
 import raygent
@@ -136,9 +136,33 @@ async def test_continuations_count_against_max_trips_and_text_is_not_repeated() 
     model = ScriptedModel([reply("a", finish="length"), reply("b", finish="length")])
     bot = raygent.agent(model=model, max_trips=2, continue_on_output_limit=5)
     result = await bot.execute("go")
-    assert isinstance(result.error, MaxTripsError)
+    # The trips ran out while continuing: the answer is cut off, not a failed run.
+    assert result.report.status == "incomplete"
+    assert isinstance(result.error, AgentIncompleteError)
+    assert result.error.details == {"reason": "output_limit", "trip_index": 1, "continuations": 1}
     assert len(model.requests) == 2
     assert result.text == "ab"
+
+
+async def test_a_cut_off_reply_on_the_last_trip_runs_none_of_its_calls(tmp_path: Path) -> None:
+    marks = Marks(tmp_path)
+
+    @raygent.tool
+    def note(n: int) -> str:
+        """Note a number."""
+        marks.add("ran", str(n))
+        return "noted"
+
+    cut = reply("Noting.", [call("note", {"n": 1}), call("note", raw='{"n": ')], finish="length")
+    model = ScriptedModel([cut])
+    bot = raygent.agent(model=model, tools=[note], max_trips=1, continue_on_output_limit=1)
+    events, result = await drain(bot.stream("go"))
+    # No trip is left to read a tool result: nothing runs, the run is cut off.
+    assert isinstance(result.error, AgentIncompleteError)
+    assert result.error.details == {"reason": "output_limit", "trip_index": 0, "continuations": 0}
+    assert result.text == "Noting." and result.report.tool_calls == []
+    assert marks.read("ran") == []
+    assert events[-1].type == "agent.error"
 
 
 async def test_a_failed_trip_after_a_continuation_keeps_the_partial_text_once() -> None:

@@ -9,6 +9,8 @@ from agent_support import add, assert_wellformed, drain, outcome, search
 
 import raygent
 from raygent import AssistantMessage, ToolMessage
+from raygent.agents import StreamingToolGuard
+from raygent.errors import InvalidOptionsError
 from raygent.testing import ScriptedModel, Step, call, reply
 
 AS_JSON = json.dumps({"name": "add", "arguments": {"a": 2, "b": 5}})
@@ -137,3 +139,53 @@ async def test_a_tagged_call_after_prose_is_not_streamed_as_text(text: str, show
     assert "".join(trip0) == shown == result.report.trips[0].output
     everything = "".join(e.text for e in events if e.type == "agent.trip.streaming")
     assert everything == "".join(t.output for t in result.report.trips)
+
+
+@pytest.mark.parametrize("mode", ["execute", "stream"])
+async def test_an_empty_config_turns_the_guard_on_with_its_defaults(mode: str) -> None:
+    bot = raygent.agent(model=ScriptedModel([AS_JSON, "7"]), tools=[add], streaming_tool_guard={})
+    result = await bot.execute("2+5?") if mode == "execute" else (await drain(bot.stream("x")))[1]
+    assert result.ok and result.text == "7"
+    assert [c.name for c in result.report.tool_calls] == ["add"]
+
+
+async def test_a_config_sets_the_buffer_size() -> None:
+    padded = json.dumps({"name": "add", "arguments": {"a": 2, "b": 5}, "pad": "x" * 200})
+    guard: StreamingToolGuard = {"max_buffer": 64}
+    bot = raygent.agent(model=ScriptedModel([padded]), tools=[add], streaming_tool_guard=guard)
+    _, result = await drain(bot.stream("x"))
+    assert result.ok and result.text == padded and result.report.tool_calls == []
+
+
+@pytest.mark.parametrize("mode", ["execute", "stream"])
+async def test_a_call_s_guard_overrides_the_agent_s(mode: str) -> None:
+    async def run(bot: raygent.Agent, **options: object) -> raygent.AgentResult:
+        if mode == "execute":
+            return await bot.execute("2+5?", **options)  # type: ignore[arg-type]
+        return (await drain(bot.stream("2+5?", **options)))[1]  # type: ignore[arg-type]
+
+    def plain() -> raygent.Agent:
+        return raygent.agent(model=ScriptedModel([AS_JSON, "7"]), tools=[add])
+
+    def guarded() -> raygent.Agent:
+        return _guarded([AS_JSON, "7"])[0]
+
+    turned_on = await run(plain(), streaming_tool_guard=True)
+    configured = await run(plain(), streaming_tool_guard={})
+    turned_off = await run(guarded(), streaming_tool_guard=False)
+    inherited = await run(guarded(), streaming_tool_guard=None)
+    assert [c.name for c in turned_on.report.tool_calls] == ["add"] and turned_on.text == "7"
+    assert [c.name for c in configured.report.tool_calls] == ["add"]
+    assert turned_off.ok and turned_off.text == AS_JSON and turned_off.report.tool_calls == []
+    assert [c.name for c in inherited.report.tool_calls] == ["add"]
+
+
+@pytest.mark.parametrize("bad", ["yes", 0, -5, 2.5, {"size": 10}, {"max_buffer": "big"}, [64]])
+async def test_a_bad_guard_value_is_a_typed_error(bad: object) -> None:
+    with pytest.raises(InvalidOptionsError, match="streaming_tool_guard"):
+        raygent.agent(model=ScriptedModel([]), streaming_tool_guard=bad)  # type: ignore[arg-type]
+    model = ScriptedModel(["never sent"])
+    result = await raygent.agent(model=model).execute("go", streaming_tool_guard=bad)  # type: ignore[typeddict-item]
+    assert isinstance(result.error, InvalidOptionsError) and result.report.status == "failed"
+    assert "streaming_tool_guard" in result.error.message
+    assert model.requests == []

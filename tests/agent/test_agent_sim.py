@@ -118,6 +118,31 @@ async def test_a_cut_off_tool_call_is_not_run_and_the_run_continues(provider: st
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
+async def test_trips_running_out_while_continuing_end_the_run_incomplete(provider: str) -> None:
+    story = "Once upon a time there was a long story that never fit in twelve tokens. " * 4
+    async with serve([Rule(reply=Reply(text=story))]) as sim:
+        bot = raygent.agent(
+            model=make_model(provider, sim),
+            model_options={"max_tokens": 12},
+            continue_on_output_limit=5,
+            max_trips=2,
+        )
+        executed = await bot.execute("Tell a story.")
+        _, streamed = await drain(bot.stream("Tell a story."))
+    assert executed.report.status == "incomplete"
+    assert isinstance(executed.error, AgentIncompleteError)
+    assert executed.error.details == {
+        "reason": "output_limit",
+        "trip_index": 1,
+        "continuations": 1,
+    }
+    # The partial text is both cut-off segments, joined.
+    assert executed.text == "".join(t.output for t in executed.report.trips)
+    assert executed.text and len(executed.report.trips) == 2
+    assert outcome(streamed) == outcome(executed)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
 async def test_refusal_and_context_window_against_the_simulator(provider: str) -> None:
     script = [Rule(match=Match(last_user="bomb"), reply=Reply(refusal="I won't."))]
     async with serve(script, context_window=200) as sim:

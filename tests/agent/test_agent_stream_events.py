@@ -99,15 +99,49 @@ async def test_a_stream_yields_the_typed_events_in_order() -> None:
     assert result.text == "It is 5."
 
 
-async def test_execute_fires_the_same_events_without_the_deltas() -> None:
-    recorder = Recorder()
-    bot = raygent.agent(model=ScriptedModel(TOOL_SCRIPT), tools=[add, search])
-    await bot.execute("go", on={"*": recorder})
-    assert "agent.trip.streaming" not in recorder.types
-    assert "agent.tool.streaming" not in recorder.types
-    assert recorder.types[:2] == ["agent.starting", "agent.trip.started"]
-    assert recorder.types.count("agent.trip.usage") == 2
-    assert recorder.types[-1] == "agent.completed"
+STREAM_ONLY = {"agent.trip.streaming", "agent.trip.reasoning", "agent.trip.usage"}
+STREAM_ONLY |= {"agent.tool.streaming"}
+
+
+def _listened(script: list[Step], max_trips: int) -> tuple[raygent.Agent, list[Recorder]]:
+    """An agent with a recorder on each tier (factory, instance), each listening to "*"
+    and to the stream-only events by name; the call's recorder is the third."""
+    factory, instance, per_call = Recorder(), Recorder(), Recorder()
+    bot = raygent.agent(
+        model=ScriptedModel(list(script)),
+        tools=[add, search],
+        max_trips=max_trips,
+        on={"*": factory, **dict.fromkeys(STREAM_ONLY, factory)},
+    )
+    for kind in ["*", *STREAM_ONLY]:
+        bot.on(kind, instance)
+    return bot, [factory, instance, per_call]
+
+
+@pytest.mark.parametrize("name", ["tools", "continuation", "max trips"])
+async def test_execute_fires_the_lifecycle_events_and_stream_adds_the_deltas(name: str) -> None:
+    script, given = SCRIPTS[name]
+    options = dict(given)
+    max_trips = int(options.pop("max_trips", 10))  # type: ignore[call-overload]
+    executed, on_execute = _listened(script, max_trips)
+    streamed, on_stream = _listened(script, max_trips)
+    call_on = {kind: on_execute[2] for kind in ["*", *STREAM_ONLY]}
+    await executed.execute("go", on=call_on, **options)  # type: ignore[arg-type]
+    stream_on = {kind: on_stream[2] for kind in ["*", *STREAM_ONLY]}
+    events, _ = await drain(streamed.stream("go", on=stream_on, **options))  # type: ignore[arg-type]
+    yielded = [e.type for e in events]
+    lifecycle = [t for t in yielded if t not in STREAM_ONLY]
+    assert "agent.trip.usage" in yielded  # every script here has some delta to stream
+    if name == "tools":
+        assert set(yielded) >= STREAM_ONLY
+    for recorder in on_execute:
+        # execute(): the lifecycle events alone, the same ones, on every tier.
+        assert recorder.types == lifecycle
+    for recorder in on_stream:
+        # stream(): the deltas on top (here once for "*" and once by name).
+        assert [t for t in recorder.types if t not in STREAM_ONLY] == lifecycle
+        deltas = [t for t in recorder.types if t in STREAM_ONLY]
+        assert sorted(deltas) == sorted(2 * [t for t in yielded if t in STREAM_ONLY])
 
 
 async def test_events_can_be_read_after_the_result() -> None:

@@ -44,12 +44,36 @@ async def test_scorers_and_pass_rates() -> None:
     }
     assert scores["north"] == {"exact": False, "contains": True, "short": True, "predicate": False}
     assert [c.passed for c in report.cases] == [True, False, False]
-    assert report.pass_rate == 1 / 3 and report.passed == 1 and report.failed == 2
+    assert report.pass_rate == 1 / 3 and report.passed_count == 1 and report.failed_count == 2
+    assert report.passed is False and report.errored_count == 0
     assert report.scorers == {"exact": 1 / 3, "contains": 1.0, "short": 2 / 3, "predicate": 2 / 3}
     assert report.usage.requests == 3 and report.judge_usage == Usage()
     greeting = report.cases[1]
     assert greeting.output == "HELLO WORLD" and greeting.expected == "WORLD"
     assert "expected 'WORLD', got 'HELLO WORLD'" in (greeting.scores[0].reason or "")
+
+
+async def test_the_suite_passes_only_when_every_case_passes() -> None:
+    ten = [{"input": str(n), "expected": "0"} for n in range(10)]
+    one_in_ten = await evaluate(shouting_agent(), ten, [ev.exact()])
+    assert one_in_ten.passed is False  # `assert report.passed` stays red
+    assert (one_in_ten.passed_count, one_in_ten.failed_count, one_in_ten.total) == (1, 9, 10)
+    all_ten = await evaluate(shouting_agent(), ten, [ev.predicate(lambda output: True)])
+    assert all_ten.passed is True and all_ten.passed_count == 10 and all_ten.failed_count == 0
+    empty = await evaluate(shouting_agent(), [], [ev.exact()])
+    assert empty.passed is False and empty.total == 0  # nothing ran: nothing passed
+
+
+async def test_a_case_whose_run_errored_fails_the_suite_whatever_the_scorers() -> None:
+    def step(messages: Any, options: Any) -> Any:
+        text = messages[-1].text
+        return AuthenticationError("bad key") if text == "boom" else text
+
+    agent = raygent.agent(model=FunctionModel(step), name="echo")
+    always = ev.predicate(lambda output: True)
+    report = await evaluate(agent, ["fine", "boom"], [always])
+    assert report.passed is False
+    assert (report.passed_count, report.failed_count, report.errored_count) == (1, 1, 1)
 
 
 async def test_exact_compares_structured_output_and_options() -> None:
@@ -64,7 +88,7 @@ async def test_exact_compares_structured_output_and_options() -> None:
     loose = await evaluate(
         shouting_agent(), [{"input": "a", "expected": " a "}], [ev.exact(case_sensitive=False)]
     )
-    assert loose.passed == 1
+    assert loose.passed is True and loose.passed_count == 1
 
 
 async def test_a_failed_run_fails_its_case_whatever_the_scorers() -> None:
@@ -136,7 +160,8 @@ async def test_json_and_junit_output() -> None:
     assert list(report.scorers) == ["exact", "exact#2"]
 
     data = json.loads(report.to_json())
-    assert data["total"] == 4 and data["passed"] == 1
+    assert data["total"] == 4 and data["passed"] is False
+    assert (data["passed_count"], data["failed_count"], data["errored_count"]) == (1, 3, 1)
     assert EvalReport.model_validate(data).cases[0].key == "capital"
 
     root = ET.fromstring(report.to_junit())

@@ -134,7 +134,7 @@ async def test_an_eval_shows_pass_rates_and_cases() -> None:
         {"input": HOSTILE, "expected": "something else"},
     ]
     report = await bot.eval(cases, scorers=[ev.exact()], progress=False)
-    assert report.passed == 1
+    assert report.passed_count == 1 and report.passed is False
     markup = report._repr_html_()
     shown = "".join(_safe(markup).text)
     assert "1/2 passed (50%)" in shown

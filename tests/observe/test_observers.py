@@ -1,4 +1,5 @@
-"""Observers: the global registry, `observe=` per agent and per run, nested trees, JSON."""
+"""Observers: the global registry and the observe-all switch, `observe=` per agent and per
+run, nested trees, JSON."""
 
 from __future__ import annotations
 
@@ -20,11 +21,13 @@ async def test_a_global_observer_gets_every_run_until_removed() -> None:
     bot = raygent.agent(model=FunctionModel(lambda messages, options: "hi"))
     remove = raygent.observers.add(kept)
     try:
-        first = await bot.execute("one")
-        second = await bot.execute("two")
+        with raygent.observers.observe_all(True):
+            first = await bot.execute("one")
+            second = await bot.execute("two")
     finally:
         remove()
-    await bot.execute("three")
+    with raygent.observers.observe_all(True):
+        await bot.execute("three")
     remove()  # twice is harmless
     assert [r.run_id for r in kept.reports] == [first.report.run_id, second.report.run_id]
     assert kept.reports[0] is first.report  # the finished report itself
@@ -35,11 +38,59 @@ async def test_a_global_observer_gets_every_run_until_removed() -> None:
 async def test_a_registration_is_a_context_manager() -> None:
     kept = Kept()
     bot = raygent.agent(model=FunctionModel(lambda messages, options: "hi"))
-    with raygent.observers.add(kept):
-        assert raygent.observers.registered()[-1] is kept
-        await bot.execute("one")
-    await bot.execute("two")
+    with raygent.observers.observe_all(True):
+        with raygent.observers.add(kept):
+            assert raygent.observers.registered()[-1] is kept
+            await bot.execute("one")
+        await bot.execute("two")
     assert len(kept.reports) == 1
+
+
+async def test_registered_observers_see_the_runs_that_ask_and_every_run_with_observe_all() -> None:
+    kept = Kept()
+
+    def hi(messages: object, options: object) -> str:
+        return "hi"
+
+    plain = raygent.agent(model=FunctionModel(hi))
+    asking = raygent.agent(model=FunctionModel(hi), observe=True)
+    private = raygent.agent(model=FunctionModel(hi), observe=False)
+    own = Kept()
+    assert raygent.observers.observing_all() is False  # off until turned on
+    with raygent.observers.add(kept):
+        # Observe-all off: only the runs that say observe=True (on the agent or the call).
+        await plain.execute("unasked")
+        await plain.execute("run-local only", observe=own)
+        called = await plain.execute("asked by the call", observe=True)
+        agent_asked = await asking.execute("asked by the agent")
+        seen_off = [r.run_id for r in kept.reports]
+        with raygent.observers.observe_all(True) as switch:
+            assert raygent.observers.observing_all() is True and switch.previous is False
+            every = await plain.execute("every run")
+            with_own = await plain.execute("a collector besides", observe=own)
+            await plain.execute("opted out", observe=False)
+            await private.execute("an agent opted out")
+            overridden = await private.execute("the call overrides", observe=True)
+            await asking.execute("the call opts out", observe=False)
+        assert raygent.observers.observing_all() is False  # the block put it back
+        await plain.execute("off again")
+    assert seen_off == [called.report.run_id, agent_asked.report.run_id]
+    assert [r.run_id for r in kept.reports] == [
+        called.report.run_id,
+        agent_asked.report.run_id,
+        every.report.run_id,
+        with_own.report.run_id,
+        overridden.report.run_id,
+    ]
+    assert len(own.reports) == 2  # a run-local collector, whatever the switch
+    # Not in a block: the switch stays as set.
+    raygent.observers.observe_all()
+    try:
+        assert raygent.observers.observing_all() is True
+    finally:
+        raygent.observers.observe_all(False)
+    with pytest.raises(TypeError):
+        raygent.observers.observe_all("yes")  # type: ignore[arg-type]
 
 
 def test_an_observer_added_twice_stays_until_both_are_removed() -> None:
@@ -55,7 +106,7 @@ def test_an_observer_added_twice_stays_until_both_are_removed() -> None:
 async def test_observe_false_on_a_call_turns_every_observer_off() -> None:
     global_kept, agent_kept = Kept(), Kept()
     bot = raygent.agent(model=FunctionModel(lambda messages, options: "hi"), observe=agent_kept)
-    with raygent.observers.add(global_kept):
+    with raygent.observers.add(global_kept), raygent.observers.observe_all(True):
         await bot.execute("quiet", observe=False)
         loud = await bot.execute("loud")
     assert [r.run_id for r in global_kept.reports] == [loud.report.run_id]
@@ -68,7 +119,7 @@ async def test_per_call_and_per_agent_observers_add_to_the_global_ones() -> None
     for name, kept in (("global", global_kept), ("agent", agent_kept), ("call", call_kept)):
         kept.reports = _Tagged(order, name)
     bot = raygent.agent(model=FunctionModel(lambda messages, options: "hi"), observe=[agent_kept])
-    with raygent.observers.add(global_kept):
+    with raygent.observers.add(global_kept), raygent.observers.observe_all(True):
         # The global observer named again on the call still sees the report once.
         await bot.execute("go", observe=[call_kept, global_kept])
     assert order == ["global", "agent", "call"]
@@ -77,7 +128,7 @@ async def test_per_call_and_per_agent_observers_add_to_the_global_ones() -> None
 async def test_an_agent_with_observe_false_skips_global_observers_unless_a_call_asks() -> None:
     global_kept, own = Kept(), Kept()
     bot = raygent.agent(model=FunctionModel(lambda messages, options: "hi"), observe=False)
-    with raygent.observers.add(global_kept):
+    with raygent.observers.add(global_kept), raygent.observers.observe_all(True):
         await bot.execute("private", observe=own)
         asked = await bot.execute("asked", observe=True)
     assert [r.run_id for r in global_kept.reports] == [asked.report.run_id]
@@ -117,7 +168,7 @@ async def test_an_observer_that_raises_is_logged_and_the_run_and_others_go_on(
 
 async def test_a_nested_run_is_delivered_once_inside_its_root_tree() -> None:
     kept = Kept()
-    with raygent.observers.add(kept):
+    with raygent.observers.add(kept), raygent.observers.observe_all(True):
         result = await nested_agents().execute("tell me about birds")
     assert result.ok, result.error
     assert len(kept.reports) == 1  # not the nested run apart

@@ -138,7 +138,7 @@ async def test_against_the_simulator_over_http(exporter: InMemorySpanExporter) -
         model = raygent.OpenAIModel(
             "sim-gpt", base_url=sim.openai_base_url, api_key="sk-local", pricing=PRICING
         )
-        with raygent.observers.add(otel):
+        with raygent.observers.add(otel), raygent.observers.observe_all(True):
             result = await raygent.agent(model=model, tools=[lookup]).execute("tides?")
     assert result.ok, result.error
     named = _by_name(exporter.get_finished_spans())

@@ -252,17 +252,24 @@ async def test_observers_registered_in_the_driver_see_the_runs_made_on_runners()
         "echo", model=FunctionModel(lambda messages, options: reply("ok")), backend=backend()
     )
     with observers.add(lambda report: seen.append(report.run_id)):
-        result = await batch(bot, ["a", "b", "c"], concurrency=2, runners=1)
-        quiet = await batch(bot, ["d"], runners=1, run_options={"observe": False})
-        # An agent with observe=False keeps global observers out even when its runs
-        # name an observer of their own (the same rule as in-process).
-        private = raygent.agent(
-            "private",
-            model=FunctionModel(lambda messages, options: reply("ok")),
-            backend=backend(),
-            observe=False,
-        )
-        own = await batch(private, ["e"], runners=1, run_options={"observe": _keep_nothing})
+        # The driver's observe-all switch decides for the runners' runs too.
+        unasked = await batch(bot, ["x"], runners=1)
+        asked = await batch(bot, ["y"], runners=1, run_options={"observe": True})
+        assert unasked.ok and asked.ok
+        assert seen == [asked.items[0].result.report.run_id]
+        seen.clear()
+        with observers.observe_all(True):
+            result = await batch(bot, ["a", "b", "c"], concurrency=2, runners=1)
+            quiet = await batch(bot, ["d"], runners=1, run_options={"observe": False})
+            # An agent with observe=False keeps global observers out even when its runs
+            # name an observer of their own (the same rule as in-process).
+            private = raygent.agent(
+                "private",
+                model=FunctionModel(lambda messages, options: reply("ok")),
+                backend=backend(),
+                observe=False,
+            )
+            own = await batch(private, ["e"], runners=1, run_options={"observe": _keep_nothing})
     assert result.ok and quiet.ok and own.ok
     assert sorted(seen) == sorted(item.result.report.run_id for item in result.items)
 
