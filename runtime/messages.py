@@ -125,6 +125,12 @@ def parse_arguments(text: str) -> dict[str, Any] | None:
 class _Message(BaseModel):
     model_config = _FROZEN
     content: list[ContentPart] = Field(default_factory=list)
+    # Set by compaction: "summary" on a summary, "retained" on a kept turn whose signed
+    # reasoning predates it. Never sent to a provider; left out of the JSON when unset,
+    # so stored messages stay as they were.
+    compaction: Literal["retained", "summary"] | None = Field(
+        default=None, exclude_if=lambda value: value is None
+    )
 
     _coerce = field_validator("content", mode="before")(_as_parts)
 

@@ -10,29 +10,29 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable
 from itertools import takewhile
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ..abort import abortable
 from ..compaction._policy import (
-    Compaction,
     CompactionContext,
     CompactionRecord,
     CompactionResult,
     Counting,
+    CountTokens,
     SkipReason,
     check_result,
 )
 from ..compaction._range import has_signed_reasoning, safe_range
 from ..compaction._store import StoredView, stored_view
 from ..errors import RaygentError
-from ..messages import MESSAGE_ADAPTER, Message, UserMessage
+from ..messages import MESSAGE_ADAPTER, AssistantMessage, Message, UserMessage
 from ._state import RunState
 
 __all__ = ["compact_before_trip", "estimate_tokens"]
 
 T = TypeVar("T")
 CHARS_PER_TOKEN = 4
-USER_FRAME = "[Context: a summary of the earlier part of this conversation]\n"
+USER_FRAME = "Summary of earlier conversation:\n"
 
 
 async def compact_before_trip(run: RunState, trip_index: int) -> None:
@@ -44,7 +44,10 @@ async def compact_before_trip(run: RunState, trip_index: int) -> None:
     # Per-message sizes: the estimate's input, and what a slice weighs.
     weights = [_chars(m) for m in run.messages] if spec.count_tokens is None else None
     try:
-        tokens = await _count(run, spec, weights)
+        if spec.count_tokens is None:
+            tokens = estimate_tokens(run, weights)
+        else:
+            tokens = await _count(run, spec.count_tokens, run.messages)
     except Exception as exc:
         run.signal.raise_if_aborted()
         _skip(run, trip_index, counting, None, "callback-error", exc)
@@ -91,20 +94,32 @@ async def _apply(
     weights: list[int],
     view: StoredView | None,
 ) -> None:
+    messages = run.messages
     start, end = result.replaces_from_index, result.replaces_to_index
-    retained = [start + 1 + k for k, m in enumerate(run.messages[end:]) if has_signed_reasoning(m)]
-    # A summary in an assistant turn just before a signed turn would break that turn's
-    # replay (providers merge adjacent assistant turns): it goes in as user context.
-    summary: Message = result.summary
-    if retained:
-        summary = UserMessage(content=USER_FRAME + result.summary.text)
-    if _chars(summary) >= sum(weights[start:end]):
+    signed = [k for k in range(end, len(messages)) if has_signed_reasoning(messages[k])]
+    # An assistant summary just before a signed turn would break that turn's replay
+    # (providers merge adjacent assistant turns), and one first would make the
+    # transcript start with the assistant: it goes in as user context then.
+    first = all(m.role == "system" for m in messages[:start])
+    summary = _framed(result.summary, user=bool(signed) or first)
+    kept = list(messages[end:])
+    for k in signed:
+        kept[k - end] = _marked(messages[k], "retained")
+    proposed = [*messages[:start], summary, *kept]
+    try:
+        smaller = await _smaller(run, tokens, proposed, weights, (start, end), signed)
+    except Exception as exc:
+        run.signal.raise_if_aborted()
+        _skip(run, trip_index, counting, tokens, "callback-error", exc, result)
+        return
+    if not smaller:
         _skip(run, trip_index, counting, tokens, "not-smaller", usage=result)
         return
     stored, conflicts = (False, 0)
     if view is not None:
-        stored, conflicts = await view.replace(start, end, summary)
-    run.messages[start:end] = [summary]
+        stored, conflicts = await view.replace(start, end, [summary, *kept])
+    _remark(run, {id(messages[k]): kept[k - end] for k in signed})
+    run.messages[start:] = [summary, *kept]
     run.report.compactions.append(
         CompactionRecord(
             trip_index=trip_index,
@@ -113,13 +128,53 @@ async def _apply(
             status="applied",
             replaces_from_index=start,
             replaces_to_index=end,
-            framing="user" if retained else "assistant",
-            retained=retained,
+            framing="assistant" if summary.role == "assistant" else "user",
+            retained=[start + 1 + k - end for k in signed],
             stored=stored,
             store_conflicts=conflicts,
             usage=result.usage,
         )
     )
+
+
+def _framed(summary: AssistantMessage, *, user: bool) -> Message:
+    """The summary as it goes into the conversation, marked as one."""
+    if user:
+        return UserMessage(content=USER_FRAME + summary.text, compaction="summary")
+    return summary.model_copy(update={"compaction": "summary"})
+
+
+def _marked(message: Message, marker: Literal["retained", "summary"]) -> Message:
+    if message.compaction == marker:
+        return message
+    return message.model_copy(update={"compaction": marker})
+
+
+async def _smaller(
+    run: RunState,
+    tokens: int,
+    proposed: list[Message],
+    weights: list[int],
+    replaced: tuple[int, int],
+    signed: list[int],
+) -> bool:
+    """Whether the proposed conversation counts below the current one, by the counter
+    that made the decision (the custom one, or the estimate)."""
+    counter = run.config.compaction.count_tokens if run.config.compaction else None
+    if counter is not None:
+        return await _count(run, counter, proposed) < tokens
+    start, end = replaced
+    added = sum(_chars(proposed[start + 1 + k - end]) - weights[k] for k in signed)
+    return _chars(proposed[start]) + added < sum(weights[start:end])
+
+
+def _remark(run: RunState, marked: dict[int, Message]) -> None:
+    """Kept turns newly marked are saved marked, when they have not been saved yet."""
+    if not marked:
+        return
+    run.new_messages[:] = [marked.get(id(m), m) for m in run.new_messages]
+    if run.saver is not None:
+        run.saver.remark(marked)
 
 
 def estimate_tokens(run: RunState, weights: list[int] | None = None) -> int:
@@ -132,10 +187,9 @@ def estimate_tokens(run: RunState, weights: list[int] | None = None) -> int:
     return -(-chars // CHARS_PER_TOKEN)
 
 
-async def _count(run: RunState, spec: Compaction, weights: list[int] | None) -> int:
-    if spec.count_tokens is None:
-        return estimate_tokens(run, weights)
-    tokens = await _resolve(spec.count_tokens(list(run.messages), run.config.options), run)
+async def _count(run: RunState, counter: CountTokens, messages: list[Message]) -> int:
+    """The custom counter's count of `messages` (with the run's tools and schema)."""
+    tokens = await _resolve(counter(list(messages), run.config.options), run)
     if not isinstance(tokens, int) or isinstance(tokens, bool):
         raise TypeError(f"count_tokens returned {type(tokens).__name__}, not an int")
     return tokens
@@ -155,9 +209,7 @@ def _protected(run: RunState) -> set[int]:
     messages = run.messages
     protected = {k for k, m in enumerate(messages) if m.role == "system" or id(m) in inputs}
     # A summary framed as user context is not the user speaking: it may be replaced.
-    users = [
-        k for k, m in enumerate(messages) if m.role == "user" and not m.text.startswith(USER_FRAME)
-    ]
+    users = [k for k, m in enumerate(messages) if m.role == "user" and m.compaction is None]
     if users:
         protected.add(users[-1])
     return protected

@@ -161,7 +161,10 @@ async def _drive(run: RunState, progress: Progress) -> AgentResult:
         if isinstance(step, Final):
             run.add(response.message)
             await _saved(run)
-            blocks = response.blocks if run.trip_count == 1 else None
+            # After a compaction the blocks are signed against a history the caller
+            # never had: they cannot be replayed.
+            compacted = any(d.status == "applied" for d in run.report.compactions)
+            blocks = response.blocks if run.trip_count == 1 and not compacted else None
             return _result(run, data=step.data, text=step.text, blocks=blocks)
         await _take(run, step, response, progress)
         await _saved(run)

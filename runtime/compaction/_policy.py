@@ -4,8 +4,9 @@
 Before each model trip the conversation, the tool definitions and the response schema
 are counted (an offline estimate of ~4 characters a token, or `count_tokens`); above
 `after_tokens`, a safe slice of older messages is handed to `summarize(slice, ctx)` and
-replaced by the summary it returns. Every decision, applied or skipped, is recorded in
-`report.compactions`.
+replaced by the summary it returns (marked `compaction="summary"`; kept turns with signed
+reasoning are marked `compaction="retained"`), unless it does not count smaller. Every
+decision, applied or skipped, is recorded in `report.compactions`.
 
 Never replaced: the original system messages, the run's input, the latest user message,
 the last `keep` messages (widened to whole assistant / tool-result groups) and the open
@@ -114,8 +115,9 @@ class Compaction:
 class CompactionRecord(BaseModel):
     """One decision: the count that triggered it, and the range applied or why not.
 
-    `framing` is "user" when kept turns carry signed reasoning (the summary then goes in
-    as user context); `retained` lists those kept turns (indices after compaction).
+    `framing` is "user" when the summary went in as user context: it replaced the first
+    turns, or kept turns carry signed reasoning; `retained` lists those kept turns
+    (indices after compaction, each marked `compaction="retained"`).
     `stored`: the session's stored history was compacted too; `store_conflicts`: how
     many times another writer moved it first (each retried).
     """

@@ -57,15 +57,23 @@ class StoredView:
         """Where a slice may not cross: the start and the end of the stored part."""
         return self.offset, self.offset + self.matched
 
-    async def replace(self, start: int, end: int, summary: Message) -> tuple[bool, int]:
-        """Replace the stored copy of `conversation[start:end]` by `summary`, retrying
-        when another writer moved the revision but left the prefix as it was.
+    async def replace(self, start: int, end: int, compacted: Sequence[Message]) -> tuple[bool, int]:
+        """Replace the stored copy of `conversation[start:end]` by the summary, given as
+        `compacted` (the conversation from `start` on, once compacted), retrying when
+        another writer moved the revision but left the prefix as it was. Stored turns
+        after the slice that compaction marked are rewritten marked.
         Returns (stored, conflicts met)."""
         if start < self.offset or end > self.offset + self.matched:
             return False, 0  # not stored yet: the save policy writes the compacted run
-        count = end - self.offset
+        after = self.snapshot.messages[end - self.offset : self.matched]
+        changed = [k for k, m in enumerate(after) if compacted[1 + k] != m]
+        rewritten = changed[-1] + 1 if changed else 0
+        count = end - self.offset + rewritten
         replaced = self.snapshot.messages[:count]
-        replacement = [*self.snapshot.messages[: start - self.offset], summary]
+        replacement = [
+            *self.snapshot.messages[: start - self.offset],
+            *compacted[: 1 + rewritten],
+        ]
         snapshot, conflicts = self.snapshot, 0
         try:
             for _ in range(MAX_ATTEMPTS):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -93,6 +93,11 @@ class RunSaver:
         batch = [*self._buffer, *messages]
         self._buffer.clear()
         await self._append(batch)
+
+    def remark(self, marked: Mapping[int, Message]) -> None:
+        """Messages handed over but not saved yet, changed in the run since (compaction
+        marks kept turns): `marked` maps the id of each old one to its new one."""
+        self._buffer[:] = [marked.get(id(m), m) for m in self._buffer]
 
     async def succeeded(self) -> None:
         if self._buffer:

@@ -17,6 +17,7 @@ from raygent.seams import Backend
 from raygent.stores import SQLiteStore, Store
 from raygent.testing import FunctionModel, Reply, call, reply
 
+USER_FRAME = "Summary of earlier conversation:\n"  # how a summary goes in as user context
 LONG = "x" * 400  # a tool result long enough to push a conversation over a threshold
 SIGNED = {"type": "thinking", "thinking": "plan the lookup", "signature": "EqQBsig=="}
 SYSTEM = "You look things up."
@@ -86,6 +87,11 @@ class AsyncRecorder(Recorder):
 
 
 def is_summary(message: Message, text: str) -> bool:
+    """A summary with `text`: marked as one, as an assistant turn or as user context."""
+    if message.compaction != "summary":
+        return False
+    if message.role == "user":
+        return message.content == [TextPart(text=USER_FRAME + text)]
     return message.role == "assistant" and message.content == [TextPart(text=text)]
 
 

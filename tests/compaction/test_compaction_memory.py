@@ -4,19 +4,38 @@ the revision first, and later appends still line up."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 import redis
-from compaction_support import Interfering, Recorder, agent_on, earlier_runs, is_summary, tool_model
+from compaction_support import (
+    Interfering,
+    Recorder,
+    agent_on,
+    earlier_runs,
+    is_summary,
+    signed_block,
+    tool_model,
+)
 
 import raygent
-from raygent import UserMessage
+from raygent import AssistantMessage, ToolMessage, UserMessage
+from raygent.compaction._range import has_signed_reasoning
 from raygent.errors import RaygentError
+from raygent.messages import messages_from_msgpack, messages_to_msgpack
 from raygent.stores import InMemoryStore, RedisStore, SQLiteStore, Store, StoreUnavailableError
+from raygent.stores._codec import (
+    decode_envelopes,
+    decode_json,
+    encode_json,
+    encode_msgpack,
+    envelope_header,
+)
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis"])
@@ -161,3 +180,60 @@ async def test_an_unreadable_store_leaves_the_stored_history_whole() -> None:
     history = await chat.history()
     assert history[: len(stored_before)] == stored_before
     assert len(history) == len(stored_before) + 1 + 2 * 3 + 1
+
+
+# As every store wrote these messages before messages could carry a compaction marker.
+OLD_PAYLOADS = {
+    b'{"content":[{"type":"text","text":"hi"}],"role":"user"}': UserMessage(content="hi"),
+    b'{"content":[{"type":"text","text":"x"}],"role":"assistant","tool_calls":[]}': (
+        AssistantMessage(content="x")
+    ),
+    b'{"content":[{"type":"text","text":"r"}],"role":"tool","call_id":"c","name":null,'
+    b'"is_error":false}': ToolMessage(call_id="c", content="r"),
+}
+
+
+def test_an_unmarked_message_is_encoded_as_before_and_old_payloads_load() -> None:
+    for payload, message in OLD_PAYLOADS.items():
+        assert encode_json(message) == payload  # no null marker on every stored message
+        assert msgpack.unpackb(encode_msgpack(message)) == json.loads(payload)
+    assert decode_json("ref", list(OLD_PAYLOADS)) == list(OLD_PAYLOADS.values())
+    header = envelope_header("run", 0, 1.0)
+    envelopes = [header + msgpack.packb(json.loads(p)) for p in OLD_PAYLOADS]
+    assert [e.message for e in decode_envelopes("ref", envelopes)] == list(OLD_PAYLOADS.values())
+    marked = UserMessage(content="s", compaction="summary")
+    assert b'"compaction":"summary"' in encode_json(marked)
+    assert messages_from_msgpack(messages_to_msgpack([marked])) == [marked]
+
+
+async def test_markers_are_stored_with_the_messages(make_store: Callable[[], Store]) -> None:
+    store, scope = make_store(), raygent.stores.Scope("m0")
+    messages = [
+        UserMessage(content="s", compaction="summary"),
+        AssistantMessage(content=[signed_block()], compaction="retained"),
+        UserMessage(content="plain"),
+    ]
+    await store.append(scope, "run", 0, messages)
+    assert await store.load(scope) == messages
+
+
+@pytest.mark.parametrize("policy", ["message", "turn", "run"])
+async def test_session_history_shows_the_markers(
+    make_store: Callable[[], Store], policy: str
+) -> None:
+    store = make_store()
+    await earlier_runs(store, "m1")
+    model = tool_model(4, blocks=lambda trip: [signed_block()])
+    chat = agent_on(store, policy, model, Recorder()).session("m1")
+    result = await chat.execute("third")
+    assert result.ok, result.error
+    assert result.report.messages is not None
+    history = await chat.history()
+    assert [m.compaction for m in history].count("summary") >= 1
+    retained = [m for m in result.report.messages if m.compaction == "retained"]
+    assert retained and all(has_signed_reasoning(m) for m in retained)
+    if policy == "run":
+        # This run's own turns are saved whole at its end, the kept ones marked.
+        assert all(m in history for m in retained)
+    else:
+        assert history == result.report.messages[1:]

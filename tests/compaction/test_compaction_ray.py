@@ -19,6 +19,7 @@ from compaction_support import (
     agent_on,
     earlier_runs,
     is_summary,
+    signed_block,
     tool_model,
 )
 
@@ -151,3 +152,28 @@ async def test_a_write_around_the_host_is_kept_and_the_fence_still_holds(
     assert first_request[1:-1] == history
     await store.other.aclose()
     await store.aclose()
+
+
+@pytest.mark.parametrize("policy", ["message", "run"])
+async def test_the_markers_reach_the_store_and_the_hosts_copy(
+    store: Store, backend: Backend, policy: str
+) -> None:
+    await earlier_runs(store, "s5", backend)
+    model = tool_model(4, blocks=lambda trip: [signed_block()])
+    chat = agent_on(store, policy, model, Recorder(), backend).session("s5")
+    result = await chat.execute("third")
+    assert result.ok, result.error
+    assert result.report.messages is not None
+    retained = [m for m in result.report.messages if m.compaction == "retained"]
+    assert retained
+    history = await store.load(Scope("s5"))
+    assert [m.compaction for m in history].count("summary") >= 1
+    assert all(m in history for m in retained)
+    if policy == "message":
+        assert history == result.report.messages[1:]
+    # The next run's history (from the host's cache) carries them too.
+    follow = tool_model(0, answer="ok")
+    chat.agent.model, chat.agent.compaction = follow, None
+    assert (await chat.execute("fourth")).ok
+    first_request, _ = follow.requests[0]
+    assert first_request[1:-1] == history

@@ -161,4 +161,4 @@ async def test_a_compacting_run_against_the_simulator_over_http() -> None:
         contents = [m.get("content") for m in last["messages"]]
         assert SUMMARY in contents
         assert result.report.messages is not None
-        assert AssistantMessage(content=SUMMARY) in result.report.messages
+        assert AssistantMessage(content=SUMMARY, compaction="summary") in result.report.messages
