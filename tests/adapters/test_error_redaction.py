@@ -7,14 +7,17 @@ from __future__ import annotations
 import gc
 import pickle
 import time
+from pathlib import Path
 
 import httpx
 import pytest
 
+import raygent
 from raygent import OpenAIModel
 from raygent.errors import ServerError, redact
 from raygent.models._errors import error_from_response, error_from_stream_event
 from raygent.redaction import _KNOWN
+from raygent.stores import Scope, SQLiteStore
 
 KEY = "Zq8vN3xLp0Tw7RkYb2HcM9sJd4FgA6uE1iOoWnVtQyXrSlPk"  # 48 characters, no `sk-`
 
@@ -79,3 +82,27 @@ def test_the_registry_knows_a_live_model_key_and_forgets_it_after() -> None:
     del copy
     gc.collect()
     assert KEY not in _KNOWN and not _KNOWN.grams
+
+
+class _Opaque:
+    def __str__(self) -> str:
+        return f"opaque {KEY}"
+
+
+async def test_errors_that_are_not_raygent_errors_are_redacted_in_sinks_and_stores(
+    tmp_path: Path,
+) -> None:
+    model = OpenAIModel("m", base_url="http://127.0.0.1:1/v1", api_key=KEY)
+
+    async def leaky(item: str) -> str:
+        raise RuntimeError(f"the gateway refused {KEY[3:30]}")
+
+    sink = tmp_path / "out.jsonl"
+    batch = await raygent.batch(leaky, ["a"], sink=str(sink), progress=False)
+    store = SQLiteStore(tmp_path / "s.db")
+    scope = Scope(session_id="s")
+    await store.record_error(scope, "run-1", {"message": "x", "detail": _Opaque()}, [])
+    records = await store.errors(scope)
+    assert batch.report.failed == 1
+    assert slices(sink.read_text() + repr(records)) == []
+    assert repr(model)  # the key stays registered while the test looks
