@@ -48,8 +48,10 @@ class _KnownSecrets:
 
     def add(self, secret: str) -> None:
         with self._lock:
-            self._counts[secret] = self._counts.get(secret, 0) + 1
-            self.grams = self.grams | _grams(secret)
+            held = self._counts.get(secret, 0)
+            self._counts[secret] = held + 1
+            if not held:  # models are unpickled often on Ray: the pieces are made once
+                self.grams = self.grams | _grams(secret)
 
     def discard(self, secret: str) -> None:
         with self._lock:
