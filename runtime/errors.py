@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, ClassVar
+
+from .redaction import redact, redact_value
 
 __all__ = [
     "AbortedError",
@@ -37,7 +38,9 @@ class RaygentError(Exception):
     """Base of every raygent error.
 
     `details` holds extra typed facts (status, provider, retry_after, ...); it is what
-    `to_dict()` reports and what survives pickling across Ray workers.
+    `to_dict()` reports and what survives pickling across Ray workers. The message and
+    every string in the details are redacted when the error is made (and again by
+    `to_dict()`), so no API key known to this process leaves through an error.
     """
 
     code: ClassVar[str] = "error"
@@ -45,10 +48,11 @@ class RaygentError(Exception):
     default_retryable: ClassVar[bool] = False
 
     def __init__(self, message: str, *, retryable: bool | None = None, **details: Any) -> None:
+        message = redact_value(message)
         super().__init__(message)
         self.message = message
         self.retryable = self.default_retryable if retryable is None else retryable
-        self.details = details
+        self.details: dict[str, Any] = redact_value(details)
 
     def __getattr__(self, name: str) -> Any:
         # Only called for missing attributes: expose details as attributes (err.status).
@@ -61,15 +65,19 @@ class RaygentError(Exception):
         return (_rebuild, (type(self), self.message, self.retryable, self.details))
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready description for reports and stores."""
-        return {
-            "type": type(self).__name__,
-            "code": self.code,
-            "category": self.category,
-            "retryable": self.retryable,
-            "message": self.message,
-            **self.details,
-        }
+        """A JSON-ready description for reports and stores (redacted: details may have
+        been added since the error was made)."""
+        info: dict[str, Any] = redact_value(
+            {
+                "type": type(self).__name__,
+                "code": self.code,
+                "category": self.category,
+                "retryable": self.retryable,
+                "message": self.message,
+                **self.details,
+            }
+        )
+        return info
 
 
 def _rebuild(
@@ -233,14 +241,3 @@ class OutboundPolicyError(RaygentError):
 
     code = "outbound_policy"
     category = "policy"
-
-
-_KEY_PATTERNS = re.compile(r"(sk-[A-Za-z0-9_\-*]{4,}|Bearer\s+[A-Za-z0-9_\-.*]{8,})")
-
-
-def redact(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """Remove known secrets and anything shaped like an API key from `text`."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return _KEY_PATTERNS.sub("***", text)

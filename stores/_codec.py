@@ -18,7 +18,7 @@ from urllib.parse import quote
 import msgpack
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ._core import MESSAGE_ADAPTER, MESSAGES_ADAPTER, Message, RaygentError
+from ._core import MESSAGE_ADAPTER, MESSAGES_ADAPTER, Message, RaygentError, redact_value
 from .protocol import ErrorRecord, Scope, StoreDataError
 
 NONE_PART = "!"  # quote() always escapes "!", so no string encodes to it
@@ -185,9 +185,10 @@ class _ErrorRow(BaseModel):
 
 
 def error_dict(error: RaygentError | Mapping[str, Any]) -> dict[str, Any]:
-    """A JSON-safe copy: details may hold anything, and recording must not fail on it."""
+    """A JSON-safe copy: details may hold anything, and recording must not fail on it.
+    Redacted after the copy, since `str()` of an odd detail may show a key."""
     raw = error.to_dict() if isinstance(error, RaygentError) else dict(error)
-    value: dict[str, Any] = json.loads(json.dumps(raw, default=str))
+    value: dict[str, Any] = redact_value(json.loads(json.dumps(raw, default=str)))
     return value
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
         ToolMessage,
         UserMessage,
     )
+    from runtime.redaction import redact_value
 else:
     from raygent.errors import RaygentError
     from raygent.messages import (
@@ -29,6 +30,7 @@ else:
         ToolMessage,
         UserMessage,
     )
+    from raygent.redaction import redact_value
 
 __all__ = [
     "MESSAGES_ADAPTER",
@@ -39,4 +41,5 @@ __all__ = [
     "SystemMessage",
     "ToolMessage",
     "UserMessage",
+    "redact_value",
 ]

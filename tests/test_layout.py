@@ -37,6 +37,7 @@ BASE = {
     "messages",
     "models.contract",
     "pricing",
+    "redaction",
     "run_context",
     "tools",
     "usage",

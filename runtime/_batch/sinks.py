@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from ..errors import RaygentError
+from ..errors import RaygentError, redact
 from .engine import EMPTY_USAGE, BatchItem
 
 __all__ = ["JsonlSink", "ParquetSink", "Sink", "key_token", "open_sink", "record_of"]
@@ -82,7 +82,7 @@ def error_dict(error: BaseException | None) -> dict[str, Any] | None:
         return None
     if isinstance(error, RaygentError):
         return error.to_dict()
-    return {"type": type(error).__name__, "message": str(error)}
+    return {"type": type(error).__name__, "message": redact(str(error))}
 
 
 def dumps(value: Any) -> str:

@@ -24,7 +24,7 @@ from ..compaction._policy import (
 )
 from ..compaction._range import has_signed_reasoning, safe_range
 from ..compaction._store import StoredView, stored_view
-from ..errors import RaygentError
+from ..errors import RaygentError, redact
 from ..messages import MESSAGE_ADAPTER, AssistantMessage, Message, UserMessage
 from ._state import RunState
 
@@ -244,4 +244,4 @@ def _skip(
 def _error(exc: Exception) -> dict[str, Any]:
     if isinstance(exc, RaygentError):
         return exc.to_dict()
-    return {"type": type(exc).__name__, "message": str(exc)}
+    return {"type": type(exc).__name__, "message": redact(str(exc))}

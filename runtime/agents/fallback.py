@@ -13,6 +13,7 @@ from ..errors import (
     ProviderTimeoutError,
     RateLimitError,
     ServerError,
+    redact,
 )
 from ..messages import Message
 from ..models.contract import Capabilities, Done, Model, ModelOptions, ModelResponse, StreamChunk
@@ -147,7 +148,7 @@ def _stamped(chunk: StreamChunk, attempts: list[dict[str, Any]]) -> StreamChunk:
 
 
 def _attempt(model: Model, error: BaseException) -> dict[str, Any]:
-    info = error.to_dict() if isinstance(error, ProviderError) else {"message": repr(error)}
+    info = error.to_dict() if isinstance(error, ProviderError) else {"message": redact(repr(error))}
     return {"model": model.name, "provider": model.provider, "error": info}
 
 

@@ -23,6 +23,7 @@ from ..errors import (
     redact,
 )
 from ..pricing import Pricing, price_usage
+from ..redaction import register_secret
 from ..usage import Usage
 from ._errors import error_from_response, error_from_stream_event
 from ._pool import shared_transport
@@ -33,6 +34,9 @@ __all__ = ["HTTPModel"]
 
 DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 _LOOPBACK_HOSTS = ("localhost", "::1", "[::1]")
+# Extra headers whose values are credentials (a gateway's own key header, say).
+_SECRET_HEADER_WORDS = ("auth", "key", "token", "secret")
+_SNIPPET_CHARS = 200
 
 
 _VERSION = "0.1.0"
@@ -100,6 +104,7 @@ class HTTPModel:
         self._urls: dict[str, httpx.URL] = {}
         self._headers: dict[str, str] | None = None
         self._timeouts = _timeout_extension(self.timeout)
+        self._register_secrets()
 
     @classmethod
     def default_capabilities(cls, name: str) -> Capabilities:
@@ -132,6 +137,14 @@ class HTTPModel:
         state["_injected_client"] = None
         return state
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._register_secrets()  # a copy in a Ray worker cleans that worker's errors
+
+    def _register_secrets(self) -> None:
+        for secret in self._secrets:
+            register_secret(secret, self)
+
     # -- HTTP -------------------------------------------------------------------------
 
     def _auth_headers(self) -> dict[str, str]:
@@ -139,7 +152,14 @@ class HTTPModel:
 
     @property
     def _secrets(self) -> tuple[str, ...]:
-        return (self._api_key,) if self._api_key else ()
+        """The key and the values of credential-like extra headers: what a provider's
+        reply is redacted of before anything of it reaches an error."""
+        secret_headers = (
+            value
+            for name, value in self.extra_headers.items()
+            if any(word in name.lower() for word in _SECRET_HEADER_WORDS)
+        )
+        return tuple(s for s in (self._api_key, *secret_headers) if s)
 
     @asynccontextmanager
     async def _post(
@@ -229,7 +249,8 @@ class HTTPModel:
     def _bad_reply(
         self, response: httpx.Response | None, why: str, raw: bytes = b""
     ) -> ProviderResponseError:
-        snippet = redact(raw[:200].decode("utf-8", "replace"), self._secrets)
+        # Redacted whole, then cut: a cut first could leave part of a key behind.
+        snippet = redact(raw.decode("utf-8", "replace"), self._secrets)[:_SNIPPET_CHARS]
         return ProviderResponseError(
             f"{self.provider}: {why}" + (f": {snippet!r}" if snippet else ""),
             provider=self.provider,

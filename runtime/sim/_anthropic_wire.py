@@ -108,6 +108,9 @@ class AnthropicWire:
         message = f"prompt is too long: {tokens} tokens > {limit} maximum"
         return self.error(400, message, request_id=request_id)
 
+    def stream_error(self, data: bytes) -> bytes:
+        return b"event: error\ndata: " + data + b"\n\n"
+
     def body(self, plan: Plan, req: ParsedRequest, response_id: str) -> bytes:
         content = [] if plan.empty else [block for block, _ in _blocks(plan)]
         message = _message(req, response_id, content)

@@ -121,6 +121,9 @@ class OpenAIWire:
             400, message, request_id=request_id, code="context_length_exceeded", param="messages"
         )
 
+    def stream_error(self, data: bytes) -> bytes:
+        return b"data: " + data + b"\n\n"
+
     def body(self, plan: Plan, req: ParsedRequest, response_id: str) -> bytes:
         message: dict[str, Any] = {
             "role": "assistant",

@@ -4,8 +4,10 @@ faults (hang, truncate) that end an exchange without a proper response."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 
 from aiohttp import web
+from pydantic_core import to_json
 
 from ._script import Fault
 from ._types import ParsedRequest, Plan, SSEStream, Wire
@@ -40,10 +42,14 @@ class Exchange:
         self.ttfb = 0.0
         self.per_token = 0.0
 
-    def headers(self, retry_after: float | None = None) -> dict[str, str]:
+    def headers(
+        self, retry_after: float | None = None, extra: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
         headers = {self.wire.request_id_header: self.request_id}
         if retry_after is not None:
             headers["Retry-After"] = f"{retry_after:g}"
+        if extra:
+            headers.update(extra)
         return headers
 
     def response(
@@ -53,9 +59,13 @@ class Exchange:
         *,
         content_type: str = "application/json",
         retry_after: float | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> web.Response:
         return web.Response(
-            status=status, body=body, content_type=content_type, headers=self.headers(retry_after)
+            status=status,
+            body=body,
+            content_type=content_type,
+            headers=self.headers(retry_after, headers),
         )
 
     async def sleep(self, seconds: float) -> None:
@@ -76,6 +86,18 @@ class Exchange:
         await asyncio.sleep(_FOREVER)
 
 
+def fault_body(fault: Fault, ex: Exchange) -> bytes:
+    """The error body of a ``status`` or ``stream_error`` fault: the scripted ``body``
+    verbatim, else the provider's own error."""
+    if fault.body is None:
+        return ex.wire.error(fault.status, fault.message, request_id=ex.request_id)
+    return verbatim(fault.body)
+
+
+def verbatim(body: dict[str, object] | str) -> bytes:
+    return body.encode() if isinstance(body, str) else to_json(body)
+
+
 async def respond_plan(
     ex: Exchange, req: ParsedRequest, plan: Plan, fault: Fault | None, id_suffix: str
 ) -> web.StreamResponse:
@@ -94,11 +116,12 @@ async def respond_plan(
     sse = ex.wire.stream(plan, req, response_id)
     await ex.sleep(ex.ttfb)
     stop = len(sse.events)
-    if fault is not None and kind in ("hang", "truncate"):
+    if fault is not None and kind in ("hang", "truncate", "stream_error"):
         if kind == "hang" and fault.after_chunks == 0:
             await ex.hang()
         stop = min(fault.after_chunks, sse.body_end)
-    resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, **ex.headers()})
+    extra = fault.headers if fault is not None else None
+    resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, **ex.headers(extra=extra)})
     await resp.prepare(ex.request)
     try:
         await _write_events(resp, sse, stop, ex.per_token)
@@ -106,6 +129,8 @@ async def respond_plan(
             await ex.hang()
         if kind == "truncate":
             await ex.drop(200)
+        if fault is not None and kind == "stream_error":
+            await resp.write(ex.wire.stream_error(fault_body(fault, ex)))
         await resp.write_eof()
     except ConnectionError:
         ex.client_gone = True

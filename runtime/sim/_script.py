@@ -21,6 +21,7 @@ FaultKind = Literal[
     "empty_choices",
     "context_exceeded",
     "refusal",
+    "stream_error",
 ]
 
 
@@ -49,7 +50,14 @@ class Fault(_Model):
     make each tool call's argument JSON invalid. ``not_json``: 200 with an HTML body.
     ``empty_choices``: OpenAI ``choices: []`` (Anthropic ``content: []``).
     ``context_exceeded``: the provider's 400 context-length error. ``refusal``: turn the
-    reply into a refusal (``message`` is its text).
+    reply into a refusal (``message`` is its text). ``stream_error``: a 200 stream that
+    sends ``after_chunks`` events, then the provider's error event (a request that is
+    not streamed gets it as a ``status`` error).
+
+    ``body`` replaces the error body of ``status`` and ``stream_error`` (the event's
+    data) and the HTML of ``not_json``, verbatim (a dict is sent as JSON); ``headers``
+    are added to those responses. Together they script any error a provider or a
+    gateway might send, such as one that echoes the request's key.
     """
 
     kind: FaultKind
@@ -57,6 +65,8 @@ class Fault(_Model):
     retry_after: float | None = Field(default=None, ge=0)
     after_chunks: int = Field(default=0, ge=0)
     message: str | None = None
+    body: dict[str, Any] | str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
 
 
 class ToolCallReply(_Model):

@@ -18,7 +18,7 @@ from ._anthropic_wire import AnthropicWire
 from ._config import SimConfig
 from ._openai_wire import OpenAIWire
 from ._plan import plan_reply
-from ._respond import Exchange, respond_plan
+from ._respond import Exchange, fault_body, respond_plan, verbatim
 from ._rules import RuleBook
 from ._script import Fault, Reply, Script
 from ._stats import RecordedRequest, StatsRecorder, redact_headers
@@ -177,7 +177,8 @@ class SimCore:
     ) -> web.StreamResponse:
         ex.ttfb = self._ttfb_ms(reply) / 1000
         ex.per_token = self.config.latency.per_token_ms / 1000
-        if fault is not None and fault.kind in _ERROR_FAULTS:
+        unstreamed_error = fault is not None and fault.kind == "stream_error" and not req.stream
+        if fault is not None and (fault.kind in _ERROR_FAULTS or unstreamed_error):
             await ex.sleep(ex.ttfb)
             return self._error_fault(ex, req, fault)
         read = self._cache.longest_hit(req.cache_candidates) if req.cache_candidates else 0
@@ -206,13 +207,20 @@ class SimCore:
         """The faults answered instead of a reply: an error status or a non-JSON body."""
         wire, rid = ex.wire, ex.request_id
         if fault.kind == "not_json":
-            return ex.response(200, _NOT_JSON, content_type="text/html")
+            html = _NOT_JSON if fault.body is None else verbatim(fault.body)
+            return ex.response(200, html, content_type="text/html", headers=fault.headers)
         if fault.kind == "context_exceeded":
             limit = self.config.context_window or max(req.input_tokens - 1, 1)
             tokens = max(req.input_tokens, limit + 1)
             return ex.response(400, wire.context_error(limit, tokens, request_id=rid))
-        body = wire.error(fault.status, fault.message, request_id=rid)
-        return ex.response(fault.status, body, retry_after=fault.retry_after)
+        kind = "text/plain" if isinstance(fault.body, str) else "application/json"
+        return ex.response(
+            fault.status,
+            fault_body(fault, ex),
+            content_type=kind,
+            retry_after=fault.retry_after,
+            headers=fault.headers,
+        )
 
     def _over_caps(self, ex: Exchange) -> web.StreamResponse | None:
         """429 when over the requests-per-minute window or the concurrency cap; else

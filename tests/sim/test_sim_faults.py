@@ -176,3 +176,51 @@ async def test_fault_rate_is_seeded(clients: Clients) -> None:
     first, again, other = await run(8), await run(8), await run(9)
     assert first == again != other
     assert {s for s, _ in first} == {200, 500, 503}
+
+
+async def test_stream_error_event_after_chunks(clients: Clients) -> None:
+    async with serve(_script(Fault(kind="stream_error", after_chunks=2, status=529))) as sim:
+        with pytest.raises(anthropic.APIError, match="Overloaded"):
+            stream = await clients.anthropic(sim).messages.create(
+                model="c", max_tokens=50, messages=USER, stream=True
+            )
+            async for _ in stream:
+                pass
+        with pytest.raises(openai.APIError):
+            chunks = await clients.openai(sim).chat.completions.create(
+                model="m", messages=USER, stream=True
+            )
+            async for _ in chunks:
+                pass
+        async with clients.http(sim).stream(
+            "POST", "/v1/messages", json=_body(stream=True)
+        ) as resp:
+            events = [e for e in (await resp.aread()).split(b"\n\n") if e]
+        unstreamed = await clients.http(sim).post("/v1/messages", json=_body())
+    assert resp.status_code == 200 and len(events) == 3
+    assert events[-1].startswith(b"event: error\ndata: ")
+    assert from_json(events[-1].split(b"data: ", 1)[1])["error"]["type"] == "overloaded_error"
+    assert unstreamed.status_code == 529  # not streamed: the same error as a status
+
+
+async def test_scripted_error_body_and_headers_are_sent_verbatim(clients: Clients) -> None:
+    body = {"error": {"message": "echo", "code": "c-1", "extra": [1]}}
+    faults = [
+        Fault(kind="status", status=403, body=body, headers={"x-request-id": "rid-1"}),
+        Fault(kind="status", status=502, body="<html>gateway</html>"),
+        Fault(kind="stream_error", body="{broken", headers={"x-request-id": "rid-2"}),
+    ]
+    rules = [Rule(match=Match(stream=i == 2), reply=Reply(fault=f)) for i, f in enumerate(faults)]
+    async with serve(Script(rules=rules[:2])) as sim:
+        http = clients.http(sim)
+        first = await http.post("/v1/chat/completions", json=_body())
+    async with serve(Script(rules=rules[1:])) as sim:
+        http = clients.http(sim)
+        second = await http.post("/v1/chat/completions", json=_body())
+        async with http.stream("POST", "/v1/chat/completions", json=_body(stream=True)) as resp:
+            streamed = await resp.aread()
+    assert first.status_code == 403 and first.json() == body
+    assert first.headers["x-request-id"] == "rid-1"
+    assert second.status_code == 502 and second.text == "<html>gateway</html>"
+    assert resp.headers["x-request-id"] == "rid-2"
+    assert streamed.endswith(b"data: {broken\n\n")
