@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from raygent._message_input import as_message, as_messages
+from raygent.compaction import CompactionResult
+from raygent.compaction._policy import check_result
 from raygent.errors import InvalidOptionsError
 from raygent.messages import (
     MESSAGES_ADAPTER,
@@ -203,3 +205,20 @@ def test_anything_else_is_an_invalid_options_error_naming_where(
     assert raised.value.details["option"] == "history"
     if "[" in where:
         assert raised.value.details["index"] == int(where.split("[")[1].rstrip("]"))
+
+
+def test_a_compaction_summary_may_be_a_message_dict() -> None:
+    result = CompactionResult(
+        summary={"role": "assistant", "content": "Earlier: a cat."},  # type: ignore[arg-type]
+        replaces_from_index=1,
+        replaces_to_index=3,
+    )
+    assert result.summary == AssistantMessage(content="Earlier: a cat.")
+    conversation = as_messages(OPENAI_HISTORY, "history")
+    check_result(result, (1, 4), conversation)  # a usable answer
+    with pytest.raises(InvalidOptionsError, match="summary: unknown role 'narrator'"):
+        CompactionResult(
+            summary={"role": "narrator", "content": "x"},  # type: ignore[arg-type]
+            replaces_from_index=1,
+            replaces_to_index=3,
+        )
