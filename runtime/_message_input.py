@@ -37,8 +37,8 @@ _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant"
 _TAGS = [(role,) for role in (*_ROLES, "tool")]  # the union's tag leading an error's loc
 # Fields the SDKs' own dumps carry that raygent has no use for, dropped when empty.
 _EMPTY_EXTRAS = ("refusal", "function_call", "audio", "annotations")
-# Fields that only say something to the provider that made them (participant names,
-# cache marks, citations): raygent's messages have no place for them.
+# Marks on a content block meant for the provider that made them (cache marks,
+# citations): raygent's parts have no place for them (cache_control= is a run option).
 _DROPPED = ("cache_control", "citations")
 _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+);base64,(?P<data>.*)", re.DOTALL)
 
