@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from ._message_input import MessageLike, as_messages
 from .abort import AbortSignal, abortable
 from .messages import ContentPart, Message, ProviderBlock, TextPart, ToolCall
 from .models.contract import (
@@ -166,7 +167,7 @@ class _TestModel:
 
     async def complete(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[MessageLike],
         options: ModelOptions | None = None,
         *,
         signal: AbortSignal | None = None,
@@ -174,7 +175,7 @@ class _TestModel:
         """The reply to this request, from the next step."""
         if signal is not None:
             signal.raise_if_aborted()  # an aborted request never reaches the "provider"
-        history = list(messages)
+        history = as_messages(messages, "messages")  # dicts too, as the adapters take
         options = options or _NO_OPTIONS
         self.requests.append((history, options))
         step = self._next_step(history, options)
@@ -182,7 +183,7 @@ class _TestModel:
 
     async def stream(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[MessageLike],
         options: ModelOptions | None = None,
         *,
         signal: AbortSignal | None = None,

@@ -14,6 +14,7 @@ import re
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Annotated, Any, Generic, ParamSpec, TypeVar, get_args, get_origin, overload
 
 import pydantic_core
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from .abort import AbortSignal
-from .errors import RaygentError
+from .errors import RaygentError, ToolExecutionError
 from .models.contract import ToolSpec
 
 __all__ = [
@@ -442,17 +443,46 @@ def _param_docs(lines: list[str]) -> dict[str, str]:
     return docs
 
 
-def tool_result_text(value: Any) -> str:
-    """A tool's return value as text for the model: str as is, anything else as JSON
-    (pydantic models, dataclasses, dicts, lists, numbers, None), else `str()`. Never raises."""
+def tool_result_text(value: Any, name: str = "tool") -> str:
+    """A tool's return value as text for the model: a str as is, anything else as JSON.
+
+    JSON as pydantic writes it: pydantic models and dataclasses as objects, dates, times
+    and datetimes in ISO 8601, timedeltas as ISO durations, Decimal, UUID and Path as
+    strings, an Enum as its value, sets and tuples as arrays, bytes as UTF-8 text (as
+    URL-safe base64 when any are not UTF-8). A value with no JSON form raises ToolExecutionError
+    naming the type (the model gets that as the tool's error, never a `repr`).
+    """
     if isinstance(value, str):
         return value
+    unknown: list[type[Any]] = []
+
+    def refuse(item: Any) -> Any:
+        if isinstance(item, PurePath):  # pydantic knows only Path
+            return str(item)
+        unknown.append(type(item))
+        raise TypeError(type(item).__name__)
+
     try:
-        if isinstance(value, BaseModel):
-            return value.model_dump_json()
-        return pydantic_core.to_json(value, fallback=str).decode()
-    except Exception:
-        try:
-            return str(value)
-        except Exception:
-            return f"<unprintable {type(value).__name__}>"
+        return pydantic_core.to_json(value, fallback=refuse).decode()
+    except pydantic_core.PydanticSerializationError as exc:
+        reason = str(exc)
+    if not unknown:
+        try:  # bytes that are not UTF-8: all bytes as base64 instead
+            return pydantic_core.to_json(value, bytes_mode="base64").decode()
+        except pydantic_core.PydanticSerializationError:
+            pass
+    raise ToolExecutionError(_not_json(value, unknown, reason, name), tool=name)
+
+
+def _not_json(value: Any, unknown: list[type[Any]], reason: str, name: str) -> str:
+    outer = type(value).__name__
+    if unknown and unknown[0] is not type(value):
+        what = f"a {outer} holding a value of type {unknown[0].__name__}"
+    elif unknown:
+        what = f"a value of type {outer}"
+    else:
+        what = f"a value of type {outer} ({reason.removeprefix('Error serializing to JSON: ')})"
+    return (
+        f"tool {name!r} returned {what} that cannot be sent as JSON; return a str, a dict, "
+        "a list, a dataclass or a pydantic model"
+    )

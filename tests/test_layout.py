@@ -31,6 +31,7 @@ RUNTIME = ROOT / "runtime"
 # part above speak it, and it imports only the base; it stays beside the adapters that
 # implement it.
 BASE = {
+    "_message_input",
     "_version",
     "abort",
     "errors",

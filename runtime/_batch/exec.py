@@ -11,9 +11,9 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from .._message_input import as_messages
 from ..abort import AbortSignal
 from ..errors import AbortedError, RaygentError
-from ..messages import MESSAGE_ADAPTER, MESSAGES_ADAPTER
 from ..usage import Usage
 from .engine import EMPTY_USAGE, Attempt, Job, Outcome
 
@@ -118,7 +118,7 @@ def agent_input(raw: Any) -> tuple[Any, dict[str, Any] | None]:
             meta = {k: v for k, v in raw.items() if k != "input"}
             return _as_input(raw["input"]), meta or None
         if "role" in raw:
-            return [MESSAGE_ADAPTER.validate_python(dict(raw))], None
+            return as_messages([raw], "input"), None
         fields = ", ".join(map(str, list(raw)[:8]))
         raise ValueError(f"an agent's item needs an 'input' field; this one has: {fields}")
     return _as_input(raw), None
@@ -126,10 +126,10 @@ def agent_input(raw: Any) -> tuple[Any, dict[str, Any] | None]:
 
 def _as_input(value: Any) -> Any:
     if isinstance(value, Mapping) and "role" in value:
-        return [MESSAGE_ADAPTER.validate_python(dict(value))]
+        return as_messages([value], "input")
     if isinstance(value, (list, tuple)) and any(isinstance(v, Mapping) for v in value):
-        # Messages as read from JSON, CSV or Parquet: validate them into messages.
-        return MESSAGES_ADAPTER.validate_python(list(value))
+        # Messages as read from JSON, CSV or Parquet (any shape raygent reads).
+        return as_messages(value, "input")
     return value
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict
 
 from typing_extensions import Unpack
 
+from .._message_input import MessageLike, as_messages
 from ..abort import AbortController, AbortSignal
 from ..attachments._parse import AttachmentLike, AttachmentPolicy
 from ..backend import current_backend
@@ -71,7 +72,7 @@ class SystemPrompt:
 class RunOptions(TypedDict, total=False):
     """Per-call options of `execute`, `execute_sync` and `stream`."""
 
-    history: Sequence[Message] | None
+    history: Sequence[MessageLike] | None
     placeholders: Mapping[str, Any] | None
     output: Any
     response_schema: dict[str, Any] | None
@@ -167,7 +168,9 @@ class Agent:
         )
 
     async def execute(
-        self, input: str | Message | Sequence[ContentPart | Message], **options: Unpack[RunOptions]
+        self,
+        input: str | MessageLike | Sequence[ContentPart | MessageLike],
+        **options: Unpack[RunOptions],
     ) -> AgentResult:
         """Run once. Never raises: failures come back typed on `result.error`, with
         `result.report.status` failed, cancelled or incomplete. (Cancelling the task that
@@ -176,13 +179,17 @@ class Agent:
         return await start_run(state, user_input, *self._attachments(options))
 
     def execute_sync(
-        self, input: str | Message | Sequence[ContentPart | Message], **options: Unpack[RunOptions]
+        self,
+        input: str | MessageLike | Sequence[ContentPart | MessageLike],
+        **options: Unpack[RunOptions],
     ) -> AgentResult:
         """`execute` for scripts, from code that is not running an event loop."""
         return asyncio.run(self.execute(input, **options))
 
     def stream(
-        self, input: str | Message | Sequence[ContentPart | Message], **options: Unpack[RunOptions]
+        self,
+        input: str | MessageLike | Sequence[ContentPart | MessageLike],
+        **options: Unpack[RunOptions],
     ) -> AgentStream:
         """Run once, yielding typed events; `await stream.result` gives what `execute`
         would have returned."""
@@ -259,7 +266,9 @@ class Agent:
         try:
             config, system = self._config(options, streaming)
             messages: list[Message] = [SystemMessage(content=system)] if system else []
-            messages.extend(options.get("history") or ())
+            history = options.get("history")
+            if history is not None:
+                messages.extend(as_messages(history, "history"))
             return _Opening(config, system, messages, _as_messages(input))
         except Exception as exc:
             # execute() never raises: a run that cannot even start fails on its result.
@@ -529,7 +538,9 @@ def _as_messages(input: Any) -> list[Message]:
         return [UserMessage(content=input)]
     if isinstance(input, (UserMessage, SystemMessage)) or hasattr(input, "role"):
         return [input]
+    if isinstance(input, Mapping) and "role" in input:
+        return as_messages([input], "input")
     items = list(input)
-    if items and all(hasattr(i, "role") for i in items):
-        return items
+    if items and all(hasattr(i, "role") or (isinstance(i, Mapping) and "role" in i) for i in items):
+        return as_messages(items, "input")
     return [UserMessage(content=items)]

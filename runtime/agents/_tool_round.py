@@ -57,7 +57,7 @@ async def _one(run: RunState, trip_index: int, call: ToolCall) -> ToolMessage:
         arguments=call.arguments,
     )
     try:
-        output = tool_result_text(await _invoke(run, trip_index, call, record))
+        output = tool_result_text(await _invoke(run, trip_index, call, record), call.name)
     except Exception as exc:
         if isinstance(exc, AbortedError) and run.signal.aborted:
             raise  # the run is being cancelled; anything else a tool raises is its failure

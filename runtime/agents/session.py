@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
+from .._message_input import MessageLike
 from ..backend import current_backend
 from ..memory._save import scope_of
 from ..messages import ContentPart, Message
@@ -54,18 +55,24 @@ class Session:
         return merged
 
     async def execute(
-        self, input: str | Message | Sequence[ContentPart | Message], **options: Unpack[RunOptions]
+        self,
+        input: str | MessageLike | Sequence[ContentPart | MessageLike],
+        **options: Unpack[RunOptions],
     ) -> AgentResult:
         """Run in this session (never raises, like `Agent.execute`)."""
         return await self.agent.execute(input, **self._options(options))
 
     def execute_sync(
-        self, input: str | Message | Sequence[ContentPart | Message], **options: Unpack[RunOptions]
+        self,
+        input: str | MessageLike | Sequence[ContentPart | MessageLike],
+        **options: Unpack[RunOptions],
     ) -> AgentResult:
         return asyncio.run(self.execute(input, **options))
 
     def stream(
-        self, input: str | Message | Sequence[ContentPart | Message], **options: Unpack[RunOptions]
+        self,
+        input: str | MessageLike | Sequence[ContentPart | MessageLike],
+        **options: Unpack[RunOptions],
     ) -> AgentStream:
         """Run in this session, yielding events (like `Agent.stream`)."""
         return self.agent.stream(input, **self._options(options))

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .._message_input import as_message
 from ..abort import AbortSignal
 from ..errors import RaygentError
 from ..messages import AssistantMessage, Message, SystemMessage, UserMessage
@@ -77,13 +78,20 @@ class CompactionResult:
 
     The range must lie inside the slice offered (`ctx.from_index`..`ctx.to_index`) and
     keep assistant / tool-result groups whole; `summary` is a non-empty assistant text
-    message. `usage` (optional) is recorded on the decision.
+    message (or its dict, e.g. `{"role": "assistant", "content": "..."}`). `usage`
+    (optional) is recorded on the decision.
     """
 
     summary: AssistantMessage
     replaces_from_index: int
     replaces_to_index: int
     usage: Usage | None = None
+
+    def __post_init__(self) -> None:
+        # A summariser may give the summary as a message dict (any shape history takes).
+        summary: Any = self.summary
+        if isinstance(summary, Mapping):
+            object.__setattr__(self, "summary", as_message(summary, "summary"))
 
 
 Summarizer = Callable[

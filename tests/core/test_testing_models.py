@@ -8,8 +8,15 @@ from typing import Any
 import pytest
 
 from raygent import AbortController, Model, ModelOptions, ModelResponse, Pricing, ToolSpec, Usage
-from raygent.errors import AbortedError, RateLimitError, ServerError
-from raygent.messages import AssistantMessage, Message, ProviderBlock, ToolCall, UserMessage
+from raygent.errors import AbortedError, InvalidOptionsError, RateLimitError, ServerError
+from raygent.messages import (
+    AssistantMessage,
+    Message,
+    ProviderBlock,
+    SystemMessage,
+    ToolCall,
+    UserMessage,
+)
 from raygent.models.contract import (
     Done,
     ReasoningDelta,
@@ -265,3 +272,15 @@ async def test_abort_between_stream_chunks() -> None:
             chunks.append(chunk)
             controller.abort()
     assert len(chunks) == 1
+
+
+async def test_a_test_model_takes_message_dicts() -> None:
+    model = ScriptedModel(["hello", "again"])
+    response = await model.complete(
+        [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "hi"}]
+    )
+    assert response.text == "hello"
+    sent, _ = model.requests[0]
+    assert sent == [SystemMessage(content="Be kind."), UserMessage(content="hi")]
+    with pytest.raises(InvalidOptionsError, match=r"messages\[0\]: unknown role 'bot'"):
+        await model.complete([{"role": "bot", "content": "x"}])

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
+import decimal
 import enum
 import functools
 import json
+import pathlib
 import pickle
 import threading
+import uuid
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import pytest
 from pydantic import BaseModel, Field
 
+from raygent.errors import ToolExecutionError
 from raygent.tools import (
     Tool,
     ToolArgumentsError,
@@ -432,10 +437,41 @@ class Unprintable:
         (42, "42"),
         (False, "false"),
         (None, "null"),
-        ({"o": Opaque()}, '{"o":"opaque!"}'),
-        (Unprintable(), "<unprintable Unprintable>"),
+        (datetime.datetime(2024, 5, 1, 12, 30), '"2024-05-01T12:30:00"'),
+        (datetime.date(2024, 5, 1), '"2024-05-01"'),
+        (datetime.time(8, 15), '"08:15:00"'),
+        (decimal.Decimal("1.50"), '"1.50"'),
+        (uuid.UUID(int=1), '"00000000-0000-0000-0000-000000000001"'),
+        (Color.RED, '"red"'),
+        ({3}, "[3]"),
+        ((1, "a"), '[1,"a"]'),
+        (b"raw", '"raw"'),
+        ([b"ok", b"\xff"], '["b2s=","_w=="]'),  # not all UTF-8: URL-safe base64
+        (pathlib.PurePosixPath("/tmp/x.txt"), '"/tmp/x.txt"'),
+        (
+            {"when": datetime.date(2024, 1, 2), "at": [Point(0, 1)]},
+            '{"when":"2024-01-02","at":[{"x":0,"y":1}]}',
+        ),
     ],
     ids=repr,
 )
 def test_tool_result_text(value: Any, text: str) -> None:
     assert tool_result_text(value) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        (Opaque(), "a value of type Opaque"),
+        ({"o": [Opaque()]}, "a dict holding a value of type Opaque"),
+        (Unprintable(), "a value of type Unprintable"),
+    ],
+    ids=repr,
+)
+def test_a_result_with_no_json_form_is_a_tool_error_naming_its_type(value: Any, said: str) -> None:
+    with pytest.raises(ToolExecutionError) as raised:
+        tool_result_text(value, "fetch")
+    message = str(raised.value)
+    assert f"tool 'fetch' returned {said} that cannot be sent as JSON" in message
+    assert " at 0x" not in message and "opaque!" not in message
+    assert raised.value.details["tool"] == "fetch"

@@ -492,3 +492,20 @@ async def test_clear_waits_for_the_run_in_progress_then_the_next_run_starts_afre
     third = await session.execute("three")
     assert third.ok and seen[-1] == 1  # only its own question: it started afresh
     assert [m.role for m in await session.history()] == ["user", "assistant"]
+
+
+async def test_a_session_stores_input_given_as_message_dicts(store: Any, policy: str) -> None:
+    model = ScriptedModel(["first", "second"])
+    bot = raygent.agent(model=model, memory=memory_of(store, policy))
+    session = bot.session("dicts")
+    first = await session.execute([{"role": "user", "content": [{"type": "text", "text": "one"}]}])
+    bad = await session.execute([{"role": "user", "content": 1}])
+    second = await session.execute({"role": "user", "content": "two"})
+    assert first.ok and second.ok, (first.error, second.error)
+    assert isinstance(bad.error, InvalidOptionsError)
+    assert bad.error.message.startswith("input[0]")
+    stored = await session.history()
+    assert shapes(stored) == [user("one"), assistant("first"), user("two"), assistant("second")]
+    assert len(model.requests) == 2  # the bad input never reached the model
+    sent, _ = model.requests[1]
+    assert shapes(sent) == [user("one"), assistant("first"), user("two")]
