@@ -22,6 +22,7 @@ from .messages import (
     MESSAGE_ADAPTER,
     AssistantMessage,
     Message,
+    ProviderBlock,
     SystemMessage,
     ToolMessage,
     UserMessage,
@@ -143,9 +144,28 @@ def _assistant(fields: dict[str, Any]) -> Message:
             tool_calls.append(_anthropic_call(part))
         else:
             parts.append(part)
-    fields["content"] = [_part(p, "assistant") for p in parts]
+    # The reference's replay form: {"role": "assistant", "content": text, "blocks":
+    # result.blocks}. The blocks (signed thinking) lead the turn, as the model sent it.
+    blocks = _replayed_blocks(fields.pop("blocks", None))
+    fields["content"] = [*blocks, *(_part(p, "assistant") for p in parts)]
     fields["tool_calls"] = tool_calls
     return MESSAGE_ADAPTER.validate_python(fields)
+
+
+def _replayed_blocks(blocks: Any) -> list[Any]:
+    if blocks is None:
+        return []
+    if not isinstance(blocks, list):
+        raise _Bad(f"blocks must be a list of provider blocks, not {type(blocks).__name__}")
+    out: list[Any] = []
+    for index, block in enumerate(blocks):
+        if isinstance(block, ProviderBlock):
+            out.append(block)
+        elif isinstance(block, Mapping) and block.get("type", "provider") == "provider":
+            out.append({**block, "type": "provider"})
+        else:
+            raise _Bad(f"blocks[{index}] must be a provider block (result.blocks)")
+    return out
 
 
 def _openai_call(call: Any, index: int) -> Any:

@@ -222,3 +222,21 @@ def test_a_compaction_summary_may_be_a_message_dict() -> None:
             replaces_from_index=1,
             replaces_to_index=3,
         )
+
+
+def test_the_reference_replay_form_keeps_the_blocks_before_the_text() -> None:
+    thinking = ProviderBlock(
+        provider="anthropic", kind="thinking", data={"type": "thinking", "thinking": "t"}
+    )
+    as_object, as_dict = as_messages(
+        [
+            {"role": "assistant", "content": "final", "blocks": [thinking]},
+            {"role": "assistant", "content": "final", "blocks": [thinking.model_dump()]},
+        ],
+        "history",
+    )
+    for message in (as_object, as_dict):
+        assert isinstance(message, AssistantMessage)
+        assert message.content == [thinking, TextPart(text="final")]
+    with pytest.raises(InvalidOptionsError, match=r"history\[0\]: blocks\[0\]"):
+        as_messages([{"role": "assistant", "content": "x", "blocks": ["nope"]}], "history")
