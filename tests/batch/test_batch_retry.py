@@ -42,7 +42,7 @@ async def test_an_item_fails_when_its_attempts_run_out() -> None:
     item = result.items[0]
     assert item.status == "failed" and item.attempts == 2
     assert isinstance(item.error, RateLimitError) and result.data == [None]
-    assert result.report.errors == {"rate_limited": 1}
+    assert result.report.errors == {"PROVIDER_RATE_LIMITED": 1}
 
 
 @pytest.mark.parametrize("error", [AuthenticationError("bad key"), InvalidRequestError("bad")])
