@@ -16,6 +16,7 @@ from anthropic.types.message_create_params import MessageCreateParamsNonStreamin
 import raygent
 from raygent import (
     AssistantMessage,
+    Message,
     ModelOptions,
     SystemMessage,
     ToolCall,
@@ -38,7 +39,7 @@ def lookup(q: str) -> str:
     return f"found {q}"
 
 
-def conversation() -> list[Any]:
+def conversation() -> list[Message]:
     """System, a tool round and a follow-up: five Anthropic turns, user first."""
     return [
         SystemMessage(content="Use the tools."),
