@@ -111,7 +111,7 @@ FLUSH_INTERVAL = 0.02
 class UnsentResultError(RaygentError):
     """An item's result could not be pickled to go back to the driver."""
 
-    code = "unsent_result"
+    code = "UNSENT_RESULT"
     category = "batch"
 
 

@@ -43,7 +43,7 @@ class SessionHostError(RaygentError):
     details: host, lease_id (when known).
     """
 
-    code = "session_host_unavailable"
+    code = "SESSION_HOST_UNAVAILABLE"
     category = "store"
     default_retryable = True
 
@@ -52,7 +52,7 @@ class LeaseExpiredError(SessionHostError):
     """The run's lease on its session expired (not renewed within `lease_timeout`, e.g.
     its driver stalled) and another run may have gone ahead; its later writes are refused."""
 
-    code = "session_lease_expired"
+    code = "SESSION_LEASE_EXPIRED"
 
 
 _MESSAGE_TYPES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage)

@@ -81,7 +81,7 @@ class RunnerLostError(RaygentError):
     """A batch runner died holding this item. With `fatal=True` (a detail, like every
     error's: it pickles and reads as `error.fatal`), no runner could be kept up."""
 
-    code = "runner_lost"
+    code = "RUNNER_LOST"
     category = "batch"
 
 

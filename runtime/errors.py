@@ -43,7 +43,7 @@ class RaygentError(Exception):
     `to_dict()`), so no API key known to this process leaves through an error.
     """
 
-    code: ClassVar[str] = "error"
+    code: ClassVar[str] = "RAYGENT_ERROR"
     category: ClassVar[str] = "internal"
     default_retryable: ClassVar[bool] = False
 
@@ -89,14 +89,14 @@ def _rebuild(
 class AbortedError(RaygentError):
     """The caller's abort signal fired; the in-flight request was closed."""
 
-    code = "aborted"
+    code = "ABORTED"
     category = "cancelled"
 
 
 class OfflineError(RaygentError):
     """RAYGENT_OFFLINE is set and a request was about to leave this machine."""
 
-    code = "offline"
+    code = "OFFLINE"
     category = "config"
 
 
@@ -106,64 +106,64 @@ class ProviderError(RaygentError):
     details: provider, status (HTTP status or None), request_id, provider_code.
     """
 
-    code = "provider_error"
+    code = "PROVIDER_ERROR"
     category = "provider"
 
 
 class RateLimitError(ProviderError):
     """429: too many requests or tokens. `retry_after` is in seconds when the provider says."""
 
-    code = "rate_limited"
+    code = "PROVIDER_RATE_LIMITED"
     default_retryable = True
 
 
 class ProviderTimeoutError(ProviderError):
-    code = "timeout"
+    code = "PROVIDER_TIMEOUT"
     default_retryable = True
 
 
 class ProviderConnectionError(ProviderError):
     """The connection failed or dropped before a reply was complete."""
 
-    code = "connection_error"
+    code = "PROVIDER_CONNECTION"
     default_retryable = True
 
 
 class AuthenticationError(ProviderError):
     """401/403: the key is missing, wrong, or not allowed."""
 
-    code = "authentication"
+    code = "PROVIDER_AUTHENTICATION"
 
 
 class InvalidRequestError(ProviderError):
     """400/404/422: the request itself is wrong; retrying will not help."""
 
-    code = "invalid_request"
+    code = "PROVIDER_INVALID_REQUEST"
 
 
 class ContextLengthExceededError(InvalidRequestError):
     """The prompt does not fit the model's context window."""
 
-    code = "context_length_exceeded"
+    code = "PROVIDER_CONTEXT_LENGTH"
 
 
 class ContentFilterError(ProviderError):
     """The provider refused or filtered the content."""
 
-    code = "content_filter"
+    code = "PROVIDER_CONTENT_FILTER"
 
 
 class ServerError(ProviderError):
     """5xx or overloaded: the provider failed; a retry may succeed."""
 
-    code = "server_error"
+    code = "PROVIDER_SERVER_ERROR"
     default_retryable = True
 
 
 class ProviderResponseError(ProviderError):
     """The provider's reply could not be read: not JSON, missing fields, a truncated stream."""
 
-    code = "bad_response"
+    code = "PROVIDER_BAD_RESPONSE"
     default_retryable = True
 
 
@@ -173,14 +173,14 @@ class AgentCancelledError(RaygentError):
     details: cancelled_at ("between_trips", "trip", "tools"), reason, trip_index.
     """
 
-    code = "cancelled"
+    code = "AGENT_CANCELLED"
     category = "cancelled"
 
 
 class MaxTripsError(RaygentError):
     """The run needed more model trips than `max_trips` allows. details: max_trips."""
 
-    code = "max_trips"
+    code = "AGENT_MAX_TRIPS"
     category = "agent"
 
 
@@ -188,41 +188,41 @@ class AgentIncompleteError(RaygentError):
     """The reply was cut off. details: reason ("output_limit" | "context_window"),
     trip_index, continuations. The partial text stays on the result."""
 
-    code = "incomplete"
-    category = "agent"
+    code = "AGENT_INCOMPLETE"
+    category = "incomplete"
 
 
 class SchemaValidationError(RaygentError):
     """The final reply does not satisfy the output schema. details: issues, text."""
 
-    code = "schema_validation"
+    code = "OUTPUT_VALIDATION"
     category = "output"
 
 
 class ToolExecutionError(RaygentError):
     """A tool raised, timed out, or could not be called. details: tool, call_id."""
 
-    code = "tool_execution"
+    code = "TOOL_EXECUTION"
     category = "tool"
 
 
 class RefusalError(ContentFilterError):
     """The model refused to answer (finish reason `refusal`)."""
 
-    code = "refusal"
+    code = "MODEL_REFUSAL"
 
 
 class InvalidOptionsError(RaygentError):
     """The options of a run do not make sense (e.g. an unknown model option)."""
 
-    code = "invalid_options"
+    code = "INVALID_OPTIONS"
     category = "config"
 
 
 class PromptError(RaygentError):
     """The prompt could not be built (e.g. a `{{placeholder}}` has no value)."""
 
-    code = "prompt"
+    code = "PROMPT"
     category = "config"
 
 
@@ -230,7 +230,7 @@ class AttachmentError(RaygentError):
     """An attachment could not be used: a missing or unreadable file, an unknown kind,
     text that is not UTF-8, a failed download. details: attachment."""
 
-    code = "attachment"
+    code = "ATTACHMENT"
     category = "input"
 
 
@@ -239,5 +239,5 @@ class OutboundPolicyError(RaygentError):
     a path outside the allowed roots, a body over the size cap, a timeout. details:
     reason, and the url or path refused."""
 
-    code = "outbound_policy"
+    code = "OUTBOUND_POLICY"
     category = "policy"

@@ -251,7 +251,7 @@ class JudgeVerdict(BaseModel):
 class JudgeError(RaygentError):
     """The judge's run failed in a way worth retrying; `usage` is what it cost."""
 
-    code = "judge_failed"
+    code = "EVAL_JUDGE_FAILED"
     category = "eval"
 
     def __init__(self, message: str, *, usage: Usage, retryable: bool) -> None:

@@ -51,14 +51,14 @@ class ToolArgumentsError(RaygentError):
     details: tool, issues (pydantic's error list). The message is meant for the model.
     """
 
-    code = "invalid_tool_arguments"
+    code = "TOOL_INVALID_ARGUMENTS"
     category = "tool"
 
 
 class ToolTimeoutError(RaygentError):
     """A tool ran longer than its `timeout`. details: tool, timeout."""
 
-    code = "tool_timeout"
+    code = "TOOL_TIMEOUT"
     category = "tool"
 
 

@@ -116,7 +116,7 @@ class Snapshot:
 class StoreError(RaygentError):
     """Base of the errors a store raises."""
 
-    code = "store"
+    code = "STORE"
     category = "store"
 
 
@@ -127,7 +127,7 @@ class PositionConflictError(StoreError):
     fencing that keeps two writers from forking one history.
     """
 
-    code = "position_conflict"
+    code = "STORE_POSITION_CONFLICT"
     default_retryable = True
 
     @property
@@ -145,13 +145,13 @@ class StoreDataError(StoreError):
     details: ref, position (None when not about one message), reason.
     """
 
-    code = "store_data"
+    code = "STORE_DATA"
 
 
 class StoreUnavailableError(StoreError):
     """The backing service could not be reached or stayed locked; a retry may succeed."""
 
-    code = "store_unavailable"
+    code = "STORE_UNAVAILABLE"
     default_retryable = True
 
 

@@ -43,7 +43,7 @@ class InputError(RaygentError):
     cannot run, a failing key). `fatal`: the input itself failed, and nothing after this
     item was read."""
 
-    code = "input_error"
+    code = "BATCH_INPUT"
     category = "input"
 
 

@@ -149,7 +149,7 @@ class CompactionRecord(BaseModel):
 class SummaryError(RaygentError):
     """The summariser's model gave no usable summary (truncated, refused or empty)."""
 
-    code = "summary"
+    code = "COMPACTION_SUMMARY"
     category = "compaction"
 
 

@@ -162,27 +162,57 @@ def _part(part: ContentPart, capabilities: Capabilities) -> dict[str, Any] | Non
 def _mark_cache(
     body: dict[str, Any], cache: CacheControl, last_blocks: list[dict[str, Any] | None]
 ) -> None:
-    """Put breakpoints on the last tool, the last system block, and the last cacheable
-    block of the messages named (an int indexes the messages we were given)."""
+    """Put breakpoints where `cache` says: a count is placed here (`_placed`); named
+    positions are the last tool, the last system block, and the last cacheable block
+    of the messages named (an int indexes the messages we were given)."""
     marker: dict[str, Any] = {"type": "ephemeral"}
     if cache.ttl == "1h":
         marker["ttl"] = "1h"
+    if isinstance(cache.breakpoints, int):
+        candidates, count = _placed(body), cache.breakpoints
+    else:
+        candidates = [_named(body, point, last_blocks) for point in cache.breakpoints]
+        count = 4
     targets: list[dict[str, Any]] = []
-    for point in cache.breakpoints:
-        target: dict[str, Any] | None = None
-        if point == "tools" and body.get("tools"):
-            target = body["tools"][-1]
-        elif point == "system" and body.get("system"):
-            target = body["system"][-1]
-        elif point == "last_message":
-            target = next((b for b in reversed(last_blocks) if b is not None), None)
-        elif isinstance(point, int) and -len(last_blocks) <= point < len(last_blocks):
-            target = last_blocks[point]
+    for target in candidates:
         if target is not None and all(t is not target for t in targets):
             targets.append(target)
-    # Anthropic allows at most four breakpoints.
-    for target in targets[:4]:
+    # Anthropic allows at most four breakpoints (a count is at most four).
+    for target in targets[:count]:
         target["cache_control"] = marker
+
+
+def _named(
+    body: dict[str, Any], point: str | int, last_blocks: list[dict[str, Any] | None]
+) -> dict[str, Any] | None:
+    if point == "tools" and body.get("tools"):
+        return body["tools"][-1]  # type: ignore[no-any-return]
+    if point == "system" and body.get("system"):
+        return body["system"][-1]  # type: ignore[no-any-return]
+    if point == "last_message":
+        return next((b for b in reversed(last_blocks) if b is not None), None)
+    if isinstance(point, int) and -len(last_blocks) <= point < len(last_blocks):
+        return last_blocks[point]
+    return None
+
+
+def _placed(body: dict[str, Any]) -> list[dict[str, Any] | None]:
+    """Where a count of breakpoints goes, best first (see `CacheControl`): the end of
+    the last turn, the end of the stable prefix (system, else tools), the end of the
+    user turn before the last, the last tool."""
+    ends = [(turn["role"], _last_cacheable(turn["content"])) for turn in body["messages"]]
+    last = next((end for _, end in reversed(ends) if end is not None), None)
+    earlier_user = next(
+        (e for role, e in reversed(ends) if role == "user" and e is not None and e is not last),
+        None,
+    )
+    tool = body["tools"][-1] if body.get("tools") else None
+    system = body["system"][-1] if body.get("system") else None
+    return [last, system or tool, earlier_user, tool]
+
+
+def _last_cacheable(content: list[dict[str, Any]]) -> dict[str, Any] | None:
+    return next((b for b in reversed(content) if b["type"] not in _UNCACHEABLE), None)
 
 
 def usage_from(raw: Any, previous: Usage | None = None) -> Usage:

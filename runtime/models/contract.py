@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..abort import AbortSignal
 from ..messages import AssistantMessage, ContentPart, Message, ProviderBlock, TextPart, ToolCall
@@ -75,16 +75,42 @@ class ReasoningOptions(BaseModel):
     max_tokens: int | None = None
 
 
+_MAX_BREAKPOINTS = 4  # Anthropic's limit per request
+
+
 class CacheControl(BaseModel):
-    """Prompt-cache breakpoints: "tools", "system", "last_message" or a message index."""
+    """Prompt-cache breakpoints and how long the cache lives (`ttl`: "5m" or "1h").
+
+    `breakpoints` is a count (1 to 4) the adapter places, or explicit positions: "tools",
+    "system", "last_message" or a message index. A count of n marks, in this order, the
+    first n of: the end of the last turn (the whole prompt: the next trip reads it
+    back), the end of the stable prefix (the last system block, else the last tool),
+    the end of the user turn before the last one (what the previous trip wrote, read
+    back even past Anthropic's 20-block lookback), and the last tool (kept when only the
+    system prompt changes). An adapter without prompt caching ignores the option.
+    """
 
     model_config = _FROZEN
-    breakpoints: tuple[Literal["tools", "system", "last_message"] | int, ...] = (
+    breakpoints: int | tuple[Literal["tools", "system", "last_message"] | int, ...] = (
         "tools",
         "system",
         "last_message",
     )
     ttl: Literal["5m", "1h"] = "5m"
+
+    @field_validator("breakpoints", mode="before")
+    @classmethod
+    def _count_in_range(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError("a count or a list of positions, not a string")
+        if isinstance(value, bool) or (
+            isinstance(value, int) and not 1 <= value <= _MAX_BREAKPOINTS
+        ):
+            raise ValueError(
+                f"a count must be 1 to {_MAX_BREAKPOINTS}"
+                f" (Anthropic allows {_MAX_BREAKPOINTS}), not {value!r}"
+            )
+        return value
 
 
 class ModelOptions(BaseModel):

@@ -30,6 +30,12 @@ from .contract import (
 __all__ = ["OpenAIModel"]
 
 _REASONING_MODELS = re.compile(r"^(o\d|gpt-5)")
+# Chat models that take no images; every other name is assumed to (gpt-4o, gpt-4.1,
+# gpt-4-turbo, o1, o3, o4-mini, gpt-5 and unknown local models).
+_TEXT_ONLY_MODELS = re.compile(
+    r"^(?:gpt-3\.5|gpt-4(?:-32k)?(?:-\d{4})?$|gpt-4-(?:1106|0125)-preview|gpt-4-turbo-preview"
+    r"|o1-mini|o1-preview|o3-mini|gpt-oss|text-|davinci|babbage|curie|ada(?:$|-))"
+)
 _NO_OPTIONS = ModelOptions()
 
 
@@ -38,7 +44,9 @@ class OpenAIModel(HTTPModel):
 
     `base_url` is what the official SDK takes (ends in `/v1`). The key comes from
     `api_key` or `OPENAI_API_KEY`. `max_tokens_field` is `max_completion_tokens` on
-    api.openai.com and `max_tokens` elsewhere, unless given.
+    api.openai.com and `max_tokens` elsewhere, unless given. `vision` is inferred from
+    the name (text-only: gpt-3.5, gpt-4 base, o1-mini, o1-preview, o3-mini, ...); an
+    explicit `vision=` wins, over `capabilities=` too.
     """
 
     provider = "openai"
@@ -50,9 +58,12 @@ class OpenAIModel(HTTPModel):
         name: str,
         *,
         max_tokens_field: str | None = None,
+        vision: bool | None = None,
         **settings: Unpack[ModelSettings],
     ) -> None:
         super().__init__(name, **settings)
+        if vision is not None:
+            self.capabilities = self.capabilities.model_copy(update={"vision": vision})
         if max_tokens_field is None:
             official = "api.openai.com" in self.base_url
             max_tokens_field = "max_completion_tokens" if official else "max_tokens"
@@ -60,7 +71,12 @@ class OpenAIModel(HTTPModel):
 
     @classmethod
     def default_capabilities(cls, name: str) -> Capabilities:
-        return Capabilities(reasoning=bool(_REASONING_MODELS.match(name)), prompt_caching=True)
+        bare = name.rsplit("/", 1)[-1].removeprefix("ft:")  # "openai/gpt-4o", "ft:gpt-3.5-..."
+        return Capabilities(
+            reasoning=bool(_REASONING_MODELS.match(name)),
+            prompt_caching=True,
+            vision=not _TEXT_ONLY_MODELS.match(bare),
+        )
 
     def _auth_headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}

@@ -114,7 +114,7 @@ async def test_cancelling_the_awaiting_task_records_then_reraises() -> None:
     error = _cancelled(event.result)
     assert error.details["cancelled_at"] == "trip"
     assert error.details["reason"] == "task cancelled"
-    assert event.error["code"] == "cancelled"
+    assert event.error["code"] == "AGENT_CANCELLED"
     assert event.result.report.ended_at is not None
 
 

@@ -119,7 +119,7 @@ async def test_a_stream_fails_over_only_before_its_first_chunk() -> None:
     before = raygent.fallback_model([ScriptedModel([_rate_limited()]), second])
     events, result = await drain(raygent.agent(model=before).stream("hi"))
     assert result.ok and result.text == "second"
-    assert result.report.trips[0].attempts[0]["error"]["code"] == "rate_limited"
+    assert result.report.trips[0].attempts[0]["error"]["code"] == "PROVIDER_RATE_LIMITED"
     after = raygent.fallback_model([BreaksMidStream(), ScriptedModel(["never"])])
     events, result = await drain(raygent.agent(model=after).stream("hi"))
     assert isinstance(result.error, ServerError)

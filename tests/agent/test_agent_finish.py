@@ -68,7 +68,7 @@ async def test_length_ends_incomplete_with_the_partial_text() -> None:
     assert isinstance(error, AgentIncompleteError)
     assert error.details == {"reason": "output_limit", "trip_index": 0, "continuations": 0}
     assert result.text == "The story beg"
-    assert error.to_dict()["code"] == "incomplete"
+    assert error.to_dict()["code"] == "AGENT_INCOMPLETE"
 
 
 async def test_context_exceeded_ends_incomplete_and_is_never_continued() -> None:

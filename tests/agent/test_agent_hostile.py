@@ -115,7 +115,7 @@ async def test_a_tool_that_hangs_is_cancelled_by_its_timeout_or_an_abort(tmp_pat
     model = ScriptedModel([reply(tool_calls=[call("stuck")]), "moved on"])
     result = await raygent.agent(model=model, tools=[stuck]).execute("go")
     assert result.ok and result.text == "moved on"
-    assert result.report.tool_calls[0].error["code"] == "tool_timeout"  # type: ignore[index]
+    assert result.report.tool_calls[0].error["code"] == "TOOL_TIMEOUT"  # type: ignore[index]
 
     controller = AbortController()
     model = ScriptedModel([reply(tool_calls=[call("stuck_forever")])])
@@ -188,5 +188,5 @@ async def test_a_model_that_loops_on_tools_is_stopped_by_max_trips() -> None:
     )
     result = await raygent.agent(model=model, tools=[add], max_trips=4).execute("go")
     assert result.report.status == "failed"
-    assert result.error is not None and result.error.code == "max_trips"
+    assert result.error is not None and result.error.code == "AGENT_MAX_TRIPS"
     assert len(result.report.tool_calls) == 12

@@ -260,12 +260,12 @@ async def test_bad_input_fails_the_run_without_raising() -> None:
 
 def test_the_errors_are_one_typed_hierarchy() -> None:
     expected = {
-        AgentCancelledError: ("cancelled", "cancelled", False),
-        MaxTripsError: ("max_trips", "agent", False),
-        AgentIncompleteError: ("incomplete", "agent", False),
-        SchemaValidationError: ("schema_validation", "output", False),
-        ToolExecutionError: ("tool_execution", "tool", False),
-        PromptError: ("prompt", "config", False),
+        AgentCancelledError: ("AGENT_CANCELLED", "cancelled", False),
+        MaxTripsError: ("AGENT_MAX_TRIPS", "agent", False),
+        AgentIncompleteError: ("AGENT_INCOMPLETE", "incomplete", False),
+        SchemaValidationError: ("OUTPUT_VALIDATION", "output", False),
+        ToolExecutionError: ("TOOL_EXECUTION", "tool", False),
+        PromptError: ("PROMPT", "config", False),
     }
     for cls, (code, category, retryable) in expected.items():
         error = cls("x")

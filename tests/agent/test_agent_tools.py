@@ -154,10 +154,10 @@ async def test_tool_errors_go_to_the_model_and_the_run_goes_on() -> None:
     failed = recorder.of("agent.tool.failed")
     # They finish in any order (they run concurrently); each names its call.
     assert {e.call_id: e.error["code"] for e in failed} == {
-        "call_1": "invalid_tool_arguments",
-        "call_2": "tool_execution",
-        "call_3": "tool_execution",
-        "call_4": "invalid_tool_arguments",
+        "call_1": "TOOL_INVALID_ARGUMENTS",
+        "call_2": "TOOL_EXECUTION",
+        "call_3": "TOOL_EXECUTION",
+        "call_4": "TOOL_INVALID_ARGUMENTS",
     }
     assert [e.call_id for e in recorder.of("agent.tool.called")] == ["call_5"]
     errors = [c.error for c in result.report.tool_calls]
@@ -173,7 +173,7 @@ async def test_more_trips_than_max_trips_fail_with_a_typed_error() -> None:
     assert result.report.status == "failed"
     assert isinstance(result.error, MaxTripsError)
     assert result.error.details["max_trips"] == 3
-    assert result.error.to_dict()["code"] == "max_trips"
+    assert result.error.to_dict()["code"] == "AGENT_MAX_TRIPS"
     assert len(model.requests) == 3 and len(result.report.trips) == 3
     assert len(result.report.tool_calls) == 3
 
@@ -277,7 +277,7 @@ async def test_a_failing_nested_agent_is_a_tool_error_for_the_parent() -> None:
     result = await raygent.agent(model=parent_model, tools=[child]).execute("go")
     assert result.ok
     record = result.report.tool_calls[0]
-    assert record.error is not None and record.error["code"] == "tool_execution"
+    assert record.error is not None and record.error["code"] == "TOOL_EXECUTION"
     assert record.child is not None and record.child.status == "failed"
     sent, _ = parent_model.requests[1]
     assert _tool_messages(sent)[0].is_error
@@ -329,4 +329,4 @@ async def test_a_tool_s_own_abort_is_its_failure_not_the_run_s() -> None:
     model = ScriptedModel([reply(tool_calls=[call("gives_up")]), "handled"])
     result = await raygent.agent(model=model, tools=[gives_up]).execute("go")
     assert result.ok and result.text == "handled"
-    assert result.report.tool_calls[0].error["code"] == "aborted"  # type: ignore[index]
+    assert result.report.tool_calls[0].error["code"] == "ABORTED"  # type: ignore[index]

@@ -69,7 +69,7 @@ def test_the_tagged_form_says_the_kind_whatever_the_extension() -> None:
 def test_malformed_items_are_typed_errors(item: object) -> None:
     with pytest.raises(AttachmentError) as caught:
         parse_attachment(item)  # type: ignore[arg-type]
-    assert caught.value.code == "attachment" and caught.value.retryable is False
+    assert caught.value.code == "ATTACHMENT" and caught.value.retryable is False
 
 
 def test_a_single_string_is_not_taken_for_a_list_of_characters() -> None:

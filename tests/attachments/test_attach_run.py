@@ -98,7 +98,10 @@ async def test_a_model_without_vision_fails_typed_before_any_request(
     )
     result = await bot.execute("Look.", attachments=[str(tmp_path / "cat.png")])
     assert isinstance(result.error, InvalidRequestError)
-    assert result.report.status == "failed" and result.report.error["code"] == "invalid_request"
+    assert (
+        result.report.status == "failed"
+        and result.report.error["code"] == "PROVIDER_INVALID_REQUEST"
+    )
     assert sim.stats().requests == 0
 
 
@@ -108,7 +111,7 @@ async def test_remote_text_is_refused_by_default_and_nothing_is_requested(sim: S
         result = await bot.execute("Summarise.", attachments=[files.url("/doc.txt")])
     assert isinstance(result.error, OutboundPolicyError)
     assert result.error.reason == "remote_fetch_disabled"
-    assert result.report.status == "failed" and result.report.error["code"] == "outbound_policy"
+    assert result.report.status == "failed" and result.report.error["code"] == "OUTBOUND_POLICY"
     assert files.seen == [] and sim.stats().requests == 0
 
 
@@ -146,7 +149,7 @@ async def test_an_abort_while_downloading_cancels_the_run(sim: Simulator) -> Non
         controller.abort("user left")
         result = await run
     assert result.report.status == "cancelled"
-    assert result.error is not None and result.error.code == "cancelled"
+    assert result.error is not None and result.error.code == "AGENT_CANCELLED"
     assert sim.stats().requests == 0
 
 

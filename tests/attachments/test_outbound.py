@@ -51,7 +51,7 @@ async def test_private_and_special_addresses_are_refused(url: str, reason: str) 
         await fetch(url, OutboundPolicy())
     assert caught.value.reason == reason
     assert (caught.value.code, caught.value.category, caught.value.retryable) == (
-        "outbound_policy",
+        "OUTBOUND_POLICY",
         "policy",
         False,
     )

@@ -10,7 +10,13 @@ from batch_support import Sleeps, fast_retry
 import raygent
 from raygent import Usage
 from raygent._batch import Retry, batch
-from raygent.errors import AuthenticationError, InvalidRequestError, RateLimitError, ServerError
+from raygent.errors import (
+    AgentIncompleteError,
+    AuthenticationError,
+    InvalidRequestError,
+    RateLimitError,
+    ServerError,
+)
 from raygent.testing import FunctionModel, ScriptedModel, call, reply
 
 
@@ -42,7 +48,7 @@ async def test_an_item_fails_when_its_attempts_run_out() -> None:
     item = result.items[0]
     assert item.status == "failed" and item.attempts == 2
     assert isinstance(item.error, RateLimitError) and result.data == [None]
-    assert result.report.errors == {"rate_limited": 1}
+    assert result.report.errors == {"PROVIDER_RATE_LIMITED": 1}
 
 
 @pytest.mark.parametrize("error", [AuthenticationError("bad key"), InvalidRequestError("bad")])
@@ -52,6 +58,17 @@ async def test_errors_that_are_not_retryable_are_not_retried(error: Exception) -
     result = await batch(agent, ["a"], retry=fast_retry(sleeps, attempts=5))
     assert result.items[0].status == "failed" and result.items[0].attempts == 1
     assert sleeps.delays == []
+
+
+async def test_an_incomplete_run_is_a_failed_item_counted_by_code_and_not_retried() -> None:
+    """A cut-off reply comes back cut off again: the item fails once, its code counted."""
+    sleeps = Sleeps()
+    agent = raygent.agent(model=ScriptedModel([reply("The story beg", finish="length")] * 3))
+    result = await batch(agent, ["story"], retry=fast_retry(sleeps, attempts=3))
+    item = result.items[0]
+    assert item.status == "failed" and item.attempts == 1 and sleeps.delays == []
+    assert isinstance(item.error, AgentIncompleteError) and item.error.category == "incomplete"
+    assert result.report.errors == {"AGENT_INCOMPLETE": 1} and result.report.failed == 1
 
 
 async def test_retry_on_decides_which_errors_are_retried() -> None:

@@ -103,7 +103,7 @@ async def test_a_failed_run_fails_its_case_whatever_the_scorers() -> None:
     fine, boom = report.cases
     assert fine.passed and not boom.passed
     assert boom.status == "failed" and boom.error is not None
-    assert boom.error["code"] == "authentication"
+    assert boom.error["code"] == "PROVIDER_AUTHENTICATION"
     assert boom.scores[0].passed is False and "run ended failed" in (boom.scores[0].reason or "")
 
 
@@ -174,5 +174,5 @@ async def test_json_and_junit_output() -> None:
     failure = cases_xml["greeting"].find("failure")
     assert failure is not None and "exact" in (failure.text or "")
     error = cases_xml["broken"].find("error")
-    assert error is not None and error.get("type") == "authentication"
+    assert error is not None and error.get("type") == "PROVIDER_AUTHENTICATION"
     assert ev.to_junit(report) == report.to_junit() and ev.to_json(report) == report.to_json()

@@ -105,7 +105,7 @@ def test_a_tool_that_is_not_idempotent_fails_typed_when_its_node_is_removed(
     [record] = seen["tool_calls"]
     assert record["output"] is None
     error = record["error"]
-    assert error["type"] == "ToolExecutionError" and error["code"] == "tool_execution"
+    assert error["type"] == "ToolExecutionError" and error["code"] == "TOOL_EXECUTION"
     assert error["cause"] == "NodeDiedError"
     assert error["tool"] == "charge" and error["call_id"]
     assert "its Ray node was lost" in error["message"] and "not retried" in error["message"]

@@ -155,7 +155,7 @@ async def test_a_write_by_another_writer_is_kept_and_the_fence_still_holds(
     assert store.replaces[:2] == ["conflict", "committed"]
     assert result.status == "failed"
     assert isinstance(result.error, RaygentError)
-    assert result.error.code == "position_conflict"
+    assert result.error.code == "STORE_POSITION_CONFLICT"
     history = await chat.history()
     assert is_summary(history[0], Recorder().text) and history[-1] == intruder
     await store.other.aclose()

@@ -141,7 +141,7 @@ async def test_a_write_around_the_host_is_kept_and_the_fence_still_holds(
     # run's next append then meets that write and is refused: the history never forks.
     assert result.status == "failed"
     assert isinstance(result.error, RaygentError)
-    assert result.error.code == "position_conflict"
+    assert result.error.code == "STORE_POSITION_CONFLICT"
     history = await chat.history()
     assert is_summary(history[0], Recorder().text) and history[-1] == intruder
     # The host let go of its copy: the next run starts from what the store holds.

@@ -114,7 +114,7 @@ async def test_a_truncated_summary_skips_the_decision_in_a_run() -> None:
     assert result.ok
     decisions = result.report.compactions
     assert decisions and {d.reason for d in decisions} == {"callback-error"}
-    assert decisions[0].error is not None and decisions[0].error["code"] == "summary"
+    assert decisions[0].error is not None and decisions[0].error["code"] == "COMPACTION_SUMMARY"
     assert [len(m) for m, _ in model.requests] == [1, 3, 5, 7]
 
 

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import re
 import threading
+from pathlib import Path
 
 import pytest
 
-from raygent import AbortController
+from raygent import AbortController, Usage, errors
+from raygent._batch import InputError
 from raygent.abort import abortable
+from raygent.actors import LeaseExpiredError, SessionHostError
+from raygent.actors._batch_runner import UnsentResultError
+from raygent.actors.batch_runners import RunnerLostError
+from raygent.compaction import SummaryError
 from raygent.errors import (
     AbortedError,
     ContextLengthExceededError,
@@ -20,16 +27,106 @@ from raygent.errors import (
     ServerError,
     redact,
 )
+from raygent.eval import JudgeError
+from raygent.stores import (
+    PositionConflictError,
+    StoreDataError,
+    StoreError,
+    StoreUnavailableError,
+)
+from raygent.tools import ToolArgumentsError, ToolTimeoutError
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+# Every error class outside raygent.errors, by the name the README's table gives it.
+ELSEWHERE: dict[str, type[RaygentError]] = {
+    "raygent.tools.ToolArgumentsError": ToolArgumentsError,
+    "raygent.tools.ToolTimeoutError": ToolTimeoutError,
+    "raygent.compaction.SummaryError": SummaryError,
+    "InputError (batch)": InputError,
+    "raygent.eval.JudgeError": JudgeError,
+    "raygent.stores.StoreError": StoreError,
+    "raygent.stores.PositionConflictError": PositionConflictError,
+    "raygent.stores.StoreDataError": StoreDataError,
+    "raygent.stores.StoreUnavailableError": StoreUnavailableError,
+    "raygent.actors.SessionHostError": SessionHostError,
+    "raygent.actors.LeaseExpiredError": LeaseExpiredError,
+    "RunnerLostError (Ray batch)": RunnerLostError,
+    "UnsentResultError (Ray batch)": UnsentResultError,
+}
+# The reference's names: UPPER_SNAKE codes; `incomplete` is a category of its own.
+EXPECTED: dict[type[RaygentError], tuple[str, str, bool]] = {
+    RaygentError: ("RAYGENT_ERROR", "internal", False),
+    AbortedError: ("ABORTED", "cancelled", False),
+    errors.OfflineError: ("OFFLINE", "config", False),
+    ProviderError: ("PROVIDER_ERROR", "provider", False),
+    RateLimitError: ("PROVIDER_RATE_LIMITED", "provider", True),
+    errors.ProviderTimeoutError: ("PROVIDER_TIMEOUT", "provider", True),
+    errors.ProviderConnectionError: ("PROVIDER_CONNECTION", "provider", True),
+    errors.AuthenticationError: ("PROVIDER_AUTHENTICATION", "provider", False),
+    InvalidRequestError: ("PROVIDER_INVALID_REQUEST", "provider", False),
+    ContextLengthExceededError: ("PROVIDER_CONTEXT_LENGTH", "provider", False),
+    errors.ContentFilterError: ("PROVIDER_CONTENT_FILTER", "provider", False),
+    errors.RefusalError: ("MODEL_REFUSAL", "provider", False),
+    ServerError: ("PROVIDER_SERVER_ERROR", "provider", True),
+    errors.ProviderResponseError: ("PROVIDER_BAD_RESPONSE", "provider", True),
+    errors.AgentCancelledError: ("AGENT_CANCELLED", "cancelled", False),
+    errors.MaxTripsError: ("AGENT_MAX_TRIPS", "agent", False),
+    errors.AgentIncompleteError: ("AGENT_INCOMPLETE", "incomplete", False),
+    errors.SchemaValidationError: ("OUTPUT_VALIDATION", "output", False),
+    errors.ToolExecutionError: ("TOOL_EXECUTION", "tool", False),
+    ToolArgumentsError: ("TOOL_INVALID_ARGUMENTS", "tool", False),
+    ToolTimeoutError: ("TOOL_TIMEOUT", "tool", False),
+    errors.InvalidOptionsError: ("INVALID_OPTIONS", "config", False),
+    errors.PromptError: ("PROMPT", "config", False),
+    errors.AttachmentError: ("ATTACHMENT", "input", False),
+    errors.OutboundPolicyError: ("OUTBOUND_POLICY", "policy", False),
+    SummaryError: ("COMPACTION_SUMMARY", "compaction", False),
+    InputError: ("BATCH_INPUT", "input", False),
+    JudgeError: ("EVAL_JUDGE_FAILED", "eval", False),
+    StoreError: ("STORE", "store", False),
+    PositionConflictError: ("STORE_POSITION_CONFLICT", "store", True),
+    StoreDataError: ("STORE_DATA", "store", False),
+    StoreUnavailableError: ("STORE_UNAVAILABLE", "store", True),
+    SessionHostError: ("SESSION_HOST_UNAVAILABLE", "store", True),
+    LeaseExpiredError: ("SESSION_LEASE_EXPIRED", "store", True),
+    RunnerLostError: ("RUNNER_LOST", "batch", False),
+    UnsentResultError: ("UNSENT_RESULT", "batch", False),
+}
 
 
 def test_every_error_has_code_category_and_retryable() -> None:
     err = RateLimitError("slow down", provider="openai", status=429, retry_after=2.5)
-    assert (err.code, err.category, err.retryable) == ("rate_limited", "provider", True)
+    assert (err.code, err.category, err.retryable) == ("PROVIDER_RATE_LIMITED", "provider", True)
     assert err.retry_after == 2.5 and err.status == 429
     assert isinstance(err, ProviderError) and isinstance(err, RaygentError)
     assert not InvalidRequestError("bad").retryable
     assert isinstance(ContextLengthExceededError("big"), InvalidRequestError)
     assert RateLimitError("quota", retryable=False).retryable is False
+
+
+def test_codes_and_categories_are_the_references() -> None:
+    for cls, expected in EXPECTED.items():
+        assert (cls.code, cls.category, cls.default_retryable) == expected, cls.__name__
+        error = JudgeError("x", usage=Usage(), retryable=False) if cls is JudgeError else cls("x")
+        assert (error.to_dict()["code"], error.to_dict()["category"]) == expected[:2]
+
+
+def test_the_readme_table_lists_the_whole_hierarchy() -> None:
+    """One table in the README: class, code, category, retryable by default, when."""
+    section = README.read_text().split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(
+        r"^\| `?([^|`]+?)`?(?: \(([^)]*)\))? \| `(\w+)` \| (\w+) \| (yes|no) \|", section, re.M
+    )
+    table: dict[type[RaygentError], tuple[str, str, bool]] = {}
+    for name, where, code, category, retryable in rows:
+        label = f"{name} ({where})" if where else name
+        cls = ELSEWHERE.get(label) or getattr(errors, name)
+        table[cls] = (code, category, retryable == "yes")
+    assert table == EXPECTED
+    in_errors = {
+        c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, RaygentError)
+    }
+    assert in_errors <= set(table)
 
 
 def test_errors_survive_pickling() -> None:
@@ -44,7 +141,7 @@ def test_to_dict_is_json_ready() -> None:
     info = RateLimitError("x", provider="openai", retry_after=1.0).to_dict()
     assert info == {
         "type": "RateLimitError",
-        "code": "rate_limited",
+        "code": "PROVIDER_RATE_LIMITED",
         "category": "provider",
         "retryable": True,
         "message": "x",

@@ -233,7 +233,7 @@ async def test_bad_arguments_raise_an_error_the_model_can_act_on(
         await search.invoke(arguments, CTX)
     err = caught.value
     assert message in str(err)
-    assert (err.code, err.category, err.retryable) == ("invalid_tool_arguments", "tool", False)
+    assert (err.code, err.category, err.retryable) == ("TOOL_INVALID_ARGUMENTS", "tool", False)
     assert err.tool == "search"
     json.dumps(err.to_dict())  # issues are JSON-ready for reports
     if arguments is not None:
@@ -255,7 +255,7 @@ async def test_timeout_raises_tool_timeout_error() -> None:
 
     with pytest.raises(ToolTimeoutError, match=r"'stuck' timed out after 0\.2s") as caught:
         await stuck.invoke({}, CTX)
-    assert (caught.value.code, caught.value.category) == ("tool_timeout", "tool")
+    assert (caught.value.code, caught.value.category) == ("TOOL_TIMEOUT", "tool")
     assert not caught.value.retryable and caught.value.timeout == 0.2
 
 

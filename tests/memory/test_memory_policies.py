@@ -205,36 +205,40 @@ async def stream_aborted_mid_stream(memory: Memory) -> Ended:
 
 
 SCENARIOS = {
-    "model_fails_first_trip": Scenario(model_fails_first_trip, [], [], "failed", "server_error"),
+    "model_fails_first_trip": Scenario(
+        model_fails_first_trip, [], [], "failed", "PROVIDER_SERVER_ERROR"
+    ),
     "model_fails_after_tool_turn": Scenario(
-        model_fails_after_tool_turn, [TOOL_TURN], [], "failed", "server_error"
+        model_fails_after_tool_turn, [TOOL_TURN], [], "failed", "PROVIDER_SERVER_ERROR"
     ),
-    "abort_in_first_trip": Scenario(abort_in_first_trip, [], [], "cancelled", "cancelled"),
+    "abort_in_first_trip": Scenario(abort_in_first_trip, [], [], "cancelled", "AGENT_CANCELLED"),
     "abort_in_second_trip": Scenario(
-        abort_in_second_trip, [TOOL_TURN], [], "cancelled", "cancelled"
+        abort_in_second_trip, [TOOL_TURN], [], "cancelled", "AGENT_CANCELLED"
     ),
-    "abort_in_tools": Scenario(abort_in_tools, [], [assistant("", "c1")], "cancelled", "cancelled"),
+    "abort_in_tools": Scenario(
+        abort_in_tools, [], [assistant("", "c1")], "cancelled", "AGENT_CANCELLED"
+    ),
     "abort_between_trips": Scenario(
-        abort_between_trips, [], [assistant("", "c1")], "cancelled", "cancelled"
+        abort_between_trips, [], [assistant("", "c1")], "cancelled", "AGENT_CANCELLED"
     ),
     "incomplete_after_tool_turn": Scenario(
-        incomplete_after_tool_turn, [TOOL_TURN], [], "incomplete", "incomplete"
+        incomplete_after_tool_turn, [TOOL_TURN], [], "incomplete", "AGENT_INCOMPLETE"
     ),
-    "cancel_in_first_trip": Scenario(cancel_in_first_trip, [], [], "cancelled", "cancelled"),
+    "cancel_in_first_trip": Scenario(cancel_in_first_trip, [], [], "cancelled", "AGENT_CANCELLED"),
     "cancel_in_second_trip": Scenario(
-        cancel_in_second_trip, [TOOL_TURN], [], "cancelled", "cancelled"
+        cancel_in_second_trip, [TOOL_TURN], [], "cancelled", "AGENT_CANCELLED"
     ),
     "cancel_in_tools": Scenario(
-        cancel_in_tools, [], [assistant("", "c1")], "cancelled", "cancelled"
+        cancel_in_tools, [], [assistant("", "c1")], "cancelled", "AGENT_CANCELLED"
     ),
     "stream_cut_in_first_trip": Scenario(
-        stream_cut_in_first_trip, [], [], "failed", "bad_response"
+        stream_cut_in_first_trip, [], [], "failed", "PROVIDER_BAD_RESPONSE"
     ),
     "stream_cut_after_tool_turn": Scenario(
-        stream_cut_after_tool_turn, [TOOL_TURN], [], "failed", "bad_response"
+        stream_cut_after_tool_turn, [TOOL_TURN], [], "failed", "PROVIDER_BAD_RESPONSE"
     ),
     "stream_aborted_mid_stream": Scenario(
-        stream_aborted_mid_stream, [TOOL_TURN], [], "cancelled", "cancelled"
+        stream_aborted_mid_stream, [TOOL_TURN], [], "cancelled", "AGENT_CANCELLED"
     ),
 }
 
@@ -428,7 +432,7 @@ async def test_a_failing_record_error_never_replaces_the_run_error(store: Any, p
     assert outcome.result.report.status == "failed"
     assert isinstance(outcome.result.error, ServerError)
     assert outcome.result.report.error is not None
-    assert outcome.result.report.error["code"] == "server_error"
+    assert outcome.result.report.error["code"] == "PROVIDER_SERVER_ERROR"
     assert broken.attempts == 1
     assert shapes(await store.load(SCOPE)) == stored_by(policy, [TOOL_TURN])
     assert await store.errors(SCOPE) == []
@@ -447,7 +451,7 @@ async def test_a_failing_record_error_on_cancel_still_cancels(store: Any, policy
     memory = Memory(broken, policy)  # type: ignore[arg-type]
     bot = raygent.agent(model=ScriptedModel(["never"]), system_prompt="{{x}}", memory=memory)
     outcome = await bot.session("s1").execute("go")
-    assert outcome.error is not None and outcome.error.code == "prompt"
+    assert outcome.error is not None and outcome.error.code == "PROMPT"
     assert broken.attempts == 3
 
 
@@ -459,7 +463,7 @@ async def test_a_failing_append_fails_the_run_typed(store: Any, policy: str) -> 
     assert outcome.report.status == "failed"
     assert isinstance(outcome.error, StoreUnavailableError)
     [record] = await store.errors(SCOPE)
-    assert record.error["code"] == "store_unavailable"
+    assert record.error["code"] == "STORE_UNAVAILABLE"
     # message fails on the input; turn on the first turn; run at the end.
     expected = {
         "message": [GO],

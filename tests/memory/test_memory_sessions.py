@@ -158,7 +158,7 @@ async def test_an_aborted_queued_run_ends_at_once_and_stores_nothing(store: Any)
     assert (await one).ok
     assert shapes(await first.history()) == [user("one"), assistant("first done")]
     [record] = await first.errors()
-    assert (record.run_id, record.error["code"]) == (queued.report.run_id, "cancelled")
+    assert (record.run_id, record.error["code"]) == (queued.report.run_id, "AGENT_CANCELLED")
 
 
 async def test_a_cancelled_queued_run_is_recorded(store: Any) -> None:
@@ -179,7 +179,7 @@ async def test_a_cancelled_queued_run_is_recorded(store: Any) -> None:
     assert (await one).ok
     assert shapes(await first.history()) == [user("one"), assistant("first done")]
     [record] = await first.errors()
-    assert record.error["code"] == "cancelled"
+    assert record.error["code"] == "AGENT_CANCELLED"
 
 
 async def test_history_errors_and_clear(store: Any) -> None:
@@ -320,10 +320,10 @@ async def test_a_run_that_cannot_start_is_recorded(store: Any) -> None:
     )
     outcome = await bot.session("s1").execute("go")
     assert outcome.report.status == "failed"
-    assert outcome.error is not None and outcome.error.code == "prompt"
+    assert outcome.error is not None and outcome.error.code == "PROMPT"
     assert await store.load(SCOPE) == []
     [record] = await store.errors(SCOPE)
-    assert (record.run_id, record.error["code"]) == (outcome.report.run_id, "prompt")
+    assert (record.run_id, record.error["code"]) == (outcome.report.run_id, "PROMPT")
 
 
 async def test_bad_scope_options_fail_the_run_instead_of_raising(store: Any) -> None:

@@ -86,12 +86,12 @@ async def test_a_stale_writer_is_refused_and_recorded(
     # A's next append finds the conversation longer than A loaded it: refused, typed.
     assert stale.report.status == "failed"
     assert isinstance(stale.error, PositionConflictError)
-    assert stale.error.code == "position_conflict"
+    assert stale.error.code == "STORE_POSITION_CONFLICT"
     a_new = [user("from A"), assistant("", "c1"), result("c1", "found x")]
     if policy == "run":
         a_new.append(assistant("A done"))  # run saves once, after the last trip
     [record] = await store_a.errors(SCOPE)
-    assert (record.run_id, record.error["code"]) == (stale.report.run_id, "position_conflict")
+    assert (record.run_id, record.error["code"]) == (stale.report.run_id, "STORE_POSITION_CONFLICT")
     assert shapes(record.messages) == a_new
     # The history is linear: A's input (message policy only) and then B's run.
     b_run = [user("from B"), assistant("B done")]
@@ -165,9 +165,9 @@ def check_history(
             assert kept == expected, text
             assert run_id not in recorded
         else:
-            assert (status, code) == ("failed", "position_conflict"), text
+            assert (status, code) == ("failed", "STORE_POSITION_CONFLICT"), text
             assert kept in [expected[:cut] for cut in cuts], text
-            assert recorded[run_id].error["code"] == "position_conflict"
+            assert recorded[run_id].error["code"] == "STORE_POSITION_CONFLICT"
     assert set(by_run) <= {run_id for _, run_id, _, _ in runs}
     assert len(errors) == sum(status != "completed" for _, _, status, _ in runs)
 

@@ -132,18 +132,24 @@ async def test_the_gateways_retries_are_in_the_trip_report(streaming: bool) -> N
         plain = await local.execute("hi")  # the 429 rules are spent: one send
         sim.reset()
         refused = await local.execute("hi")  # the local backend does not retry a 429
-    assert refused.error is not None and refused.error.code == "rate_limited"
+    assert refused.error is not None and refused.error.code == "PROVIDER_RATE_LIMITED"
     assert result.ok and result.text == "at last", result.error
     assert stats.by_status == {429: 2, 200: 1}
     [trip] = result.report.trips
     assert [a["attempt"] for a in trip.attempts] == [1, 2, 3]
     assert [a["status"] for a in trip.attempts] == [429, 429, None]
     assert [a["ok"] for a in trip.attempts] == [False, False, True]
-    assert [a["code"] for a in trip.attempts] == ["rate_limited", "rate_limited", None]
+    assert [a["code"] for a in trip.attempts] == [
+        "PROVIDER_RATE_LIMITED",
+        "PROVIDER_RATE_LIMITED",
+        None,
+    ]
     for failed in trip.attempts[:2]:
         # A fallback's failed attempt says the same (model, provider, typed error).
         assert failed["model"] == "sim-gpt" and failed["provider"] == "openai"
-        assert failed["error"]["code"] == "rate_limited" and failed["error"]["status"] == 429
+        assert (
+            failed["error"]["code"] == "PROVIDER_RATE_LIMITED" and failed["error"]["status"] == 429
+        )
         assert failed["retry_after"] == 0.05 and failed["wait"] == 0.05
     assert trip.attempts[2]["error"] is None and trip.attempts[2]["wait"] is None
     assert trip.attempts[1]["queued"] > 0.03  # it waited out the first Retry-After

@@ -132,7 +132,9 @@ async def test_save_policies_hold_through_the_hosts(store: Store, policy: Any) -
     assert roles_and_turns(stored) == EXPECTED[policy]
     check_unforked(stored)
     errors = await session.errors()
-    assert [(e.run_id, e.error["code"]) for e in errors] == [(second.report.run_id, "server_error")]
+    assert [(e.run_id, e.error["code"]) for e in errors] == [
+        (second.report.run_id, "PROVIDER_SERVER_ERROR")
+    ]
     assert await session.history() == [m.message for m in stored]  # errors never in history
 
 
@@ -278,7 +280,7 @@ async def test_an_abandoned_lease_expires_and_no_longer_blocks(tmp_path: Path) -
     assert time.monotonic() - started < 10
     assert (await host.stats.remote())["expired_leases"] == expired + 1
     late = await host.release.remote(lease_id, encode_messages([UserMessage(content="late")]), 1)
-    assert isinstance(late, LeaseExpiredError) and late.code == "session_lease_expired"
+    assert isinstance(late, LeaseExpiredError) and late.code == "SESSION_LEASE_EXPIRED"
     assert [m.text for m in await store.load(scope)] == ["hi", "ok"]
     await store.aclose()
 

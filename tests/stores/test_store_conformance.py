@@ -120,7 +120,7 @@ async def test_store_refuses_a_stale_expected_position(store: Any) -> None:
         await store.append(SCOPE, "r", 1, [UserMessage(content="x")], expected_position=1)
     error = caught.value
     assert (error.expected, error.actual, error.retryable) == (1, 2, True)
-    assert error.to_dict()["code"] == "position_conflict"
+    assert error.to_dict()["code"] == "STORE_POSITION_CONFLICT"
     assert error.to_dict()["category"] == "store"
     assert pickle.loads(pickle.dumps(error)).actual == 2
     assert texts(await store.load(SCOPE)) == ["a", "b"]
@@ -191,7 +191,7 @@ async def test_store_reports_malformed_messages_with_scope_and_position(store: A
             await read()
         assert caught.value.details["position"] == 1
         assert caught.value.details["ref"] == store.ref(SCOPE)
-        assert caught.value.code == "store_data"
+        assert caught.value.code == "STORE_DATA"
     corrupt_message(store, SCOPE, 1, b"\xc1\xff not any encoding")
     with pytest.raises(StoreDataError) as caught:
         await store.load(SCOPE)
