@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
-import logging
 import pickle
 import weakref
 from collections.abc import AsyncIterator, Callable
@@ -40,6 +39,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import ray.cloudpickle
+
+from raygent.redaction import logger as redacting_logger
 
 from ._core import Backend
 from ._ray import in_batch_runner
@@ -60,7 +61,7 @@ else:
 
 __all__ = ["BatchRunner", "ResultBatch", "UnsentResultError"]
 
-logger = logging.getLogger(__name__)
+logger = redacting_logger(__name__)
 _dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps
 _loads: Callable[[bytes], Any] = ray.cloudpickle.loads
 # cloudpickle's registry of the classes that travelled by value (each with an id that is

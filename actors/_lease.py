@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import math
 import time
 from collections import deque
@@ -31,11 +30,13 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from raygent.redaction import logger as redacting_logger
+
 from ._ledger import Bounds, Grant, Report
 
 __all__ = ["Channel", "EndpointLease", "GatewayUnavailable", "Ticket"]
 
-log = logging.getLogger("raygent.gateway")
+log = redacting_logger("raygent.gateway")
 
 PEAK_WINDOW = 1.0  # seconds a burst of demand is remembered in what a lease asks for
 

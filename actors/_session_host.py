@@ -24,13 +24,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 import itertools
-import logging
 import os
 import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from raygent.redaction import logger as redacting_logger
 
 from ._core import RaygentError
 from ._session_wire import LeaseExpiredError, SessionHostError, encode_messages
@@ -42,7 +43,7 @@ else:
 
 __all__ = ["Granted", "SessionHost"]
 
-log = logging.getLogger("raygent.sessions")
+log = redacting_logger("raygent.sessions")
 
 Granted = tuple[str, bytes]  # (lease id, the history the run starts from, as JSON)
 _Key = tuple[str, str]  # (store key, conversation ref)

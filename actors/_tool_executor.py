@@ -34,7 +34,6 @@ import ctypes
 import dataclasses
 import functools
 import inspect
-import logging
 import os
 import pickle
 import queue
@@ -46,6 +45,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import ray
+
+from raygent.redaction import logger as redacting_logger
 
 from ._core import AbortController, ToolContext, ToolExecutionError, ToolTimeoutError
 from ._tool_outcomes import CANCELLED, TIMED_OUT, Failed, TimedOut, encode
@@ -60,7 +61,7 @@ __all__ = [
     "leave_process",
 ]
 
-log = logging.getLogger("raygent.tools")
+log = redacting_logger("raygent.tools")
 
 THREADS = 256  # sync tools running at once per executor (threads start on demand)
 MAX_TOOLS = 4096  # tools kept per executor (least recently used go first)

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
-import logging
 import math
 import uuid
 from collections import deque
@@ -40,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 import ray
 import ray.cloudpickle
 from ray.exceptions import RayError, RayTaskError
+
+from raygent.redaction import logger as redacting_logger
 
 from ._batch_runner import BatchRunner, UnsentResultError
 from ._core import RaygentError
@@ -69,7 +70,7 @@ else:
 
 __all__ = ["RayBatchRunners", "RunnerLostError", "RunnerPool"]
 
-logger = logging.getLogger(__name__)
+logger = redacting_logger(__name__)
 _dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps
 _loads: Callable[[bytes], Any] = ray.cloudpickle.loads
 

@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import copy
 import hashlib
-import logging
 import os
 import pickle
 import time
@@ -36,6 +35,8 @@ from typing import TYPE_CHECKING, Any
 import ray
 import ray.cloudpickle
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
+
+from raygent.redaction import logger as redacting_logger
 
 from ._core import Message, RaygentError
 from ._options import RayOptions
@@ -69,7 +70,7 @@ __all__ = [
     "store_identity",
 ]
 
-log = logging.getLogger("raygent.sessions")
+log = redacting_logger("raygent.sessions")
 _dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps
 
 FORGET_CHUNK = 10_000  # conversation refs per `forget_all` call: a bounded message

@@ -11,12 +11,13 @@ else; it has no repr of its keys and cannot be pickled.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import weakref
 from typing import Any
 
-__all__ = ["redact", "redact_value", "register_secret"]
+__all__ = ["logger", "redact", "redact_value", "register_secret"]
 
 MASK = "***"
 # A run of this many characters of a secret is a leak; shorter runs are too common in
@@ -142,3 +143,29 @@ def _mask_runs(text: str, grams: frozenset[str]) -> str:
         kept, start, end = end, s, e
     out += (text[kept:start], MASK, text[end:])
     return "".join(out)
+
+
+class _RedactingFilter(logging.Filter):
+    """Redacts a record's message and traceback: a log line may format an exception
+    that is not raygent's (an observer's, a tool's), which nothing redacted before."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
+_FILTER = _RedactingFilter()
+
+
+def logger(name: str) -> logging.Logger:
+    """The named logger, with the filter that redacts its records (raygent logs through
+    these only)."""
+    log = logging.getLogger(name)
+    if _FILTER not in log.filters:
+        log.addFilter(_FILTER)
+    return log

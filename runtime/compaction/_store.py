@@ -10,12 +10,12 @@ save policy writes it. A slice across the boundary is never chosen (it is a cut)
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..messages import Message
+from ..redaction import logger as redacting_logger
 
 if TYPE_CHECKING:
     from stores.protocol import Snapshot
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_ATTEMPTS", "StoredView", "stored_view"]
 
-log = logging.getLogger("raygent.compaction")
+log = redacting_logger("raygent.compaction")
 
 MAX_ATTEMPTS = 5  # replace_prefix tries before the store is left as it is
 

@@ -16,7 +16,6 @@ history. Saving never rolls back tools.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..abort import AbortSignal, abortable
 from ..errors import RaygentError
 from ..messages import Message
+from ..redaction import logger as redacting_logger
 from ._sessions import SessionLease, SessionPersistence
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ else:
 
 __all__ = ["Memory", "RunSaver", "SavePolicy"]
 
-log = logging.getLogger("raygent.memory")
+log = redacting_logger("raygent.memory")
 
 SavePolicy = Literal["message", "turn", "run"]
 

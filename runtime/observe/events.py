@@ -13,12 +13,12 @@ the provider streams them; `execute()` never builds them.
 from __future__ import annotations
 
 import inspect
-import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..redaction import logger as redacting_logger
 from ..usage import Usage
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ __all__ = [
     "TripUsage",
 ]
 
-log = logging.getLogger("raygent.events")
+log = redacting_logger("raygent.events")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -36,11 +36,11 @@ empty); run-local observers given in `run_options` run where the run does.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from ..redaction import logger as redacting_logger
 from ._otel import OpenTelemetry
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ __all__ = [
     "registered",
 ]
 
-log = logging.getLogger("raygent.observers")
+log = redacting_logger("raygent.observers")
 
 Observer = Callable[["AgentReport"], Awaitable[None] | None]
 Observe = bool | Observer | Iterable[Observer] | None

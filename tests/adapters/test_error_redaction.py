@@ -5,6 +5,7 @@ live adapters only and shows none of them."""
 from __future__ import annotations
 
 import gc
+import logging
 import pickle
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from raygent.errors import ServerError, redact
 from raygent.models._errors import error_from_response, error_from_stream_event
 from raygent.redaction import _KNOWN
 from raygent.stores import Scope, SQLiteStore
+from raygent.testing import ScriptedModel, reply
 
 KEY = "Zq8vN3xLp0Tw7RkYb2HcM9sJd4FgA6uE1iOoWnVtQyXrSlPk"  # 48 characters, no `sk-`
 
@@ -106,3 +108,24 @@ async def test_errors_that_are_not_raygent_errors_are_redacted_in_sinks_and_stor
     assert batch.report.failed == 1
     assert slices(sink.read_text() + repr(records)) == []
     assert repr(model)  # the key stays registered while the test looks
+
+
+async def test_log_lines_and_their_tracebacks_show_no_key(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An observer's own exception (not raygent's, never redacted on its way) is logged
+    by raygent: the line and the traceback have the live key masked."""
+    model = OpenAIModel("m", base_url="http://127.0.0.1:1/v1", api_key=KEY)
+
+    def leaky(report: raygent.AgentReport) -> None:
+        raise RuntimeError(f"could not post with key {KEY}")
+
+    bot = raygent.agent(model=ScriptedModel([reply("hi")]))
+    with caplog.at_level(logging.WARNING, logger="raygent.observers"):
+        result = await bot.execute("q", observe=leaky)
+    assert result.error is None
+    assert caplog.records, "the observer's failure is logged"
+    assert "could not post with key ***" in caplog.text
+    assert not slices(caplog.text)
+    assert not slices(logging.Formatter().format(caplog.records[0]))
+    del model
