@@ -46,8 +46,7 @@ from typing import Any, NamedTuple
 
 import ray
 
-from raygent.redaction import logger as redacting_logger
-
+from ..redaction import logger as redacting_logger
 from ._core import AbortController, ToolContext, ToolExecutionError, ToolTimeoutError
 from ._tool_outcomes import CANCELLED, TIMED_OUT, Failed, TimedOut, encode
 

@@ -40,8 +40,7 @@ import ray
 import ray.cloudpickle
 from ray.exceptions import RayError, RayTaskError
 
-from raygent.redaction import logger as redacting_logger
-
+from ..redaction import logger as redacting_logger
 from ._batch_runner import BatchRunner, UnsentResultError
 from ._core import RaygentError
 from ._options import RayOptions
