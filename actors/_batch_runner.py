@@ -40,8 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray.cloudpickle
 
-from ..redaction import logger as redacting_logger
-from ._core import Backend
+from ._core import Backend, redacting_logger
 from ._ray import in_batch_runner
 
 if TYPE_CHECKING:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from runtime.memory import LocalSessions
     from runtime.messages import Message
     from runtime.models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+    from runtime.redaction import logger as redacting_logger
     from runtime.seams import Backend, _routed, closing_stream
     from runtime.tools import Tool, ToolContext, ToolTimeoutError
     from runtime.usage import Cost, Usage
@@ -36,6 +37,7 @@ else:
     from raygent.memory import LocalSessions
     from raygent.messages import Message
     from raygent.models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+    from raygent.redaction import logger as redacting_logger
     from raygent.seams import Backend, _routed, closing_stream
     from raygent.tools import Tool, ToolContext, ToolTimeoutError
     from raygent.usage import Cost, Usage
@@ -64,4 +66,5 @@ __all__ = [
     "_routed",
     "abortable",
     "closing_stream",
+    "redacting_logger",
 ]

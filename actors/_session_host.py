@@ -31,8 +31,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..redaction import logger as redacting_logger
-from ._core import RaygentError
+from ._core import RaygentError, redacting_logger
 from ._session_wire import LeaseExpiredError, SessionHostError, encode_messages
 
 if TYPE_CHECKING:

@@ -46,8 +46,13 @@ from typing import Any, NamedTuple
 
 import ray
 
-from ..redaction import logger as redacting_logger
-from ._core import AbortController, ToolContext, ToolExecutionError, ToolTimeoutError
+from ._core import (
+    AbortController,
+    ToolContext,
+    ToolExecutionError,
+    ToolTimeoutError,
+    redacting_logger,
+)
 from ._tool_outcomes import CANCELLED, TIMED_OUT, Failed, TimedOut, encode
 
 __all__ = [

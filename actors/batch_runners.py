@@ -40,9 +40,8 @@ import ray
 import ray.cloudpickle
 from ray.exceptions import RayError, RayTaskError
 
-from ..redaction import logger as redacting_logger
 from ._batch_runner import BatchRunner, UnsentResultError
-from ._core import RaygentError
+from ._core import RaygentError, redacting_logger
 from ._options import RayOptions
 from ._ray import actor_class, job_id
 from .sessions import store_identity

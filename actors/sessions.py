@@ -36,8 +36,7 @@ import ray
 import ray.cloudpickle
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
-from ..redaction import logger as redacting_logger
-from ._core import Message, RaygentError
+from ._core import Message, RaygentError, redacting_logger
 from ._options import RayOptions
 from ._ray import in_batch_runner, job_id, named_actor, spawn
 from ._session_lease import HostLease, unavailable
