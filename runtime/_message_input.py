@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from pydantic import ValidationError
@@ -29,7 +29,7 @@ from .messages import (
     parse_arguments,
 )
 
-__all__ = ["MessageLike", "as_message", "as_messages"]
+__all__ = ["MessageLike", "as_message", "as_messages", "given_messages"]
 
 MessageLike: TypeAlias = "Message | Mapping[str, Any]"
 
@@ -64,6 +64,14 @@ def as_messages(value: Any, option: str) -> list[Message]:
     for index, item in enumerate(value):
         messages.extend(_read(item, f"{option}[{index}]", option, index))
     return _named_results(messages)
+
+
+def given_messages(value: Any, option: str = "messages") -> Sequence[Message]:
+    """`value` as it is when it holds raygent messages only (the agent's own calls, on
+    the hot path), else read by `as_messages`."""
+    if isinstance(value, (list, tuple)) and all(isinstance(m, _MESSAGE_TYPES) for m in value):
+        return value
+    return as_messages(value, option)
 
 
 def _named_results(messages: list[Message]) -> list[Message]:

@@ -11,8 +11,8 @@ from typing import Any
 import pydantic_core
 from typing_extensions import Unpack
 
+from .._message_input import MessageLike, given_messages
 from ..abort import AbortSignal
-from ..messages import Message
 from ..usage import Usage
 from . import _anthropic_wire as wire
 from ._http import HTTPModel, ModelSettings
@@ -70,12 +70,12 @@ class AnthropicModel(HTTPModel):
         return headers
 
     def request_body(
-        self, messages: Sequence[Message], options: ModelOptions | None, *, stream: bool
+        self, messages: Sequence[MessageLike], options: ModelOptions | None, *, stream: bool
     ) -> dict[str, Any]:
         """The JSON body this adapter sends (public so tests can check it against the SDK)."""
         return wire.request_body(
             self.name,
-            messages,
+            given_messages(messages),
             options or _NO_OPTIONS,
             self.capabilities,
             stream=stream,
@@ -84,7 +84,7 @@ class AnthropicModel(HTTPModel):
 
     async def complete(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[MessageLike],
         options: ModelOptions | None = None,
         *,
         signal: AbortSignal | None = None,
@@ -101,7 +101,7 @@ class AnthropicModel(HTTPModel):
 
     async def count_tokens(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[MessageLike],
         options: ModelOptions | None = None,
         *,
         signal: AbortSignal | None = None,
@@ -138,7 +138,7 @@ class AnthropicModel(HTTPModel):
 
     async def stream(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[MessageLike],
         options: ModelOptions | None = None,
         *,
         signal: AbortSignal | None = None,

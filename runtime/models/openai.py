@@ -11,8 +11,8 @@ from typing import Any
 import pydantic_core
 from typing_extensions import Unpack
 
+from .._message_input import MessageLike, given_messages
 from ..abort import AbortSignal
-from ..messages import Message
 from ..usage import Usage
 from . import _openai_wire as wire
 from ._http import HTTPModel, ModelSettings
@@ -82,12 +82,12 @@ class OpenAIModel(HTTPModel):
         return {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
     def request_body(
-        self, messages: Sequence[Message], options: ModelOptions | None, *, stream: bool
+        self, messages: Sequence[MessageLike], options: ModelOptions | None, *, stream: bool
     ) -> dict[str, Any]:
         """The JSON body this adapter sends (public so tests can check it against the SDK)."""
         return wire.request_body(
             self.name,
-            messages,
+            given_messages(messages),
             options or _NO_OPTIONS,
             self.capabilities,
             stream=stream,
@@ -96,7 +96,7 @@ class OpenAIModel(HTTPModel):
 
     async def complete(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[MessageLike],
         options: ModelOptions | None = None,
         *,
         signal: AbortSignal | None = None,
@@ -122,7 +122,7 @@ class OpenAIModel(HTTPModel):
 
     async def stream(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[MessageLike],
         options: ModelOptions | None = None,
         *,
         signal: AbortSignal | None = None,

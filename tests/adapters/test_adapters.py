@@ -20,6 +20,7 @@ from raygent import (
     UserMessage,
     total_cost,
 )
+from raygent.errors import InvalidOptionsError
 from raygent.models import Done, ModelResponse, StreamChunk, TextDelta, ToolCallDelta, UsageChunk
 from raygent.sim import Match, Reply, Rule, ToolCallReply, serve
 
@@ -79,6 +80,27 @@ async def test_text_reply(provider: str) -> None:
     assert total_cost(reply.usage) == pytest.approx(
         (reply.usage.total_input_tokens * 1.0 + reply.usage.output_tokens * 2.0) / 1e6
     )
+
+
+async def test_a_side_call_takes_message_dicts(provider: str) -> None:
+    """`model.complete` / `stream` / `request_body` take message dicts as the agent
+    does (the reference's summariser calls the model with plain dicts)."""
+    typed = [SystemMessage(content="Be brief."), UserMessage(content="weather in Paris?")]
+    plain = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "weather in Paris?"},
+    ]
+    async with serve(SCRIPT) as sim:
+        model = make_model(provider, sim)
+        reply = await model.complete(plain)
+        streamed = await collect(model, plain)
+    assert reply.text == "It is sunny in Paris today."
+    assert isinstance(streamed[-1], Done)
+    assert model.request_body(plain, None, stream=False) == model.request_body(
+        typed, None, stream=False
+    )
+    with pytest.raises(InvalidOptionsError, match=r"messages\[1\]: unknown role"):
+        model.request_body([plain[0], {"role": "robot", "content": "x"}], None, stream=False)
 
 
 async def test_unknown_pricing_leaves_cost_none(provider: str) -> None:
