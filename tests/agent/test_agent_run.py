@@ -14,13 +14,8 @@ from agent_support import City, add, calc, search
 import raygent
 from raygent import Capabilities, Pricing, SystemMessage, SystemPrompt, UserMessage
 from raygent.errors import (
-    AgentCancelledError,
-    AgentIncompleteError,
-    MaxTripsError,
     PromptError,
     RaygentError,
-    SchemaValidationError,
-    ToolExecutionError,
 )
 from raygent.messages import Message
 from raygent.models.contract import ModelOptions
@@ -256,22 +251,6 @@ async def test_bad_input_fails_the_run_without_raising() -> None:
     result = await raygent.agent(model=ScriptedModel([])).execute(None)  # type: ignore[arg-type]
     assert result.report.status == "failed"
     assert isinstance(result.error, RaygentError)
-
-
-def test_the_errors_are_one_typed_hierarchy() -> None:
-    expected = {
-        AgentCancelledError: ("AGENT_CANCELLED", "cancelled", False),
-        MaxTripsError: ("AGENT_MAX_TRIPS", "agent", False),
-        AgentIncompleteError: ("AGENT_INCOMPLETE", "incomplete", False),
-        SchemaValidationError: ("OUTPUT_VALIDATION", "output", False),
-        ToolExecutionError: ("TOOL_EXECUTION", "tool", False),
-        PromptError: ("PROMPT", "config", False),
-    }
-    for cls, (code, category, retryable) in expected.items():
-        error = cls("x")
-        assert isinstance(error, RaygentError)
-        assert (error.code, error.category, error.retryable) == (code, category, retryable)
-        assert error.to_dict()["code"] == code
 
 
 async def test_capabilities_a_model_lacks_are_not_sent() -> None:
