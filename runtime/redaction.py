@@ -23,6 +23,9 @@ MASK = "***"
 # A run of this many characters of a secret is a leak; shorter runs are too common in
 # ordinary text to remove (and a key this short is no key).
 MIN_RUN = 8
+# Up to this many pieces (a handful of keys), a C-level search per piece beats a set
+# lookup per position on a long text.
+_FIND_GRAMS = 256
 _KEY_PATTERNS = re.compile(
     r"((?<![A-Za-z0-9])sk-[A-Za-z0-9_\-*]{4,}|Bearer\s+[A-Za-z0-9_\-.*]{8,})"
 )
@@ -118,8 +121,9 @@ def _grams(secret: str) -> frozenset[str]:
 def _mask_runs(text: str, grams: frozenset[str]) -> str:
     """Replace every stretch of `text` covered by occurrences of `grams` with the mask."""
     spans: list[tuple[int, int]] = []
-    if len(text) < 4 * len(grams):
-        # A short text: one set lookup per position beats a search per piece.
+    if len(text) < 4 * len(grams) or len(grams) > _FIND_GRAMS:
+        # A short text, or many keys (one search per piece would be quadratic): one
+        # set lookup per position.
         for at in range(len(text) - MIN_RUN + 1):
             if text[at : at + MIN_RUN] in grams:
                 spans.append((at, at + MIN_RUN))
