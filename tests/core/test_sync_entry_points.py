@@ -55,6 +55,13 @@ def sim() -> Iterator[Simulator]:
         yield running
 
 
+def delete_prefix(url: str, prefix: str) -> None:
+    with redis.Redis.from_url(url) as client:
+        keys = list(client.scan_iter(match=f"{prefix}:*"))
+        if keys:
+            client.delete(*keys)
+
+
 def agent(sim: Simulator, **options: Any) -> raygent.Agent:
     model = OpenAIModel("sim-gpt", base_url=sim.openai_base_url, api_key="sk-sim")
     return raygent.agent(model=model, tools=[get_weather], **options)
@@ -118,10 +125,7 @@ async def test_session_execute_sync_inside_a_running_loop(
     finally:
         await store.aclose()
         if kind == "redis":
-            with redis.Redis.from_url(url) as client:
-                keys = list(client.scan_iter(match=f"{prefix}:*"))
-                if keys:
-                    client.delete(*keys)
+            delete_prefix(url, prefix)
 
 
 async def test_batch_sync_inside_a_running_loop(sim: Simulator) -> None:
@@ -141,6 +145,27 @@ async def test_many_sync_calls_in_a_running_loop_leak_no_sockets_or_threads(
     after = settled(baseline)
     assert after[0] <= baseline[0] + SLACK, f"sockets: {baseline[0]} -> {after[0]}"
     assert after[1] <= baseline[1] + SLACK, f"threads: {baseline[1]} -> {after[1]}"
+
+
+async def test_many_sync_calls_on_redis_sessions_in_a_running_loop_leak_nothing(
+    sim: Simulator, redis_url: str
+) -> None:
+    """Each call's loop opens a Redis pool; the pool closes with that loop."""
+    prefix = f"raygent-synctest-{uuid.uuid4().hex[:12]}"
+    store = RedisStore(redis_url, prefix=prefix)
+    bot = agent(sim, memory=Memory(store))
+    try:
+        assert bot.execute_sync("warm up", session_id="warm").ok
+        baseline = settled((sockets(), threading.active_count()))
+        for i in range(CALLS):
+            assert bot.execute_sync("hi", session_id=f"s{i}").ok
+        after = settled(baseline)
+        assert after[0] <= baseline[0] + SLACK, f"sockets: {baseline[0]} -> {after[0]}"
+        assert after[1] <= baseline[1] + SLACK, f"threads: {baseline[1]} -> {after[1]}"
+        assert len(await store.load(bot.session(f"s{CALLS - 1}").scope)) == 2
+    finally:
+        await store.aclose()
+        delete_prefix(redis_url, prefix)
 
 
 def test_many_sync_calls_without_a_loop_leak_no_sockets_or_threads(sim: Simulator) -> None:
