@@ -23,7 +23,7 @@ from raygent import Memory
 from raygent.models.openai import OpenAIModel
 from raygent.observe.events import AgentCompleted, AgentErrored, Event
 from raygent.observe.report import AgentResult
-from raygent.sim import Match, Reply, Rule, Simulator, ToolCallReply, serve
+from raygent.sim import Latency, Match, Reply, Rule, Simulator, ToolCallReply, serve
 from raygent.stores import RedisStore, SQLiteStore
 
 CALLS = 200
@@ -246,3 +246,35 @@ async def test_ctrl_c_during_batch_sync_in_a_running_loop_cancels_the_batch(
     assert stall.cancelled.is_set()
     assert [item.status for item in result.items] == ["cancelled", "cancelled"]
     assert result.report.stopped is not None and "Ctrl-C" in result.report.stopped
+
+
+def interrupt_when_in_flight(sim: Simulator) -> threading.Thread:
+    """A watcher that sends SIGINT to the main thread once the simulator holds a request
+    (a bounded wait on that condition)."""
+
+    def watch() -> None:
+        tick = threading.Event()
+        for _ in range(2000):
+            if sim.stats().in_flight >= 1:
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+                return
+            tick.wait(0.005)
+
+    watcher = threading.Thread(target=watch, name="interrupter")
+    watcher.start()
+    return watcher
+
+
+async def test_ctrl_c_during_a_request_of_execute_sync_closes_the_request() -> None:
+    with serve(SCRIPT, latency=Latency(fixed_ms=120_000)) as slow:
+        ended = list[AgentResult]()
+        bot = stalling_agent(slow, Stall(), ended)
+        watcher = interrupt_when_in_flight(slow)
+        try:
+            with ctrl_c(), pytest.raises(KeyboardInterrupt):
+                bot.execute_sync("hi")
+        finally:
+            watcher.join()
+        stats = await slow.wait_until(lambda s: s.disconnects >= 1)
+        assert stats.in_flight == 0
+    assert [result.report.status for result in ended] == ["cancelled"]
