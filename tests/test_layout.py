@@ -32,6 +32,7 @@ RUNTIME = ROOT / "runtime"
 # implement it.
 BASE = {
     "_message_input",
+    "_sync",
     "_version",
     "abort",
     "errors",

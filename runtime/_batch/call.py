@@ -20,14 +20,13 @@ import asyncio
 import contextlib
 import inspect
 import os
-import signal
-import threading
 from collections.abc import AsyncGenerator, Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from typing_extensions import Unpack
 
+from .._sync import on_interrupt, run_sync
 from ..abort import AbortController, AbortSignal
 from ..backend import current_backend
 from ..seams import Backend, BatchExecution, BatchPool, PoolPlan
@@ -247,15 +246,17 @@ def _pool(
 
 
 def batch_sync(executable: Any, items: Any, **options: Unpack[BatchOptions]) -> BatchResult:
-    """`batch` for scripts, from code that is not running an event loop (in a notebook,
-    `await raygent.batch(...)`).
+    """`batch` from synchronous code. Works whether or not this thread runs an event
+    loop: inside one (Jupyter, IPython) the batch runs on a helper thread with a loop of
+    its own and this call blocks until done (in a notebook, `await raygent.batch(...)`
+    works as well).
 
     Ctrl-C cancels the batch cleanly: unfinished items end cancelled, the sink is closed
     consistent, and the result comes back. A second Ctrl-C stops at once
     (KeyboardInterrupt, after the items in flight are recorded as cancelled).
     """
     try:
-        return asyncio.run(_interruptible(executable, items, options))
+        return run_sync(lambda: _interruptible(executable, items, options))
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
 
@@ -264,7 +265,6 @@ async def _interruptible(executable: Any, items: Any, options: BatchOptions) -> 
     controller = AbortController()
     user = options.get("signal")
     unlink = user.add_callback(lambda: controller.abort(user.reason)) if user else None
-    loop = asyncio.get_running_loop()
     task = asyncio.current_task()
 
     def interrupted() -> None:
@@ -273,29 +273,14 @@ async def _interruptible(executable: Any, items: Any, options: BatchOptions) -> 
         else:
             controller.abort("interrupted (Ctrl-C)")
 
-    previous = signal.getsignal(signal.SIGINT)
-    handled = _handle_sigint(loop, interrupted)
     try:
-        linked = options.copy()
-        linked["signal"] = controller.signal
-        return await batch(executable, items, **linked)
+        with on_interrupt(interrupted):
+            linked = options.copy()
+            linked["signal"] = controller.signal
+            return await batch(executable, items, **linked)
     finally:
-        if handled:
-            loop.remove_signal_handler(signal.SIGINT)
-            if previous is not None:  # whatever handled Ctrl-C before us
-                signal.signal(signal.SIGINT, previous)
         if unlink is not None:
             unlink()
-
-
-def _handle_sigint(loop: asyncio.AbstractEventLoop, handler: Callable[[], None]) -> bool:
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    try:
-        loop.add_signal_handler(signal.SIGINT, handler)
-    except (NotImplementedError, RuntimeError, ValueError):
-        return False  # no signal handlers on this loop (Windows): Ctrl-C stays abrupt
-    return True
 
 
 async def _close(jobs: Feed, source: Source) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict
 from typing_extensions import Unpack
 
 from .._message_input import MessageLike, as_messages
+from .._sync import run_sync
 from ..abort import AbortController, AbortSignal
 from ..attachments._parse import AttachmentLike, AttachmentPolicy
 from ..backend import current_backend
@@ -183,8 +184,10 @@ class Agent:
         input: str | MessageLike | Sequence[ContentPart | MessageLike],
         **options: Unpack[RunOptions],
     ) -> AgentResult:
-        """`execute` for scripts, from code that is not running an event loop."""
-        return asyncio.run(self.execute(input, **options))
+        """`execute` from synchronous code (never raises, like `execute`). Works whether
+        or not this thread runs an event loop: inside one (Jupyter, IPython), the run
+        goes on a helper thread with a loop of its own and this call blocks until done."""
+        return run_sync(lambda: self.execute(input, **options))
 
     def stream(
         self,

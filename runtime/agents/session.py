@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -10,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import Unpack
 
 from .._message_input import MessageLike
+from .._sync import run_sync
 from ..backend import current_backend
 from ..memory._save import scope_of
 from ..messages import ContentPart, Message
@@ -67,7 +67,9 @@ class Session:
         input: str | MessageLike | Sequence[ContentPart | MessageLike],
         **options: Unpack[RunOptions],
     ) -> AgentResult:
-        return asyncio.run(self.execute(input, **options))
+        """`execute` from synchronous code, inside a running event loop too (like
+        `Agent.execute_sync`)."""
+        return run_sync(lambda: self.execute(input, **options))
 
     def stream(
         self,
