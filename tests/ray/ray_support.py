@@ -39,6 +39,22 @@ async def gateway_stats(model: OpenAIModel, replica: int = 0, replicas: int = 1)
     return stats
 
 
+async def wait_for_replicas(model: OpenAIModel, replicas: int, timeout: float = 20.0) -> None:
+    """Wait (bounded) until every gateway replica's actor is up and answers (a replica
+    may start well after the first: its lease slice is only granted then)."""
+    deadline = time.monotonic() + timeout
+    for replica in range(replicas):
+        while True:
+            try:
+                await gateway_stats(model, replica, replicas)
+                break
+            except ValueError:  # the replica's named actor is not registered yet
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"gateway replica {replica} never started")
+            await asyncio.sleep(0.02)
+
+
 def sim_model(sim: Simulator, **kwargs: Any) -> OpenAIModel:
     kwargs.setdefault("api_key", KEY)
     return OpenAIModel("sim-gpt", base_url=sim.openai_base_url, **kwargs)

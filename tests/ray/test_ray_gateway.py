@@ -10,7 +10,16 @@ import time
 
 import pytest
 import ray
-from ray_support import NAMESPACE, Runner, backend, gateway_stats, sim_model, summary, wait_for
+from ray_support import (
+    NAMESPACE,
+    Runner,
+    backend,
+    gateway_stats,
+    sim_model,
+    summary,
+    wait_for,
+    wait_for_replicas,
+)
 
 import raygent
 from raygent.actors import gateway_names
@@ -81,7 +90,10 @@ async def test_replicas_split_the_bound() -> None:
     async with serve(latency=Latency(fixed_ms=500)) as sim:
         model = sim_model(sim, max_concurrency=8)
         bot = raygent.agent(model=model, backend=backend(replicas=2))
-        await bot.execute("warm up")  # both replicas are up (an actor start takes a while)
+        await bot.execute("warm up")
+        # Both replicas are up before the burst: a replica's actor may start after the
+        # burst has ended through the other (seen once in CI: peak 4).
+        await wait_for_replicas(model, replicas=2)
         results = await asyncio.gather(*(bot.execute(f"q{i}") for i in range(24)))
         stats = sim.stats()
         shares = [await gateway_stats(model, replica, 2) for replica in range(2)]
