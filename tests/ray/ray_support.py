@@ -67,6 +67,14 @@ async def wait_for(
     return await sim.wait_until(predicate, timeout)
 
 
+def write_whole(path: str | Path, text: str) -> None:
+    """Write a file a test waits for, so that once it exists it has its text (a plain
+    write_text creates it empty first)."""
+    aside = Path(f"{path}.writing")
+    aside.write_text(text)
+    aside.replace(path)
+
+
 def _exists(path: Path) -> bool:
     return path.exists()  # a stat: too quick to hand to a thread
 

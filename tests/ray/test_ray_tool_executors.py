@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ray_support import backend, wait_for_file, wait_until_dead
+from ray_support import backend, wait_for_file, wait_until_dead, write_whole
 
 import raygent
 from raygent import AbortController, ToolContext, ToolMessage
@@ -144,7 +144,7 @@ async def awaits_forever(marks: str) -> str:
 @raygent.tool(timeout=3)
 def sleeps_in_c(started: str) -> str:
     """Blocked in C, where no interrupt lands."""
-    Path(started).write_text(str(os.getpid()))
+    write_whole(started, str(os.getpid()))
     time.sleep(60)
     return "too late"
 

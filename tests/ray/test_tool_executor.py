@@ -48,7 +48,11 @@ def context(call_id: str) -> ToolContext:
 
 
 def note(path: str, text: str) -> None:
-    Path(path).write_text(text)
+    # Written aside and renamed: a test that sees the file must see its text (a plain
+    # write_text creates it empty first, and a reader once read it so, in CI).
+    aside = Path(f"{path}.writing")
+    aside.write_text(text)
+    aside.replace(path)
 
 
 async def wait_until(check: Any, timeout: float = 5.0) -> None:
