@@ -30,6 +30,7 @@ __all__ = [
     "SchemaValidationError",
     "ServerError",
     "ToolExecutionError",
+    "error_dict",
     "redact",
 ]
 
@@ -78,6 +79,14 @@ class RaygentError(Exception):
             }
         )
         return info
+
+
+def error_dict(error: BaseException) -> dict[str, Any]:
+    """Any exception as a JSON-ready, redacted dict: a raygent error's `to_dict()`, else
+    its type and message (a foreign error's text may hold a key too)."""
+    if isinstance(error, RaygentError):
+        return error.to_dict()
+    return {"type": type(error).__name__, "message": redact(str(error))}
 
 
 def _rebuild(

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from ..errors import RaygentError, redact
+from .. import errors
 from .engine import EMPTY_USAGE, BatchItem
 
 __all__ = ["JsonlSink", "ParquetSink", "Sink", "key_token", "open_sink", "record_of"]
@@ -80,9 +80,7 @@ def record_of(item: BatchItem) -> dict[str, Any]:
 def error_dict(error: BaseException | None) -> dict[str, Any] | None:
     if error is None:
         return None
-    if isinstance(error, RaygentError):
-        return error.to_dict()
-    return {"type": type(error).__name__, "message": redact(str(error))}
+    return errors.error_dict(error)
 
 
 def dumps(value: Any) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable
 from itertools import takewhile
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from ..abort import abortable
 from ..compaction._policy import (
@@ -24,7 +24,7 @@ from ..compaction._policy import (
 )
 from ..compaction._range import has_signed_reasoning, safe_range
 from ..compaction._store import StoredView, stored_view
-from ..errors import RaygentError, redact
+from ..errors import error_dict
 from ..messages import MESSAGE_ADAPTER, AssistantMessage, Message, UserMessage
 from ._state import RunState
 
@@ -235,13 +235,7 @@ def _skip(
             input_tokens=tokens,
             status="skipped",
             reason=reason,
-            error=None if exc is None else _error(exc),
+            error=None if exc is None else error_dict(exc),
             usage=None if usage is None else usage.usage,
         )
     )
-
-
-def _error(exc: Exception) -> dict[str, Any]:
-    if isinstance(exc, RaygentError):
-        return exc.to_dict()
-    return {"type": type(exc).__name__, "message": redact(str(exc))}
