@@ -19,6 +19,9 @@ __all__ = [
     "ConversationInfo",
     "ErrorRecord",
     "PositionConflictError",
+    "RunConflictError",
+    "RunRecord",
+    "RunStore",
     "Scope",
     "Snapshot",
     "Store",
@@ -113,6 +116,23 @@ class Snapshot:
     messages: list[Message]
 
 
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A durable run as stored: its header, its entries in order, who holds it, how it ended.
+
+    The payloads are opaque bytes to the store (the agent loop encodes them). `epoch` is
+    the fencing token: every `claim_run` bumps it, and a writer holding an older epoch can
+    no longer write. `outcome` is set by `finish_run` (None while the run is open).
+    """
+
+    ref: str
+    epoch: int
+    header: bytes
+    entries: list[bytes]
+    outcome: bytes | None
+    updated_at: datetime
+
+
 class StoreError(RaygentError):
     """Base of the errors a store raises."""
 
@@ -137,6 +157,17 @@ class PositionConflictError(StoreError):
     @property
     def actual(self) -> int:
         return int(self.details["actual"])
+
+
+class RunConflictError(StoreError):
+    """A durable run's write or claim lost: another writer holds the run (its epoch moved
+    on), the entry's sequence number is not the next one, or the run already exists.
+    Nothing was written.
+
+    details: ref, reason ("epoch", "sequence", "exists", "missing"), expected, actual.
+    """
+
+    code = "STORE_RUN_CONFLICT"
 
 
 class StoreDataError(StoreError):
@@ -245,4 +276,50 @@ class CompactingStore(Store, Protocol):
         run_id: str,
     ) -> Literal["committed", "conflict"]:
         """Replace the first `count` messages if the revision is still `revision`."""
+        ...
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """Where durable runs keep their state, beside the conversations and under the same
+    keys: `scope.session_id` is the run id, and the store's `key_metadata` isolates
+    tenants as it does for conversations. The store's ttl and `prune()` cover runs too
+    (a run's age is that of its last write). Every method is atomic."""
+
+    async def start_run(self, scope: Scope, header: bytes) -> int:
+        """Create the run with its header and no entries; returns its first epoch (1).
+        Raises RunConflictError(reason="exists") when the run is already stored."""
+        ...
+
+    async def append_run(self, scope: Scope, epoch: int, seq: int, entry: bytes) -> None:
+        """Append `entry` as entry number `seq` (0-based).
+
+        Raises RunConflictError, writing nothing, when `epoch` is not the run's current
+        epoch ("epoch"), the run is missing ("missing") or finished, or `seq` is not the
+        number of entries stored ("sequence") -- except that re-sending the entry already
+        stored at `seq` (same bytes) is a no-op, so a writer may retry an append.
+        """
+        ...
+
+    async def claim_run(self, scope: Scope, epoch: int) -> int:
+        """Take the run over: if its epoch is still `epoch`, set it to epoch + 1 and return
+        that. Of two claims with the same epoch exactly one wins; the other raises
+        RunConflictError("epoch"). A missing run raises RunConflictError("missing")."""
+        ...
+
+    async def load_run(self, scope: Scope) -> RunRecord | None:
+        """The run's header, entries, epoch and outcome, read together; None if absent
+        (or expired)."""
+        ...
+
+    async def finish_run(
+        self, scope: Scope, epoch: int, outcome: bytes, *, drop_entries: bool = False
+    ) -> None:
+        """Record how the run ended (fenced by `epoch` like append_run; finishing again
+        replaces the outcome). `drop_entries=True` deletes the entries and keeps only the
+        header and outcome (what a repeated resume needs to answer)."""
+        ...
+
+    async def delete_run(self, scope: Scope) -> None:
+        """Remove the run entirely (a no-op when absent)."""
         ...

@@ -30,6 +30,7 @@ from raygent.errors import (
 from raygent.eval import JudgeError
 from raygent.stores import (
     PositionConflictError,
+    RunConflictError,
     StoreDataError,
     StoreError,
     StoreUnavailableError,
@@ -46,6 +47,7 @@ ELSEWHERE: dict[str, type[RaygentError]] = {
     "raygent.eval.JudgeError": JudgeError,
     "raygent.stores.StoreError": StoreError,
     "raygent.stores.PositionConflictError": PositionConflictError,
+    "raygent.stores.RunConflictError": RunConflictError,
     "raygent.stores.StoreDataError": StoreDataError,
     "raygent.stores.StoreUnavailableError": StoreUnavailableError,
     "raygent.actors.SessionHostError": SessionHostError,
@@ -85,6 +87,7 @@ EXPECTED: dict[type[RaygentError], tuple[str, str, bool]] = {
     JudgeError: ("EVAL_JUDGE_FAILED", "eval", False),
     StoreError: ("STORE", "store", False),
     PositionConflictError: ("STORE_POSITION_CONFLICT", "store", True),
+    RunConflictError: ("STORE_RUN_CONFLICT", "store", False),
     StoreDataError: ("STORE_DATA", "store", False),
     StoreUnavailableError: ("STORE_UNAVAILABLE", "store", True),
     SessionHostError: ("SESSION_HOST_UNAVAILABLE", "store", True),
