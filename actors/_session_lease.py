@@ -95,6 +95,8 @@ class HostLease:
             raise
         if result.duplicate or result.first_position != self._position:
             self._changed = True
+        if result.duplicate:
+            return  # stored before (a resumed run's replay): the fence stays where it is
         self._position = result.first_position + result.count
         self._appended.extend(batch)
 

@@ -7,7 +7,7 @@ from . import compaction, errors, eval, observers
 from ._batch import BatchResult, Retry, batch, batch_sync
 from ._version import __version__
 from .abort import AbortController, AbortSignal
-from .agents import Agent, AgentStream, SystemPrompt, agent
+from .agents import Agent, AgentStream, Approve, Deny, Durable, SystemPrompt, agent
 from .agents.fallback import fallback_model
 from .agents.middleware import Middleware
 from .agents.output import Repair
@@ -37,7 +37,7 @@ from .models import (
     ResponseSchema,
     ToolSpec,
 )
-from .observe.report import AgentReport, AgentResult
+from .observe.report import AgentReport, AgentResult, PendingCall
 from .pricing import Pricing
 from .tools import Tool, ToolContext, tool
 from .usage import Cost, Usage, total_cost
@@ -50,6 +50,7 @@ __all__ = [
     "AgentResult",
     "AgentStream",
     "AnthropicModel",
+    "Approve",
     "AssistantMessage",
     "AttachmentPolicy",
     "BatchResult",
@@ -57,6 +58,8 @@ __all__ = [
     "Compaction",
     "CompactionResult",
     "Cost",
+    "Deny",
+    "Durable",
     "ImagePart",
     "Memory",
     "Message",
@@ -66,6 +69,7 @@ __all__ = [
     "ModelResponse",
     "OpenAIModel",
     "OutboundPolicy",
+    "PendingCall",
     "Pricing",
     "ProviderBlock",
     "Repair",

@@ -12,8 +12,10 @@ __all__ = [
     "AgentIncompleteError",
     "AttachmentError",
     "AuthenticationError",
+    "AwaitingApprovalError",
     "ContentFilterError",
     "ContextLengthExceededError",
+    "DriftError",
     "InvalidOptionsError",
     "InvalidRequestError",
     "MaxTripsError",
@@ -27,8 +29,10 @@ __all__ = [
     "RateLimitError",
     "RaygentError",
     "RefusalError",
+    "RunNotFoundError",
     "SchemaValidationError",
     "ServerError",
+    "ToolDeniedError",
     "ToolExecutionError",
     "error_dict",
     "redact",
@@ -250,3 +254,39 @@ class OutboundPolicyError(RaygentError):
 
     code = "OUTBOUND_POLICY"
     category = "policy"
+
+
+class AwaitingApprovalError(RaygentError):
+    """The run stopped before tool calls that need approval; nothing of that round ran.
+
+    Not a failure: `result.pending` lists the calls and `agent.resume(run_id,
+    approvals=...)` continues the run. details: pending (the call ids).
+    """
+
+    code = "AGENT_AWAITING_APPROVAL"
+    category = "approval"
+
+
+class DriftError(RaygentError):
+    """A durable run was resumed by an agent that differs from the one that started it.
+
+    details: changed (the fields that differ), stored, current. Nothing was changed;
+    `resume(..., force=True)` resumes anyway.
+    """
+
+    code = "DURABLE_DRIFT"
+    category = "durable"
+
+
+class RunNotFoundError(RaygentError):
+    """No durable run is stored under this id (never started, expired, or deleted)."""
+
+    code = "DURABLE_RUN_NOT_FOUND"
+    category = "durable"
+
+
+class ToolDeniedError(ToolExecutionError):
+    """A tool call that needed approval was denied; the model gets the reason as the
+    call's error result. details: tool, reason."""
+
+    code = "TOOL_DENIED"

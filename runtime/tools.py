@@ -101,6 +101,9 @@ class Tool(Generic[P, R]):
     num_cpus: float | None = None
     resources: dict[str, float] | None = None
     runtime_env: dict[str, Any] | None = None
+    # Which calls wait for a human: False (none), True (all), or a policy
+    # `(call, ctx) -> bool` (may be async) deciding per call.
+    approval: bool | Callable[..., Any] = False
     # (field name in args_model, parameter name) where they differ: parameters named like a
     # BaseModel attribute (`json`, `schema`) or starting with "_" get an aliased field.
     _renamed: tuple[tuple[str, str], ...] = field(default=(), repr=False)
@@ -231,6 +234,7 @@ def tool(
     num_cpus: float | None = None,
     resources: dict[str, float] | None = None,
     runtime_env: dict[str, Any] | None = None,
+    approval: bool | Callable[..., Any] = False,
 ) -> Callable[[Callable[P, R]], Tool[P, R]]: ...
 
 
@@ -247,6 +251,7 @@ def tool(
     num_cpus: float | None = None,
     resources: dict[str, float] | None = None,
     runtime_env: dict[str, Any] | None = None,
+    approval: bool | Callable[..., Any] = False,
 ) -> Tool[P, R] | Callable[[Callable[P, R]], Tool[P, R]]:
     """Make a function a tool, bare (`@tool`) or with options (`@tool(timeout=10)`).
 
@@ -254,7 +259,9 @@ def tool(
     per-parameter descriptions from a Google-style `Args:` section of the docstring.
     `inline` runs the tool in the caller's process even on Ray; `timeout` is in seconds;
     `retries`, `num_cpus`, `resources` and `runtime_env` are for the Ray backend.
-    Raises TypeError for `*args`/`**kwargs`, missing type hints or an invalid name.
+    `approval=True` (or a policy `(call, ctx) -> bool`) stops the run before such a call
+    until it is approved (see `Agent.resume`). Raises TypeError for `*args`/`**kwargs`,
+    missing type hints or an invalid name.
     """
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout must be positive, not {timeout}")
@@ -262,6 +269,8 @@ def tool(
         raise ValueError(f"retries must be >= 0, not {retries}")
     if num_cpus is not None and num_cpus < 0:
         raise ValueError(f"num_cpus must be >= 0, not {num_cpus}")
+    if not isinstance(approval, bool) and not callable(approval):
+        raise TypeError("approval is True, False or a policy (call, ctx) -> bool")
 
     def build(fn: Callable[P, R]) -> Tool[P, R]:
         if isinstance(fn, Tool):
@@ -288,6 +297,7 @@ def tool(
             num_cpus=num_cpus,
             resources=resources,
             runtime_env=runtime_env,
+            approval=approval,
             _renamed=renamed,
         )
 

@@ -7,10 +7,9 @@ options are defined once (`RunOptions`) and shared by `execute`, `execute_sync` 
 
 from __future__ import annotations
 
-import asyncio
 import re
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict
 
@@ -33,9 +32,12 @@ from ..observe.report import AgentResult
 from ..run_context import RunInfo
 from ..seams import Backend
 from ..tools import Tool
+from ._durable_api import DurableRuns, journal_for
 from ._guard import GuardSetting, guard_buffer
 from ._start import start_run
 from ._state import RunConfig, RunState
+from ._stream import AgentStream
+from .durable import ApprovalHandler, Durable
 from .middleware import Middleware
 from .output import OutputSpec, Repair
 
@@ -94,9 +96,14 @@ class RunOptions(TypedDict, total=False):
     attachments: Sequence[AttachmentLike] | None
     attachment_policy: AttachmentPolicy | None
     observe: Observe
+    # Durable runs (see raygent.Durable and Agent.resume).
+    durable: Durable | None
+    run_id: str | None
+    approval_handler: ApprovalHandler | None
+    resume: str | None
 
 
-class Agent:
+class Agent(DurableRuns):
     """Build with `raygent.agent(...)`."""
 
     def __init__(
@@ -122,8 +129,14 @@ class Agent:
         memory: Memory | None = None,
         attachment_policy: AttachmentPolicy | None = None,
         compaction: Compaction | None = None,
+        durable: Durable | None = None,
+        approval_handler: ApprovalHandler | None = None,
     ) -> None:
+        if durable is not None and not isinstance(durable, Durable):
+            raise TypeError("durable= takes raygent.Durable(store=...)")
         self.model = model
+        self.durable = durable
+        self.approval_handler = approval_handler
         self.memory = memory
         self.compaction = compaction
         self.attachment_policy = attachment_policy or AttachmentPolicy()
@@ -195,7 +208,10 @@ class Agent:
         **options: Unpack[RunOptions],
     ) -> AgentStream:
         """Run once, yielding typed events; `await stream.result` gives what `execute`
-        would have returned."""
+        would have returned. `resume=run_id` streams a durable run's resume instead."""
+        run_id = options.pop("resume", None)
+        if run_id is not None:
+            return self.stream_resume(run_id, **options)
         return AgentStream(self, input, options)
 
     def session(
@@ -261,6 +277,13 @@ class Agent:
             observers=observers,
         )
         state.report.system_prompt = opening.system or None
+        if options.get("parent") is None:
+            # A nested run is a step of its parent's: the parent's resume re-runs it.
+            try:
+                state.journal, error = journal_for(self._durable_for(options), info, options)
+            except TypeError as exc:
+                error = InvalidOptionsError(f"invalid run options: {exc}")
+            state.setup_error = state.setup_error or error
         _follow(state, options.get("signal"))
         return state, opening.user_input
 
@@ -310,7 +333,7 @@ class Agent:
 
     def _run_info(self, options: RunOptions) -> RunInfo:
         parent = options.get("parent")
-        run_id = uuid.uuid4().hex
+        run_id = options.get("run_id") or uuid.uuid4().hex
         return RunInfo(
             run_id=run_id,
             root_run_id=parent.root_run_id if parent else run_id,
@@ -355,6 +378,7 @@ class Agent:
             guard_max_buffer=self.guard_max_buffer if guard is None else guard_buffer(guard),
             version=self.version,
             compaction=self.compaction,
+            approval_handler=options.get("approval_handler") or self.approval_handler,
         )
         return config, system
 
@@ -400,56 +424,6 @@ class Agent:
         return specs
 
 
-class AgentStream:
-    """Async iterator of a run's events; `await .result` gives the AgentResult."""
-
-    def __init__(self, agent: Agent, input: Any, options: RunOptions) -> None:
-        self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
-        state, user_input = agent._prepare(
-            input, options, streaming=True, sink=self._queue.put_nowait
-        )
-        self._state = state
-        self._attachments = agent._attachments(options)
-        self._ended = False
-        self._task = asyncio.ensure_future(self._run(user_input))
-        # The end of the events, however the task ends (even cancelled before it ran).
-        self._task.add_done_callback(lambda _: self._queue.put_nowait(None))
-
-    async def _run(self, user_input: list[Message]) -> AgentResult:
-        try:
-            return await start_run(self._state, user_input, *self._attachments)
-        except asyncio.CancelledError:
-            # The loop recorded the cancellation: the stream's result is the cancelled run.
-            if self._state.result is None:
-                raise
-            return self._state.result
-
-    def __aiter__(self) -> AsyncIterator[Event]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[Event]:
-        try:
-            while not self._ended:
-                event = await self._queue.get()
-                if event is None:
-                    self._ended = True  # a later pass ends at once instead of waiting
-                    break
-                yield event
-        finally:
-            if not self._task.done():
-                # The consumer stopped listening: the run is cancelled, not left behind.
-                self._task.cancel()
-                await asyncio.gather(self._task, return_exceptions=True)
-
-    @property
-    def result(self) -> asyncio.Future[AgentResult]:
-        return self._task
-
-    def abort(self, reason: str | None = None) -> None:
-        """Cancel the run (same as its abort signal)."""
-        self._state.abort.abort(reason)
-
-
 def agent(
     name: str | None = None,
     *,
@@ -472,6 +446,8 @@ def agent(
     memory: Memory | None = None,
     attachment_policy: AttachmentPolicy | None = None,
     compaction: Compaction | None = None,
+    durable: Durable | None = None,
+    approval_handler: ApprovalHandler | None = None,
 ) -> Agent:
     """Build an agent. See `Agent.execute` for a run and `RunOptions` for per-call options.
 
@@ -481,6 +457,8 @@ def agent(
     summarises older messages before a trip once the conversation counts above a
     threshold (see `raygent.compaction`). `observe=` says who gets each finished report
     tree (see `raygent.observers`); `on=` subscribes to events as the run goes.
+    `durable=raygent.Durable(store=...)` writes the run's state after every settled trip
+    (see `Agent.resume`); `approval_handler=` answers tools that need approval in-process.
     """
     return Agent(
         model=model,
@@ -503,6 +481,8 @@ def agent(
         memory=memory,
         attachment_policy=attachment_policy,
         compaction=compaction,
+        durable=durable,
+        approval_handler=approval_handler,
     )
 
 

@@ -1,109 +1,76 @@
-"""The agent loop: trips and tool rounds until a final answer, each step its own function.
+"""The agent loop: trips and tool rounds until a final answer (`_steps` says what a
+reply means). `run_loop` runs a new run; a durable run's resume (`_resume`) goes through
+the same `lifecycle` and `drive`.
 
-run_loop -> model_trip -> next_step -> one of:
-    RunTools      run the tool round, trip again
-    Resume        pause_turn: send the turn back as is, trip again
-    Continue      cut off by the output limit: run the calls that arrived whole, drop
-                  the cut-off ones, ask to continue, trip again
-    Repair        the reply failed the schema: say why, trip again
-    Final         validated answer: done
+A durable run (`run.journal`) writes its state after every settled step, before the
+save policy sees the step: a resume then replays the last hand-over (stores skip an
+append they already hold) instead of losing or doubling it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import (
     AbortedError,
     AgentCancelledError,
     AgentIncompleteError,
+    AwaitingApprovalError,
     ContextLengthExceededError,
     RaygentError,
-    RefusalError,
-    SchemaValidationError,
 )
-from ..messages import AssistantMessage, ToolCall, UserMessage
+from ..messages import AssistantMessage, Message, ToolCall, UserMessage
 from ..models.contract import ModelResponse
 from ..observe._delivery import deliver
 from ..observe.events import AgentCompleted, AgentErrored, AgentStarting
 from ..observe.report import AgentResult, RunStatus
+from ._approval import AwaitingApproval, decide
 from ._state import RunState, maybe_await, now
+from ._steps import (
+    CONTINUE_PROMPT,
+    Continue,
+    Final,
+    Progress,
+    Repair,
+    Resume,
+    RunTools,
+    Step,
+    next_step,
+)
 from ._tool_round import run_tool_round
 from ._trip import model_trip
 
-__all__ = ["run_loop"]
+__all__ = ["drive", "lifecycle", "run_loop", "settle", "tool_step"]
 
-CONTINUE_PROMPT = "Continue exactly where your previous reply stopped, without repeating it."
-
-
-@dataclass
-class RunTools:
-    calls: list[ToolCall]
-
-
-@dataclass
-class Resume:
-    pass
-
-
-@dataclass
-class Continue:
-    """Cut off by the output limit: run the complete calls, drop the cut-off ones."""
-
-    complete: list[ToolCall]
-    dropped: list[ToolCall]
-
-
-@dataclass
-class Repair:
-    error: SchemaValidationError
-
-
-@dataclass
-class Final:
-    text: str
-    data: Any
-
-
-Step = RunTools | Resume | Continue | Repair | Final
-
-
-@dataclass
-class Progress:
-    """What the loop carries from trip to trip.
-
-    `segments` holds the text of earlier trips that the answer continues (a paused or
-    cut-off reply); `last` is the latest reply whose text is not in `segments` yet.
-    """
-
-    segments: list[str] = field(default_factory=list)
-    continuations: int = 0
-    repairs: int = 0
-    purpose: str = "answer"
-    last: ModelResponse | None = None
-
-    def text(self) -> str:
-        """The answer so far: the carried segments and the latest reply's text."""
-        tail = self.last.text if self.last is not None else ""
-        return "".join([*self.segments, tail])
-
-    def carry(self) -> None:
-        """The next reply continues the latest one: keep its text as a segment."""
-        if self.last is not None:
-            self.segments.append(self.last.text)
-            self.last = None
-
-    def restart(self) -> None:
-        """The next reply is a new answer (after tool results, or a repair)."""
-        self.segments.clear()
+Body = Callable[[Progress], Awaitable[AgentResult]]
 
 
 async def run_loop(run: RunState, user_input: list[Any]) -> AgentResult:
     """Run to the end. Never raises, except CancelledError after recording the cancel."""
-    progress = Progress()
+
+    async def body(progress: Progress) -> AgentResult:
+        if run.saver is not None:
+            # Queued behind the session's earlier runs: an abort ends the wait.
+            run.insert_history(await run.saver.open(run.signal))
+        result = await _short_circuit(run, user_input)
+        if result is not None:
+            return result
+        run.add(*user_input)
+        run.signal.raise_if_aborted()  # aborted while queued: nothing is accepted
+        if run.journal is not None:
+            await run.journal.start(run)
+        if run.saver is not None:
+            await run.saver.accepted(run.unsaved())
+        return await drive(run, progress)
+
+    return await lifecycle(run, Progress(), body)
+
+
+async def lifecycle(run: RunState, progress: Progress, body: Body) -> AgentResult:
+    """Events, middleware, the save policy's end and the report around `body`."""
     try:
         await run.emit(
             AgentStarting,
@@ -113,16 +80,7 @@ async def run_loop(run: RunState, user_input: list[Any]) -> AgentResult:
         )
         if run.setup_error is not None:
             raise run.setup_error
-        if run.saver is not None:
-            # Queued behind the session's earlier runs: an abort ends the wait.
-            run.insert_history(await run.saver.open(run.signal))
-        result = await _short_circuit(run, user_input)
-        if result is None:
-            run.add(*user_input)
-            if run.saver is not None:
-                run.signal.raise_if_aborted()  # aborted while queued: nothing is accepted
-                await run.saver.accepted(run.unsaved())
-            result = await _drive(run, progress)
+        result = await body(progress)
         for mw in reversed(run.config.middleware):
             result = await maybe_await(mw.after_execute(run.info, result))
         if run.saver is not None:
@@ -130,6 +88,8 @@ async def run_loop(run: RunState, user_input: list[Any]) -> AgentResult:
     except asyncio.CancelledError:
         await _fail(run, progress, _cancelled(run, None), "cancelled")
         raise
+    except AwaitingApproval as pause:
+        return await _pause(run, progress, pause)
     except Exception as exc:
         error, status = _classify(run, exc, progress)
         return await _fail(run, progress, error, status)
@@ -152,7 +112,8 @@ async def _short_circuit(run: RunState, user_input: list[Any]) -> AgentResult | 
     return None
 
 
-async def _drive(run: RunState, progress: Progress) -> AgentResult:
+async def drive(run: RunState, progress: Progress) -> AgentResult:
+    """Trip until a final answer."""
     while True:
         run.signal.raise_if_aborted()
         response = await model_trip(run, progress.purpose)
@@ -160,14 +121,16 @@ async def _drive(run: RunState, progress: Progress) -> AgentResult:
         step = next_step(run, response, progress)
         if isinstance(step, Final):
             run.add(response.message)
-            await _saved(run)
             # After a compaction the blocks are signed against a history the caller
             # never had: they cannot be replayed.
             compacted = any(d.status == "applied" for d in run.report.compactions)
             blocks = response.blocks if run.trip_count == 1 and not compacted else None
-            return _result(run, data=step.data, text=step.text, blocks=blocks)
+            result = _result(run, data=step.data, text=step.text, blocks=blocks)
+            if run.journal is not None:
+                await run.journal.finish(run, result)
+            await _saved(run)
+            return result
         await _take(run, step, response, progress)
-        await _saved(run)
 
 
 async def _saved(run: RunState) -> None:
@@ -176,101 +139,89 @@ async def _saved(run: RunState) -> None:
         await run.saver.turn_done(run.unsaved())
 
 
+async def settle(run: RunState, progress: Progress) -> None:
+    """A step that needs another trip is done: write it (durable), then save it."""
+    if run.journal is not None:
+        await run.journal.settled(run, progress)
+    await _saved(run)
+
+
 async def _take(run: RunState, step: Step, response: ModelResponse, progress: Progress) -> None:
-    """Carry out a step that needs another trip."""
+    """Carry out a step that needs another trip: the messages before its tool round, the
+    round, the messages after it. Progress moves first, so that a durable run's state
+    written before the round is the state after the step."""
     trip_index = run.trip_count - 1
+    before: list[Message] = [response.message]
+    calls: list[ToolCall] = []
+    after: list[Message] = []
     if isinstance(step, RunTools):
-        run.add(response.message)
-        await run_tool_round(run, trip_index, step.calls)
+        calls = step.calls
         progress.restart()
         progress.purpose = "tools"
     elif isinstance(step, Resume):
-        run.add(response.message)
         progress.carry()
         progress.purpose = "resume"
     elif isinstance(step, Continue):
-        await _continue(run, trip_index, response, step)
+        # Keep the partial text, run the calls that arrived whole, drop the cut-off
+        # ones, and ask the model to go on (saying which calls did not run).
+        before = [AssistantMessage(content=response.content, tool_calls=step.complete)]
+        calls = step.complete
+        note = "".join(
+            f" Your call to tool {c.name!r} was cut off and did not run." for c in step.dropped
+        )
+        after = [UserMessage(content=CONTINUE_PROMPT + note)]
         progress.carry()
         progress.continuations += 1
         progress.purpose = "continuation"
     elif isinstance(step, Repair):
-        run.add(
-            response.message,
-            UserMessage(content=f"{step.error.message}. Reply again with only the corrected JSON."),
-        )
+        after = [
+            UserMessage(content=f"{step.error.message}. Reply again with only the corrected JSON.")
+        ]
         progress.restart()
         progress.repairs += 1
         progress.purpose = "repair"
+    run.add(*before)
+    if calls:
+        await tool_step(run, progress, trip_index, calls, after)
+    run.add(*after)
+    await settle(run, progress)
 
 
-def next_step(run: RunState, response: ModelResponse, progress: Progress) -> Step:
-    """Decide what a reply means for the run (raising for the ends that are failures)."""
-    finish = response.finish_reason
-    if finish == "refusal":
-        raise RefusalError(
-            f"the model refused: {response.refusal or response.text or 'no reason given'}",
-            provider=response.provider,
-        )
-    if finish == "context_exceeded":
-        raise _incomplete(run, "context_window", progress)
-    if finish == "length":
-        complete, truncated = _split_cut_off(response.tool_calls)
-        run.report.trips[-1].truncated_tool_calls = [c.call_id for c in truncated]
-        # A continuation is a trip like any other: with none left, the run is cut off.
-        continuations_left = progress.continuations < run.config.continue_on_output_limit
-        if continuations_left and run.trip_count < run.config.max_trips:
-            return Continue(complete=complete, dropped=truncated)
-        raise _incomplete(run, "output_limit", progress)
-    if finish == "pause_turn":
-        return Resume()
-    if response.tool_calls:
-        return RunTools(calls=response.tool_calls)
-    text = progress.text()
-    if run.config.output is None:
-        return Final(text=text, data=None)
-    try:
-        return Final(text=text, data=run.config.output.validate(text))
-    except SchemaValidationError as error:
-        repair = run.config.repair
-        if repair is not None and progress.repairs < repair.max_attempts:
-            return Repair(error=error)
-        raise
-
-
-def _split_cut_off(calls: list[ToolCall]) -> tuple[list[ToolCall], list[ToolCall]]:
-    """(complete, cut off) calls of a reply cut off by the output limit. A call is cut
-    off when its arguments do not parse, or when it is the last and none arrived."""
-    complete, cut = [], []
-    for position, tool_call in enumerate(calls):
-        last = position == len(calls) - 1
-        if tool_call.arguments is None or (last and not tool_call.arguments_text.strip()):
-            cut.append(tool_call)
-        else:
-            complete.append(tool_call)
-    return complete, cut
-
-
-async def _continue(
-    run: RunState, trip_index: int, response: ModelResponse, step: Continue
+async def tool_step(
+    run: RunState,
+    progress: Progress,
+    trip_index: int,
+    calls: list[ToolCall],
+    after: list[Message],
+    reran: bool = False,
 ) -> None:
-    """Keep the partial text, run the calls that arrived whole, drop the cut-off ones,
-    and ask the model to go on (saying which calls did not run)."""
-    run.add(AssistantMessage(content=response.content, tool_calls=step.complete))
-    if step.complete:
-        await run_tool_round(run, trip_index, step.complete)
-    note = "".join(
-        f" Your call to tool {c.name!r} was cut off and did not run." for c in step.dropped
-    )
-    run.add(UserMessage(content=CONTINUE_PROMPT + note))
+    """The tool round of a step: decide approvals (stopping the run while any call waits),
+    write the pending round (durable), run it."""
+    denied = await decide(run, trip_index, calls)
+    if denied is None:
+        if run.journal is not None:
+            await run.journal.awaiting(run, progress, trip_index, calls, after)
+        raise AwaitingApproval(run.report.pending)
+    if run.journal is not None:
+        await run.journal.reply(run, progress, trip_index, calls, after, denied)
+    if reran:
+        resume = run.report.resumes[-1]
+        resume.reran_calls = [c.call_id for c in calls if c.call_id not in denied]
+    await run_tool_round(run, trip_index, calls, denied)
 
 
-def _incomplete(run: RunState, reason: str, progress: Progress) -> AgentIncompleteError:
-    return AgentIncompleteError(
-        f"the reply was cut off ({reason})",
-        reason=reason,
-        trip_index=run.trip_count - 1,
-        continuations=progress.continuations,
+async def _pause(run: RunState, progress: Progress, pause: AwaitingApproval) -> AgentResult:
+    """The run waits for approvals: not a failure, nothing recorded as an error."""
+    run.report.pending = list(pause.pending)
+    ids = [p.call_id for p in pause.pending]
+    error = AwaitingApprovalError(
+        f"the run waits for approval of {len(ids)} tool call(s): {', '.join(ids)}", pending=ids
     )
+    result = _result(run, data=None, text=progress.text(), error=error)
+    await _finish(run, result, "awaiting_approval")
+    await run.emit(AgentErrored, error=error.to_dict(), result=result)
+    await deliver(run.report, run.observers)
+    return result
 
 
 def _cancelled(run: RunState, exc: AbortedError | None) -> AgentCancelledError:

@@ -24,6 +24,8 @@ from .output import OutputSpec, Repair
 if TYPE_CHECKING:
     from ..compaction._policy import Compaction
     from ..tools import Tool
+    from ._journal import Journal
+    from .durable import ApprovalHandler, Decision
 
 Phase = Literal["starting", "trip", "tools", "between_trips", "done"]
 
@@ -50,6 +52,7 @@ class RunConfig:
     guard_max_buffer: int | None
     version: str | None
     compaction: Compaction | None = None
+    approval_handler: ApprovalHandler | None = None
 
 
 @dataclass
@@ -71,6 +74,10 @@ class RunState:
     saver: RunSaver | None = None
     # Who gets the finished report (raygent.observers); none for a nested run.
     observers: tuple[Observer, ...] = ()
+    # A durable run writes its state here after every settled step (None: not durable).
+    journal: Journal | None = None
+    # Decisions on calls awaiting approval, given to `resume(approvals=...)`.
+    approvals: dict[str, Decision] = field(default_factory=dict)
     _saved: int = 0
     # Detaches the run from the caller's abort signal once it ends.
     unlink: Callable[[], None] = field(default=lambda: None)
@@ -101,6 +108,15 @@ class RunState:
         while at < len(self.messages) and self.messages[at].role == "system":
             at += 1
         self.messages[at:at] = history
+
+    @property
+    def saved_count(self) -> int:
+        """How many of the new messages were handed to the saver."""
+        return self._saved
+
+    @saved_count.setter
+    def saved_count(self, count: int) -> None:
+        self._saved = count
 
     def unsaved(self) -> list[Message]:
         """New messages not yet handed to the saver (and now handed)."""

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..abort import abortable
-from ..errors import AbortedError, RaygentError, ToolExecutionError
+from ..errors import AbortedError, RaygentError, ToolDeniedError, ToolExecutionError
 from ..messages import ToolCall, ToolMessage
 from ..observe.events import ToolCalled, ToolCalling, ToolFailed
 from ..observe.report import Timing, ToolCallReport
@@ -22,11 +23,18 @@ from ._state import RunState, maybe_await, now
 __all__ = ["run_tool_round"]
 
 
-async def run_tool_round(run: RunState, trip_index: int, calls: list[ToolCall]) -> None:
-    """Run `calls` and append their results to the conversation, in the model's order."""
+async def run_tool_round(
+    run: RunState,
+    trip_index: int,
+    calls: list[ToolCall],
+    denied: Mapping[str, str] | None = None,
+) -> None:
+    """Run `calls` and append their results to the conversation, in the model's order.
+    A call in `denied` (call_id -> reason) does not run: its result is the denial."""
     run.signal.raise_if_aborted()  # an aborted run starts no tools
     run.phase = "tools"
-    tasks = [asyncio.ensure_future(_one(run, trip_index, call)) for call in calls]
+    denied = denied or {}
+    tasks = [asyncio.ensure_future(_one(run, trip_index, call, denied)) for call in calls]
     try:
         results = await abortable(asyncio.gather(*tasks), run.signal)
     except BaseException:
@@ -38,7 +46,9 @@ async def run_tool_round(run: RunState, trip_index: int, calls: list[ToolCall]) 
     run.phase = "between_trips"
 
 
-async def _one(run: RunState, trip_index: int, call: ToolCall) -> ToolMessage:
+async def _one(
+    run: RunState, trip_index: int, call: ToolCall, denied: Mapping[str, str]
+) -> ToolMessage:
     clock = time.perf_counter()
     record = ToolCallReport(
         call_id=call.call_id,
@@ -57,6 +67,12 @@ async def _one(run: RunState, trip_index: int, call: ToolCall) -> ToolMessage:
         arguments=call.arguments,
     )
     try:
+        if call.call_id in denied:
+            raise ToolDeniedError(
+                f"the call to {call.name!r} was denied: {denied[call.call_id]}",
+                tool=call.name,
+                reason=denied[call.call_id],
+            )
         output = tool_result_text(await _invoke(run, trip_index, call, record), call.name)
     except Exception as exc:
         if isinstance(exc, AbortedError) and run.signal.aborted:

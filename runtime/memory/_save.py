@@ -118,6 +118,16 @@ class RunSaver:
             log.warning("record_error failed for session %s: %r", self.scope.session_id, exc)
 
     @property
+    def position(self) -> tuple[int, int]:
+        """(the next turn number, how many handed-over messages wait in the buffer)."""
+        return self._turn, len(self._buffer)
+
+    def restore(self, turn: int, buffer: Sequence[Message]) -> None:
+        """Stand where a durable run's saver stood (`position` and its buffer)."""
+        self._turn = turn
+        self._buffer = list(buffer)
+
+    @property
     def lease(self) -> SessionLease | None:
         """The session held (None before `open` and after `close`)."""
         return self._lease

@@ -157,7 +157,8 @@ class _LocalLease:
         result = await self.store.append(
             self.scope, self.run_id, turn, messages, expected_position=self._position
         )
-        self._position = result.first_position + result.count
+        if not result.duplicate:  # a batch stored before (a resumed run's replay) stays put
+            self._position = result.first_position + result.count
 
     async def record_error(self, error: RaygentError, messages: Sequence[Message]) -> None:
         await self.store.record_error(self.scope, self.run_id, error, messages)

@@ -13,9 +13,18 @@ from ..errors import RaygentError
 from ..messages import Message, ProviderBlock
 from ..usage import Usage
 
-__all__ = ["AgentReport", "AgentResult", "ModelInfo", "RunStatus", "ToolCallReport", "TripReport"]
+__all__ = [
+    "AgentReport",
+    "AgentResult",
+    "ModelInfo",
+    "PendingCall",
+    "ResumeRecord",
+    "RunStatus",
+    "ToolCallReport",
+    "TripReport",
+]
 
-RunStatus = Literal["completed", "failed", "cancelled", "incomplete"]
+RunStatus = Literal["completed", "failed", "cancelled", "incomplete", "awaiting_approval"]
 
 
 class Timing(BaseModel):
@@ -62,6 +71,27 @@ class TripReport(BaseModel):
     session_id: str | None = None
 
 
+class PendingCall(BaseModel):
+    """A tool call waiting for approval: what the model asked for, nothing run yet."""
+
+    call_id: str
+    tool: str
+    arguments: dict[str, Any] | None
+    trip_index: int
+
+
+class ResumeRecord(BaseModel):
+    """One resume of a durable run: where it picked up and what it had to redo."""
+
+    at: datetime
+    from_trip: int
+    reran_calls: list[str] = Field(default_factory=list)
+    approvals: dict[str, str] = Field(default_factory=dict)
+    forced: bool = False
+    drift: list[str] = Field(default_factory=list)
+    already_resolved: bool = False
+
+
 class AgentReport(BaseModel):
     """Everything one run did. `session_id` is stamped on every node, nested runs included."""
 
@@ -84,6 +114,10 @@ class AgentReport(BaseModel):
     error: dict[str, Any] | None = None
     handler_errors: list[dict[str, Any]] = Field(default_factory=list)
     compactions: list[CompactionRecord] = Field(default_factory=list)
+    # Durable runs: every resume, and the trip the first one picked up at.
+    resumes: list[ResumeRecord] = Field(default_factory=list)
+    resumed_from_trip: int | None = None
+    pending: list[PendingCall] = Field(default_factory=list)
 
     def total_usage(self) -> Usage:
         """The usage of every trip, nested runs' included (what `result.usage` adds up)."""
@@ -127,6 +161,15 @@ class AgentResult:
     @property
     def ok(self) -> bool:
         return self.report.status == "completed"
+
+    @property
+    def run_id(self) -> str:
+        return self.report.run_id
+
+    @property
+    def pending(self) -> list[PendingCall]:
+        """The tool calls awaiting approval (status `awaiting_approval`), else empty."""
+        return self.report.pending
 
     def _repr_html_(self) -> str:
         from ._html import report_html

@@ -1,0 +1,217 @@
+"""The agent's durable-run methods: resume (awaited, sync, streamed) and abandon."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import Unpack
+
+from .._sync import run_sync
+from ..errors import AgentCancelledError, InvalidOptionsError, PromptError, RaygentError
+from ..memory._save import RunSaver, default_memory, scope_of
+from ..messages import Message
+from ..observe.events import Event
+from ..observe.report import AgentResult
+from ..run_context import RunInfo
+from ._journal import Journal, Outcome
+from ._resume import resume_state
+from ._state import RunState
+from .durable import Decision, Durable
+
+if TYPE_CHECKING:
+    from stores.memory import InMemoryStore
+    from stores.protocol import Scope
+
+    from ..memory._save import Memory
+    from ..tools import Tool
+    from ._agent import RunOptions
+    from ._stream import AgentStream
+else:
+    from raygent.stores import InMemoryStore, Scope
+
+__all__ = ["DurableRuns", "journal_for"]
+
+# What a resume takes from the stored run, not from its own options.
+_STORED_OPTIONS = ("history", "session_id", "attachments", "run_id", "resume", "durable")
+_default: Durable | None = None
+
+
+def default_durable() -> Durable:
+    """Where runs with approval tools wait when no `durable=` is given: this process's
+    memory (resumable here, until the process ends)."""
+    global _default
+    if _default is None:
+        _default = Durable(store=InMemoryStore())
+    return _default
+
+
+def journal_for(
+    durable: Durable | None, info: RunInfo, options: RunOptions
+) -> tuple[Journal | None, RaygentError | None]:
+    if durable is None:
+        return None, None
+    try:
+        scope = Scope(info.run_id, options.get("user_id"), dict(options.get("metadata") or {}))
+    except ValueError as exc:
+        return None, InvalidOptionsError(f"invalid run options: {exc}")
+    return Journal(durable, scope), None
+
+
+class DurableRuns:
+    """Resume and abandon, for `Agent`."""
+
+    durable: Durable | None
+    memory: Memory | None
+    tools: dict[str, Tool[..., Any]]
+
+    def _prepare(
+        self,
+        input: Any,
+        options: RunOptions,
+        *,
+        streaming: bool,
+        sink: Callable[[Event], None] | None,
+    ) -> tuple[RunState, list[Message]]:
+        raise NotImplementedError
+
+    def _durable_for(self, options: RunOptions) -> Durable | None:
+        durable = options.get("durable") or self.durable
+        if durable is None and any(t.approval is not False for t in self.tools.values()):
+            durable = default_durable()
+        if durable is not None and not isinstance(durable, Durable):
+            raise TypeError("durable= takes raygent.Durable(store=...)")
+        return durable
+
+    async def resume(
+        self,
+        run: str,
+        /,
+        *,
+        approvals: Mapping[str, Decision] | None = None,
+        force: bool = False,
+        **options: Unpack[RunOptions],
+    ) -> AgentResult:
+        """Continue a durable run from its last settled step. Never raises, like execute:
+        completed trips are not sent again, the tool calls of a round that had not settled
+        run again (`report.resumes[-1].reran_calls`), usage is not counted twice.
+        `approvals` decides calls awaiting approval; a resume of a run that already
+        completed returns its result again. An agent whose signature differs from the
+        run's start (provider, model, tools, max_trips, output, compaction, version)
+        gets a failed result with `DriftError` and changes nothing; `force=True` resumes
+        anyway. `user_id` / `metadata` name the run's tenant as they did at its start."""
+        state, _ = self._prepare([], _resume_options(options), streaming=False, sink=None)
+        return await self._resume_into(state, run, approvals, force, options)
+
+    def resume_sync(
+        self,
+        run: str,
+        /,
+        *,
+        approvals: Mapping[str, Decision] | None = None,
+        force: bool = False,
+        **options: Unpack[RunOptions],
+    ) -> AgentResult:
+        """`resume` from synchronous code (inside a running loop too, like execute_sync)."""
+        return run_sync(lambda: self.resume(run, approvals=approvals, force=force, **options))
+
+    def stream_resume(
+        self,
+        run: str,
+        /,
+        *,
+        approvals: Mapping[str, Decision] | None = None,
+        force: bool = False,
+        **options: Unpack[RunOptions],
+    ) -> AgentStream:
+        """`resume`, yielding the run's events as `stream` does."""
+        from ._stream import AgentStream
+
+        def resume(state: RunState) -> Any:
+            return self._resume_into(state, run, approvals, force, options)
+
+        return AgentStream(self, [], _resume_options(options), resume)  # type: ignore[arg-type]
+
+    async def abandon(
+        self, run: str, /, *, reason: str = "abandoned", **options: Unpack[RunOptions]
+    ) -> AgentResult:
+        """End a durable run without finishing it: it becomes cancelled, its session
+        records the error (as a failed run's would be), and a later resume returns this
+        result. A run that already ended is returned as it ended."""
+        state, _ = self._prepare([], _resume_options(options), streaming=False, sink=None)
+        durable = self._durable_for(options)
+        if durable is None:
+            return await self._resume_into(state, run, None, False, options)
+        scope = Scope(run, options.get("user_id"), dict(options.get("metadata") or {}))
+        record = await durable.store.load_run(scope)
+        if record is None or record.outcome is not None:
+            return await self._resume_into(state, run, None, True, options)
+        from ._resume import already_resolved, restore
+
+        restored = restore(record, state)
+        error = AgentCancelledError(
+            f"the run was abandoned: {reason}", cancelled_at="abandoned", reason=reason
+        )
+        epoch = await durable.store.claim_run(scope, record.epoch)
+        report = restored.report
+        report.status, report.error = "cancelled", error.to_dict()
+        outcome = Outcome(
+            status="cancelled", text="", report=report, usage=restored.usage, error=error.to_dict()
+        )
+        raw = outcome.__pydantic_serializer__.to_json(outcome)
+        await durable.store.finish_run(scope, epoch, raw, drop_entries=durable.delete_on_complete)
+        header = restored.header
+        if header.session_id is not None:
+            memory = self.memory or default_memory()
+            session = scope_of(header.session_id, header.user_id, header.metadata)
+            await memory.store.record_error(session, run, error, restored.new_messages)
+        result = already_resolved(state, outcome)
+        result.report.resumes.pop()  # abandoning is not a resume
+        return result
+
+    async def _resume_into(
+        self,
+        state: RunState,
+        run_id: str,
+        approvals: Mapping[str, Decision] | None,
+        force: bool,
+        options: RunOptions,
+    ) -> AgentResult:
+        if isinstance(state.setup_error, PromptError):
+            state.setup_error = None  # the stored run has its system prompt already
+        durable = None
+        try:
+            durable = self._durable_for(options)
+        except TypeError as exc:
+            state.setup_error = state.setup_error or InvalidOptionsError(str(exc))
+        if durable is None:
+            state.setup_error = state.setup_error or InvalidOptionsError(
+                "resume needs the run's store: durable=raygent.Durable(store=...) on the "
+                "agent or the call"
+            )
+            durable = default_durable()
+        backend = state.config.backend
+
+        def saver_for(
+            session_id: str, user_id: str | None, metadata: Mapping[str, str], run: str
+        ) -> RunSaver:
+            if self.memory is None:
+                self.memory = default_memory()
+            scope = scope_of(session_id, user_id, metadata)
+            return RunSaver(self.memory, scope, backend.sessions, run)
+
+        return await resume_state(
+            state,
+            durable,
+            run_id,
+            approvals=approvals,
+            force=force,
+            user_id=options.get("user_id"),
+            metadata=options.get("metadata"),
+            saver_for=saver_for,
+        )
+
+
+def _resume_options(options: RunOptions) -> RunOptions:
+    kept = {k: v for k, v in options.items() if k not in _STORED_OPTIONS}
+    return kept  # type: ignore[return-value]

@@ -1,0 +1,316 @@
+"""A durable run's state in the store: a header when it starts, one entry per settled
+step (appends, never the whole conversation again), an outcome when it completes.
+
+Each entry carries what changed since the one before: the messages added (or, after a
+compaction, the whole conversation), the new trip, tool-call and compaction reports,
+the usage so far, the loop's progress, what the run does next (`pending`), and where
+the save policy stood before the step was handed to it (`saver`), so a resume can hand
+it over again. Payloads are pydantic JSON; the store sees opaque bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..compaction._policy import CompactionRecord
+from ..messages import Message, ToolCall
+from ..observe.report import AgentReport, ResumeRecord, ToolCallReport, TripReport
+from ..usage import Usage
+from ._state import RunState, now
+from ._steps import Progress
+from .durable import Approve, Decision, Deny, Durable
+
+if TYPE_CHECKING:
+    from stores.protocol import Scope
+
+    from ..observe.report import AgentResult
+
+__all__ = [
+    "Entry",
+    "Header",
+    "Journal",
+    "Outcome",
+    "PendingStep",
+    "SaverMark",
+    "Signature",
+    "decode_decisions",
+    "signature_of",
+]
+
+FORMAT = 1
+
+
+class Signature(BaseModel):
+    """What a resume must agree on with the run's start (drift detection)."""
+
+    provider: str
+    model: str
+    tools: list[str]
+    max_trips: int
+    output: bool
+    compaction_after_tokens: int | None
+    compaction_keep: int | None
+    version: str | None
+
+    def changes(self, other: Signature) -> list[str]:
+        """The fields in which `other` differs from this one."""
+        mine, theirs = self.model_dump(), other.model_dump()
+        return [name for name in mine if mine[name] != theirs[name]]
+
+
+class SaverMark(BaseModel):
+    """Where the save policy stood before a step's messages were handed to it: `turn` is
+    its next turn, `new[buffer_from:saved]` its buffer, `new[saved:upto]` the hand-over."""
+
+    kind: Literal["accepted", "turn"]
+    turn: int
+    buffer_from: int
+    saved: int
+    upto: int
+
+
+class ProgressState(BaseModel):
+    segments: list[str] = Field(default_factory=list)
+    continuations: int = 0
+    repairs: int = 0
+    purpose: str = "answer"
+
+
+class PendingStep(BaseModel):
+    """What the run does next: trip again, or finish a step's tool round (its calls, the
+    messages after it, the denials), or wait for approvals (the decisions so far)."""
+
+    kind: Literal["trip", "tools", "approval"] = "trip"
+    trip_index: int = 0
+    calls: list[ToolCall] = Field(default_factory=list)
+    after: list[Message] = Field(default_factory=list)
+    denied: dict[str, str] = Field(default_factory=dict)
+    decisions: dict[str, str] = Field(default_factory=dict)
+
+
+class Header(BaseModel):
+    format: int = FORMAT
+    signature: Signature
+    run_id: str
+    root_run_id: str
+    parent_run_id: str | None
+    session_id: str | None
+    user_id: str | None
+    metadata: dict[str, str]
+    started_at: datetime
+    system_prompt: str | None
+    messages: list[Message]
+    # The run's own messages (its input first) start here in `messages`.
+    new_from: int
+    saver: SaverMark | None
+
+
+class Entry(BaseModel):
+    added: list[Message] = Field(default_factory=list)
+    # After a compaction: the whole conversation, and the run's own messages as indices
+    # into it (-1: not in it any more, taken in order from `new_extra`).
+    conversation: list[Message] | None = None
+    new_index: list[int] | None = None
+    new_extra: list[Message] | None = None
+    trips: list[TripReport] = Field(default_factory=list)
+    tool_calls: list[ToolCallReport] = Field(default_factory=list)
+    compactions: list[CompactionRecord] = Field(default_factory=list)
+    resumes: list[ResumeRecord] = Field(default_factory=list)
+    usage: Usage
+    progress: ProgressState
+    pending: PendingStep
+    saver: SaverMark | None = None
+
+
+class Outcome(BaseModel):
+    """A completed (or abandoned) run, as a repeated resume returns it."""
+
+    status: str
+    text: str
+    report: AgentReport
+    usage: Usage
+    error: dict[str, Any] | None = None
+
+
+def signature_of(run: RunState) -> Signature:
+    config = run.config
+    compaction = config.compaction
+    return Signature(
+        provider=config.model.provider,
+        model=config.model.name,
+        tools=sorted(config.tools),
+        max_trips=config.max_trips,
+        output=config.output is not None,
+        compaction_after_tokens=None if compaction is None else compaction.after_tokens,
+        compaction_keep=None if compaction is None else compaction.keep,
+        version=config.version,
+    )
+
+
+def encode_decisions(decisions: dict[str, Decision]) -> dict[str, str]:
+    return {
+        call_id: "approve" if isinstance(d, Approve) else f"deny:{d.reason}"
+        for call_id, d in decisions.items()
+    }
+
+
+def decode_decisions(stored: dict[str, str]) -> dict[str, Decision]:
+    return {
+        call_id: Approve() if text == "approve" else Deny(reason=text.removeprefix("deny:"))
+        for call_id, text in stored.items()
+    }
+
+
+@dataclass
+class Journal:
+    """Writes one run's state; `epoch` is the fencing token its writes carry."""
+
+    durable: Durable
+    scope: Scope
+    epoch: int = 0
+    seq: int = 0
+    # How much of the run each written entry has covered so far.
+    _new: int = 0
+    _trips: int = 0
+    _tools: int = 0
+    _compactions: int = 0
+    _resumes: int = 0
+    _applied: int = 0
+
+    async def start(self, run: RunState) -> None:
+        """The run's header: who, the agent's signature, the conversation at its start."""
+        header = Header(
+            signature=signature_of(run),
+            run_id=run.info.run_id,
+            root_run_id=run.info.root_run_id,
+            parent_run_id=run.info.parent_run_id,
+            session_id=run.info.session_id,
+            user_id=self.scope.user_id,
+            metadata=dict(self.scope.metadata),
+            started_at=run.report.started_at,
+            system_prompt=run.report.system_prompt,
+            messages=run.messages,
+            new_from=len(run.messages) - len(run.new_messages),
+            saver=mark(run, "accepted"),
+        )
+        self.epoch = await self.durable.store.start_run(self.scope, _json(header))
+        self.caught_up(run)
+
+    async def settled(self, run: RunState, progress: Progress) -> None:
+        """A step is done and the run trips next."""
+        await self._write(run, progress, PendingStep(), mark(run, "turn"))
+
+    async def reply(
+        self,
+        run: RunState,
+        progress: Progress,
+        trip_index: int,
+        calls: list[ToolCall],
+        after: list[Message],
+        denied: dict[str, str],
+    ) -> None:
+        """A reply is in and its tool round is about to run."""
+        ids = {c.call_id for c in calls}
+        decided = {k: v for k, v in run.approvals.items() if k in ids}
+        pending = PendingStep(
+            kind="tools",
+            trip_index=trip_index,
+            calls=calls,
+            after=after,
+            denied=denied,
+            decisions=encode_decisions(decided),
+        )
+        await self._write(run, progress, pending, None)
+
+    async def awaiting(
+        self,
+        run: RunState,
+        progress: Progress,
+        trip_index: int,
+        calls: list[ToolCall],
+        after: list[Message],
+    ) -> None:
+        """The round waits for approvals: the decisions so far are kept."""
+        ids = {c.call_id for c in calls}
+        decided = {k: v for k, v in run.approvals.items() if k in ids}
+        pending = PendingStep(
+            kind="approval",
+            trip_index=trip_index,
+            calls=calls,
+            after=after,
+            decisions=encode_decisions(decided),
+        )
+        await self._write(run, progress, pending, None)
+
+    async def finish(self, run: RunState, result: AgentResult) -> None:
+        """The run completed: keep its outcome (and, unless asked to drop them, its
+        entries)."""
+        report = run.report.model_copy(update={"status": "completed", "ended_at": now()})
+        outcome = Outcome(status="completed", text=result.text, report=report, usage=run.usage)
+        await self.durable.store.finish_run(
+            self.scope, self.epoch, _json(outcome), drop_entries=self.durable.delete_on_complete
+        )
+
+    def caught_up(self, run: RunState) -> None:
+        """Everything the run holds now is written (after start, or after a resume)."""
+        report = run.report
+        self._new = len(run.new_messages)
+        self._trips = len(report.trips)
+        self._tools = len(report.tool_calls)
+        self._compactions = len(report.compactions)
+        self._resumes = len(report.resumes)
+        self._applied = _applied(run)
+
+    async def _write(
+        self, run: RunState, progress: Progress, pending: PendingStep, saver: SaverMark | None
+    ) -> None:
+        report = run.report
+        entry = Entry(
+            trips=report.trips[self._trips :],
+            tool_calls=report.tool_calls[self._tools :],
+            compactions=report.compactions[self._compactions :],
+            resumes=report.resumes[self._resumes :],
+            usage=run.usage,
+            progress=ProgressState(
+                segments=progress.segments,
+                continuations=progress.continuations,
+                repairs=progress.repairs,
+                purpose=progress.purpose,
+            ),
+            pending=pending,
+            saver=saver,
+        )
+        if _applied(run) != self._applied:
+            # A compaction rewrote the conversation: write it whole, once.
+            at = {id(m): k for k, m in enumerate(run.messages)}
+            entry.conversation = run.messages
+            entry.new_index = [at.get(id(m), -1) for m in run.new_messages]
+            entry.new_extra = [m for m in run.new_messages if id(m) not in at]
+        else:
+            entry.added = run.new_messages[self._new :]
+        await self.durable.store.append_run(self.scope, self.epoch, self.seq, _json(entry))
+        self.seq += 1
+        self.caught_up(run)
+
+
+def mark(run: RunState, kind: Literal["accepted", "turn"]) -> SaverMark | None:
+    """Where the save policy stands now (None without a session)."""
+    if run.saver is None:
+        return None
+    turn, buffered = run.saver.position
+    saved = run.saved_count
+    return SaverMark(
+        kind=kind, turn=turn, buffer_from=saved - buffered, saved=saved, upto=len(run.new_messages)
+    )
+
+
+def _applied(run: RunState) -> int:
+    return sum(1 for c in run.report.compactions if c.status == "applied")
+
+
+def _json(model: BaseModel) -> bytes:
+    return model.__pydantic_serializer__.to_json(model)

@@ -1,0 +1,269 @@
+"""Resuming a durable run: load it, check the agent has not drifted, claim it, rebuild
+the run's state from its header and entries, and go on where it stood.
+
+A refused resume (not found, drift, lost claim) changes nothing in the store and ends as
+a failed result like any run that cannot start. A completed run returns its outcome
+again (`already_resolved`): its tools never run twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import DriftError, InvalidOptionsError, RaygentError, RunNotFoundError
+from ..messages import Message
+from ..observe.report import AgentReport, AgentResult, ModelInfo, ResumeRecord
+from ..run_context import RunInfo
+from ..usage import Usage
+from ._journal import (
+    Entry,
+    Header,
+    Journal,
+    Outcome,
+    PendingStep,
+    ProgressState,
+    SaverMark,
+    decode_decisions,
+    signature_of,
+)
+from ._loop import drive, lifecycle, settle, tool_step
+from ._state import RunState, now
+from ._steps import Progress
+from .durable import Decision, Durable, decision_label
+
+if TYPE_CHECKING:
+    from stores.protocol import RunRecord, Scope
+
+    from ..memory._save import RunSaver
+else:
+    from raygent.stores import Scope
+
+__all__ = ["Restored", "error_from_dict", "resume_state"]
+
+
+@dataclass
+class Restored:
+    """A run's state as its header and entries left it."""
+
+    header: Header
+    messages: list[Message]
+    new_messages: list[Message]
+    report: AgentReport
+    usage: Usage
+    progress: ProgressState
+    pending: PendingStep
+    mark: SaverMark | None
+    resumes: list[ResumeRecord] = field(default_factory=list)
+
+
+def restore(record: RunRecord, run: RunState) -> Restored:
+    header = Header.model_validate_json(record.header)
+    messages = list(header.messages)
+    new = messages[header.new_from :]
+    report = AgentReport(
+        run_id=header.run_id,
+        root_run_id=header.root_run_id,
+        parent_run_id=header.parent_run_id,
+        session_id=header.session_id,
+        name=run.info.agent_name,
+        version=run.config.version,
+        started_at=header.started_at,
+        model=ModelInfo(name=run.config.model.name, provider=run.config.model.provider),
+        system_prompt=header.system_prompt,
+    )
+    usage, progress, pending, mark = Usage(), ProgressState(), PendingStep(), header.saver
+    for raw in record.entries:
+        entry = Entry.model_validate_json(raw)
+        if entry.conversation is not None and entry.new_index is not None:
+            messages = list(entry.conversation)
+            extra = iter(entry.new_extra or [])
+            new = [messages[k] if k >= 0 else next(extra) for k in entry.new_index]
+        else:
+            messages.extend(entry.added)
+            new.extend(entry.added)
+        report.trips.extend(entry.trips)
+        report.tool_calls.extend(entry.tool_calls)
+        report.compactions.extend(entry.compactions)
+        report.resumes.extend(entry.resumes)
+        usage, progress, pending = entry.usage, entry.progress, entry.pending
+        mark = entry.saver or mark
+    return Restored(header, messages, new, report, usage, progress, pending, mark)
+
+
+async def resume_state(
+    run: RunState,
+    durable: Durable,
+    run_id: str,
+    *,
+    approvals: Mapping[str, Decision] | None,
+    force: bool,
+    user_id: str | None,
+    metadata: Mapping[str, str] | None,
+    saver_for: Any,
+) -> AgentResult:
+    """Resume `run_id` into `run` (prepared by the agent, with no input) and run it to its
+    end. `saver_for(session_id, user_id, metadata, run_id)` makes the session's saver."""
+    if run.setup_error is not None:
+        return await lifecycle(run, Progress(), _never)
+    try:
+        scope = Scope(run_id, user_id, dict(metadata or {}))
+    except ValueError as exc:
+        return await _refused(run, InvalidOptionsError(f"cannot resume: {exc}"))
+    try:
+        record = await durable.store.load_run(scope)
+    except RaygentError as exc:
+        return await _refused(run, exc)
+    if record is None:
+        return await _refused(run, RunNotFoundError(f"no durable run {run_id!r} is stored"))
+    if record.outcome is not None:
+        return already_resolved(run, Outcome.model_validate_json(record.outcome))
+    state = restore(record, run)
+    changed = state.header.signature.changes(signature_of(run))
+    if changed and not force:
+        return await _refused(
+            run,
+            DriftError(
+                f"the agent changed since run {run_id!r} started: {', '.join(changed)}; "
+                "resume with force=True to go on anyway (or bump version= on purpose)",
+                changed=changed,
+                stored=state.header.signature.model_dump(),
+                current=signature_of(run).model_dump(),
+            ),
+        )
+    for decision in (approvals or {}).values():
+        decision_label(decision)  # a TypeError before anything is claimed
+    try:
+        epoch = await durable.store.claim_run(scope, record.epoch)
+    except RaygentError as exc:
+        return await _refused(run, exc)
+    _hydrate(run, state, durable, scope, epoch, len(record.entries))
+    run.report.resumes.append(
+        ResumeRecord(
+            at=now(),
+            from_trip=len(state.report.trips),
+            approvals={k: decision_label(v) for k, v in (approvals or {}).items()},
+            forced=bool(changed),
+            drift=changed,
+        )
+    )
+    run.report.resumed_from_trip = run.report.resumes[0].from_trip
+    header = state.header
+    if header.session_id is not None:
+        run.saver = saver_for(header.session_id, header.user_id, header.metadata, header.run_id)
+    pending = state.pending
+    run.approvals = {**decode_decisions(pending.decisions), **dict(approvals or {})}
+    progress = Progress(
+        segments=list(state.progress.segments),
+        continuations=state.progress.continuations,
+        repairs=state.progress.repairs,
+        purpose=state.progress.purpose,
+    )
+
+    async def body(progress: Progress) -> AgentResult:
+        if run.saver is not None:
+            # The conversation is the journal's; the session is held again for its order
+            # and its fence, and the last hand-over is made again (stores skip a batch
+            # they hold already).
+            await run.saver.open(run.signal)
+            await _replay(run, run.saver, state.mark)
+        if pending.kind != "trip":
+            await tool_step(
+                run,
+                progress,
+                pending.trip_index,
+                pending.calls,
+                pending.after,
+                reran=pending.kind == "tools",
+            )
+            run.add(*pending.after)
+            await settle(run, progress)
+        return await drive(run, progress)
+
+    return await lifecycle(run, progress, body)
+
+
+def _hydrate(
+    run: RunState, state: Restored, durable: Durable, scope: Scope, epoch: int, seq: int
+) -> None:
+    header = state.header
+    run.info = RunInfo(
+        run_id=header.run_id,
+        root_run_id=header.root_run_id,
+        parent_run_id=header.parent_run_id,
+        session_id=header.session_id,
+        agent_name=run.info.agent_name,
+        deps=run.info.deps,
+    )
+    run.messages = state.messages
+    run.new_messages = state.new_messages
+    run.saved_count = state.mark.upto if state.mark is not None else len(state.new_messages)
+    run.report = state.report
+    run.usage = state.usage
+    run.journal = Journal(durable, scope, epoch=epoch, seq=seq)
+    run.journal.caught_up(run)
+
+
+async def _replay(run: RunState, saver: RunSaver, mark: SaverMark | None) -> None:
+    if mark is None:
+        return
+    new = run.new_messages
+    saver.restore(mark.turn, new[mark.buffer_from : mark.saved])
+    batch = new[mark.saved : mark.upto]
+    run.saved_count = mark.upto
+    if mark.kind == "accepted":
+        await saver.accepted(batch)
+    else:
+        await saver.turn_done(batch)
+
+
+async def _refused(run: RunState, error: RaygentError) -> AgentResult:
+    run.setup_error = error
+    return await lifecycle(run, Progress(), _never)
+
+
+async def _never(progress: Progress) -> AgentResult:
+    raise AssertionError("a run with a setup error never runs its body")
+
+
+def already_resolved(run: RunState, outcome: Outcome) -> AgentResult:
+    """The outcome of a run that ended, as its resume returns it again."""
+    report = outcome.report
+    report.resumes.append(
+        ResumeRecord(at=now(), from_trip=len(report.trips), already_resolved=True)
+    )
+    data = None
+    if outcome.status == "completed" and run.config.output is not None:
+        try:
+            data = run.config.output.validate(outcome.text)
+        except RaygentError:
+            data = None
+    error = None if outcome.error is None else error_from_dict(outcome.error)
+    result = AgentResult(
+        data=data, text=outcome.text, blocks=None, report=report, usage=outcome.usage, error=error
+    )
+    run.result = result
+    return result
+
+
+def error_from_dict(data: Mapping[str, Any]) -> RaygentError:
+    """The error a `to_dict()` describes, as its own class where raygent knows it."""
+    fields = dict(data)
+    code, message = fields.pop("code", None), str(fields.pop("message", ""))
+    retryable = fields.pop("retryable", None)
+    for key in ("type", "category"):
+        fields.pop(key, None)
+    cls = next((c for c in _error_classes(RaygentError) if c.code == code), RaygentError)
+    try:
+        return cls(message, retryable=retryable, **fields)
+    except TypeError:
+        return RaygentError(message, retryable=retryable, **fields)
+
+
+def _error_classes(base: type[RaygentError]) -> list[type[RaygentError]]:
+    found: list[type[RaygentError]] = []
+    for sub in base.__subclasses__():
+        found.append(sub)
+        found.extend(_error_classes(sub))
+    return found
