@@ -34,10 +34,12 @@ from ._codec import (
     to_datetime,
 )
 from ._core import Message, RaygentError
+from ._runs import FIRST_EPOCH, check_bytes, check_epoch, check_seq, run_conflict
 from .protocol import (
     AppendResult,
     ConversationInfo,
     ErrorRecord,
+    RunRecord,
     Scope,
     Snapshot,
     StoredMessage,
@@ -63,8 +65,17 @@ class _Conversation:
     errors: list[bytes] = field(default_factory=list)
 
 
+@dataclass
+class _Run:
+    epoch: int
+    header: bytes
+    updated_at: float
+    entries: list[bytes] = field(default_factory=list)
+    outcome: bytes | None = None
+
+
 class InMemoryStore(BaseStore):
-    """A dict per conversation key.
+    """A dict of conversations by key, and one of durable runs by key.
 
     One threading lock guards the dict: no operation awaits while holding it (there is
     no I/O), so it never blocks the loop for long, and unlike an asyncio.Lock it also
@@ -80,12 +91,14 @@ class InMemoryStore(BaseStore):
     ) -> None:
         super().__init__(key_metadata=key_metadata, ttl=ttl, clock=clock)
         self._conversations: dict[str, _Conversation] = {}
+        self._runs: dict[str, _Run] = {}  # apart from conversations: ids may coincide
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:
             state = self.__dict__.copy()
             state["_conversations"] = {k: _copy(c) for k, c in self._conversations.items()}
+            state["_runs"] = {k: _copy_run(r) for k, r in self._runs.items()}
         del state["_lock"]
         return state
 
@@ -250,7 +263,97 @@ class InMemoryStore(BaseStore):
             old = [ref for ref, c in self._conversations.items() if c.updated_at < cutoff]
             for ref in old:
                 del self._conversations[ref]
-        return len(old)
+            old_runs = [ref for ref, r in self._runs.items() if r.updated_at < cutoff]
+            for ref in old_runs:
+                del self._runs[ref]
+        return len(old) + len(old_runs)
+
+    # -- durable runs (RunStore) ---------------------------------------------------
+
+    def _live_run(self, ref: str, now: float) -> _Run | None:
+        run = self._runs.get(ref)
+        if run is not None and self._expired(run.updated_at, now):
+            del self._runs[ref]
+            return None
+        return run
+
+    def _held_run(self, ref: str, epoch: int, now: float) -> _Run:
+        """The run if `epoch` holds it (under the lock), else the conflict."""
+        run = self._live_run(ref, now)
+        if run is None:
+            raise run_conflict(ref, "missing", epoch, None)
+        if run.epoch != epoch:
+            raise run_conflict(ref, "epoch", epoch, run.epoch)
+        return run
+
+    async def start_run(self, scope: Scope, header: bytes) -> int:
+        ref, now = self.ref(scope), self.clock()
+        check_bytes("header", header)
+        with self._lock:
+            run = self._live_run(ref, now)
+            if run is not None:
+                raise run_conflict(ref, "exists", None, run.epoch)
+            self._runs[ref] = _Run(FIRST_EPOCH, header, now)
+        return FIRST_EPOCH
+
+    async def append_run(self, scope: Scope, epoch: int, seq: int, entry: bytes) -> None:
+        ref, now = self.ref(scope), self.clock()
+        check_epoch(epoch)
+        check_seq(seq)
+        check_bytes("entry", entry)
+        with self._lock:
+            run = self._held_run(ref, epoch, now)
+            if run.outcome is not None:
+                raise run_conflict(ref, "finished", epoch, run.epoch)
+            stored = len(run.entries)
+            if seq < stored and run.entries[seq] == entry:
+                return  # a retry of a committed append
+            if seq != stored:
+                raise run_conflict(ref, "sequence", seq, stored)
+            run.entries.append(entry)
+            run.updated_at = now
+
+    async def claim_run(self, scope: Scope, epoch: int) -> int:
+        ref, now = self.ref(scope), self.clock()
+        check_epoch(epoch)
+        with self._lock:
+            run = self._held_run(ref, epoch, now)
+            run.epoch += 1
+            run.updated_at = now
+            return run.epoch
+
+    async def load_run(self, scope: Scope) -> RunRecord | None:
+        ref = self.ref(scope)
+        with self._lock:
+            run = self._live_run(ref, self.clock())
+            if run is None:
+                return None
+            return RunRecord(
+                ref=ref,
+                epoch=run.epoch,
+                header=run.header,
+                entries=list(run.entries),
+                outcome=run.outcome,
+                updated_at=to_datetime(run.updated_at),
+            )
+
+    async def finish_run(
+        self, scope: Scope, epoch: int, outcome: bytes, *, drop_entries: bool = False
+    ) -> None:
+        ref, now = self.ref(scope), self.clock()
+        check_epoch(epoch)
+        check_bytes("outcome", outcome)
+        with self._lock:
+            run = self._held_run(ref, epoch, now)
+            run.outcome = outcome
+            if drop_entries:
+                run.entries = []
+            run.updated_at = now
+
+    async def delete_run(self, scope: Scope) -> None:
+        ref = self.ref(scope)
+        with self._lock:
+            self._runs.pop(ref, None)
 
     async def ensure(self) -> None:
         """Nothing to create."""
@@ -268,3 +371,7 @@ def _copy(conversation: _Conversation) -> _Conversation:
         batches=dict(conversation.batches),
         errors=list(conversation.errors),
     )
+
+
+def _copy_run(run: _Run) -> _Run:
+    return _Run(run.epoch, run.header, run.updated_at, list(run.entries), run.outcome)
