@@ -19,7 +19,7 @@ from raygent import UserMessage
 from raygent.stores import RedisStore, RunConflictError, RunRecord, RunStore, Scope
 
 RUN = Scope("run-1", "user-1")
-pytestmark = pytest.mark.kinds("memory")  # SQLite and Redis follow
+pytestmark = pytest.mark.kinds("memory", "sqlite")  # Redis follows
 
 
 async def conflict(call: Awaitable[Any]) -> RunConflictError:
