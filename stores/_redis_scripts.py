@@ -1,4 +1,5 @@
-"""Lua scripts of RedisStore. Each write is one script, so it is atomic on the server.
+"""Lua scripts of RedisStore (conversations, then durable runs). Each write is one
+script, so it is atomic on the server.
 
 Every script reads and checks before its first write: Redis does not roll a script
 back, so a wrong-typed key must fail the script before anything has changed.
@@ -100,5 +101,100 @@ local at = redis.call('ZSCORE', KEYS[5], ARGV[1])
 if not at or tonumber(at) >= tonumber(ARGV[2]) then return 0 end
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+return 1
+"""
+
+# -- durable runs ------------------------------------------------------------------------
+# Keys of one run (sharing the {hash tag} of its ref, apart from the conversation's
+# keys): H run hash (epoch, header, outcome, at), L entries (list). R is the store-wide
+# run index (zset: ref -> updated time). Replies are {code, number}: 'ok' or a conflict
+# reason, with the epoch or entry count it concerns (-1: none).
+_RUN = """
+local function touch_run(now, ttl_ms, ref)
+  redis.call('HSET', KEYS[1], 'at', now)
+  redis.call('ZADD', KEYS[3], now, ref)
+  if ttl_ms ~= '0' then
+    redis.call('PEXPIRE', KEYS[1], ttl_ms)
+    redis.call('PEXPIRE', KEYS[2], ttl_ms)
+  end
+end
+local function run_checked()   -- each call fails with WRONGTYPE before any write
+  redis.call('ZCARD', KEYS[3])
+  local n = redis.call('LLEN', KEYS[2])
+  local epoch = redis.call('HGET', KEYS[1], 'epoch')
+  if not epoch then return nil, n end
+  local e = tonumber(epoch)
+  if not e then error('malformed epoch ' .. epoch) end
+  return e, n
+end
+local function held(epoch)
+  local current, n = run_checked()
+  if not current then return {'missing', -1}, n end
+  if current ~= tonumber(epoch) then return {'epoch', current}, n end
+  return nil, n
+end
+"""
+
+# KEYS: H L R. ARGV: header, now, ttl_ms, ref
+START_RUN = (
+    _RUN
+    + """
+local current = run_checked()
+if current then return {'exists', current} end
+redis.call('DEL', KEYS[2])  -- entries that outlived their run's hash by a moment
+redis.call('HSET', KEYS[1], 'epoch', 1, 'header', ARGV[1])
+touch_run(ARGV[2], ARGV[3], ARGV[4])
+return {'ok', 1}
+"""
+)
+
+# KEYS: H L R. ARGV: epoch, seq, entry, now, ttl_ms, ref
+APPEND_RUN = (
+    _RUN
+    + """
+local bad, n = held(ARGV[1])
+if bad then return bad end
+if redis.call('HEXISTS', KEYS[1], 'outcome') == 1 then return {'finished', -1} end
+local seq = tonumber(ARGV[2])
+if seq < n and redis.call('LINDEX', KEYS[2], seq) == ARGV[3] then return {'ok', n} end
+if seq ~= n then return {'sequence', n} end
+redis.call('RPUSH', KEYS[2], ARGV[3])
+touch_run(ARGV[4], ARGV[5], ARGV[6])
+return {'ok', n + 1}
+"""
+)
+
+# KEYS: H L R. ARGV: epoch, now, ttl_ms, ref
+CLAIM_RUN = (
+    _RUN
+    + """
+local bad = held(ARGV[1])
+if bad then return bad end
+local epoch = tonumber(ARGV[1]) + 1
+redis.call('HSET', KEYS[1], 'epoch', epoch)
+touch_run(ARGV[2], ARGV[3], ARGV[4])
+return {'ok', epoch}
+"""
+)
+
+# KEYS: H L R. ARGV: epoch, outcome, drop ('1' | '0'), now, ttl_ms, ref
+FINISH_RUN = (
+    _RUN
+    + """
+local bad = held(ARGV[1])
+if bad then return bad end
+redis.call('HSET', KEYS[1], 'outcome', ARGV[2])
+if ARGV[3] == '1' then redis.call('DEL', KEYS[2]) end
+touch_run(ARGV[4], ARGV[5], ARGV[6])
+return {'ok', tonumber(ARGV[1])}
+"""
+)
+
+# KEYS: H L R. ARGV: ref, cutoff -> 1 removed | 0 kept (written again since listed)
+PRUNE_RUN = """
+local at = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if not at or tonumber(at) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('DEL', KEYS[1], KEYS[2])
 return 1
 """

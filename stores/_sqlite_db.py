@@ -14,7 +14,7 @@ from .protocol import StoreDataError, StoreError, StoreUnavailableError
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
 
 # Tables are prefixed so that the file can be shared with an application's own tables.
@@ -52,6 +52,26 @@ CREATE TABLE raygent_errors (
     record TEXT NOT NULL
 );
 CREATE INDEX raygent_errors_ref ON raygent_errors (ref, id);
+"""
+
+# Version 2 adds durable runs, apart from conversations (a run id may equal a session id).
+# The run row stays small (no blobs but the outcome, written once) since every append
+# updates it; the header is entry -1 of the entries table, so it is never rewritten.
+RUN_SCHEMA = """
+CREATE TABLE IF NOT EXISTS raygent_runs (
+    ref TEXT PRIMARY KEY,
+    epoch INTEGER NOT NULL,
+    length INTEGER NOT NULL,
+    outcome BLOB,
+    updated_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS raygent_runs_updated ON raygent_runs (updated_at);
+CREATE TABLE IF NOT EXISTS raygent_run_entries (
+    ref TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    entry BLOB NOT NULL,
+    PRIMARY KEY (ref, seq)
+);
 """
 
 
@@ -109,28 +129,37 @@ def _enable_wal(db: sqlite3.Connection) -> None:
         delay = min(delay * 2, 0.1)
 
 
+def _execute_script(db: sqlite3.Connection, script: str) -> None:
+    # Statement by statement: executescript() would commit the transaction first.
+    for statement in script.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
 def ensure_schema(db: sqlite3.Connection, path: str) -> None:
     """Create the schema in a new file, or check an existing one's version.
 
-    There is no migration: version 1 is the first. A file written by another version
-    raises StoreDataError instead of being read or written wrongly.
+    A version 1 file (before durable runs) is migrated in place: its run tables are
+    added. A file written by any other version raises StoreDataError instead of being
+    read or written wrongly.
     """
     with immediate(db):
         found = db.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'raygent_schema'"
         ).fetchone()
         if found is None:
-            # Statement by statement: executescript() would commit the transaction first.
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
+            _execute_script(db, SCHEMA + RUN_SCHEMA)
             db.execute("INSERT INTO raygent_schema (version) VALUES (?)", (SCHEMA_VERSION,))
             return
         versions = [row[0] for row in db.execute("SELECT version FROM raygent_schema")]
+        if versions == [1]:
+            _execute_script(db, RUN_SCHEMA)
+            db.execute("UPDATE raygent_schema SET version = ?", (SCHEMA_VERSION,))
+            return
     if versions != [SCHEMA_VERSION]:
         raise StoreDataError(
             f"{path}: raygent schema version {versions}, this raygent reads"
-            f" version {SCHEMA_VERSION} (no migration exists; use a new file)",
+            f" version {SCHEMA_VERSION} (no migration exists from it; use a new file)",
             ref=None,
             position=None,
             reason="schema_version",

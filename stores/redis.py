@@ -16,20 +16,16 @@ import asyncio
 import json
 import time
 import weakref
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import _redis_scripts as scripts
-from ._base import COMPACTED_TURN, MAX_BATCH_IDS, MAX_ERRORS, BaseStore, Clock, check_messages
+from ._base import COMPACTED_TURN, MAX_BATCH_IDS, MAX_ERRORS, Clock, check_messages
 from ._base import conflict as position_conflict
 from ._codec import (
     check_ref,
@@ -42,6 +38,8 @@ from ._codec import (
     to_datetime,
 )
 from ._core import Message, RaygentError
+from ._redis_errors import translated as _translated
+from ._redis_runs import RedisRuns, RunScripts
 from .protocol import (
     AppendResult,
     ConversationInfo,
@@ -50,14 +48,11 @@ from .protocol import (
     Snapshot,
     StoreDataError,
     StoredMessage,
-    StoreUnavailableError,
 )
 
 __all__ = ["RedisStore"]
 
 _PAGE = 200  # index entries read per round trip when listing or pruning
-# Replies that say the server cannot serve now (not that the data is wrong).
-_TRANSIENT = ("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
 
 
 @dataclass
@@ -67,6 +62,7 @@ class _Connection:
     record_error: AsyncScript
     replace_prefix: AsyncScript
     prune: AsyncScript
+    runs: RunScripts
     closer: AsyncGenerator[None, None]  # closes the client when finalised (see _closer)
 
 
@@ -97,26 +93,9 @@ def _closer(client: aioredis.Redis, forget: Callable[[], None]) -> AsyncGenerato
     raise AssertionError("the closer did not stop at its yield")
 
 
-@contextmanager
-def _translated(ref: str | None) -> Iterator[None]:
-    """redis-py errors as store errors (the URL, which may hold a password, is not named)."""
-    try:
-        yield
-    except (RedisConnectionError, RedisTimeoutError) as exc:
-        raise StoreUnavailableError(f"Redis is unreachable: {exc}", ref=ref) from exc
-    except ResponseError as exc:
-        if str(exc).startswith(_TRANSIENT):
-            raise StoreUnavailableError(f"Redis cannot write now: {exc}", ref=ref) from exc
-        # WRONGTYPE, or a script's own check failed: the data under the key is not ours.
-        raise StoreDataError(
-            f"Redis refused an operation on {ref!r}: {exc}", ref=ref, position=None, reason=str(exc)
-        ) from exc
-    except RedisError as exc:
-        raise StoreUnavailableError(f"Redis failed: {exc}", ref=ref) from exc
-
-
-class RedisStore(BaseStore):
-    """Conversations under `prefix` in one Redis database.
+class RedisStore(RedisRuns):
+    """Conversations (and durable runs, see _redis_runs) under `prefix` in one Redis
+    database.
 
     A redis.asyncio client is bound to the event loop that created it, so the store
     keeps one client per loop, opened on first use; pickling drops them. Each client
@@ -191,6 +170,7 @@ class RedisStore(BaseStore):
                 AsyncScript(client, scripts.RECORD_ERROR),
                 AsyncScript(client, scripts.REPLACE_PREFIX),
                 AsyncScript(client, scripts.PRUNE),
+                RunScripts.of(client),
                 _closer(client, forget),
             )
         return connection
@@ -205,8 +185,9 @@ class RedisStore(BaseStore):
         base = f"{self.prefix}:{{{ref}}}"
         return [f"{base}:m", f"{base}:b", f"{base}:h", f"{base}:e", self.index_key]
 
-    def _ttl_ms(self) -> str:
-        return "0" if self.ttl is None else str(max(1, round(self.ttl * 1000)))
+    def _run_connection(self) -> tuple[aioredis.Redis, RunScripts]:
+        connection = self._connection()
+        return connection.client, connection.runs
 
     @staticmethod
     def _scope_json(scope: Scope) -> str:
@@ -386,7 +367,7 @@ class RedisStore(BaseStore):
                     ),
                 )
                 if not page:
-                    return removed
+                    return removed + await self._prune_runs(cutoff)
                 async with connection.client.pipeline(transaction=False) as pipe:
                     for member in page:
                         ref = member.decode()

@@ -21,7 +21,6 @@ from ._base import (
     COMPACTED_TURN,
     MAX_BATCH_IDS,
     MAX_ERRORS,
-    BaseStore,
     Batch,
     Clock,
     check_messages,
@@ -38,6 +37,7 @@ from ._codec import (
 )
 from ._core import Message, RaygentError
 from ._sqlite_db import Worker, immediate
+from ._sqlite_runs import SQLiteRuns
 from .protocol import (
     AppendResult,
     ConversationInfo,
@@ -79,8 +79,9 @@ DELETE FROM raygent_errors WHERE ref = ?1 AND id <= (
 _TABLES = ("raygent_messages", "raygent_batches", "raygent_errors", "raygent_conversations")
 
 
-class SQLiteStore(BaseStore):
-    """Conversations in one SQLite file (WAL mode), or `:memory:` for one process.
+class SQLiteStore(SQLiteRuns):
+    """Conversations (and durable runs, see _sqlite_runs) in one SQLite file (WAL mode),
+    or `:memory:` for one process.
 
     Payloads are the messages' JSON: as fast as msgpack here (see _codec) and readable
     with the sqlite3 shell. Pickling drops the connection; a pickled `:memory:` store
@@ -365,7 +366,7 @@ class SQLiteStore(BaseStore):
             done = await self._run(chunk)
             removed += done
             if done < _PRUNE_CHUNK:
-                return removed
+                return removed + await self._prune_runs(cutoff)
 
 
 def _delete(db: Db, ref: str) -> None:

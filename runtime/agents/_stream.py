@@ -34,7 +34,13 @@ class AgentStream:
         self._state = state
         attachments = agent._attachments(options)
         self._ended = False
-        running = start_run(state, user_input, *attachments) if resume is None else resume(state)
+
+        def running() -> Awaitable[AgentResult]:
+            # Made when the task first runs: one cancelled before that leaves no coroutine.
+            if resume is None:
+                return start_run(state, user_input, *attachments)
+            return resume(state)
+
         self._task = asyncio.ensure_future(self._run(running))
         # The end of the events, however the task ends (even cancelled before it ran).
         self._task.add_done_callback(lambda _: self._queue.put_nowait(None))

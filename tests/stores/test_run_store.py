@@ -16,10 +16,16 @@ import redis
 from store_support import FakeClock, MakeStore
 
 from raygent import UserMessage
-from raygent.stores import RedisStore, RunConflictError, RunRecord, RunStore, Scope
+from raygent.stores import (
+    RedisStore,
+    RunConflictError,
+    RunRecord,
+    RunStore,
+    Scope,
+    StoreDataError,
+)
 
 RUN = Scope("run-1", "user-1")
-pytestmark = pytest.mark.kinds("memory")  # SQLite and Redis follow
 
 
 async def conflict(call: Awaitable[Any]) -> RunConflictError:
@@ -282,6 +288,24 @@ async def test_run_store_redis_refreshes_the_ttl_on_every_write(make_store: Make
     await plain.start_run(Scope("no-ttl"), b"h")
     await plain.append_run(Scope("no-ttl"), 1, 0, b"e")
     assert _run_pttls(plain, plain.ref(Scope("no-ttl"))) == [-1, -1]
+
+
+@pytest.mark.kinds("redis")
+async def test_run_store_redis_script_that_meets_a_foreign_key_writes_nothing(
+    store: RedisStore,
+) -> None:
+    await store.start_run(RUN, b"h")
+    _, entries, _ = store.run_keys(store.ref(RUN))
+    with redis.Redis.from_url(store.url) as client:
+        client.set(entries, b"not a list")
+    with pytest.raises(StoreDataError, match="WRONGTYPE"):
+        await store.append_run(RUN, 1, 0, b"e0")
+    with pytest.raises(StoreDataError, match="WRONGTYPE"):
+        await store.claim_run(RUN, 1)
+    with redis.Redis.from_url(store.url) as client:
+        assert client.get(entries) == b"not a list"
+        client.delete(entries)
+    assert (await record(store)).epoch == 1  # the claim wrote nothing
 
 
 async def test_run_store_prune_counts_runs(make_store: MakeStore, clock: FakeClock) -> None:

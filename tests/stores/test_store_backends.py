@@ -25,6 +25,7 @@ from raygent.stores import (
     StoreDataError,
     StoreUnavailableError,
 )
+from raygent.stores._sqlite_db import SCHEMA
 
 SCOPE = Scope("shared-session", "user-1", {"tenant": "t"})
 
@@ -94,7 +95,7 @@ async def test_store_sqlite_refuses_another_schema_version(tmp_path: Path) -> No
     await fresh.ensure()
     await fresh.aclose()
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT version FROM raygent_schema").fetchall() == [(1,)]
+        assert db.execute("SELECT version FROM raygent_schema").fetchall() == [(2,)]
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         db.execute("UPDATE raygent_schema SET version = 99")
     store = SQLiteStore(path)
@@ -105,6 +106,42 @@ async def test_store_sqlite_refuses_another_schema_version(tmp_path: Path) -> No
             assert caught.value.details["found"] == [99]
     finally:
         await store.aclose()
+
+
+def _tables(path: Path) -> set[str]:
+    with sqlite3.connect(path) as db:
+        return {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+
+
+async def test_store_sqlite_opens_a_version_1_file_and_adds_the_run_tables(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    written = SQLiteStore(path)
+    try:
+        await written.append(SCOPE, "r", 0, say("a"))
+    finally:
+        await written.aclose()
+    # Take the file back to version 1 (before durable runs): its tables are then exactly
+    # those of a file made from version 1's schema.
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE raygent_run_entries")
+        db.execute("DROP TABLE raygent_runs")
+        db.execute("UPDATE raygent_schema SET version = 1")
+    with sqlite3.connect(tmp_path / "v1.db") as db:
+        db.executescript(SCHEMA)
+    assert _tables(path) == _tables(tmp_path / "v1.db")
+    store, other = SQLiteStore(path), SQLiteStore(path)
+    try:
+        assert [m.text for m in await store.load(SCOPE)] == ["a"]
+        assert await store.start_run(SCOPE, b"h") == 1
+        await other.ensure()  # a second client finds the file migrated
+        assert (await other.load_run(SCOPE)) is not None
+    finally:
+        await store.aclose()
+        await other.aclose()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT version FROM raygent_schema").fetchall() == [(2,)]
 
 
 async def test_store_sqlite_reports_a_file_that_is_not_a_database(tmp_path: Path) -> None:

@@ -1,0 +1,184 @@
+"""RedisStore's durable runs (RunStore), as a mixin over the store's connections.
+
+A run is a hash (epoch, header, outcome, at) and a list of entries, under the hash tag
+of its ref but with their own suffixes, so a run and a conversation with one id never
+meet; a store-wide zset indexes runs by last write for prune. Each write is one
+EVALSHA (see _redis_scripts): the epoch and sequence checks and the write are atomic on
+the server, an append pushes one element, and every write refreshes the run's TTL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+
+from . import _redis_scripts as scripts
+from ._base import BaseStore
+from ._codec import to_datetime
+from ._redis_errors import translated
+from ._runs import Reason, check_bytes, check_epoch, check_seq, run_conflict
+from .protocol import RunRecord, Scope, StoreDataError
+
+__all__ = ["RedisRuns", "RunScripts"]
+
+_PAGE = 200  # index entries read per round trip when pruning
+
+
+@dataclass(frozen=True)
+class RunScripts:
+    start: AsyncScript
+    append: AsyncScript
+    claim: AsyncScript
+    finish: AsyncScript
+    prune: AsyncScript
+
+    @classmethod
+    def of(cls, client: aioredis.Redis) -> RunScripts:
+        return cls(
+            AsyncScript(client, scripts.START_RUN),
+            AsyncScript(client, scripts.APPEND_RUN),
+            AsyncScript(client, scripts.CLAIM_RUN),
+            AsyncScript(client, scripts.FINISH_RUN),
+            AsyncScript(client, scripts.PRUNE_RUN),
+        )
+
+
+class RedisRuns(BaseStore):
+    """The RunStore methods of RedisStore (which provides `prefix` and the connection)."""
+
+    prefix: str
+
+    def _run_connection(self) -> tuple[aioredis.Redis, RunScripts]:
+        raise NotImplementedError
+
+    def _ttl_ms(self) -> str:
+        return "0" if self.ttl is None else str(max(1, round(self.ttl * 1000)))
+
+    @property
+    def run_index_key(self) -> str:
+        """The sorted set of run refs by last write time."""
+        return f"{self.prefix}:runs"
+
+    def run_keys(self, ref: str) -> list[str]:
+        """The keys of one run: hash, entries; then the run index."""
+        base = f"{self.prefix}:{{{ref}}}"
+        return [f"{base}:run", f"{base}:run-entries", self.run_index_key]
+
+    def _scripts(self) -> RunScripts:
+        return self._run_connection()[1]
+
+    async def _script(
+        self,
+        ref: str,
+        script: AsyncScript,
+        args: list[Any],
+        epoch: int | None,
+        seq: int | None = None,
+    ) -> int:
+        """Run one run script; its number on 'ok', else the conflict it names."""
+        with translated(ref):
+            code, number = await script(self.run_keys(ref), [*args, self._ttl_ms(), ref])
+        reason = code.decode() if isinstance(code, bytes) else str(code)
+        if reason == "ok":
+            return int(number)
+        if reason == "missing":
+            raise run_conflict(ref, "missing", epoch, None)
+        if reason == "sequence":
+            raise run_conflict(ref, "sequence", seq, int(number))
+        if reason == "finished":
+            raise run_conflict(ref, "finished", epoch, epoch)
+        if reason in ("epoch", "exists"):
+            raise run_conflict(ref, cast(Reason, reason), epoch, int(number))
+        raise StoreDataError(  # not a reply our scripts give
+            f"run {ref!r}: unexpected script reply {code!r}", ref=ref, position=None, reason="reply"
+        )
+
+    async def start_run(self, scope: Scope, header: bytes) -> int:
+        ref, now = self.ref(scope), self.clock()
+        return await self._script(
+            ref, self._scripts().start, [check_bytes("header", header), repr(now)], None
+        )
+
+    async def append_run(self, scope: Scope, epoch: int, seq: int, entry: bytes) -> None:
+        ref, now = self.ref(scope), self.clock()
+        args = [check_epoch(epoch), check_seq(seq), check_bytes("entry", entry), repr(now)]
+        await self._script(ref, self._scripts().append, args, epoch, seq)
+
+    async def claim_run(self, scope: Scope, epoch: int) -> int:
+        ref, now = self.ref(scope), self.clock()
+        return await self._script(
+            ref, self._scripts().claim, [check_epoch(epoch), repr(now)], epoch
+        )
+
+    async def finish_run(
+        self, scope: Scope, epoch: int, outcome: bytes, *, drop_entries: bool = False
+    ) -> None:
+        ref, now = self.ref(scope), self.clock()
+        args = [
+            check_epoch(epoch),
+            check_bytes("outcome", outcome),
+            "1" if drop_entries else "0",
+            repr(now),
+        ]
+        await self._script(ref, self._scripts().finish, args, epoch)
+
+    async def load_run(self, scope: Scope) -> RunRecord | None:
+        ref = self.ref(scope)
+        run, entries, _ = self.run_keys(ref)
+        client, _ = self._run_connection()
+        with translated(ref):
+            async with client.pipeline(transaction=True) as pipe:  # MULTI: read together
+                pipe.hmget(run, "epoch", "header", "outcome", "at")
+                pipe.lrange(entries, 0, -1)
+                (epoch, header, outcome, at), stored = await pipe.execute()
+        if epoch is None:
+            return None
+        try:
+            return RunRecord(
+                ref=ref,
+                epoch=int(epoch),
+                header=bytes(header),
+                entries=list(stored),
+                outcome=outcome,
+                updated_at=to_datetime(float(at)),
+            )
+        except (TypeError, ValueError) as exc:
+            raise StoreDataError(
+                f"run {ref!r} has a malformed hash: {exc}", ref=ref, position=None, reason=str(exc)
+            ) from None
+
+    async def delete_run(self, scope: Scope) -> None:
+        ref = self.ref(scope)
+        run, entries, index = self.run_keys(ref)
+        client, _ = self._run_connection()
+        with translated(ref):
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.delete(run, entries)
+                pipe.zrem(index, ref)
+                await pipe.execute()
+
+    async def _prune_runs(self, cutoff: float) -> int:
+        """Remove the runs last written before `cutoff` (or whose index entry outlived
+        them by TTL); returns how many."""
+        client, run_scripts = self._run_connection()
+        removed = 0
+        with translated(None):
+            while True:
+                page = cast(
+                    list[bytes],
+                    await client.zrangebyscore(
+                        self.run_index_key, "-inf", f"({cutoff!r}", start=0, num=_PAGE
+                    ),
+                )
+                if not page:
+                    return removed
+                async with client.pipeline(transaction=False) as pipe:
+                    for member in page:
+                        ref = member.decode()
+                        await run_scripts.prune(
+                            self.run_keys(ref), [ref, repr(cutoff)], client=pipe
+                        )
+                    removed += sum(await pipe.execute())

@@ -1,0 +1,206 @@
+"""SQLiteStore's durable runs (RunStore), as a mixin over the store's worker.
+
+Tables raygent_runs (one small row per run: epoch, length, outcome, updated_at) and
+raygent_run_entries ((ref, seq) -> bytes; the header is seq -1), apart from the
+conversation tables. Every write is one BEGIN IMMEDIATE transaction: the check of epoch
+and length and the write are one critical section across processes. An append inserts
+one entry row and updates the small run row; it never rewrites the header or entries.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import TypeVar
+
+from ._base import BaseStore
+from ._codec import to_datetime
+from ._runs import FIRST_EPOCH, check_bytes, check_epoch, check_seq, run_conflict
+from ._sqlite_db import immediate
+from .protocol import RunRecord, Scope, StoreDataError
+
+__all__ = ["SQLiteRuns"]
+
+T = TypeVar("T")
+Db = sqlite3.Connection
+HEADER_SEQ = -1
+_PRUNE_CHUNK = 500  # runs per prune transaction: keeps the write lock short
+
+_RUN = "SELECT epoch, length, outcome IS NOT NULL, updated_at FROM raygent_runs WHERE ref = ?"
+_ENTRY = "SELECT entry FROM raygent_run_entries WHERE ref = ? AND seq = ?"
+_INSERT_ENTRY = "INSERT INTO raygent_run_entries (ref, seq, entry) VALUES (?, ?, ?)"
+
+
+def _delete_run(db: Db, ref: str) -> None:
+    db.execute("DELETE FROM raygent_run_entries WHERE ref = ?", (ref,))
+    db.execute("DELETE FROM raygent_runs WHERE ref = ?", (ref,))
+
+
+class SQLiteRuns(BaseStore):
+    """The RunStore methods of SQLiteStore (which provides `_run`)."""
+
+    async def _run(self, fn: Callable[[Db], T]) -> T:
+        raise NotImplementedError
+
+    def _run_row(self, db: Db, ref: str, now: float) -> tuple[int, int, bool] | None:
+        """(epoch, length, finished) of a live run; None when absent or expired."""
+        row = db.execute(_RUN, (ref,)).fetchone()
+        if row is None or self._expired(row[3], now):
+            return None
+        return int(row[0]), int(row[1]), bool(row[2])
+
+    def _held_run(self, db: Db, ref: str, epoch: int, now: float) -> tuple[int, bool]:
+        """(length, finished) if `epoch` holds the run, else the conflict."""
+        row = self._run_row(db, ref, now)
+        if row is None:
+            raise run_conflict(ref, "missing", epoch, None)
+        if row[0] != epoch:
+            raise run_conflict(ref, "epoch", epoch, row[0])
+        return row[1], row[2]
+
+    async def start_run(self, scope: Scope, header: bytes) -> int:
+        ref, now = self.ref(scope), self.clock()
+        check_bytes("header", header)
+
+        def write(db: Db) -> int:
+            with immediate(db):
+                row = self._run_row(db, ref, now)
+                if row is not None:
+                    raise run_conflict(ref, "exists", None, row[0])
+                _delete_run(db, ref)  # an expired one, if any
+                db.execute(
+                    "INSERT INTO raygent_runs (ref, epoch, length, outcome, updated_at)"
+                    " VALUES (?, ?, 0, NULL, ?)",
+                    (ref, FIRST_EPOCH, now),
+                )
+                db.execute(_INSERT_ENTRY, (ref, HEADER_SEQ, header))
+            return FIRST_EPOCH
+
+        return await self._run(write)
+
+    async def append_run(self, scope: Scope, epoch: int, seq: int, entry: bytes) -> None:
+        ref, now = self.ref(scope), self.clock()
+        check_epoch(epoch)
+        check_seq(seq)
+        check_bytes("entry", entry)
+
+        def write(db: Db) -> None:
+            with immediate(db):
+                length, finished = self._held_run(db, ref, epoch, now)
+                if finished:
+                    raise run_conflict(ref, "finished", epoch, epoch)
+                if seq < length:
+                    stored = db.execute(_ENTRY, (ref, seq)).fetchone()
+                    if stored is not None and bytes(stored[0]) == entry:
+                        return  # a retry of a committed append
+                if seq != length:
+                    raise run_conflict(ref, "sequence", seq, length)
+                db.execute(_INSERT_ENTRY, (ref, seq, entry))
+                db.execute(
+                    "UPDATE raygent_runs SET length = ?, updated_at = ? WHERE ref = ?",
+                    (length + 1, now, ref),
+                )
+
+        await self._run(write)
+
+    async def claim_run(self, scope: Scope, epoch: int) -> int:
+        ref, now = self.ref(scope), self.clock()
+        check_epoch(epoch)
+
+        def write(db: Db) -> int:
+            with immediate(db):
+                self._held_run(db, ref, epoch, now)
+                db.execute(
+                    "UPDATE raygent_runs SET epoch = ?, updated_at = ? WHERE ref = ?",
+                    (epoch + 1, now, ref),
+                )
+            return epoch + 1
+
+        return await self._run(write)
+
+    async def finish_run(
+        self, scope: Scope, epoch: int, outcome: bytes, *, drop_entries: bool = False
+    ) -> None:
+        ref, now = self.ref(scope), self.clock()
+        check_epoch(epoch)
+        check_bytes("outcome", outcome)
+
+        def write(db: Db) -> None:
+            with immediate(db):
+                length, _ = self._held_run(db, ref, epoch, now)
+                if drop_entries:
+                    db.execute("DELETE FROM raygent_run_entries WHERE ref = ? AND seq >= 0", (ref,))
+                    length = 0
+                db.execute(
+                    "UPDATE raygent_runs SET outcome = ?, length = ?, updated_at = ? WHERE ref = ?",
+                    (outcome, length, now, ref),
+                )
+
+        await self._run(write)
+
+    async def load_run(self, scope: Scope) -> RunRecord | None:
+        ref = self.ref(scope)
+
+        def read(db: Db) -> RunRecord | None:
+            now = self.clock()
+            db.execute("BEGIN")  # one read transaction: the row and the entries agree
+            try:
+                row = db.execute(
+                    "SELECT epoch, length, outcome, updated_at FROM raygent_runs WHERE ref = ?",
+                    (ref,),
+                ).fetchone()
+                if row is None or self._expired(row[3], now):
+                    return None
+                entries = db.execute(
+                    "SELECT seq, entry FROM raygent_run_entries WHERE ref = ? ORDER BY seq",
+                    (ref,),
+                ).fetchall()
+            finally:
+                db.execute("COMMIT")
+            epoch, length, outcome, updated_at = row
+            if [seq for seq, _ in entries] != list(range(HEADER_SEQ, length)):
+                raise StoreDataError(
+                    f"run {ref!r} does not have its header and {length} entries",
+                    ref=ref,
+                    position=None,
+                    reason="gap",
+                )
+            return RunRecord(
+                ref=ref,
+                epoch=int(epoch),
+                header=bytes(entries[0][1]),
+                entries=[bytes(entry) for _, entry in entries[1:]],
+                outcome=None if outcome is None else bytes(outcome),
+                updated_at=to_datetime(updated_at),
+            )
+
+        return await self._run(read)
+
+    async def delete_run(self, scope: Scope) -> None:
+        ref = self.ref(scope)
+
+        def write(db: Db) -> None:
+            with immediate(db):
+                _delete_run(db, ref)
+
+        await self._run(write)
+
+    async def _prune_runs(self, cutoff: float) -> int:
+        """Remove the runs last written before `cutoff`; returns how many."""
+
+        def chunk(db: Db) -> int:
+            with immediate(db):
+                refs = db.execute(
+                    "SELECT ref FROM raygent_runs WHERE updated_at < ? LIMIT ?",
+                    (cutoff, _PRUNE_CHUNK),
+                ).fetchall()
+                for (ref,) in refs:
+                    _delete_run(db, ref)
+            return len(refs)
+
+        removed = 0
+        while True:
+            done = await self._run(chunk)
+            removed += done
+            if done < _PRUNE_CHUNK:
+                return removed
