@@ -164,7 +164,8 @@ class RunConflictError(StoreError):
     on), the entry's sequence number is not the next one, or the run already exists.
     Nothing was written.
 
-    details: ref, reason ("epoch", "sequence", "exists", "missing"), expected, actual.
+    details: ref, reason ("epoch", "sequence", "exists", "missing", "finished"), expected,
+    actual.
     """
 
     code = "STORE_RUN_CONFLICT"
