@@ -22,6 +22,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 PUBLIC_API = {
+    "Approve",
+    "Deny",
+    "Durable",
+    "PendingCall",
     "AbortController",
     "AbortSignal",
     "Agent",
