@@ -1,4 +1,4 @@
-"""Appends per second and p50/p99 latency of each store, against a raw Redis pipeline.
+"""Appends per second and p50/p99 latency of each store, against raw driver baselines.
 
 A typical save is a batch of 1-3 messages of ~1 KB each. Each store appends such
 batches one after another to one session (`sequential`), then from 16 tasks to 16
@@ -8,6 +8,10 @@ bookkeeping keys (batch id, revision, index) in a MULTI pipeline; the figure tha
 matters is RedisStore's rate as a ratio of it, measured in the same run. Rounds are
 interleaved so machine noise hits every store alike; the median round's rate is
 reported, latencies over all rounds.
+
+The PostgreSQL baseline is psycopg (the driver PostgresStore uses) doing one plain
+INSERT of the batch's rows (the same JSON payloads) per append, autocommit, from a pool
+of the same size, no checks; PostgresStore's rate is reported as a ratio of it.
 
     python benchmarks/bench_stores.py
 """
@@ -26,11 +30,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import redis.asyncio as aioredis
+from psycopg_pool import AsyncConnectionPool
 
 from raygent import AssistantMessage, Message, ToolCall, ToolMessage, UserMessage
-from raygent.stores import InMemoryStore, RedisStore, Scope, SQLiteStore
-from raygent.stores._codec import batch_id, encode_msgpack, envelope_header
+from raygent.stores import InMemoryStore, PostgresStore, RedisStore, Scope, SQLiteStore
+from raygent.stores._codec import batch_id, encode_json, encode_msgpack, envelope_header
 
 TEXT = ("The quick brown fox jumps over the lazy dog; " * 24)[:1000]
 Append = Callable[[str, int], Awaitable[object]]  # (session, turn) -> one batch written
@@ -84,6 +90,38 @@ def raw_pipeline_append(client: aioredis.Redis, prefix: str) -> Append:
     return append
 
 
+async def raw_insert_append(dsn: str, table: str) -> tuple[Append, AsyncConnectionPool[Any]]:
+    """One INSERT of the batch's rows per append: PostgresStore's writes minus its checks."""
+    encoded = {t: [encode_json(m) for m in batch(t)] for t in range(3)}
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=20,
+        open=False,
+        kwargs={"autocommit": True, "prepare_threshold": 0},
+    )
+    await pool.open(wait=True)
+    async with pool.connection() as conn:
+        await conn.execute(
+            f"CREATE TABLE {table} (ref text, position bigint, run_id text, turn bigint,"
+            " created_at float8, payload bytea, PRIMARY KEY (ref, position))"
+        )
+    positions: dict[str, int] = {}
+    query = (
+        f"INSERT INTO {table} SELECT %s, %s + t.o - 1, %s, %s, %s, t.p"
+        " FROM unnest(%s::bytea[]) WITH ORDINALITY AS t(p, o)"
+    )
+
+    async def append(session: str, turn: int) -> object:
+        payloads = encoded[turn % 3]
+        first = positions.get(session, 0)
+        positions[session] = first + len(payloads)
+        async with pool.connection() as conn:
+            return await conn.execute(query, (session, first, "run", turn, time.time(), payloads))
+
+    return append, pool
+
+
 async def drive(append: Append, appends: int, sessions: int) -> tuple[float, list[float]]:
     """(appends/s, latencies in ms): `sessions` tasks, each on its own new session."""
     tag = uuid.uuid4().hex[:8]
@@ -116,9 +154,14 @@ async def run(args: argparse.Namespace) -> None:
         "SQLiteStore (WAL, synchronous=NORMAL)": SQLiteStore(folder / "normal.db"),
         "SQLiteStore (WAL, synchronous=FULL)": await sqlite_full(folder / "full.db"),
         "RedisStore": RedisStore(args.redis_url, prefix=prefix),
+        "PostgresStore": PostgresStore(args.postgres_dsn, schema=prefix.replace("-", "_")),
     }
     cases: dict[str, Append] = {name: store_append(s) for name, s in stores.items()}
     cases["raw redis-py MULTI pipeline (baseline)"] = raw_pipeline_append(client, prefix + "-raw")
+    raw_table = prefix.replace("-", "_") + "_raw"
+    cases["raw psycopg INSERT (baseline)"], raw_pool = await raw_insert_append(
+        args.postgres_dsn, raw_table
+    )
     modes = {"sequential": 1, "16 sessions": 16}
     results: dict[tuple[str, str], list[tuple[float, list[float]]]] = {
         (case, mode): [] for case in cases for mode in modes
@@ -132,6 +175,10 @@ async def run(args: argparse.Namespace) -> None:
     finally:
         for store in stores.values():
             await store.aclose()
+        async with await psycopg.AsyncConnection.connect(args.postgres_dsn, autocommit=True) as db:
+            await db.execute(f"DROP TABLE IF EXISTS {raw_table}")
+            await db.execute(f"DROP SCHEMA IF EXISTS {prefix.replace('-', '_')} CASCADE")
+        await raw_pool.close()
         keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=1000)]
         if keys:
             await client.delete(*keys)
@@ -158,6 +205,9 @@ def report(
     for mode in ("sequential", "16 sessions"):
         ratio = rates["RedisStore", mode] / rates["raw redis-py MULTI pipeline (baseline)", mode]
         print(f"ratio RedisStore / raw pipeline, {mode}: {ratio:.2f}")
+    for mode in ("sequential", "16 sessions"):
+        ratio = rates["PostgresStore", mode] / rates["raw psycopg INSERT (baseline)", mode]
+        print(f"ratio PostgresStore / raw INSERT, {mode}: {ratio:.2f}")
     print("\nreproduce: python benchmarks/bench_stores.py " + " ".join(sys.argv[1:]))
 
 
@@ -166,6 +216,10 @@ def main() -> None:
     parser.add_argument("--appends", type=int, default=1600)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/15")
+    parser.add_argument(
+        "--postgres-dsn",
+        default="postgresql://raygent:raygent-test-secret@127.0.0.1:5432/raygent_test",
+    )
     asyncio.run(run(parser.parse_args()))
 
 

@@ -1,11 +1,12 @@
 """Memory stores: where conversations live between runs.
 
 `Store` is the protocol; `InMemoryStore` (tests, one process), `SQLiteStore` (the
-embedded durable default) and `RedisStore` (shared by a cluster) implement it, and
-`CompactingStore` (snapshot / replace_prefix) as well.
+embedded durable default), `RedisStore` and `PostgresStore` (shared by a cluster)
+implement it, and `CompactingStore` (snapshot / replace_prefix) as well.
 """
 
 from .memory import InMemoryStore
+from .postgres import PostgresStore
 from .protocol import (
     AppendResult,
     CompactingStore,
@@ -33,6 +34,7 @@ __all__ = [
     "ErrorRecord",
     "InMemoryStore",
     "PositionConflictError",
+    "PostgresStore",
     "RedisStore",
     "RunConflictError",
     "RunRecord",

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
         ToolMessage,
         UserMessage,
     )
-    from runtime.redaction import redact_value
+    from runtime.redaction import redact_value, register_secret
 else:
     from raygent.errors import RaygentError
     from raygent.messages import (
@@ -30,7 +30,7 @@ else:
         ToolMessage,
         UserMessage,
     )
-    from raygent.redaction import redact_value
+    from raygent.redaction import redact_value, register_secret
 
 __all__ = [
     "MESSAGES_ADAPTER",
@@ -42,4 +42,5 @@ __all__ = [
     "ToolMessage",
     "UserMessage",
     "redact_value",
+    "register_secret",
 ]

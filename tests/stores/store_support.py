@@ -10,6 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import psycopg
 import redis
 from shared_support import MESSAGE_SHAPES
 
@@ -22,6 +23,7 @@ from raygent import (
 from raygent.stores import (
     InMemoryStore,
     PositionConflictError,
+    PostgresStore,
     RedisStore,
     Scope,
     SQLiteStore,
@@ -102,6 +104,12 @@ def corrupt_message(store: Store, scope: Scope, position: int, garbage: bytes) -
                 "UPDATE raygent_messages SET payload = ? WHERE ref = ? AND position = ?",
                 (garbage, ref, position),
             )
+    elif isinstance(store, PostgresStore):
+        _pg(
+            store,
+            "UPDATE {s}.messages SET payload = %s WHERE ref = %s AND position = %s",
+            (garbage, ref, position),
+        )
     else:
         assert isinstance(store, RedisStore)
         with _redis(store) as client:
@@ -115,6 +123,8 @@ def corrupt_error(store: Store, scope: Scope, garbage: bytes) -> None:
     elif isinstance(store, SQLiteStore):
         with sqlite3.connect(store.path) as db:
             db.execute("UPDATE raygent_errors SET record = ? WHERE ref = ?", (garbage, ref))
+    elif isinstance(store, PostgresStore):
+        _pg(store, "UPDATE {s}.errors SET record = %s WHERE ref = %s", (garbage, ref))
     else:
         assert isinstance(store, RedisStore)
         with _redis(store) as client:
@@ -131,9 +141,33 @@ def batch_records(store: Store, scope: Scope) -> int:
         with sqlite3.connect(store.path) as db:
             query = "SELECT COUNT(*) FROM raygent_batches WHERE ref = ?"
             return int(db.execute(query, (ref,)).fetchone()[0])
+    if isinstance(store, PostgresStore):
+        return int(_pg(store, "SELECT COUNT(*) FROM {s}.batches WHERE ref = %s", (ref,))[0][0])
     assert isinstance(store, RedisStore)
     with _redis(store) as client:
         return int(client.zcard(store.keys(ref)[1]))
+
+
+def _pg(store: PostgresStore, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on the store's schema behind its back (its own connection)."""
+    with psycopg.connect(store.dsn, autocommit=True) as db:
+        cursor = db.execute(query.replace("{s}", f'"{store.schema}"'), params)  # type: ignore[arg-type]
+        return cursor.fetchall() if cursor.description else []
+
+
+def postgres_answers(dsn: str) -> str | None:
+    """None if PostgreSQL takes a connection at `dsn`, else why not."""
+    try:
+        with psycopg.connect(dsn, connect_timeout=3) as db:
+            db.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return type(exc).__name__
+    return None
+
+
+def drop_schema(dsn: str, schema: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')  # type: ignore[arg-type]
 
 
 def delete_prefix(url: str, prefix: str) -> None:

@@ -132,7 +132,7 @@ async def test_run_store_two_claims_at_once_one_wins(store: Any) -> None:
     assert (await record(store)).epoch == 4
 
 
-@pytest.mark.kinds("sqlite", "redis")
+@pytest.mark.kinds("sqlite", "redis", "postgres")
 async def test_run_store_two_store_instances_claiming_at_once_one_wins(
     make_store: MakeStore,
 ) -> None:
@@ -219,7 +219,7 @@ async def test_run_store_delete_removes_the_run(store: Any) -> None:
     assert (fresh.header, fresh.entries) == (b"new", [])
 
 
-@pytest.mark.kinds("memory", "sqlite")
+@pytest.mark.kinds("memory", "sqlite", "postgres")
 async def test_run_store_expires_runs_not_written_for_ttl(
     make_store: MakeStore, clock: FakeClock
 ) -> None:
@@ -321,7 +321,7 @@ async def test_run_store_prune_counts_runs(make_store: MakeStore, clock: FakeClo
     assert await store.prune(clock.now - 50) == 0
 
 
-@pytest.mark.kinds("memory", "sqlite")
+@pytest.mark.kinds("memory", "sqlite", "postgres")
 async def test_run_store_prune_removes_expired_runs(
     make_store: MakeStore, clock: FakeClock
 ) -> None:

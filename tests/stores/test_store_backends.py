@@ -37,7 +37,7 @@ def say(text: str) -> list[Any]:
 # -- both durable stores --------------------------------------------------------------
 
 
-@pytest.mark.kinds("sqlite", "redis")
+@pytest.mark.kinds("sqlite", "redis", "postgres")
 async def test_store_two_processes_writing_one_session_never_fork(make_store: MakeStore) -> None:
     # The store goes to each process by pickle, unconnected; the SQLite file does not
     # exist yet, so the two processes also race to create the schema.

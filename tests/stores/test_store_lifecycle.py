@@ -183,7 +183,7 @@ async def test_store_replace_edge_cases(store: Any) -> None:
 # -- expiry and prune -----------------------------------------------------------------
 
 
-@pytest.mark.kinds("memory", "sqlite")
+@pytest.mark.kinds("memory", "sqlite", "postgres")
 async def test_store_expires_conversations_not_written_for_ttl(
     make_store: MakeStore, clock: FakeClock
 ) -> None:
@@ -205,7 +205,7 @@ async def test_store_expires_conversations_not_written_for_ttl(
     assert await store.errors(SCOPE) == []
 
 
-@pytest.mark.kinds("memory", "sqlite")
+@pytest.mark.kinds("memory", "sqlite", "postgres")
 async def test_store_prunes_expired_conversations(make_store: MakeStore, clock: FakeClock) -> None:
     store = make_store(ttl=60, clock=clock)
     await store.append(Scope("old"), "r", 0, say("a"))
@@ -248,7 +248,7 @@ async def test_store_pickles_before_and_after_use(make_store: MakeStore, kind: s
     copy = cloudpickle.loads(cloudpickle.dumps(store))
     try:
         await copy.append(SCOPE, "r", 1, say("b"))
-        # sqlite and redis copies are clients of the same data; memory copies the data.
+        # sqlite, redis and postgres copies are clients of the same data; memory copies the data.
         assert texts(await copy.load(SCOPE)) == ["a", "b"]
         expected = ["a"] if kind == "memory" else ["a", "b"]
         assert texts(await store.load(SCOPE)) == expected

@@ -1,0 +1,232 @@
+"""The SQL of PostgresStore: its schema, server-side write functions and queries.
+
+Every write is one call of a PL/pgSQL function (one round trip, one transaction): the
+conversation's row is locked (`FOR UPDATE`), the position, idempotency and revision
+checks run under that lock, and the primary key (ref, position) refuses any fork a bug
+might still attempt. `{s}` is the store's schema (a checked identifier, quoted).
+"""
+
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+# Serialises schema creation across processes (CREATE ... IF NOT EXISTS races otherwise).
+LOCK = "SELECT pg_advisory_xact_lock(hashtext('raygent-schema:' || %s))"
+VERSION_TABLE = """
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE IF NOT EXISTS {s}.schema_version (version integer NOT NULL)
+"""
+VERSIONS = "SELECT version FROM {s}.schema_version"
+SET_VERSION = "INSERT INTO {s}.schema_version (version) VALUES (%s)"
+
+TABLES = """
+CREATE TABLE {s}.conversations (
+    ref text PRIMARY KEY,
+    session_id text NOT NULL,
+    user_id text,
+    metadata text NOT NULL,
+    revision bigint NOT NULL,
+    length bigint NOT NULL,
+    updated_at float8 NOT NULL
+);
+CREATE INDEX conversations_updated ON {s}.conversations (updated_at);
+CREATE TABLE {s}.messages (
+    ref text NOT NULL,
+    position bigint NOT NULL,
+    run_id text NOT NULL,
+    turn bigint NOT NULL,
+    created_at float8 NOT NULL,
+    payload bytea NOT NULL,
+    PRIMARY KEY (ref, position)
+);
+CREATE TABLE {s}.batches (
+    ref text NOT NULL,
+    batch_id bytea NOT NULL,
+    first_position bigint NOT NULL,
+    seq bigint NOT NULL,
+    PRIMARY KEY (ref, batch_id)
+);
+CREATE TABLE {s}.errors (
+    id bigserial PRIMARY KEY,
+    ref text NOT NULL,
+    record bytea NOT NULL
+);
+CREATE INDEX errors_ref ON {s}.errors (ref, id);
+CREATE TABLE {s}.runs (
+    ref text PRIMARY KEY,
+    epoch bigint NOT NULL,
+    header bytea NOT NULL,
+    entries bigint NOT NULL,
+    outcome bytea,
+    updated_at float8 NOT NULL
+);
+CREATE INDEX runs_updated ON {s}.runs (updated_at);
+CREATE TABLE {s}.run_entries (
+    ref text NOT NULL,
+    seq bigint NOT NULL,
+    entry bytea NOT NULL,
+    PRIMARY KEY (ref, seq)
+);
+
+-- The conversation's (revision, length, created) under a row lock; created when absent,
+-- emptied first when expired (a write after expiry starts a fresh conversation).
+CREATE FUNCTION {s}.lock_conversation(
+    p_ref text, p_session text, p_user text, p_meta text, p_now float8, p_since float8,
+    OUT rev bigint, OUT len bigint, OUT created boolean
+) LANGUAGE plpgsql AS $$
+DECLARE at float8;
+BEGIN
+  created := false;
+  SELECT c.revision, c.length, c.updated_at INTO rev, len, at
+    FROM {s}.conversations c WHERE c.ref = p_ref FOR UPDATE;
+  IF NOT FOUND THEN
+    INSERT INTO {s}.conversations VALUES (p_ref, p_session, p_user, p_meta, 0, 0, p_now)
+      ON CONFLICT (ref) DO NOTHING;
+    created := FOUND;
+    SELECT c.revision, c.length, c.updated_at INTO rev, len, at
+      FROM {s}.conversations c WHERE c.ref = p_ref FOR UPDATE;
+  END IF;
+  IF at < p_since THEN
+    DELETE FROM {s}.messages m WHERE m.ref = p_ref;
+    DELETE FROM {s}.batches b WHERE b.ref = p_ref;
+    DELETE FROM {s}.errors e WHERE e.ref = p_ref;
+    rev := 0;
+    len := 0;
+  END IF;
+END $$;
+
+-- -> {{0, first}} written | {{1, first}} duplicate | {{2, length}} position conflict
+CREATE FUNCTION {s}.append(
+    p_ref text, p_session text, p_user text, p_meta text, p_now float8, p_since float8,
+    p_batch bytea, p_expected bigint, p_run text, p_turn bigint, p_payloads bytea[],
+    p_keep bigint, p_trim_every bigint
+) RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE cur record; first bigint;
+BEGIN
+  SELECT * INTO cur FROM {s}.lock_conversation(p_ref, p_session, p_user, p_meta, p_now, p_since);
+  SELECT b.first_position INTO first FROM {s}.batches b
+    WHERE b.ref = p_ref AND b.batch_id = p_batch;
+  IF FOUND THEN RETURN ARRAY[1, first]; END IF;
+  IF p_expected IS NOT NULL AND p_expected <> cur.len THEN
+    IF cur.created THEN DELETE FROM {s}.conversations c WHERE c.ref = p_ref; END IF;
+    RETURN ARRAY[2, cur.len];
+  END IF;
+  INSERT INTO {s}.messages
+    SELECT p_ref, cur.len + t.o - 1, p_run, p_turn, p_now, t.p
+    FROM unnest(p_payloads) WITH ORDINALITY AS t(p, o);
+  INSERT INTO {s}.batches VALUES (p_ref, p_batch, cur.len, cur.rev + 1);
+  IF (cur.rev + 1) % p_trim_every = 0 THEN
+    DELETE FROM {s}.batches b WHERE b.ref = p_ref AND b.seq <= cur.rev + 1 - p_keep;
+  END IF;
+  UPDATE {s}.conversations c SET session_id = p_session, user_id = p_user,
+    metadata = p_meta, revision = cur.rev + 1,
+    length = cur.len + cardinality(p_payloads), updated_at = p_now
+    WHERE c.ref = p_ref;
+  RETURN ARRAY[0, cur.len];
+END $$;
+
+CREATE FUNCTION {s}.record_error(
+    p_ref text, p_session text, p_user text, p_meta text, p_now float8, p_since float8,
+    p_record bytea, p_cap bigint
+) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE cur record;
+BEGIN
+  SELECT * INTO cur FROM {s}.lock_conversation(p_ref, p_session, p_user, p_meta, p_now, p_since);
+  INSERT INTO {s}.errors (ref, record) VALUES (p_ref, p_record);
+  DELETE FROM {s}.errors e WHERE e.ref = p_ref AND e.id <= (
+    SELECT x.id FROM {s}.errors x WHERE x.ref = p_ref ORDER BY x.id DESC
+    LIMIT 1 OFFSET p_cap);
+  UPDATE {s}.conversations c SET session_id = p_session, user_id = p_user,
+    metadata = p_meta, revision = cur.rev, length = cur.len, updated_at = p_now
+    WHERE c.ref = p_ref;
+END $$;
+
+-- -> {{1, length}} committed | {{0, length}} revision conflict | {{-1, length}} bad count
+CREATE FUNCTION {s}.replace_prefix(
+    p_ref text, p_session text, p_user text, p_meta text, p_now float8, p_since float8,
+    p_revision bigint, p_count bigint, p_run text, p_turn bigint, p_payloads bytea[]
+) RETURNS bigint[] LANGUAGE plpgsql AS $$
+DECLARE cur record; delta bigint := cardinality(p_payloads) - p_count;
+BEGIN
+  SELECT * INTO cur FROM {s}.lock_conversation(p_ref, p_session, p_user, p_meta, p_now, p_since);
+  IF cur.rev <> p_revision OR p_count < 0 OR p_count > cur.len THEN
+    IF cur.created THEN DELETE FROM {s}.conversations c WHERE c.ref = p_ref; END IF;
+    RETURN ARRAY[CASE WHEN cur.rev <> p_revision THEN 0 ELSE -1 END, cur.len];
+  END IF;
+  DELETE FROM {s}.messages m WHERE m.ref = p_ref AND m.position < p_count;
+  -- Via negative positions: shifting in place could collide on the primary key.
+  UPDATE {s}.messages m SET position = -1 - (m.position + delta) WHERE m.ref = p_ref;
+  UPDATE {s}.messages m SET position = -1 - m.position WHERE m.ref = p_ref;
+  INSERT INTO {s}.messages
+    SELECT p_ref, t.o - 1, p_run, p_turn, p_now, t.p
+    FROM unnest(p_payloads) WITH ORDINALITY AS t(p, o);
+  UPDATE {s}.batches b SET first_position = CASE WHEN b.first_position >= p_count
+    THEN b.first_position + delta ELSE 0 END WHERE b.ref = p_ref;
+  UPDATE {s}.conversations c SET session_id = p_session, user_id = p_user,
+    metadata = p_meta, revision = cur.rev + 1, length = cur.len + delta, updated_at = p_now
+    WHERE c.ref = p_ref;
+  RETURN ARRAY[1, cur.len];
+END $$
+"""
+
+_SCOPE = "%s, %s, %s, %s, %s::float8, %s::float8"
+APPEND = (
+    f"SELECT {{s}}.append({_SCOPE}, %s::bytea, %s::bigint, %s, %s::bigint, %s::bytea[],"
+    " %s::bigint, %s::bigint)"
+)
+RECORD_ERROR = f"SELECT {{s}}.record_error({_SCOPE}, %s::bytea, %s::bigint)"
+REPLACE_PREFIX = (
+    f"SELECT {{s}}.replace_prefix({_SCOPE}, %s::bigint, %s::bigint, %s, %s::bigint, %s::bytea[])"
+)
+
+LOAD = """
+SELECT m.position, m.payload FROM {s}.messages m JOIN {s}.conversations c ON c.ref = m.ref
+WHERE m.ref = %s AND c.updated_at >= %s ORDER BY m.position
+"""
+# One statement: the revision and the rows come from one snapshot.
+SNAPSHOT = """
+SELECT c.revision, m.position, m.payload FROM {s}.conversations c
+LEFT JOIN {s}.messages m ON m.ref = c.ref
+WHERE c.ref = %s AND c.updated_at >= %s ORDER BY m.position
+"""
+ERRORS = """
+SELECT e.record FROM {s}.errors e JOIN {s}.conversations c ON c.ref = e.ref
+WHERE e.ref = %s AND c.updated_at >= %s ORDER BY e.id
+"""
+LIST = """
+SELECT ref, session_id, user_id, metadata, length, updated_at FROM {s}.conversations
+WHERE updated_at >= %s AND (%s::text IS NULL OR user_id = %s::text)
+ORDER BY updated_at DESC LIMIT %s
+"""
+GET = """
+SELECT m.position, m.run_id, m.turn, m.created_at, m.payload
+FROM {s}.messages m JOIN {s}.conversations c ON c.ref = m.ref
+WHERE m.ref = %s AND c.updated_at >= %s ORDER BY m.position
+"""
+CLEAR = """
+WITH m AS (DELETE FROM {s}.messages WHERE ref = %(ref)s),
+b AS (DELETE FROM {s}.batches WHERE ref = %(ref)s),
+e AS (DELETE FROM {s}.errors WHERE ref = %(ref)s)
+DELETE FROM {s}.conversations WHERE ref = %(ref)s
+"""
+# A chunk of conversations last written before the cutoff, with all their rows.
+PRUNE = """
+WITH gone AS (
+    DELETE FROM {s}.conversations WHERE ref IN (
+        SELECT ref FROM {s}.conversations WHERE updated_at < %(cutoff)s
+        LIMIT %(chunk)s FOR UPDATE SKIP LOCKED)
+    RETURNING ref),
+m AS (DELETE FROM {s}.messages WHERE ref IN (SELECT ref FROM gone)),
+b AS (DELETE FROM {s}.batches WHERE ref IN (SELECT ref FROM gone)),
+e AS (DELETE FROM {s}.errors WHERE ref IN (SELECT ref FROM gone))
+SELECT count(*) FROM gone
+"""
+PRUNE_RUNS = """
+WITH gone AS (
+    DELETE FROM {s}.runs WHERE ref IN (
+        SELECT ref FROM {s}.runs WHERE updated_at < %(cutoff)s
+        LIMIT %(chunk)s FOR UPDATE SKIP LOCKED)
+    RETURNING ref),
+x AS (DELETE FROM {s}.run_entries WHERE ref IN (SELECT ref FROM gone))
+SELECT count(*) FROM gone
+"""
