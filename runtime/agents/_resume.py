@@ -132,8 +132,10 @@ async def resume_state(
                 current=signature_of(run).model_dump(),
             ),
         )
-    for decision in (approvals or {}).values():
-        decision_label(decision)  # a TypeError before anything is claimed
+    try:
+        labels = {k: decision_label(v) for k, v in dict(approvals or {}).items()}
+    except (TypeError, ValueError) as exc:
+        return await _refused(run, InvalidOptionsError(f"invalid approvals: {exc}"))
     try:
         epoch = await durable.store.claim_run(scope, record.epoch)
     except RaygentError as exc:
@@ -143,7 +145,7 @@ async def resume_state(
         ResumeRecord(
             at=now(),
             from_trip=len(state.report.trips),
-            approvals={k: decision_label(v) for k, v in (approvals or {}).items()},
+            approvals=labels,
             forced=bool(changed),
             drift=changed,
         )
