@@ -30,6 +30,7 @@ from ..models.contract import ModelResponse
 from ..observe._delivery import deliver
 from ..observe.events import AgentCompleted, AgentErrored, AgentStarting
 from ..observe.report import AgentResult, RunStatus
+from ._continue import continue_stored, stored_answer
 from ._state import RunState, maybe_await, now
 from ._tool_round import run_tool_round
 from ._trip import model_trip
@@ -118,11 +119,12 @@ async def run_loop(run: RunState, user_input: list[Any]) -> AgentResult:
             run.insert_history(await run.saver.open(run.signal))
         result = await _short_circuit(run, user_input)
         if result is None:
-            run.add(*user_input)
+            if not continue_stored(run):  # a retry goes on from what its attempt stored
+                run.add(*user_input)
             if run.saver is not None:
                 run.signal.raise_if_aborted()  # aborted while queued: nothing is accepted
                 await run.saver.accepted(run.unsaved())
-            result = await _drive(run, progress)
+            result = stored_answer(run) or await _drive(run, progress)
         for mw in reversed(run.config.middleware):
             result = await maybe_await(mw.after_execute(run.info, result))
         if run.saver is not None:
