@@ -298,3 +298,38 @@ async def test_a_continued_run_whose_answer_is_stored_returns_it_without_a_trip(
     assert again.report.trips == [] and asked == ["hello"]  # no trip on the retry
     assert [m.text for m in await store.load(Scope("s"))] == ["hello", "answer to hello"]
     await store.aclose()
+
+
+async def test_an_attempt_that_never_opened_the_session_passes_the_trail_on(
+    tmp_path: Path,
+) -> None:
+    """Attempt 1 stores its input and a tool turn, then fails; attempt 2 ends before it
+    opens the session (here: aborted while queued); attempt 3 still continues attempt 1."""
+    failures = ["after the tool turn"]
+
+    def model(messages: list[Message], options: Any) -> Any:
+        from raygent.testing import call, reply
+
+        if isinstance(messages[-1], ToolMessage):
+            if failures:
+                return ServerError(failures.pop(), provider="test", status=503)
+            return reply("the answer")
+        return reply("", tool_calls=[call("lookup", {"q": messages[-1].text})])
+
+    store = SQLiteStore(tmp_path / "s.db")
+    agent = raygent.agent(
+        model=FunctionModel(model), tools=[lookup], memory=Memory(store, "message"), backend=LOCAL
+    )
+    first = await agent.execute("question", session_id="s")
+    assert first.status == "failed"
+    assert len(await store.load(Scope("s"))) == 3  # the input and the tool turn
+    aborted = raygent.AbortController()
+    aborted.abort("not now")
+    second = await agent.execute("question", session_id="s", continues=first, signal=aborted.signal)
+    assert second.status == "cancelled" and second.trail is not None
+    third = await agent.execute("question", session_id="s", continues=second)
+    assert third.ok and third.text == "the answer" and len(third.report.trips) == 1
+    history = await store.load(Scope("s"))
+    assert_wellformed(history, ["question"])
+    assert third.report.run_id == second.report.run_id == first.report.run_id
+    await store.aclose()
