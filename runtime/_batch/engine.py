@@ -62,6 +62,9 @@ class Job:
     attempts: int = 0
     usage: Usage = EMPTY_USAGE
     started: float | None = None
+    # The last attempt's run result when the next one continues it (an agent's run on
+    # a session: one logical run across attempts); None otherwise.
+    previous: Any = None
 
 
 @dataclass(slots=True)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from .._message_input import as_messages
 from ..abort import AbortSignal
 from ..errors import AbortedError, RaygentError
+from ..observe.report import AgentResult
 from ..usage import Usage
 from .engine import EMPTY_USAGE, Attempt, Job, Outcome
 
@@ -146,12 +147,18 @@ def attempt_for(executable: Any, run_options: RunOptions | None) -> Attempt:
             if meta is not None and not SESSION_FIELDS.isdisjoint(meta):
                 # An item's own session: its runs load and save that conversation.
                 item_options = {**options, **{k: meta[k] for k in SESSION_FIELDS & set(meta)}}
+            if job.previous is not None:
+                # A retry is the same run: it continues what its failed attempt stored.
+                item_options = {**item_options, "continues": job.previous}
             try:
                 value = await execute(job.input, **item_options, signal=signal)
             except AbortedError as exc:
                 return Outcome("cancelled", error=exc)
             except Exception as exc:
                 return Outcome("failed", error=exc, usage=_usage_of(exc))
+            job.previous = (
+                value if isinstance(value, AgentResult) and value.trail is not None else None
+            )
             return outcome_of(value)
 
         return run

@@ -32,6 +32,7 @@ from ..observe.report import AgentResult
 from ..run_context import RunInfo
 from ..seams import Backend
 from ..tools import Tool
+from ._continue import continued_run_id, saver_for
 from ._durable_api import DurableRuns, journal_for
 from ._guard import GuardSetting, guard_buffer
 from ._start import start_run
@@ -101,6 +102,8 @@ class RunOptions(TypedDict, total=False):
     run_id: str | None
     approval_handler: ApprovalHandler | None
     resume: str | None
+    # Internal: a batch retry continues its failed attempt (its run id, what it stored).
+    continues: AgentResult | None
 
 
 class Agent(DurableRuns):
@@ -322,7 +325,9 @@ class Agent(DurableRuns):
             scope = scope_of(session_id, options.get("user_id"), options.get("metadata"))
         except Exception as exc:
             return None, _setup_error(exc)
-        return RunSaver(self.memory, scope, config.backend.sessions, info.run_id), None
+        persistence = config.backend.sessions
+        saver = saver_for(self.memory, scope, persistence, info.run_id, options.get("continues"))
+        return saver, None
 
     def _attachments(
         self, options: RunOptions
@@ -333,7 +338,9 @@ class Agent(DurableRuns):
 
     def _run_info(self, options: RunOptions) -> RunInfo:
         parent = options.get("parent")
-        run_id = options.get("run_id") or uuid.uuid4().hex
+        run_id = (
+            continued_run_id(options.get("continues")) or options.get("run_id") or uuid.uuid4().hex
+        )
         return RunInfo(
             run_id=run_id,
             root_run_id=parent.root_run_id if parent else run_id,

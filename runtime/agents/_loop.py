@@ -28,6 +28,7 @@ from ..observe._delivery import deliver
 from ..observe.events import AgentCompleted, AgentErrored, AgentStarting
 from ..observe.report import AgentResult, RunStatus
 from ._approval import AwaitingApproval, decide
+from ._continue import continue_stored, stored_answer
 from ._state import RunState, maybe_await, now
 from ._steps import (
     CONTINUE_PROMPT,
@@ -58,13 +59,14 @@ async def run_loop(run: RunState, user_input: list[Any]) -> AgentResult:
         result = await _short_circuit(run, user_input)
         if result is not None:
             return result
-        run.add(*user_input)
+        if not continue_stored(run):  # a retry goes on from what its attempt stored
+            run.add(*user_input)
         run.signal.raise_if_aborted()  # aborted while queued: nothing is accepted
         if run.journal is not None:
             await run.journal.start(run)
         if run.saver is not None:
             await run.saver.accepted(run.unsaved())
-        return await drive(run, progress)
+        return stored_answer(run) or await drive(run, progress)
 
     return await lifecycle(run, Progress(), body)
 

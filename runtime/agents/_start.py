@@ -16,6 +16,7 @@ from ..attachments._parse import AttachmentLike, AttachmentPolicy, parse_attachm
 from ..errors import AbortedError, AttachmentError, RaygentError
 from ..messages import Message
 from ..observe.report import AgentResult
+from ._continue import with_trail
 from ._loop import run_loop
 from ._state import RunState
 
@@ -48,4 +49,4 @@ async def start_run(
             state.setup_error = AttachmentError(
                 f"attachments could not be loaded: {type(exc).__name__}: {exc}"
             )
-    return await run_loop(state, user_input)
+    return with_trail(state, await run_loop(state, user_input))

@@ -56,7 +56,13 @@ class RunSaver:
     """Applies the save policy of one run to its lease."""
 
     def __init__(
-        self, memory: Memory, scope: Scope, persistence: SessionPersistence, run_id: str
+        self,
+        memory: Memory,
+        scope: Scope,
+        persistence: SessionPersistence,
+        run_id: str,
+        *,
+        first_turn: int = 0,
     ) -> None:
         self.memory = memory
         self.scope = scope
@@ -64,7 +70,9 @@ class RunSaver:
         self._persistence = persistence
         self._lease: SessionLease | None = None
         self._buffer: list[Message] = []
-        self._turn = 0
+        # A run's appends are numbered (the store's idempotency key is run and turn); a
+        # retry of a run numbers its own after its earlier attempts' (`first_turn`).
+        self._turn = first_turn
 
     async def open(self, signal: AbortSignal | None = None) -> list[Message]:
         """Wait for this session's earlier runs (an abort of `signal` ends the wait with
@@ -128,6 +136,11 @@ class RunSaver:
         self._buffer = list(buffer)
 
     @property
+    def turns(self) -> int:
+        """The next append's number: every append tried so far has a lower one."""
+        return self._turn
+
+    @property
     def lease(self) -> SessionLease | None:
         """The session held (None before `open` and after `close`)."""
         return self._lease
@@ -141,8 +154,9 @@ class RunSaver:
     async def _append(self, messages: Sequence[Message]) -> None:
         assert self._lease is not None, "open() first"
         if messages:
-            await self._lease.append(self._turn, messages)
-            self._turn += 1
+            # Numbered before it is tried: one that failed may still have committed.
+            turn, self._turn = self._turn, self._turn + 1
+            await self._lease.append(turn, messages)
 
 
 def default_memory() -> Memory:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -20,6 +20,7 @@ __all__ = [
     "PendingCall",
     "ResumeRecord",
     "RunStatus",
+    "RunTrail",
     "ToolCallReport",
     "TripReport",
 ]
@@ -138,6 +139,16 @@ class AgentReport(BaseModel):
         return report_html(self)
 
 
+@dataclass(frozen=True)
+class RunTrail:
+    """What an unfinished run on a session handed its save policy: its new messages in
+    order and the appends it numbered. A retry of the run continues from it (see
+    `raygent.agents._continue`)."""
+
+    messages: tuple[Message, ...]
+    turns: int
+
+
 @dataclass
 class AgentResult:
     """The outcome of one run. `execute()` never raises: failures are in `error`.
@@ -153,6 +164,8 @@ class AgentResult:
     report: AgentReport
     usage: Usage
     error: RaygentError | None = None
+    # Set on a run on a session that did not complete: what its retry continues from.
+    trail: RunTrail | None = field(default=None, repr=False, compare=False)
 
     @property
     def status(self) -> RunStatus:
