@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import os
 from collections.abc import AsyncGenerator, Callable, Generator
@@ -178,8 +179,38 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
     Never fails as a whole; raises only for options that make no sense (TypeError,
     ValueError, a missing input file), before any item runs. Cancelling the awaiting
     task ends every unfinished item as cancelled and closes the sink, then lets
-    CancelledError through.
+    CancelledError through. Ctrl-C (a script's, a notebook kernel's interrupt) does what
+    it does in `batch_sync`: the unfinished items end cancelled and the result comes
+    back; a second Ctrl-C cancels the awaiting task.
     """
+    if _interruptible.get():
+        return await _batch(executable, items, options)
+    controller = AbortController()
+    user = options.get("signal")
+    unlink = user.add_callback(lambda: controller.abort(user.reason)) if user else None
+    task = asyncio.current_task()
+
+    def interrupted() -> None:
+        if controller.signal.aborted and task is not None:
+            task.cancel()
+        else:
+            controller.abort("interrupted (Ctrl-C)")
+
+    # Ctrl-C is taken by the outermost batch only (an item that runs a batch of its own
+    # must not take the handler away from it on leaving).
+    token = _interruptible.set(True)
+    try:
+        with on_interrupt(interrupted):
+            linked = options.copy()
+            linked["signal"] = controller.signal
+            return await _batch(executable, items, linked)
+    finally:
+        _interruptible.reset(token)
+        if unlink is not None:
+            unlink()
+
+
+async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchResult:
     plan = _Plan.of(options)
     attempt = attempt_for(executable, plan.run_options)
     runners = _runners_for(executable, plan)
@@ -200,6 +231,11 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
         await _close(jobs, source)
         collector.close()
     return collector.result()
+
+
+_interruptible: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "raygent_batch_interruptible", default=False
+)
 
 
 def _runners_for(executable: Any, plan: _Plan) -> BatchExecution | None:
@@ -256,31 +292,9 @@ def batch_sync(executable: Any, items: Any, **options: Unpack[BatchOptions]) -> 
     (KeyboardInterrupt, after the items in flight are recorded as cancelled).
     """
     try:
-        return run_sync(lambda: _interruptible(executable, items, options))
+        return run_sync(lambda: batch(executable, items, **options))
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
-
-
-async def _interruptible(executable: Any, items: Any, options: BatchOptions) -> BatchResult:
-    controller = AbortController()
-    user = options.get("signal")
-    unlink = user.add_callback(lambda: controller.abort(user.reason)) if user else None
-    task = asyncio.current_task()
-
-    def interrupted() -> None:
-        if controller.signal.aborted and task is not None:
-            task.cancel()
-        else:
-            controller.abort("interrupted (Ctrl-C)")
-
-    try:
-        with on_interrupt(interrupted):
-            linked = options.copy()
-            linked["signal"] = controller.signal
-            return await batch(executable, items, **linked)
-    finally:
-        if unlink is not None:
-            unlink()
 
 
 async def _close(jobs: Feed, source: Source) -> None:

@@ -17,7 +17,7 @@ import tqdm.notebook
 import tqdm.std
 
 from raygent import batch
-from raygent._batch.progress import bar_class, has_widgets, in_notebook
+from raygent._batch.progress import Progress, bar_class, has_widgets, in_notebook
 
 
 def test_in_a_notebook_without_ipywidgets_the_text_bar_shows_without_a_warning() -> None:
@@ -58,3 +58,19 @@ async def test_progress_false_shows_nothing(capsys: pytest.CaptureFixture[str]) 
     assert result.ok
     captured = capsys.readouterr()
     assert captured.err == "" and captured.out == ""
+
+
+def test_the_text_bar_shows_done_failed_retrying_and_throughput(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Outside a notebook with ipywidgets the bar is text: done of total, items/s, and the
+    failed / retrying counts (cancelled once there are some)."""
+    progress = Progress(enabled=True, total=4)
+    progress.update(failed=0, cancelled=0, retrying=1)
+    progress.update(failed=1, cancelled=0, retrying=1)
+    progress.update(failed=1, cancelled=1, retrying=0)
+    progress.close(failed=1, cancelled=1, retrying=0)
+    last = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert last.startswith("batch:") and "3/4" in last
+    assert "item/s" in last  # throughput
+    assert "failed=1, retrying=0, cancelled=1" in last
