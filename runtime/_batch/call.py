@@ -21,9 +21,9 @@ import contextlib
 import contextvars
 import inspect
 import os
-from collections.abc import AsyncGenerator, Callable, Generator
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from typing_extensions import Unpack
 
@@ -32,6 +32,7 @@ from ..abort import AbortController, AbortSignal
 from ..backend import current_backend
 from ..seams import Backend, BatchExecution, BatchPool, PoolPlan
 from ..usage import Usage
+from .durable import BATCH_RUNS, durable_items
 from .engine import Attempt, BatchItem, Deliver, Feed, InFlight, Job, Outcome, cancelled, ended
 from .exec import InputError, ItemKey, JobMaker, attempt_for, grace_for, is_runnable
 from .progress import Progress, wants_progress
@@ -42,6 +43,7 @@ from .sources import Source, feed, open_items
 
 if TYPE_CHECKING:
     from ..agents._agent import RunOptions
+    from ..agents.durable import Decision, Durable
 
 __all__ = [
     "BatchItem",
@@ -76,6 +78,11 @@ class BatchOptions(TypedDict, total=False):
     runners: on the Ray backend, how many runner actors share the batch (None: one per
         128 of concurrency, at most one per CPU of the cluster); 0 runs it in this
         process. The local backend always runs it here.
+    durable: a `raygent.Durable(store=...)`: each item's run is durable, under an id made
+        from its key (and the sink's path), so a retry, a dead runner or a resumed batch
+        continues it from its last settled step.
+    approvals: with `durable`, decisions for items awaiting approval: item key ->
+        {call_id: Approve() | Deny(reason)}; a resumed batch continues those items.
     """
 
     concurrency: int
@@ -88,6 +95,8 @@ class BatchOptions(TypedDict, total=False):
     progress: bool | None
     run_options: RunOptions | None
     runners: int | None
+    durable: Durable | None
+    approvals: Mapping[Any, Mapping[str, Decision]] | None
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,8 @@ class _Plan:
     progress: bool
     run_options: RunOptions | None
     runners: int | None
+    durable: Durable | None = None
+    approvals: Mapping[Any, Mapping[str, Decision]] | None = None
 
     @classmethod
     def of(cls, options: BatchOptions) -> _Plan:
@@ -116,6 +127,20 @@ class _Plan:
         sink, resume = options.get("sink"), bool(options.get("resume", False))
         if resume and sink is None:
             raise ValueError("resume=True needs a sink to resume from")
+        run_options = options.get("run_options")
+        durable, approvals = options.get("durable"), options.get("approvals")
+        if approvals is not None and durable is None:
+            raise ValueError("approvals= needs durable= (the runs that wait are stored)")
+        if durable is not None:
+            # The item's run id rides with the run options (to the Ray runners too).
+            run_options = cast(
+                "RunOptions",
+                {
+                    **(run_options or {}),
+                    "durable": durable,
+                    BATCH_RUNS: durable_items(sink, approvals),
+                },
+            )
         return cls(
             concurrency=concurrency,
             retry=options.get("retry") or Retry(),
@@ -125,8 +150,10 @@ class _Plan:
             resume=resume,
             item_key=options.get("item_key"),
             progress=wants_progress(options.get("progress")),
-            run_options=options.get("run_options"),
+            run_options=run_options,
             runners=_runners(options.get("runners")),
+            durable=durable,
+            approvals=approvals,
         )
 
 
@@ -212,6 +239,8 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
 
 async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchResult:
     plan = _Plan.of(options)
+    if plan.durable is not None and not callable(getattr(executable, "resume", None)):
+        raise TypeError("durable= needs an agent (something with resume(run_id))")
     attempt = attempt_for(executable, plan.run_options)
     runners = _runners_for(executable, plan)
     if runners is not None:

@@ -46,7 +46,7 @@ __all__ = [
     "session_of",
 ]
 
-ItemStatus = Literal["completed", "failed", "cancelled"]
+ItemStatus = Literal["completed", "failed", "cancelled", "awaiting_approval"]
 EMPTY_USAGE = Usage()
 
 

@@ -7,15 +7,17 @@ async callable `fn(item)`.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from .._message_input import as_messages
 from ..abort import AbortSignal
 from ..errors import AbortedError, RaygentError
 from ..observe.report import AgentResult
 from ..usage import Usage
+from .durable import BATCH_RUNS, DurableItems, attempt_usage
 from .engine import EMPTY_USAGE, Attempt, Job, Outcome
 
 if TYPE_CHECKING:
@@ -36,7 +38,7 @@ ItemKey: TypeAlias = "str | Callable[[Any], Any]"
 RUN_GRACE = 5.0
 # An agent's item may name the session it runs in (the agent needs `memory=`).
 SESSION_FIELDS = frozenset({"session_id", "user_id"})
-_RUN_STATUSES = frozenset({"completed", "failed", "cancelled", "incomplete"})
+_RUN_STATUSES = frozenset({"completed", "failed", "cancelled", "incomplete", "awaiting_approval"})
 
 
 class InputError(RaygentError):
@@ -140,6 +142,7 @@ def attempt_for(executable: Any, run_options: RunOptions | None) -> Attempt:
         execute = executable.execute
         # The batch's signal is the one that stops runs.
         options = {k: v for k, v in (run_options or {}).items() if k != "signal"}
+        durable_runs = cast("DurableItems | None", options.pop(BATCH_RUNS, None))
 
         async def run(job: Job, signal: AbortSignal) -> Outcome:
             meta = job.meta
@@ -151,7 +154,12 @@ def attempt_for(executable: Any, run_options: RunOptions | None) -> Attempt:
                 # A retry is the same run: it continues what its failed attempt stored.
                 item_options = {**item_options, "continues": job.previous}
             try:
-                value = await execute(job.input, **item_options, signal=signal)
+                if durable_runs is not None:
+                    value = await durable_runs.attempt(
+                        executable, job.key, job.input, item_options, signal
+                    )
+                else:
+                    value = await execute(job.input, **item_options, signal=signal)
             except AbortedError as exc:
                 return Outcome("cancelled", error=exc)
             except Exception as exc:
@@ -159,6 +167,8 @@ def attempt_for(executable: Any, run_options: RunOptions | None) -> Attempt:
             job.previous = (
                 value if isinstance(value, AgentResult) and value.trail is not None else None
             )
+            if durable_runs is not None:
+                return dataclasses.replace(outcome_of(value), usage=attempt_usage(value))
             return outcome_of(value)
 
         return run
@@ -204,6 +214,8 @@ def outcome_of(value: Any) -> Outcome:
             "completed", value, getattr(value, "text", None) if data is None else data, None, usage
         )
     error = value.error or RaygentError(f"the run ended {status}")
+    if status == "awaiting_approval":  # not a failure, and not retried
+        return Outcome("awaiting_approval", value, None, error, usage)
     return Outcome("cancelled" if status == "cancelled" else "failed", value, None, error, usage)
 
 

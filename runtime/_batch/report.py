@@ -20,7 +20,9 @@ _RESERVOIR = 10_000  # latencies kept for the percentiles: exact up to this many
 class BatchReport(BaseModel):
     """Counts and timings of one batch.
 
-    `total` counts the items that ended (completed + failed + cancelled); `skipped` the
+    `total` counts the items that ended (completed + failed + cancelled +
+    awaiting_approval: a durable item stopped before a tool call that needs approval,
+    continued by a later batch with `approvals=`); `skipped` the
     items a resume found already completed in the sink. `throughput` is ended items per
     second of `duration`; latencies are per item, first attempt to end, in seconds
     (sampled past 10,000 items). `stopped` says why a batch ended early, if it did.
@@ -31,6 +33,7 @@ class BatchReport(BaseModel):
     succeeded: int = 0
     failed: int = 0
     cancelled: int = 0
+    awaiting_approval: int = 0
     skipped: int = 0
     attempts: int = 0
     retries: int = 0
@@ -52,7 +55,7 @@ class Tally:
     def __init__(self) -> None:
         self.started = time.monotonic()
         self.usage = Usage()
-        self.total = self.succeeded = self.failed = self.cancelled = 0
+        self.total = self.succeeded = self.failed = self.cancelled = self.awaiting = 0
         self.skipped = self.attempts = self.on_item_errors = 0
         self.first_on_item_error: str | None = None
         self.errors: dict[str, int] = {}
@@ -69,6 +72,8 @@ class Tally:
             self.succeeded += 1
         elif item.status == "failed":
             self.failed += 1
+        elif item.status == "awaiting_approval":
+            self.awaiting += 1
         else:
             self.cancelled += 1
         if item.status != "completed" and item.error is not None:
@@ -90,6 +95,7 @@ class Tally:
             succeeded=self.succeeded,
             failed=self.failed,
             cancelled=self.cancelled,
+            awaiting_approval=self.awaiting,
             skipped=self.skipped,
             attempts=self.attempts,
             retries=retries,

@@ -33,7 +33,14 @@ else:
 __all__ = ["DurableRuns", "journal_for"]
 
 # What a resume takes from the stored run, not from its own options.
-_STORED_OPTIONS = ("history", "session_id", "attachments", "run_id", "resume", "durable")
+_STORED_OPTIONS = (
+    "history",
+    "session_id",
+    "attachments",
+    "run_id",
+    "resume",
+    "continues",
+)
 _default: Durable | None = None
 
 

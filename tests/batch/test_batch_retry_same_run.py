@@ -253,8 +253,9 @@ async def test_a_store_restart_mid_run_leaves_each_input_once(
         result = await _batch(agent, runners, retry=_restarting_retry(redis_server))
     assert redis_server.restarts == 1
     assert result.report.succeeded == len(_questions()), result.report.errors
-    stopped = next(item for item in result.items if item.input == "s1 q0")
-    assert stopped.attempts >= 2
+    # Whichever items met the stopped server (the tool's own, or another one's store
+    # call that came first) were retried.
+    assert max(item.attempts for item in result.items) >= 2
     await _check_sessions(store)
     await store.aclose()
 

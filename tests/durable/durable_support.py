@@ -100,11 +100,20 @@ def sim_config(sim: Any, provider: str, store: dict[str, Any], **more: Any) -> d
     }
 
 
-def spawn(config: dict[str, Any], marks: Path) -> subprocess.Popen[str]:
+def batch_items(count: int) -> list[dict[str, Any]]:
+    """Even items answer at once; odd ones are the long runs (their script hangs)."""
+    return [
+        {"key": f"k{i}", "input": f"item {i} {'odd' if i % 2 else 'even'}"} for i in range(count)
+    ]
+
+
+def spawn(
+    config: dict[str, Any], marks: Path, child: str = "durable_child.py"
+) -> subprocess.Popen[str]:
     """The child process: runs the durable agent until it is killed (or ends)."""
     env = {**os.environ, MARKS_ENV: str(marks), "RAYGENT_BACKEND": "local"}
     return subprocess.Popen(
-        [sys.executable, str(HERE / "durable_child.py"), json.dumps(config)],
+        [sys.executable, str(HERE / child), json.dumps(config)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -123,3 +132,10 @@ def wait_for_file_lines(path: Path, lines: int, timeout: float = 30.0) -> list[s
         if time.monotonic() > deadline:
             raise AssertionError(f"{path} has {len(found)} lines, not {lines}, in {timeout}s")
         time.sleep(0.02)
+
+
+async def file_lines(path: Path, lines: int, timeout: float = 60.0) -> list[str]:
+    """`wait_for_file_lines` off the loop, so the simulator on it keeps serving."""
+    import asyncio
+
+    return await asyncio.to_thread(wait_for_file_lines, path, lines, timeout)

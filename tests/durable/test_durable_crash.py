@@ -18,11 +18,11 @@ from durable_support import (
     MARKS_ENV,
     build_agent,
     build_store,
+    file_lines,
     script,
     sim_config,
     spawn,
     tool_reply,
-    wait_for_file_lines,
 )
 
 from raygent.errors import RunNotFoundError
@@ -121,7 +121,7 @@ async def test_a_run_killed_inside_a_slow_tool_runs_that_tool_again_once(
     async with serve(script(tool_reply("step", 1), tool_reply("slow_step", 2), FINAL)) as sim:
         config = sim_config(sim, "openai", store_spec, run_id=run_id, input="Two steps.")
         child = spawn(config, tmp_path)
-        started = wait_for_file_lines(tmp_path / "starts", 1, timeout=60)
+        started = await file_lines(tmp_path / "starts", 1)
         kill(child)
         (tmp_path / "release").write_text("go")
         monkeypatch.setenv(MARKS_ENV, str(tmp_path))
@@ -159,8 +159,8 @@ async def test_two_processes_resuming_one_run_one_wins_the_other_conflicts(
             spawn({**config, "mode": "resume", "name": name, "barrier": str(tmp_path)}, tmp_path)
             for name in ("a", "b")
         ]
-        wait_for_file_lines(tmp_path / "ready-a", 1, timeout=60)
-        wait_for_file_lines(tmp_path / "ready-b", 1, timeout=60)
+        await file_lines(tmp_path / "ready-a", 1)
+        await file_lines(tmp_path / "ready-b", 1)
         (tmp_path / "go").write_text("go")
         outputs = [json.loads(p.communicate(timeout=60)[0].splitlines()[-1]) for p in resumers]
     statuses = sorted((o["status"], o["error"]) for o in outputs)

@@ -1,0 +1,80 @@
+"""Durable batch items: each item's run has an id made from its key, so that a retry,
+a runner that died, or a driver resumed from its sink continues the item's run from
+its last settled step instead of from scratch.
+
+An attempt resumes the item's run when it is stored (a completed one gives its result
+again, one awaiting approval takes the item's decisions from `approvals`), and starts
+it under that id otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..abort import AbortSignal
+from ..errors import RunNotFoundError
+from ..usage import Usage
+
+__all__ = ["BATCH_RUNS", "DurableItems", "attempt_usage", "durable_items"]
+
+
+@dataclass(frozen=True)
+class DurableItems:
+    """How a batch names its items' runs, and the decisions for those awaiting approval
+    (item key -> {call_id: Approve() | Deny(reason)})."""
+
+    namespace: str
+    approvals: Mapping[Any, Mapping[str, Any]] | None = None
+
+    def run_id(self, key: Any) -> str:
+        # repr tells 1 from "1"; a key is a str, an int or a field value read back alike.
+        digest = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+        return f"batch-{self.namespace}-{digest}"
+
+    async def attempt(
+        self, executable: Any, key: Any, input: Any, options: dict[str, Any], signal: AbortSignal
+    ) -> Any:
+        run_id = self.run_id(key)
+        decisions = (self.approvals or {}).get(key)
+        resumed = await executable.resume(run_id, approvals=decisions, **options, signal=signal)
+        if not isinstance(resumed.error, RunNotFoundError):
+            return resumed
+        return await executable.execute(input, **options, run_id=run_id, signal=signal)
+
+
+# The run option that carries a batch's DurableItems to each attempt (popped there).
+BATCH_RUNS = "durable_batch"
+
+
+def durable_items(
+    sink: str | os.PathLike[str] | None, approvals: Mapping[Any, Mapping[str, Any]] | None
+) -> DurableItems:
+    """The batch's naming: by its sink (a resumed batch finds its runs again), else new."""
+    if sink is not None:
+        namespace = hashlib.sha256(os.path.abspath(sink).encode()).hexdigest()[:12]
+    else:
+        namespace = uuid.uuid4().hex[:12]
+    return DurableItems(namespace, approvals)
+
+
+def attempt_usage(result: Any) -> Usage:
+    """What this attempt added: a resumed run's usage includes its earlier attempts'
+    (which the batch counted already), so only the trips from the resume on count."""
+    report: Any = getattr(result, "report", None)
+    resumes = getattr(report, "resumes", None)
+    if not resumes:
+        return result.usage if isinstance(getattr(result, "usage", None), Usage) else Usage()
+    last = resumes[-1]
+    if last.already_resolved:
+        return Usage()
+    start = last.from_trip
+    own = sum((t.usage for t in report.trips if t.index >= start), Usage())
+    children = (
+        c.child.total_usage() for c in report.tool_calls if c.child and c.trip_index >= start
+    )
+    return own + sum(children, Usage())
