@@ -33,6 +33,7 @@ _STYLE = """<style>
 .rg .st{display:inline-block;padding:0 6px;border-radius:8px;color:#fff;font-size:11px}
 .rg .completed,.rg .passed{background:#2e7d32}.rg .failed{background:#c62828}
 .rg .cancelled{background:#757575}.rg .incomplete{background:#ef6c00}
+.rg .awaiting_approval{background:#1565c0}
 .rg .meta{color:#666}.rg .err{color:#c62828;white-space:pre-wrap}
 .rg .out{white-space:pre-wrap;background:#f6f6f6;padding:4px 6px;margin:4px 0}
 .rg .track{position:relative;height:12px;min-width:240px;background:#f3f3f3}
@@ -59,6 +60,8 @@ def batch_html(result: BatchResult) -> str:
         f"{_badge('failed', f'{report.failed} failed')} "
         f"{_badge('cancelled', f'{report.cancelled} cancelled')}"
     )
+    if report.awaiting_approval:
+        counts += f" {_badge('awaiting_approval', f'{report.awaiting_approval} awaiting approval')}"
     latency = f"p50 {_secs(report.latency_p50)} · p95 {_secs(report.latency_p95)}"
     head = (
         f"<div><b>batch</b> · {report.total} items {counts}</div>"
@@ -141,6 +144,25 @@ def _run_body(report: AgentReport, usage: Usage, text: str) -> str:
         parts.append(f'<div class="err">{_esc(code)}: {_esc(message)}</div>')
     if text:
         parts.append(f'<div class="out">{_esc(_clip(text, 2000))}</div>')
+    if report.pending:
+        calls = "".join(
+            f"<tr><td>{_esc(p.call_id)}</td><td>{_esc(p.tool)}</td>"
+            f"<td>{_esc(_clip(p.arguments))}</td></tr>"
+            for p in report.pending
+        )
+        parts.append(
+            "<div><b>awaiting approval</b></div>"
+            f"<table><tr><th>call</th><th>tool</th><th>arguments</th></tr>{calls}</table>"
+        )
+    if report.resumes:
+        resumed = "; ".join(
+            f"from trip {r.from_trip}"
+            + (f", re-ran {', '.join(r.reran_calls)}" if r.reran_calls else "")
+            + (" (forced)" if r.forced else "")
+            + (" (already resolved)" if r.already_resolved else "")
+            for r in report.resumes
+        )
+        parts.append(f'<div class="meta">resumed: {_esc(resumed)}</div>')
     parts.append(_timeline(report))
     return "".join(parts)
 
@@ -216,8 +238,9 @@ def _clip(value: Any, limit: int = _CLIP) -> str:
 
 
 def _badge(kind: str, label: str) -> str:
-    known = kind if kind in {"completed", "failed", "cancelled", "incomplete", "passed"} else ""
-    return f'<span class="st {known}">{_esc(label)}</span>'
+    known = {"completed", "failed", "cancelled", "incomplete", "passed", "awaiting_approval"}
+    known_kind = kind if kind in known else ""
+    return f'<span class="st {known_kind}">{_esc(label)}</span>'
 
 
 def _bar(left: float, width: float, kind: str) -> str:

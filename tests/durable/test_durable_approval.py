@@ -247,3 +247,23 @@ async def test_a_bad_decision_is_a_typed_failure_that_changes_nothing(tmp_path: 
         after = await store.load_run(Scope(paused.run_id))
     assert bad.status == "failed" and isinstance(bad.error, InvalidOptionsError)
     assert before == after and executions(sent) == []
+
+
+async def test_a_paused_run_shows_its_pending_calls_and_resume_sync_continues_it(
+    tmp_path: Path,
+) -> None:
+    sent = ledger(tmp_path)
+    async with serve(SCRIPT) as sim:
+        bot = raygent.agent(
+            model=model("openai", sim), tools=make_tools(sent), durable=Durable(InMemoryStore())
+        )
+        paused = await bot.execute("Message ann and bob.")
+        view = paused._repr_html_()
+        decisions = {p.call_id: Approve() for p in paused.pending}
+        # From sync code inside this running loop: a helper thread runs it.
+        done = bot.resume_sync(paused.run_id, approvals=decisions)
+        done_view = done._repr_html_()
+    assert "awaiting approval" in view and "awaiting_approval" in view
+    assert all(p.call_id in view and "send" in view for p in paused.pending)
+    assert done.ok, done.error
+    assert "awaiting approval" not in done_view and "resumed: from trip 1" in done_view
