@@ -9,6 +9,7 @@ from typing_extensions import Unpack
 
 from .._sync import run_sync
 from ..errors import AgentCancelledError, InvalidOptionsError, PromptError, RaygentError
+from ..memory._hold import SessionHold
 from ..memory._save import RunSaver, default_memory, scope_of
 from ..messages import Message
 from ..observe.events import Event
@@ -172,6 +173,7 @@ class DurableRuns:
             memory = self.memory or default_memory()
             session = scope_of(header.session_id, header.user_id, header.metadata)
             await memory.store.record_error(session, run, error, restored.new_messages)
+            await SessionHold(memory.store, session, run).release()
         result = already_resolved(state, outcome)
         result.report.resumes.pop()  # abandoning is not a resume
         return result

@@ -199,6 +199,8 @@ class Journal:
         )
         self.epoch = await self.durable.store.start_run(self.scope, _json(header))
         self.caught_up(run)
+        if run.saver is not None:
+            await run.saver.hold.take()  # the session waits for this run until it ends
 
     async def settled(self, run: RunState, progress: Progress) -> None:
         """A step is done and the run trips next."""

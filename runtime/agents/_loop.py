@@ -284,6 +284,11 @@ def _result(
 
 
 async def _finish(run: RunState, result: AgentResult, status: RunStatus) -> None:
+    if run.journal is not None and run.saver is not None and status != "awaiting_approval":
+        # The durable run has ended: its session no longer keeps its place for it. (A
+        # failing release leaves a hold that its resume or `abandon` releases.)
+        with contextlib.suppress(Exception):
+            await run.saver.hold.release()
     report = run.report
     report.status = status
     report.ended_at = now()

@@ -169,6 +169,7 @@ async def resume_state(
             # and its fence, and the last hand-over is made again (stores skip a batch
             # they hold already).
             await run.saver.open(run.signal)
+            await run.saver.hold.take()
             await _replay(run, run.saver, state.mark)
         if pending.kind != "trip":
             await tool_step(

@@ -25,6 +25,7 @@ from ..abort import AbortSignal, abortable
 from ..errors import RaygentError
 from ..messages import Message
 from ..redaction import logger as redacting_logger
+from ._hold import SessionHold
 from ._sessions import SessionLease, SessionPersistence
 
 if TYPE_CHECKING:
@@ -73,16 +74,23 @@ class RunSaver:
         # A run's appends are numbered (the store's idempotency key is run and turn); a
         # retry of a run numbers its own after its earlier attempts' (`first_turn`).
         self._turn = first_turn
+        self.hold = SessionHold(memory.store, scope, run_id)
 
     async def open(self, signal: AbortSignal | None = None) -> list[Message]:
-        """Wait for this session's earlier runs (an abort of `signal` ends the wait with
-        AbortedError); return the stored history."""
-        acquiring = self._persistence.acquire(self.memory, self.scope, self.run_id)
-        try:
-            self._lease = await abortable(acquiring, signal)
-        finally:
-            acquiring.close()  # not awaited at all when the signal had fired already
-        return list(self._lease.history)
+        """Wait for this session's earlier runs, and for a durable run that holds the
+        session (an abort of `signal` ends the wait with AbortedError); return the
+        stored history."""
+        while True:
+            acquiring = self._persistence.acquire(self.memory, self.scope, self.run_id)
+            try:
+                self._lease = await abortable(acquiring, signal)
+            finally:
+                acquiring.close()  # not awaited at all when the signal had fired already
+            if await self.hold.holder() is None:
+                return list(self._lease.history)
+            # A durable run that has not ended holds the session: let it through first.
+            await self.close()
+            await self.hold.wait(signal)
 
     async def accepted(self, messages: Sequence[Message]) -> None:
         """The run's input, before the first model trip."""
