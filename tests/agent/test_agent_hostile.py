@@ -58,8 +58,9 @@ async def test_twenty_calls_in_one_trip_run_at_once_and_answer_in_order(tmp_path
         # Each call finishes after the one behind it: the last asked finishes first.
         if n + 1 < count:
             await marks.wait(f"finished-{n + 1}")
-        marks.add(f"finished-{n}")
+        # Its place in the order first: the call behind it goes on once it is finished.
         marks.add("order", str(n))
+        marks.add(f"finished-{n}")
         return f"echo {n}"
 
     calls = [call("slow_echo", {"n": n}, call_id=f"c{n:02}") for n in range(count)]
