@@ -10,6 +10,7 @@ it over again. Payloads are pydantic JSON; the store sees opaque bytes.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -42,6 +43,9 @@ __all__ = [
 ]
 
 FORMAT = 1
+# How long a tool round runs before its reply is written on its own (a quicker round is
+# written once, reply and results together: one write per trip instead of two).
+REPLY_WRITE_DELAY = 0.05
 
 
 class Signature(BaseModel):
@@ -206,7 +210,7 @@ class Journal:
         """A step is done and the run trips next."""
         await self._write(run, progress, PendingStep(), mark(run, "turn"))
 
-    async def reply(
+    def reply(
         self,
         run: RunState,
         progress: Progress,
@@ -214,8 +218,10 @@ class Journal:
         calls: list[ToolCall],
         after: list[Message],
         denied: dict[str, str],
-    ) -> None:
-        """A reply is in and its tool round is about to run."""
+    ) -> ReplyWrite:
+        """A reply is in and its tool round is about to run. Written once the round has
+        run for `REPLY_WRITE_DELAY` (a crash after that keeps the reply: its calls run
+        again on resume); a quicker round is written once, with its results."""
         ids = {c.call_id for c in calls}
         decided = {k: v for k, v in run.approvals.items() if k in ids}
         pending = PendingStep(
@@ -226,7 +232,7 @@ class Journal:
             denied=denied,
             decisions=encode_decisions(decided),
         )
-        await self._write(run, progress, pending, None)
+        return ReplyWrite(self, *self._entry(run, progress, pending, None))
 
     async def awaiting(
         self,
@@ -257,28 +263,24 @@ class Journal:
             self.scope, self.epoch, _json(outcome), drop_entries=self.durable.delete_on_complete
         )
 
-    def caught_up(self, run: RunState) -> None:
-        """Everything the run holds now is written (after start, or after a resume)."""
-        report = run.report
-        self._new = len(run.new_messages)
-        self._trips = len(report.trips)
-        self._tools = len(report.tool_calls)
-        self._compactions = len(report.compactions)
-        self._resumes = len(report.resumes)
-        self._applied = _applied(run)
-
     async def _write(
         self, run: RunState, progress: Progress, pending: PendingStep, saver: SaverMark | None
     ) -> None:
-        report = run.report
+        await self.store_entry(*self._entry(run, progress, pending, saver))
+
+    def _entry(
+        self, run: RunState, progress: Progress, pending: PendingStep, saver: SaverMark | None
+    ) -> tuple[Entry, Covered]:
+        """What changed since the last entry, as of now (copied: it may be written later)."""
+        report, covered = run.report, covered_by(run)
         entry = Entry(
-            trips=report.trips[self._trips :],
-            tool_calls=report.tool_calls[self._tools :],
-            compactions=report.compactions[self._compactions :],
-            resumes=report.resumes[self._resumes :],
+            trips=report.trips[self._trips : covered.trips],
+            tool_calls=report.tool_calls[self._tools : covered.tools],
+            compactions=report.compactions[self._compactions : covered.compactions],
+            resumes=report.resumes[self._resumes : covered.resumes],
             usage=run.usage,
             progress=ProgressState(
-                segments=progress.segments,
+                segments=list(progress.segments),
                 continuations=progress.continuations,
                 repairs=progress.repairs,
                 purpose=progress.purpose,
@@ -286,17 +288,78 @@ class Journal:
             pending=pending,
             saver=saver,
         )
-        if _applied(run) != self._applied:
+        if covered.applied != self._applied:
             # A compaction rewrote the conversation: write it whole, once.
             at = {id(m): k for k, m in enumerate(run.messages)}
-            entry.conversation = run.messages
+            entry.conversation = list(run.messages)
             entry.new_index = [at.get(id(m), -1) for m in run.new_messages]
             entry.new_extra = [m for m in run.new_messages if id(m) not in at]
         else:
-            entry.added = run.new_messages[self._new :]
+            entry.added = run.new_messages[self._new : covered.new]
+        return entry, covered
+
+    async def store_entry(self, entry: Entry, covered: Covered) -> None:
         await self.durable.store.append_run(self.scope, self.epoch, self.seq, _json(entry))
         self.seq += 1
-        self.caught_up(run)
+        self._cover(covered)
+
+    def caught_up(self, run: RunState) -> None:
+        """Everything the run holds now is written (after start, or after a resume)."""
+        self._cover(covered_by(run))
+
+    def _cover(self, covered: Covered) -> None:
+        self._new, self._trips, self._tools = covered.new, covered.trips, covered.tools
+        self._compactions, self._resumes = covered.compactions, covered.resumes
+        self._applied = covered.applied
+
+
+@dataclass(frozen=True)
+class Covered:
+    """How much of a run an entry covers."""
+
+    new: int
+    trips: int
+    tools: int
+    compactions: int
+    resumes: int
+    applied: int
+
+
+def covered_by(run: RunState) -> Covered:
+    report = run.report
+    return Covered(
+        new=len(run.new_messages),
+        trips=len(report.trips),
+        tools=len(report.tool_calls),
+        compactions=len(report.compactions),
+        resumes=len(report.resumes),
+        applied=_applied(run),
+    )
+
+
+class ReplyWrite:
+    """The entry of a reply whose tool round is running, written after a delay unless
+    the round ends first (then the round's own entry covers the reply too)."""
+
+    def __init__(self, journal: Journal, entry: Entry, covered: Covered) -> None:
+        self._journal, self._entry, self._covered = journal, entry, covered
+        self._task: asyncio.Future[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(REPLY_WRITE_DELAY, self._start)
+
+    def _start(self) -> None:
+        self._task = asyncio.ensure_future(self._journal.store_entry(self._entry, self._covered))
+        # A run that failed meanwhile does not wait for it: its error is not lost either.
+        self._task.add_done_callback(lambda t: t.cancelled() or t.exception())
+
+    async def done(self) -> None:
+        """The round is done: wait for the write if it started, else drop it."""
+        self._timer.cancel()
+        if self._task is not None:
+            await self._task
+
+    def cancel(self) -> None:
+        """The round failed: no write starts now (one already started goes on)."""
+        self._timer.cancel()
 
 
 def mark(run: RunState, kind: Literal["accepted", "turn"]) -> SaverMark | None:

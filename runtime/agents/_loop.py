@@ -204,12 +204,20 @@ async def tool_step(
         if run.journal is not None:
             await run.journal.awaiting(run, progress, trip_index, calls, after)
         raise AwaitingApproval(run.report.pending)
+    write = None
     if run.journal is not None:
-        await run.journal.reply(run, progress, trip_index, calls, after, denied)
+        write = run.journal.reply(run, progress, trip_index, calls, after, denied)
     if reran:
         resume = run.report.resumes[-1]
         resume.reran_calls = [c.call_id for c in calls if c.call_id not in denied]
-    await run_tool_round(run, trip_index, calls, denied)
+    try:
+        await run_tool_round(run, trip_index, calls, denied)
+    except BaseException:
+        if write is not None:
+            write.cancel()
+        raise
+    if write is not None:
+        await write.done()
 
 
 async def _pause(run: RunState, progress: Progress, pause: AwaitingApproval) -> AgentResult:

@@ -139,3 +139,19 @@ async def file_lines(path: Path, lines: int, timeout: float = 60.0) -> list[str]
     import asyncio
 
     return await asyncio.to_thread(wait_for_file_lines, path, lines, timeout)
+
+
+async def entries_written(store: Any, run_id: str, count: int, timeout: float = 60.0) -> None:
+    """Bounded wait until the durable run has `count` entries in the store."""
+    import asyncio
+
+    from raygent.stores import Scope
+
+    deadline = time.monotonic() + timeout
+    while True:
+        record = await store.load_run(Scope(run_id))
+        if record is not None and len(record.entries) >= count:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"run {run_id} did not reach {count} entries in {timeout}s")
+        await asyncio.sleep(0.02)

@@ -18,6 +18,7 @@ from durable_support import (
     MARKS_ENV,
     build_agent,
     build_store,
+    entries_written,
     file_lines,
     script,
     sim_config,
@@ -122,6 +123,8 @@ async def test_a_run_killed_inside_a_slow_tool_runs_that_tool_again_once(
         config = sim_config(sim, "openai", store_spec, run_id=run_id, input="Two steps.")
         child = spawn(config, tmp_path)
         started = await file_lines(tmp_path / "starts", 1)
+        # Trip 1 settled, and trip 2's reply written: its round has run a while.
+        await entries_written(build_store(store_spec), run_id, 2)
         kill(child)
         (tmp_path / "release").write_text("go")
         monkeypatch.setenv(MARKS_ENV, str(tmp_path))

@@ -124,6 +124,6 @@ async def test_a_completed_run_keeps_its_outcome(delete_on_complete: bool, tmp_p
         record = await store.load_run(Scope(result.run_id))
         again = await bot.resume(result.run_id)
     assert result.ok and record is not None and record.outcome is not None
-    # Two entries (the reply with its call, the round done), dropped once completed.
-    assert len(record.entries) == (0 if delete_on_complete else 2)
+    # One entry (a quick round is written with its reply), dropped once completed.
+    assert len(record.entries) == (0 if delete_on_complete else 1)
     assert again.text == result.text and again.usage == result.usage
