@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -173,6 +174,7 @@ async def run(args: argparse.Namespace, base: str) -> None:
         if keys:
             await client.delete(*keys)
         await client.aclose()
+        shutil.rmtree(folder, ignore_errors=True)
     print("\nreproduce: python benchmarks/bench_durable.py " + " ".join(sys.argv[1:]))
 
 
