@@ -4,8 +4,9 @@ the size of what it writes.
 1. CPU per trip. One agent run of `--trips` tool trips and a final answer, run plain and
    durable on SQLiteStore (a temp file), RedisStore (127.0.0.1:6379, a fresh prefix,
    removed afterwards) and InMemoryStore, with `delete_on_complete=True` (the default).
-   A durable run writes a header, two entries per tool trip (the reply with its calls,
-   then the finished round) and an outcome. The simulator runs in its own process at
+   A durable run writes a header, one entry per tool trip (a round quicker than 50 ms is
+   written once, its reply and results together; a slower one writes its reply first)
+   and an outcome. The simulator runs in its own process at
    zero latency, so the client process's CPU (`time.process_time`, every thread: the
    SQLite worker thread counts) is what raygent costs; Redis's own CPU is not counted.
    Cases are interleaved over `--rounds`; the median round is reported, per trip and as
@@ -112,8 +113,8 @@ async def cpu_ratios(args: argparse.Namespace, model: OpenAIModel, stores: dict[
         spread = " ".join(f"{v / trips / base:.2f}" for v in sorted(rounds[name]))
         extra = median[name] - base
         print(f"{name:28} {median[name]:12.0f} {extra:9.0f} {median[name] / base:8.2f}   {spread}")
-    writes = 2 * args.trips + 2
-    print(f"(a durable run here writes {writes} times: header, 2 per tool trip, outcome)")
+    writes = args.trips + 2
+    print(f"(a durable run here writes {writes} times: header, 1 per tool trip, outcome)")
 
 
 async def snapshot_size(args: argparse.Namespace, model: OpenAIModel, store: Any) -> None:
@@ -131,11 +132,11 @@ async def snapshot_size(args: argparse.Namespace, model: OpenAIModel, store: Any
     record = await store.load_run(Scope(run_id))
     assert record is not None and record.outcome is not None
     entries = record.entries
-    assert len(entries) == 2 * n, len(entries)  # a reply and a finished round per tool trip
-    # Every tool trip's entries carry only what it added: its reply, its tool result.
+    assert len(entries) == n, len(entries)  # one per (quick) tool trip
+    # Every tool trip's entry carries only what it added: its reply, its tool result.
     decoded = [json.loads(e) for e in entries]
-    assert [len(e["added"]) for e in decoded] == [1, 1] * n
-    per_trip = [len(entries[2 * k]) + len(entries[2 * k + 1]) for k in range(n)]
+    assert [len(e["added"]) for e in decoded] == [2] * n
+    per_trip = [len(entry) for entry in entries]
     # What rewriting the whole conversation at each of those steps would write instead.
     grown = list(itertools.accumulate(len(json.dumps(e["added"])) for e in decoded))
     conversation = len(json.dumps(json.loads(record.header)["messages"])) + grown[-1]
