@@ -22,7 +22,7 @@ from typing import Any, Literal
 import psycopg
 
 from . import _postgres_sql as sql
-from ._base import COMPACTED_TURN, MAX_BATCH_IDS, MAX_ERRORS, BaseStore, Clock, check_messages
+from ._base import COMPACTED_TURN, MAX_ERRORS, BaseStore, Clock, check_messages
 from ._base import conflict as position_conflict
 from ._codec import (
     check_ref,
@@ -50,7 +50,6 @@ __all__ = ["PostgresStore"]
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _PRUNE_CHUNK = 500  # conversations per prune statement: keeps row locks short
-_TRIM_EVERY = 32  # batch ids are trimmed every 32 revisions, as SQLite does
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
@@ -179,7 +178,8 @@ class PostgresStore(RunsMixin, BaseStore):
     async def list_conversations(
         self, limit: int = 100, user_id: str | None = None
     ) -> list[ConversationInfo]:
-        rows = await self._fetch(None, "LIST", (self._since(), user_id, user_id, limit))
+        params = {"since": self._since(), "user": user_id, "limit": limit}
+        rows = await self._fetch(None, "LIST", params)
         return [_info(row) for row in rows]
 
     async def get_conversation(self, ref: str) -> list[StoredMessage]:
@@ -213,8 +213,6 @@ class PostgresStore(RunsMixin, BaseStore):
             run_id,
             turn,
             batch.payloads,
-            MAX_BATCH_IDS,
-            _TRIM_EVERY,
         )
         [(result,)] = await self._fetch(batch.ref, "APPEND", params)
         code, position = result
