@@ -106,11 +106,12 @@ BEGIN
   END IF;
 END $$;
 
--- -> {{0, first}} written | {{1, first}} duplicate | {{2, length}} position conflict
+-- -> first * 4 + 0 written | first * 4 + 1 duplicate | length * 4 + 2 position conflict
+-- (one bigint: cheaper to send and parse than an array, on the hot path)
 CREATE FUNCTION {s}.append(
     p_ref text, p_session text, p_user text, p_meta text, p_now float8, p_since float8,
     p_batch bytea, p_expected bigint, p_run text, p_turn bigint, p_payloads bytea[]
-) RETURNS bigint[] LANGUAGE plpgsql AS $$
+) RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
   rev bigint; len bigint; at float8; first bigint; created boolean := false;
   n bigint := cardinality(p_payloads);
@@ -144,11 +145,11 @@ BEGIN
     ELSE
       SELECT b.first_position INTO first FROM {s}.batches b
         WHERE b.ref = p_ref AND b.batch_id = p_batch;
-      IF FOUND THEN RETURN ARRAY[1, first]; END IF;
+      IF FOUND THEN RETURN first * 4 + 1; END IF;
     END IF;
     IF p_expected IS NOT NULL AND p_expected <> len THEN
       IF created THEN DELETE FROM {s}.conversations c WHERE c.ref = p_ref; END IF;
-      RETURN ARRAY[2, len];
+      RETURN len * 4 + 2;
     END IF;
     rev := rev + 1;
     first := len;
@@ -164,7 +165,7 @@ BEGIN
     UPDATE {s}.conversations c SET revision = rev - 1, length = first WHERE c.ref = p_ref;
     SELECT b.first_position INTO first FROM {s}.batches b
       WHERE b.ref = p_ref AND b.batch_id = p_batch;
-    RETURN ARRAY[1, first];
+    RETURN first * 4 + 1;
   END IF;
   INSERT INTO {s}.messages
     SELECT p_ref, first + t.o - 1, p_run, p_turn, p_now, t.p
@@ -172,7 +173,7 @@ BEGIN
   IF rev % {trim_every} = 0 THEN
     DELETE FROM {s}.batches b WHERE b.ref = p_ref AND b.seq <= rev - {keep};
   END IF;
-  RETURN ARRAY[0, first];
+  RETURN first * 4;
 END $$;
 
 CREATE FUNCTION {s}.record_error(

@@ -123,8 +123,8 @@ class PostgresStore(RunsMixin, BaseStore):
             return await self._pools.get()
 
     async def _fetch(self, ref: str | None, query: str, params: Any) -> list[tuple[Any, ...]]:
-        pool = await self._pool()
         with translated(ref, self._password):
+            pool = await self._pools.get()
             async with pool.connection() as conn:
                 cursor = await conn.execute(self._q[query], params)
                 return await cursor.fetchall()
@@ -194,7 +194,7 @@ class PostgresStore(RunsMixin, BaseStore):
     # -- writes --------------------------------------------------------------------
 
     def _scope_args(self, ref: str, scope: Scope, now: float) -> tuple[Any, ...]:
-        metadata = json.dumps(dict(scope.metadata), sort_keys=True)
+        metadata = json.dumps(dict(scope.metadata), sort_keys=True) if scope.metadata else "{}"
         return (ref, scope.session_id, scope.user_id, metadata, now, self._live_since(now))
 
     async def append(
@@ -215,7 +215,7 @@ class PostgresStore(RunsMixin, BaseStore):
             batch.payloads,
         )
         [(result,)] = await self._fetch(batch.ref, "APPEND", params)
-        code, position = result
+        code, position = result & 3, result >> 2
         if code == 2:
             raise position_conflict(batch.ref, expected_position or 0, int(position))
         return AppendResult(int(position), len(batch.payloads), duplicate=code == 1)
