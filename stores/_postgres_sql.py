@@ -4,11 +4,20 @@ Every write is one call of a PL/pgSQL function (one round trip, one transaction)
 conversation's row is locked (`FOR UPDATE`), the position, idempotency and revision
 checks run under that lock, and the primary key (ref, position) refuses any fork a bug
 might still attempt. `{s}` is the store's schema (a checked identifier, quoted).
+
+An append is the hot path, so it costs few index updates: the conversation's row is
+updated in place (HOT: `fillfactor` leaves room, and no index covers a column that every
+append changes: `touched`, the indexed write time, moves in 64 s steps), and `append`
+usually runs three statements: a conditional UPDATE that takes the row lock and checks
+position, liveness and the batch id at once, then the two INSERTs.
 """
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+from ._base import MAX_BATCH_IDS
+
+SCHEMA_VERSION = 1  # the schema never shipped before this layout: still version 1
+TRIM_EVERY = 32  # batch ids are trimmed every 32 revisions, as SQLite does
 
 # Serialises schema creation across processes (CREATE ... IF NOT EXISTS races otherwise).
 LOCK = "SELECT pg_advisory_xact_lock(hashtext('raygent-schema:' || %s))"
@@ -27,9 +36,10 @@ CREATE TABLE {s}.conversations (
     metadata text NOT NULL,
     revision bigint NOT NULL,
     length bigint NOT NULL,
-    updated_at float8 NOT NULL
-);
-CREATE INDEX conversations_updated ON {s}.conversations (updated_at);
+    updated_at float8 NOT NULL,
+    touched float8 NOT NULL  -- floor(updated_at / 64): indexed for list and prune
+) WITH (fillfactor = 50);
+CREATE INDEX conversations_touched ON {s}.conversations (touched);
 CREATE TABLE {s}.messages (
     ref text NOT NULL,
     position bigint NOT NULL,
@@ -80,7 +90,8 @@ BEGIN
   SELECT c.revision, c.length, c.updated_at INTO rev, len, at
     FROM {s}.conversations c WHERE c.ref = p_ref FOR UPDATE;
   IF NOT FOUND THEN
-    INSERT INTO {s}.conversations VALUES (p_ref, p_session, p_user, p_meta, 0, 0, p_now)
+    INSERT INTO {s}.conversations
+      VALUES (p_ref, p_session, p_user, p_meta, 0, 0, p_now, floor(p_now / 64))
       ON CONFLICT (ref) DO NOTHING;
     created := FOUND;
     SELECT c.revision, c.length, c.updated_at INTO rev, len, at
@@ -95,34 +106,74 @@ BEGIN
   END IF;
 END $$;
 
--- -> {{0, first}} written | {{1, first}} duplicate | {{2, length}} position conflict
+-- -> first * 4 + 0 written | first * 4 + 1 duplicate | length * 4 + 2 position conflict
+-- (one bigint: cheaper to send and parse than an array, on the hot path)
 CREATE FUNCTION {s}.append(
     p_ref text, p_session text, p_user text, p_meta text, p_now float8, p_since float8,
-    p_batch bytea, p_expected bigint, p_run text, p_turn bigint, p_payloads bytea[],
-    p_keep bigint, p_trim_every bigint
-) RETURNS bigint[] LANGUAGE plpgsql AS $$
-DECLARE cur record; first bigint;
+    p_batch bytea, p_expected bigint, p_run text, p_turn bigint, p_payloads bytea[]
+) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  rev bigint; len bigint; at float8; first bigint; created boolean := false;
+  n bigint := cardinality(p_payloads);
 BEGIN
-  SELECT * INTO cur FROM {s}.lock_conversation(p_ref, p_session, p_user, p_meta, p_now, p_since);
-  SELECT b.first_position INTO first FROM {s}.batches b
-    WHERE b.ref = p_ref AND b.batch_id = p_batch;
-  IF FOUND THEN RETURN ARRAY[1, first]; END IF;
-  IF p_expected IS NOT NULL AND p_expected <> cur.len THEN
-    IF cur.created THEN DELETE FROM {s}.conversations c WHERE c.ref = p_ref; END IF;
-    RETURN ARRAY[2, cur.len];
+  -- The common case in one statement, which also takes the row lock: a live
+  -- conversation, at the expected position, and a batch not seen before.
+  UPDATE {s}.conversations c SET session_id = p_session, user_id = p_user,
+    metadata = p_meta, revision = c.revision + 1, length = c.length + n,
+    updated_at = p_now, touched = floor(p_now / 64)
+    WHERE c.ref = p_ref AND c.updated_at >= p_since
+      AND (p_expected IS NULL OR c.length = p_expected)
+      AND NOT EXISTS (SELECT 1 FROM {s}.batches b WHERE b.ref = p_ref AND b.batch_id = p_batch)
+    RETURNING c.revision, c.length - n INTO rev, first;
+  IF NOT FOUND THEN  -- absent, expired, a duplicate or a conflict: decided under the lock
+    SELECT c.revision, c.length, c.updated_at INTO rev, len, at
+      FROM {s}.conversations c WHERE c.ref = p_ref FOR UPDATE;
+    IF NOT FOUND THEN
+      INSERT INTO {s}.conversations
+        VALUES (p_ref, p_session, p_user, p_meta, 0, 0, p_now, floor(p_now / 64))
+        ON CONFLICT (ref) DO NOTHING;
+      created := FOUND;
+      SELECT c.revision, c.length, c.updated_at INTO rev, len, at
+        FROM {s}.conversations c WHERE c.ref = p_ref FOR UPDATE;
+    END IF;
+    IF at < p_since THEN  -- expired: a write after expiry starts a fresh conversation
+      DELETE FROM {s}.messages m WHERE m.ref = p_ref;
+      DELETE FROM {s}.batches b WHERE b.ref = p_ref;
+      DELETE FROM {s}.errors e WHERE e.ref = p_ref;
+      rev := 0;
+      len := 0;
+    ELSE
+      SELECT b.first_position INTO first FROM {s}.batches b
+        WHERE b.ref = p_ref AND b.batch_id = p_batch;
+      IF FOUND THEN RETURN first * 4 + 1; END IF;
+    END IF;
+    IF p_expected IS NOT NULL AND p_expected <> len THEN
+      IF created THEN DELETE FROM {s}.conversations c WHERE c.ref = p_ref; END IF;
+      RETURN len * 4 + 2;
+    END IF;
+    rev := rev + 1;
+    first := len;
+    UPDATE {s}.conversations c SET session_id = p_session, user_id = p_user,
+      metadata = p_meta, revision = rev, length = len + n,
+      updated_at = p_now, touched = floor(p_now / 64)
+      WHERE c.ref = p_ref;
+  END IF;
+  INSERT INTO {s}.batches VALUES (p_ref, p_batch, first, rev) ON CONFLICT DO NOTHING;
+  IF NOT FOUND THEN
+    -- The same batch committed while the UPDATE above waited for the row lock (its
+    -- NOT EXISTS saw the older snapshot): undo the counters, report the duplicate.
+    UPDATE {s}.conversations c SET revision = rev - 1, length = first WHERE c.ref = p_ref;
+    SELECT b.first_position INTO first FROM {s}.batches b
+      WHERE b.ref = p_ref AND b.batch_id = p_batch;
+    RETURN first * 4 + 1;
   END IF;
   INSERT INTO {s}.messages
-    SELECT p_ref, cur.len + t.o - 1, p_run, p_turn, p_now, t.p
+    SELECT p_ref, first + t.o - 1, p_run, p_turn, p_now, t.p
     FROM unnest(p_payloads) WITH ORDINALITY AS t(p, o);
-  INSERT INTO {s}.batches VALUES (p_ref, p_batch, cur.len, cur.rev + 1);
-  IF (cur.rev + 1) % p_trim_every = 0 THEN
-    DELETE FROM {s}.batches b WHERE b.ref = p_ref AND b.seq <= cur.rev + 1 - p_keep;
+  IF rev % {trim_every} = 0 THEN
+    DELETE FROM {s}.batches b WHERE b.ref = p_ref AND b.seq <= rev - {keep};
   END IF;
-  UPDATE {s}.conversations c SET session_id = p_session, user_id = p_user,
-    metadata = p_meta, revision = cur.rev + 1,
-    length = cur.len + cardinality(p_payloads), updated_at = p_now
-    WHERE c.ref = p_ref;
-  RETURN ARRAY[0, cur.len];
+  RETURN first * 4;
 END $$;
 
 CREATE FUNCTION {s}.record_error(
@@ -137,7 +188,8 @@ BEGIN
     SELECT x.id FROM {s}.errors x WHERE x.ref = p_ref ORDER BY x.id DESC
     LIMIT 1 OFFSET p_cap);
   UPDATE {s}.conversations c SET session_id = p_session, user_id = p_user,
-    metadata = p_meta, revision = cur.rev, length = cur.len, updated_at = p_now
+    metadata = p_meta, revision = cur.rev, length = cur.len, updated_at = p_now,
+    touched = floor(p_now / 64)
     WHERE c.ref = p_ref;
 END $$;
 
@@ -163,17 +215,17 @@ BEGIN
   UPDATE {s}.batches b SET first_position = CASE WHEN b.first_position >= p_count
     THEN b.first_position + delta ELSE 0 END WHERE b.ref = p_ref;
   UPDATE {s}.conversations c SET session_id = p_session, user_id = p_user,
-    metadata = p_meta, revision = cur.rev + 1, length = cur.len + delta, updated_at = p_now
+    metadata = p_meta, revision = cur.rev + 1, length = cur.len + delta, updated_at = p_now,
+    touched = floor(p_now / 64)
     WHERE c.ref = p_ref;
   RETURN ARRAY[1, cur.len];
 END $$
 """
 
+TABLES = TABLES.replace("{trim_every}", str(TRIM_EVERY)).replace("{keep}", str(MAX_BATCH_IDS))
+
 _SCOPE = "%s, %s, %s, %s, %s::float8, %s::float8"
-APPEND = (
-    f"SELECT {{s}}.append({_SCOPE}, %s::bytea, %s::bigint, %s, %s::bigint, %s::bytea[],"
-    " %s::bigint, %s::bigint)"
-)
+APPEND = f"SELECT {{s}}.append({_SCOPE}, %s::bytea, %s::bigint, %s, %s::bigint, %s::bytea[])"
 RECORD_ERROR = f"SELECT {{s}}.record_error({_SCOPE}, %s::bytea, %s::bigint)"
 REPLACE_PREFIX = (
     f"SELECT {{s}}.replace_prefix({_SCOPE}, %s::bigint, %s::bigint, %s, %s::bigint, %s::bytea[])"
@@ -195,8 +247,9 @@ WHERE e.ref = %s AND c.updated_at >= %s ORDER BY e.id
 """
 LIST = """
 SELECT ref, session_id, user_id, metadata, length, updated_at FROM {s}.conversations
-WHERE updated_at >= %s AND (%s::text IS NULL OR user_id = %s::text)
-ORDER BY updated_at DESC LIMIT %s
+WHERE touched >= floor(%(since)s / 64) AND updated_at >= %(since)s
+  AND (%(user)s::text IS NULL OR user_id = %(user)s::text)
+ORDER BY touched DESC, updated_at DESC LIMIT %(limit)s
 """
 GET = """
 SELECT m.position, m.run_id, m.turn, m.created_at, m.payload
@@ -213,7 +266,8 @@ DELETE FROM {s}.conversations WHERE ref = %(ref)s
 PRUNE = """
 WITH gone AS (
     DELETE FROM {s}.conversations WHERE ref IN (
-        SELECT ref FROM {s}.conversations WHERE updated_at < %(cutoff)s
+        SELECT ref FROM {s}.conversations
+        WHERE touched <= floor(%(cutoff)s / 64) AND updated_at < %(cutoff)s
         LIMIT %(chunk)s FOR UPDATE SKIP LOCKED)
     RETURNING ref),
 m AS (DELETE FROM {s}.messages WHERE ref IN (SELECT ref FROM gone)),

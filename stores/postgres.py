@@ -22,7 +22,7 @@ from typing import Any, Literal
 import psycopg
 
 from . import _postgres_sql as sql
-from ._base import COMPACTED_TURN, MAX_BATCH_IDS, MAX_ERRORS, BaseStore, Clock, check_messages
+from ._base import COMPACTED_TURN, MAX_ERRORS, BaseStore, Clock, check_messages
 from ._base import conflict as position_conflict
 from ._codec import (
     check_ref,
@@ -50,7 +50,6 @@ __all__ = ["PostgresStore"]
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _PRUNE_CHUNK = 500  # conversations per prune statement: keeps row locks short
-_TRIM_EVERY = 32  # batch ids are trimmed every 32 revisions, as SQLite does
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
@@ -124,8 +123,8 @@ class PostgresStore(RunsMixin, BaseStore):
             return await self._pools.get()
 
     async def _fetch(self, ref: str | None, query: str, params: Any) -> list[tuple[Any, ...]]:
-        pool = await self._pool()
         with translated(ref, self._password):
+            pool = await self._pools.get()
             async with pool.connection() as conn:
                 cursor = await conn.execute(self._q[query], params)
                 return await cursor.fetchall()
@@ -179,7 +178,8 @@ class PostgresStore(RunsMixin, BaseStore):
     async def list_conversations(
         self, limit: int = 100, user_id: str | None = None
     ) -> list[ConversationInfo]:
-        rows = await self._fetch(None, "LIST", (self._since(), user_id, user_id, limit))
+        params = {"since": self._since(), "user": user_id, "limit": limit}
+        rows = await self._fetch(None, "LIST", params)
         return [_info(row) for row in rows]
 
     async def get_conversation(self, ref: str) -> list[StoredMessage]:
@@ -194,7 +194,7 @@ class PostgresStore(RunsMixin, BaseStore):
     # -- writes --------------------------------------------------------------------
 
     def _scope_args(self, ref: str, scope: Scope, now: float) -> tuple[Any, ...]:
-        metadata = json.dumps(dict(scope.metadata), sort_keys=True)
+        metadata = json.dumps(dict(scope.metadata), sort_keys=True) if scope.metadata else "{}"
         return (ref, scope.session_id, scope.user_id, metadata, now, self._live_since(now))
 
     async def append(
@@ -213,11 +213,9 @@ class PostgresStore(RunsMixin, BaseStore):
             run_id,
             turn,
             batch.payloads,
-            MAX_BATCH_IDS,
-            _TRIM_EVERY,
         )
         [(result,)] = await self._fetch(batch.ref, "APPEND", params)
-        code, position = result
+        code, position = result & 3, result >> 2
         if code == 2:
             raise position_conflict(batch.ref, expected_position or 0, int(position))
         return AppendResult(int(position), len(batch.payloads), duplicate=code == 1)

@@ -19,6 +19,7 @@ from store_support import MakeStore, _pg, batch_of, postgres_answers
 
 from raygent import UserMessage
 from raygent.stores import (
+    AppendResult,
     PostgresStore,
     RunConflictError,
     RunStore,
@@ -82,6 +83,31 @@ async def test_postgres_connection_killed_mid_append_writes_once_or_not_at_all(
     again = await store.append(SCOPE, "r", 1, batch_of(0, 1))
     assert again.duplicate and again.first_position == retried.first_position
     assert await store.load(SCOPE) == batch_of(0, 0) + batch_of(0, 1)
+
+
+async def test_postgres_retry_that_waited_on_its_first_attempt_is_a_duplicate(
+    store: PostgresStore,
+) -> None:
+    """The first attempt holds the row lock (still uncommitted) when its retry starts: the
+    retry's fast UPDATE waits, then finds the batch id taken and undoes its counters."""
+    await store.append(SCOPE, "r", 0, batch_of(0, 0))
+    messages = batch_of(0, 1)
+    batch = store._batch(SCOPE, "r", 1, messages, None)
+    params = (*store._scope_args(batch.ref, SCOPE, batch.now), batch.batch_id, None, "r", 1)
+    first = await psycopg.AsyncConnection.connect(store.dsn)  # a transaction until commit
+    try:
+        await first.execute(store._q["APPEND"], (*params, batch.payloads))
+        retry = asyncio.ensure_future(store.append(SCOPE, "r", 1, messages))
+        await _until(lambda: _has(_blocked_pids(store)))
+        await first.commit()
+        result = await retry
+    finally:
+        await first.close()
+    assert result == AppendResult(len(batch_of(0, 0)), len(messages), duplicate=True)
+    assert await store.load(SCOPE) == batch_of(0, 0) + messages
+    assert (await store.snapshot(SCOPE)).revision == 2
+    after = await store.append(SCOPE, "r", 2, batch_of(0, 2))
+    assert after.first_position == len(batch_of(0, 0) + messages)
 
 
 async def _has(pids: Any) -> bool:
