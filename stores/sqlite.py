@@ -1,7 +1,9 @@
 """SQLiteStore: the embedded, durable default.
 
 Every call runs on the store's own worker thread with one connection (opened lazily,
-so an unused store pickles cleanly and each Ray worker opens its own). Writes are
+so an unused store pickles cleanly and each Ray worker opens its own), except small
+writes (appends, run writes), which run inline on the caller's thread when the write lock
+is free at once and nothing is queued (see _sqlite_db.Worker.inline). Writes are
 `BEGIN IMMEDIATE` transactions, which makes several processes writing one file safe.
 """
 
