@@ -142,6 +142,9 @@ async def drive(append: Append, appends: int, sessions: int) -> tuple[float, lis
 async def sqlite_full(path: Path) -> SQLiteStore:
     store = SQLiteStore(path)
     await store._run(lambda db: db.execute("PRAGMA synchronous = FULL"))
+    inline = store._worker.fast if store._worker else None  # the loop-thread connection
+    if inline is not None:
+        inline.execute("PRAGMA synchronous = FULL")
     return store
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TypeVar
 
@@ -16,6 +17,10 @@ T = TypeVar("T")
 
 SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 30_000
+_BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
+# The inline connection does not checkpoint (a checkpoint fsyncs, never on the event
+# loop): every this many inline commits, the worker runs a passive one instead.
+_CHECKPOINT_EVERY = 200
 
 # Tables are prefixed so that the file can be shared with an application's own tables.
 SCHEMA = """
@@ -176,11 +181,54 @@ def translate(exc: sqlite3.Error, path: str) -> StoreError:
     return StoreDataError(f"{path}: {text}", ref=None, position=None, reason=text, path=path)
 
 
+def connect_inline(path: str) -> sqlite3.Connection | None:
+    """The second connection, for writes on the caller's thread: it never waits for a
+    lock (busy_timeout 0), never checkpoints, and is as durable as the worker's. None
+    (every call on the worker) for `:memory:`, or when the file is not in WAL mode."""
+    if path == ":memory:":
+        return None
+    try:
+        db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error:
+        return None
+    try:
+        db.execute("PRAGMA busy_timeout = 0")
+        db.execute("PRAGMA synchronous = NORMAL")
+        db.execute("PRAGMA wal_autocheckpoint = 0")
+        (mode,) = db.execute("PRAGMA journal_mode").fetchone()
+        if str(mode).lower() == "wal":  # with a rollback journal, readers would block it
+            return db
+    except sqlite3.Error:
+        pass
+    db.close()
+    return None
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return (int(code) & 0xFF) in _BUSY_CODES
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+class Busy(Exception):
+    """An inline write could not run now: the caller sends it to the worker instead."""
+
+
 class Worker:
-    """One thread owning one connection: every SQLite call of a store runs here.
+    """One thread owning one connection: every SQLite read of a store runs here, and
+    every write that cannot run inline.
 
     A single connection is what `:memory:` needs, and one thread serialises the store's
     own calls, so only other processes contend for the write lock.
+
+    Small writes skip the thread hop (the hop and the cold caches after it cost more
+    than the write): `inline` runs them on the thread that made this worker, on a second
+    connection that never waits for a lock. It runs only when the worker has nothing
+    queued or running, so the store's calls still take effect in the order they were
+    made; if the lock is held (another process, a checkpoint) it raises Busy, the
+    transaction rolled back, and the write goes to the worker and its busy timeout.
     """
 
     def __init__(self, path: str) -> None:
@@ -188,16 +236,57 @@ class Worker:
         self.pid = os.getpid()
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="raygent-sqlite")
         self.db: sqlite3.Connection | None = None
+        self.fast: sqlite3.Connection | None = None  # opened by the worker, used inline
+        self.owner = threading.get_ident()
+        self.lock = threading.Lock()
+        self.pending = 0  # calls submitted to the worker and not yet done there
+        self.inline_commits = 0
+
+    def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
+        with self.lock:
+            self.pending += 1
+        future = self.executor.submit(self.call, fn)
+        # Done: it ran to the end there, or was cancelled before it started.
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _: object) -> None:
+        with self.lock:
+            self.pending -= 1
 
     def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
             if self.db is None:
                 self.db = connect(self.path)
+                self.fast = connect_inline(self.path)
             return fn(self.db)
         except sqlite3.Error as exc:
             raise translate(exc, self.path) from exc
 
+    def inline(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a write transaction `fn` here and now, or raise Busy."""
+        db = self.fast
+        if db is None or self.pending or threading.get_ident() != self.owner:
+            raise Busy
+        try:
+            result = fn(db)
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                raise Busy from None
+            raise translate(exc, self.path) from exc
+        except sqlite3.Error as exc:
+            raise translate(exc, self.path) from exc
+        self.inline_commits += 1
+        if self.inline_commits % _CHECKPOINT_EVERY == 0:
+            self.submit(_checkpoint)  # not awaited: its result does not matter
+        return result
+
     def close(self) -> None:
-        if self.db is not None:
-            self.db.close()
-            self.db = None
+        for db in (self.db, self.fast):
+            if db is not None:
+                db.close()
+        self.db = self.fast = None
+
+
+def _checkpoint(db: sqlite3.Connection) -> None:
+    db.execute("PRAGMA wal_checkpoint(PASSIVE)")

@@ -42,6 +42,9 @@ class SQLiteRuns(BaseStore):
     async def _run(self, fn: Callable[[Db], T]) -> T:
         raise NotImplementedError
 
+    async def _write(self, fn: Callable[[Db], T]) -> T:
+        raise NotImplementedError
+
     def _run_row(self, db: Db, ref: str, now: float) -> tuple[int, int, bool] | None:
         """(epoch, length, finished) of a live run; None when absent or expired."""
         row = db.execute(_RUN, (ref,)).fetchone()
@@ -76,7 +79,7 @@ class SQLiteRuns(BaseStore):
                 db.execute(_INSERT_ENTRY, (ref, HEADER_SEQ, header))
             return FIRST_EPOCH
 
-        return await self._run(write)
+        return await self._write(write)
 
     async def append_run(self, scope: Scope, epoch: int, seq: int, entry: bytes) -> None:
         ref, now = self.ref(scope), self.clock()
@@ -101,7 +104,7 @@ class SQLiteRuns(BaseStore):
                     (length + 1, now, ref),
                 )
 
-        await self._run(write)
+        await self._write(write)
 
     async def claim_run(self, scope: Scope, epoch: int) -> int:
         ref, now = self.ref(scope), self.clock()
@@ -116,7 +119,7 @@ class SQLiteRuns(BaseStore):
                 )
             return epoch + 1
 
-        return await self._run(write)
+        return await self._write(write)
 
     async def finish_run(
         self, scope: Scope, epoch: int, outcome: bytes, *, drop_entries: bool = False
@@ -136,7 +139,7 @@ class SQLiteRuns(BaseStore):
                     (outcome, length, now, ref),
                 )
 
-        await self._run(write)
+        await self._write(write)
 
     async def load_run(self, scope: Scope) -> RunRecord | None:
         ref = self.ref(scope)
@@ -183,7 +186,7 @@ class SQLiteRuns(BaseStore):
             with immediate(db):
                 _delete_run(db, ref)
 
-        await self._run(write)
+        await self._write(write)
 
     async def _prune_runs(self, cutoff: float) -> int:
         """Remove the runs last written before `cutoff`; returns how many."""

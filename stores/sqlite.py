@@ -1,7 +1,9 @@
 """SQLiteStore: the embedded, durable default.
 
 Every call runs on the store's own worker thread with one connection (opened lazily,
-so an unused store pickles cleanly and each Ray worker opens its own). Writes are
+so an unused store pickles cleanly and each Ray worker opens its own), except small
+writes (appends, run writes), which run inline on the caller's thread when the write lock
+is free at once and nothing is queued (see _sqlite_db.Worker.inline). Writes are
 `BEGIN IMMEDIATE` transactions, which makes several processes writing one file safe.
 """
 
@@ -36,7 +38,7 @@ from ._codec import (
     to_datetime,
 )
 from ._core import Message, RaygentError
-from ._sqlite_db import Worker, immediate
+from ._sqlite_db import Busy, Worker, immediate
 from ._sqlite_runs import SQLiteRuns
 from .protocol import (
     AppendResult,
@@ -111,11 +113,23 @@ class SQLiteStore(SQLiteRuns):
     def _encode(self, message: Message) -> bytes:
         return encode_json(message)
 
-    async def _run(self, fn: Callable[[Db], T]) -> T:
+    def _current_worker(self) -> Worker:
         worker = self._worker
         if worker is None or worker.pid != os.getpid():  # new, or inherited across fork
             worker = self._worker = Worker(self.path)
-        return await asyncio.get_running_loop().run_in_executor(worker.executor, worker.call, fn)
+        return worker
+
+    async def _run(self, fn: Callable[[Db], T]) -> T:
+        return await asyncio.wrap_future(self._current_worker().submit(fn))
+
+    async def _write(self, fn: Callable[[Db], T]) -> T:
+        """A small write transaction: inline when the lock is free (see Worker.inline),
+        else on the worker like any call."""
+        worker = self._current_worker()
+        try:
+            return worker.inline(fn)
+        except Busy:
+            return await asyncio.wrap_future(worker.submit(fn))
 
     async def ensure(self) -> None:
         """Create the schema in a new file or check its version (also done on first use)."""
@@ -269,7 +283,7 @@ class SQLiteStore(SQLiteRuns):
         expected_position: int | None = None,
     ) -> AppendResult:
         batch = self._batch(scope, run_id, turn, messages, expected_position)
-        return await self._run(lambda db: self._append_tx(db, batch))
+        return await self._write(lambda db: self._append_tx(db, batch))
 
     async def record_error(
         self,

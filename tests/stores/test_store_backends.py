@@ -7,6 +7,7 @@ import asyncio
 import gc
 import multiprocessing
 import sqlite3
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -20,6 +21,7 @@ from raygent import UserMessage
 from raygent.stores import (
     AppendResult,
     RedisStore,
+    RunConflictError,
     Scope,
     SQLiteStore,
     StoreDataError,
@@ -194,6 +196,62 @@ async def test_store_sqlite_lock_held_too_long_is_retryable(
         assert await store.append(SCOPE, "r", 0, say("a")) == AppendResult(0, 1)
     finally:
         blocker.close()
+
+
+@pytest.mark.kinds("sqlite")
+async def test_store_sqlite_write_waits_for_a_lock_on_the_worker_and_sees_what_it_missed(
+    store: SQLiteStore,
+) -> None:
+    # A small write runs inline on the loop's thread only if it can take the lock at
+    # once; here another connection holds it, so the write goes to the worker and waits
+    # there while the loop goes on, then checks again what the other writer committed.
+    epoch = await store.start_run(SCOPE, b"header")
+    blocker = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        write = asyncio.create_task(store.append_run(SCOPE, epoch, 0, b"mine"))
+        await asyncio.sleep(0)  # the task runs up to its wait for the worker
+        assert not write.done()  # the loop was not blocked by the held lock
+        blocker.execute(
+            "INSERT INTO raygent_run_entries (ref, seq, entry) VALUES (?, 0, ?)",
+            (store.ref(SCOPE), b"theirs"),
+        )
+        blocker.execute("UPDATE raygent_runs SET length = 1 WHERE ref = ?", (store.ref(SCOPE),))
+        blocker.execute("COMMIT")
+        with pytest.raises(RunConflictError) as caught:
+            await write
+        assert caught.value.reason == "sequence"
+    finally:
+        blocker.close()
+    record = await store.load_run(SCOPE)
+    assert record is not None and record.entries == [b"theirs"]
+    await store.append_run(SCOPE, epoch, 1, b"next")  # the lock is free: inline again
+    record = await store.load_run(SCOPE)
+    assert record is not None and record.entries == [b"theirs", b"next"]
+
+
+@pytest.mark.kinds("sqlite")
+async def test_store_sqlite_write_never_overtakes_a_call_made_before_it(
+    store: SQLiteStore,
+) -> None:
+    # The reads are queued on the worker (held up behind a gate) when the appends are
+    # made: the appends must not take effect inline before them.
+    epoch = await store.start_run(SCOPE, b"header")
+    gate = threading.Event()
+    held = asyncio.ensure_future(store._run(lambda db: gate.wait()))
+    reads = asyncio.gather(store.load_run(SCOPE), store.load(SCOPE))
+    await asyncio.sleep(0)  # the reads are queued
+    writes = asyncio.gather(
+        store.append_run(SCOPE, epoch, 0, b"entry"), store.append(SCOPE, "r", 0, say("a"))
+    )
+    await asyncio.sleep(0)  # the writes are made
+    gate.set()
+    await held
+    (run, messages), (_, appended) = await reads, await writes
+    assert run is not None and run.entries == [] and messages == []
+    assert appended == AppendResult(0, 1)
+    after = await store.load_run(SCOPE)
+    assert after is not None and after.entries == [b"entry"]
 
 
 # -- Redis ------------------------------------------------------------------------------
