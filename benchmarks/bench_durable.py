@@ -10,7 +10,9 @@ the size of what it writes.
    zero latency, so the client process's CPU (`time.process_time`, every thread: the
    SQLite worker thread counts) is what raygent costs; Redis's own CPU is not counted.
    Cases are interleaved over `--rounds`; the median round is reported, per trip and as
-   a ratio to the plain run. Target: <= 1.3x on SQLite.
+   a ratio to the plain run. Then the same run on a session kept in SQLite (message
+   policy), without and with `durable=` on the same file: what durability adds to a
+   stored conversation's run. Target: <= 1.3x on SQLite.
 2. Snapshot size. One run of `--long-trips` tool trips kept (`delete_on_complete=False`)
    and loaded back: header, entries and outcome bytes, and the bytes written per trip
    over the first and the last 10 trips. Flat means appends: each trip writes only what
@@ -71,9 +73,11 @@ async def cpu_per_run(case: Case, runs: int) -> float:
     return (time.process_time() - start) * 1e6 / runs
 
 
-def checked(agent: raygent.Agent, prompt: str, trips: int) -> Case:
+def checked(agent: raygent.Agent, prompt: str, trips: int, session: bool = False) -> Case:
     async def case() -> object:
-        result = await agent.execute(prompt)
+        # A session run starts a new session each time: the same history length always.
+        options = {"session_id": uuid.uuid4().hex} if session else {}
+        result = await agent.execute(prompt, **options)
         assert result.ok and len(result.report.trips) == trips, result.error
         return result
 
@@ -96,6 +100,22 @@ async def cpu_ratios(args: argparse.Namespace, model: OpenAIModel, stores: dict[
             durable=raygent.Durable(store=store),
         )
         cases[f"durable, {name}"] = checked(agent, prompt, trips)
+    # The same on a session kept in SQLite (message policy), with and without durable=:
+    # what durability adds to a stored conversation's run.
+    sessions = stores["SQLiteStore"]
+    memory = raygent.Memory(store=sessions, save_policy="message")
+    for name, durable in (
+        ("session on SQLite (base 2)", None),
+        ("durable session, SQLite", raygent.Durable(store=sessions)),
+    ):
+        agent = raygent.agent(
+            model=model,
+            tools=[lookup],
+            backend=raygent.seams.LOCAL,
+            memory=memory,
+            durable=durable,
+        )
+        cases[name] = checked(agent, prompt, trips, session=True)
     for case in cases.values():
         await cpu_per_run(case, 10)  # warm up (and create the SQLite schema)
     rounds: dict[str, list[float]] = {name: [] for name in cases}
@@ -115,6 +135,10 @@ async def cpu_ratios(args: argparse.Namespace, model: OpenAIModel, stores: dict[
         print(f"{name:28} {median[name]:12.0f} {extra:9.0f} {median[name] / base:8.2f}   {spread}")
     writes = args.trips + 2
     print(f"(a durable run here writes {writes} times: header, 1 per tool trip, outcome)")
+    session_base = median["session on SQLite (base 2)"]
+    ratio = median["durable session, SQLite"] / session_base
+    print(f"durable session / session on SQLite: {ratio:.2f}x (target <= 1.3x)")
+    print(f"durable SQLite / plain run:          {median['durable, SQLiteStore'] / base:.2f}x")
 
 
 async def snapshot_size(args: argparse.Namespace, model: OpenAIModel, store: Any) -> None:

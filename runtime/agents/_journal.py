@@ -11,6 +11,7 @@ it over again. Payloads are pydantic JSON; the store sees opaque bytes.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -208,7 +209,7 @@ class Journal:
 
     async def settled(self, run: RunState, progress: Progress) -> None:
         """A step is done and the run trips next."""
-        await self._write(run, progress, PendingStep(), mark(run, "turn"))
+        await self._write(run, progress, _NEXT_TRIP, mark(run, "turn"))
 
     def reply(
         self,
@@ -222,17 +223,23 @@ class Journal:
         """A reply is in and its tool round is about to run. Written once the round has
         run for `REPLY_WRITE_DELAY` (a crash after that keeps the reply: its calls run
         again on resume); a quicker round is written once, with its results."""
-        ids = {c.call_id for c in calls}
-        decided = {k: v for k, v in run.approvals.items() if k in ids}
-        pending = PendingStep(
-            kind="tools",
-            trip_index=trip_index,
-            calls=calls,
-            after=after,
-            denied=denied,
-            decisions=encode_decisions(decided),
-        )
-        return ReplyWrite(self, *self._entry(run, progress, pending, None))
+        decided = dict(run.approvals)  # a copy: decisions made later are not this entry's
+        covered, usage, state = covered_by(run), run.usage, progress_state(progress)
+
+        def entry() -> Entry:
+            # Built only if it is written; what it says was fixed when the reply came.
+            ids = {c.call_id for c in calls}
+            pending = PendingStep.model_construct(
+                kind="tools",
+                trip_index=trip_index,
+                calls=calls,
+                after=after,
+                denied=denied,
+                decisions=encode_decisions({k: v for k, v in decided.items() if k in ids}),
+            )
+            return self._entry(run, state, pending, None, covered, usage)
+
+        return ReplyWrite(self, entry, covered)
 
     async def awaiting(
         self,
@@ -266,37 +273,48 @@ class Journal:
     async def _write(
         self, run: RunState, progress: Progress, pending: PendingStep, saver: SaverMark | None
     ) -> None:
-        await self.store_entry(*self._entry(run, progress, pending, saver))
+        covered = covered_by(run)
+        entry = self._entry(run, progress_state(progress), pending, saver, covered, run.usage)
+        await self.store_entry(entry, covered)
 
     def _entry(
-        self, run: RunState, progress: Progress, pending: PendingStep, saver: SaverMark | None
-    ) -> tuple[Entry, Covered]:
-        """What changed since the last entry, as of now (copied: it may be written later)."""
-        report, covered = run.report, covered_by(run)
-        entry = Entry(
+        self,
+        run: RunState,
+        progress: ProgressState,
+        pending: PendingStep,
+        saver: SaverMark | None,
+        covered: Covered,
+        usage: Usage,
+    ) -> Entry:
+        """What changed since the last entry, up to `covered`. Built without validation:
+        every part is a model the run made."""
+        report = run.report
+        added: list[Message] = []
+        conversation = new_index = new_extra = None
+        if covered.applied != self._applied:
+            # A compaction rewrote the conversation: write it whole, once.
+            at = {id(m): k for k, m in enumerate(run.messages)}
+            conversation = list(run.messages)
+            new_index = [at.get(id(m), -1) for m in run.new_messages]
+            new_extra = [m for m in run.new_messages if id(m) not in at]
+        else:
+            added = run.new_messages[self._new : covered.new]
+        # Every field given: model_construct would otherwise call the default factories
+        # (and inspect them, slowly).
+        return Entry.model_construct(
+            added=added,
+            conversation=conversation,
+            new_index=new_index,
+            new_extra=new_extra,
             trips=report.trips[self._trips : covered.trips],
             tool_calls=report.tool_calls[self._tools : covered.tools],
             compactions=report.compactions[self._compactions : covered.compactions],
             resumes=report.resumes[self._resumes : covered.resumes],
-            usage=run.usage,
-            progress=ProgressState(
-                segments=list(progress.segments),
-                continuations=progress.continuations,
-                repairs=progress.repairs,
-                purpose=progress.purpose,
-            ),
+            usage=usage,
+            progress=progress,
             pending=pending,
             saver=saver,
         )
-        if covered.applied != self._applied:
-            # A compaction rewrote the conversation: write it whole, once.
-            at = {id(m): k for k, m in enumerate(run.messages)}
-            entry.conversation = list(run.messages)
-            entry.new_index = [at.get(id(m), -1) for m in run.new_messages]
-            entry.new_extra = [m for m in run.new_messages if id(m) not in at]
-        else:
-            entry.added = run.new_messages[self._new : covered.new]
-        return entry, covered
 
     async def store_entry(self, entry: Entry, covered: Covered) -> None:
         await self.durable.store.append_run(self.scope, self.epoch, self.seq, _json(entry))
@@ -341,13 +359,13 @@ class ReplyWrite:
     """The entry of a reply whose tool round is running, written after a delay unless
     the round ends first (then the round's own entry covers the reply too)."""
 
-    def __init__(self, journal: Journal, entry: Entry, covered: Covered) -> None:
+    def __init__(self, journal: Journal, entry: Callable[[], Entry], covered: Covered) -> None:
         self._journal, self._entry, self._covered = journal, entry, covered
         self._task: asyncio.Future[None] | None = None
         self._timer = asyncio.get_running_loop().call_later(REPLY_WRITE_DELAY, self._start)
 
     def _start(self) -> None:
-        self._task = asyncio.ensure_future(self._journal.store_entry(self._entry, self._covered))
+        self._task = asyncio.ensure_future(self._journal.store_entry(self._entry(), self._covered))
         # A run that failed meanwhile does not wait for it: its error is not lost either.
         self._task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
@@ -360,6 +378,18 @@ class ReplyWrite:
     def cancel(self) -> None:
         """The round failed: no write starts now (one already started goes on)."""
         self._timer.cancel()
+
+
+_NEXT_TRIP = PendingStep()
+
+
+def progress_state(progress: Progress) -> ProgressState:
+    return ProgressState.model_construct(
+        segments=list(progress.segments),
+        continuations=progress.continuations,
+        repairs=progress.repairs,
+        purpose=progress.purpose,
+    )
 
 
 def mark(run: RunState, kind: Literal["accepted", "turn"]) -> SaverMark | None:

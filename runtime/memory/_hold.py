@@ -36,6 +36,7 @@ class SessionHold:
         self.scope = Scope(scope.session_id + HOLD_SUFFIX, scope.user_id, scope.metadata)
         self.run_id = run_id
         self._mine = run_id.encode()
+        self._taken = False  # this process wrote the hold (its release needs no read)
 
     async def holder(self) -> str | None:
         """The run that holds the session, if another run does."""
@@ -71,10 +72,14 @@ class SessionHold:
         except RunConflictError:
             if await self.holder() is not None:
                 raise
+        self._taken = True
 
     async def release(self) -> None:
         if self.store is None:
             return
-        record = await self.store.load_run(self.scope)
-        if record is not None and record.header == self._mine:
-            await self.store.delete_run(self.scope)
+        if not self._taken:
+            record = await self.store.load_run(self.scope)
+            if record is None or record.header != self._mine:
+                return
+        await self.store.delete_run(self.scope)
+        self._taken = False
