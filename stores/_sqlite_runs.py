@@ -24,7 +24,7 @@ __all__ = ["SQLiteRuns"]
 T = TypeVar("T")
 Db = sqlite3.Connection
 HEADER_SEQ = -1
-_PRUNE_CHUNK = 500  # runs per prune transaction: keeps the write lock short
+_PRUNE_CHUNK = 500  # rows per prune transaction: keeps the write lock short
 
 _RUN = "SELECT epoch, length, outcome IS NOT NULL, updated_at FROM raygent_runs WHERE ref = ?"
 _ENTRY = "SELECT entry FROM raygent_run_entries WHERE ref = ? AND seq = ?"
@@ -190,15 +190,22 @@ class SQLiteRuns(BaseStore):
 
     async def _prune_runs(self, cutoff: float) -> int:
         """Remove the runs last written before `cutoff`; returns how many."""
+        return await self._prune_table("raygent_runs", _delete_run, cutoff)
+
+    async def _prune_table(
+        self, table: str, delete: Callable[[Db, str], None], cutoff: float
+    ) -> int:
+        """Remove the rows of `table` (conversations or runs) last written before
+        `cutoff`, a chunk per transaction so the write lock stays short."""
 
         def chunk(db: Db) -> int:
             with immediate(db):
                 refs = db.execute(
-                    "SELECT ref FROM raygent_runs WHERE updated_at < ? LIMIT ?",
+                    f"SELECT ref FROM {table} WHERE updated_at < ? LIMIT ?",
                     (cutoff, _PRUNE_CHUNK),
                 ).fetchall()
                 for (ref,) in refs:
-                    _delete_run(db, ref)
+                    delete(db, ref)
             return len(refs)
 
         removed = 0

@@ -54,7 +54,6 @@ __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
 Db = sqlite3.Connection
-_PRUNE_CHUNK = 500  # conversations per prune transaction: keeps the write lock short
 
 _LOAD = """
 SELECT m.position, m.payload FROM raygent_messages m
@@ -365,22 +364,8 @@ class SQLiteStore(SQLiteRuns):
         if cutoff is None:
             return 0
 
-        def chunk(db: Db) -> int:
-            with immediate(db):
-                refs = db.execute(
-                    "SELECT ref FROM raygent_conversations WHERE updated_at < ? LIMIT ?",
-                    (cutoff, _PRUNE_CHUNK),
-                ).fetchall()
-                for (ref,) in refs:
-                    _delete(db, ref)
-            return len(refs)
-
-        removed = 0
-        while True:
-            done = await self._run(chunk)
-            removed += done
-            if done < _PRUNE_CHUNK:
-                return removed + await self._prune_runs(cutoff)
+        removed = await self._prune_table("raygent_conversations", _delete, cutoff)
+        return removed + await self._prune_runs(cutoff)
 
 
 def _delete(db: Db, ref: str) -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from ..messages import ToolCall
 from ..observe.report import PendingCall
 from ..redaction import logger as redacting_logger
-from ..tools import ToolContext
 from ._state import RunState, maybe_await
+from ._tool_round import tool_context
 from .durable import Deny, decision_label
 
 __all__ = ["AwaitingApproval", "decide"]
@@ -66,18 +66,8 @@ async def _needs_approval(run: RunState, trip_index: int, call: ToolCall) -> boo
         return False
     if tool.approval is True:
         return True
-    ctx = ToolContext(
-        run_id=run.info.run_id,
-        root_run_id=run.info.root_run_id,
-        session_id=run.info.session_id,
-        call_id=call.call_id,
-        tool_name=call.name,
-        trip_index=trip_index,
-        signal=run.signal,
-        deps=run.info.deps,
-    )
     try:
-        return bool(await maybe_await(tool.approval(call, ctx)))
+        return bool(await maybe_await(tool.approval(call, tool_context(run, trip_index, call))))
     except Exception as exc:
         # A policy that cannot decide asks a human rather than letting the call run.
         log.warning("approval policy of tool %r raised %r: the call waits", call.name, exc)

@@ -228,15 +228,7 @@ class Journal:
 
         def entry() -> Entry:
             # Built only if it is written; what it says was fixed when the reply came.
-            ids = {c.call_id for c in calls}
-            pending = PendingStep.model_construct(
-                kind="tools",
-                trip_index=trip_index,
-                calls=calls,
-                after=after,
-                denied=denied,
-                decisions=encode_decisions({k: v for k, v in decided.items() if k in ids}),
-            )
+            pending = _round("tools", trip_index, calls, after, decided, denied)
             return self._entry(run, state, pending, None, covered, usage)
 
         return ReplyWrite(self, entry, covered)
@@ -250,15 +242,7 @@ class Journal:
         after: list[Message],
     ) -> None:
         """The round waits for approvals: the decisions so far are kept."""
-        ids = {c.call_id for c in calls}
-        decided = {k: v for k, v in run.approvals.items() if k in ids}
-        pending = PendingStep(
-            kind="approval",
-            trip_index=trip_index,
-            calls=calls,
-            after=after,
-            decisions=encode_decisions(decided),
-        )
+        pending = _round("approval", trip_index, calls, after, run.approvals, {})
         await self._write(run, progress, pending, None)
 
     async def finish(self, run: RunState, result: AgentResult) -> None:
@@ -381,6 +365,26 @@ class ReplyWrite:
 
 
 _NEXT_TRIP = PendingStep()
+
+
+def _round(
+    kind: Literal["tools", "approval"],
+    trip_index: int,
+    calls: list[ToolCall],
+    after: list[Message],
+    decisions: dict[str, Decision],
+    denied: dict[str, str],
+) -> PendingStep:
+    """A tool round still to run, with the decisions made on its calls."""
+    ids = {c.call_id for c in calls}
+    return PendingStep.model_construct(
+        kind=kind,
+        trip_index=trip_index,
+        calls=calls,
+        after=after,
+        denied=denied,
+        decisions=encode_decisions({k: v for k, v in decisions.items() if k in ids}),
+    )
 
 
 def progress_state(progress: Progress) -> ProgressState:

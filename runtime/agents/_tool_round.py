@@ -20,7 +20,7 @@ from ..observe.report import Timing, ToolCallReport
 from ..tools import ToolContext, tool_result_text
 from ._state import RunState, maybe_await, now
 
-__all__ = ["run_tool_round"]
+__all__ = ["run_tool_round", "tool_context"]
 
 
 async def run_tool_round(
@@ -115,16 +115,7 @@ async def _invoke(run: RunState, trip_index: int, call: ToolCall, record: ToolCa
         raise ToolExecutionError(
             f"unknown tool {call.name!r}; the tools are: {known}", tool=call.name
         )
-    ctx = ToolContext(
-        run_id=run.info.run_id,
-        root_run_id=run.info.root_run_id,
-        session_id=run.info.session_id,
-        call_id=call.call_id,
-        tool_name=call.name,
-        trip_index=trip_index,
-        signal=run.signal,
-        deps=run.info.deps,
-    )
+    ctx = tool_context(run, trip_index, call)
     try:
         value = await config.backend.tools.invoke(tool, call.arguments, ctx)
     except BaseException as exc:
@@ -142,6 +133,20 @@ async def _invoke(run: RunState, trip_index: int, call: ToolCall, record: ToolCa
     for mw in reversed(config.middleware):
         value = await maybe_await(mw.after_tool(run.info, call, value))
     return value
+
+
+def tool_context(run: RunState, trip_index: int, call: ToolCall) -> ToolContext:
+    """What a tool (or its approval policy) learns about the call."""
+    return ToolContext(
+        run_id=run.info.run_id,
+        root_run_id=run.info.root_run_id,
+        session_id=run.info.session_id,
+        call_id=call.call_id,
+        tool_name=call.name,
+        trip_index=trip_index,
+        signal=run.signal,
+        deps=run.info.deps,
+    )
 
 
 def _as_tool_error(exc: Exception, call: ToolCall) -> RaygentError:
