@@ -5,8 +5,9 @@ embedded durable default), `RedisStore` and `PostgresStore` (shared by a cluster
 implement it, and `CompactingStore` (snapshot / replace_prefix) as well.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from .memory import InMemoryStore
-from .postgres import PostgresStore
 from .protocol import (
     AppendResult,
     CompactingStore,
@@ -26,6 +27,24 @@ from .protocol import (
 )
 from .redis import RedisStore
 from .sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresStore needs the `postgres` extra (psycopg): imported when first named, so
+    # raygent itself imports without it.
+    if name == "PostgresStore":
+        try:
+            from .postgres import PostgresStore
+        except ImportError as exc:
+            raise ImportError(
+                "PostgresStore needs the postgres extra: pip install 'raygent[postgres]'"
+            ) from exc
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AppendResult",

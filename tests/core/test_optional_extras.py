@@ -1,0 +1,36 @@
+"""raygent imports and runs without its optional extras; a store that needs one says
+which when it is named."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+SCRIPT = """
+import sys
+sys.modules["psycopg"] = None  # as if the postgres extra were not installed
+sys.modules["psycopg_pool"] = None
+import asyncio
+import raygent
+from raygent.stores import SQLiteStore
+from raygent.testing import ScriptedModel
+assert "psycopg" not in [m for m, v in sys.modules.items() if v is not None]
+bot = raygent.agent(model=ScriptedModel(["hi"]), backend=raygent.seams.LOCAL)
+print(asyncio.run(bot.execute("hello")).text)
+try:
+    from raygent.stores import PostgresStore
+except ImportError as exc:
+    print("error:", exc)
+"""
+
+
+def test_raygent_runs_without_the_postgres_extra_and_says_what_is_missing() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "hi"
+    assert (
+        lines[1] == "error: PostgresStore needs the postgres extra: pip install 'raygent[postgres]'"
+    )
