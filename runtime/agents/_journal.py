@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -40,6 +40,7 @@ __all__ = [
     "SaverMark",
     "Signature",
     "decode_decisions",
+    "encoded",
     "signature_of",
 ]
 
@@ -178,13 +179,8 @@ class Journal:
     scope: Scope
     epoch: int = 0
     seq: int = 0
-    # How much of the run each written entry has covered so far.
-    _new: int = 0
-    _trips: int = 0
-    _tools: int = 0
-    _compactions: int = 0
-    _resumes: int = 0
-    _applied: int = 0
+    # How much of the run the entries written so far cover.
+    _written: Covered = field(default_factory=lambda: Covered(0, 0, 0, 0, 0, 0))
 
     async def start(self, run: RunState) -> None:
         """The run's header: who, the agent's signature, the conversation at its start."""
@@ -202,7 +198,7 @@ class Journal:
             new_from=len(run.messages) - len(run.new_messages),
             saver=mark(run, "accepted"),
         )
-        self.epoch = await self.durable.store.start_run(self.scope, _json(header))
+        self.epoch = await self.durable.store.start_run(self.scope, encoded(header))
         self.caught_up(run)
         if run.saver is not None:
             await run.saver.hold.take()  # the session waits for this run until it ends
@@ -251,7 +247,7 @@ class Journal:
         report = run.report.model_copy(update={"status": "completed", "ended_at": now()})
         outcome = Outcome(status="completed", text=result.text, report=report, usage=run.usage)
         await self.durable.store.finish_run(
-            self.scope, self.epoch, _json(outcome), drop_entries=self.durable.delete_on_complete
+            self.scope, self.epoch, encoded(outcome), drop_entries=self.durable.delete_on_complete
         )
 
     async def _write(
@@ -275,14 +271,15 @@ class Journal:
         report = run.report
         added: list[Message] = []
         conversation = new_index = new_extra = None
-        if covered.applied != self._applied:
+        written = self._written
+        if covered.applied != written.applied:
             # A compaction rewrote the conversation: write it whole, once.
             at = {id(m): k for k, m in enumerate(run.messages)}
             conversation = list(run.messages)
             new_index = [at.get(id(m), -1) for m in run.new_messages]
             new_extra = [m for m in run.new_messages if id(m) not in at]
         else:
-            added = run.new_messages[self._new : covered.new]
+            added = run.new_messages[written.new : covered.new]
         # Every field given: model_construct would otherwise call the default factories
         # (and inspect them, slowly).
         return Entry.model_construct(
@@ -290,10 +287,10 @@ class Journal:
             conversation=conversation,
             new_index=new_index,
             new_extra=new_extra,
-            trips=report.trips[self._trips : covered.trips],
-            tool_calls=report.tool_calls[self._tools : covered.tools],
-            compactions=report.compactions[self._compactions : covered.compactions],
-            resumes=report.resumes[self._resumes : covered.resumes],
+            trips=report.trips[written.trips : covered.trips],
+            tool_calls=report.tool_calls[written.tools : covered.tools],
+            compactions=report.compactions[written.compactions : covered.compactions],
+            resumes=report.resumes[written.resumes : covered.resumes],
             usage=usage,
             progress=progress,
             pending=pending,
@@ -301,18 +298,13 @@ class Journal:
         )
 
     async def store_entry(self, entry: Entry, covered: Covered) -> None:
-        await self.durable.store.append_run(self.scope, self.epoch, self.seq, _json(entry))
+        await self.durable.store.append_run(self.scope, self.epoch, self.seq, encoded(entry))
         self.seq += 1
-        self._cover(covered)
+        self._written = covered
 
     def caught_up(self, run: RunState) -> None:
         """Everything the run holds now is written (after start, or after a resume)."""
-        self._cover(covered_by(run))
-
-    def _cover(self, covered: Covered) -> None:
-        self._new, self._trips, self._tools = covered.new, covered.trips, covered.tools
-        self._compactions, self._resumes = covered.compactions, covered.resumes
-        self._applied = covered.applied
+        self._written = covered_by(run)
 
 
 @dataclass(frozen=True)
@@ -411,5 +403,6 @@ def _applied(run: RunState) -> int:
     return sum(1 for c in run.report.compactions if c.status == "applied")
 
 
-def _json(model: BaseModel) -> bytes:
+def encoded(model: BaseModel) -> bytes:
+    """A payload as the store keeps it: the model's JSON."""
     return model.__pydantic_serializer__.to_json(model)

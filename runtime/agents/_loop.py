@@ -221,8 +221,8 @@ async def tool_step(
 
 
 async def _pause(run: RunState, progress: Progress, pause: AwaitingApproval) -> AgentResult:
-    """The run waits for approvals: not a failure, nothing recorded as an error."""
-    run.report.pending = list(pause.pending)
+    """The run waits for approvals (`decide` listed them in the report): not a failure,
+    nothing recorded as an error."""
     ids = [p.call_id for p in pause.pending]
     error = AwaitingApprovalError(
         f"the run waits for approval of {len(ids)} tool call(s): {', '.join(ids)}", pending=ids
