@@ -239,7 +239,7 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
 
 async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchResult:
     plan = _Plan.of(options)
-    if plan.durable is not None and not callable(getattr(executable, "resume", None)):
+    if plan.durable is not None and not callable(getattr(executable, "is_stored", None)):
         raise TypeError("durable= needs an agent (something with resume(run_id))")
     attempt = attempt_for(executable, plan.run_options)
     runners = _runners_for(executable, plan)

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..abort import AbortSignal
-from ..errors import RunNotFoundError
 from ..usage import Usage
 
 __all__ = ["BATCH_RUNS", "DurableItems", "attempt_usage", "durable_items"]
@@ -40,11 +39,12 @@ class DurableItems:
         self, executable: Any, key: Any, input: Any, options: dict[str, Any], signal: AbortSignal
     ) -> Any:
         run_id = self.run_id(key)
+        if not await executable.is_stored(run_id, **options):
+            # A new item (or one whose run never got as far as its header): no resume
+            # attempt, so no refused run reaches the observers.
+            return await executable.execute(input, **options, run_id=run_id, signal=signal)
         decisions = (self.approvals or {}).get(key)
-        resumed = await executable.resume(run_id, approvals=decisions, **options, signal=signal)
-        if not isinstance(resumed.error, RunNotFoundError):
-            return resumed
-        return await executable.execute(input, **options, run_id=run_id, signal=signal)
+        return await executable.resume(run_id, approvals=decisions, **options, signal=signal)
 
 
 # The run option that carries a batch's DurableItems to each attempt (popped there).

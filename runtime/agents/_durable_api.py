@@ -15,8 +15,8 @@ from ..messages import Message
 from ..observe.events import Event
 from ..observe.report import AgentResult
 from ..run_context import RunInfo
-from ._journal import Journal, Outcome
-from ._resume import resume_state
+from ._journal import Journal, Outcome, encoded
+from ._resume import already_resolved, restore, resume_state
 from ._state import RunState
 from .durable import Decision, Durable
 
@@ -154,8 +154,6 @@ class DurableRuns:
         record = await durable.store.load_run(scope)
         if record is None or record.outcome is not None:
             return await self._resume_into(state, run, None, True, options)
-        from ._resume import already_resolved, restore
-
         restored = restore(record, state)
         error = AgentCancelledError(
             f"the run was abandoned: {reason}", cancelled_at="abandoned", reason=reason
@@ -166,8 +164,9 @@ class DurableRuns:
         outcome = Outcome(
             status="cancelled", text="", report=report, usage=restored.usage, error=error.to_dict()
         )
-        raw = outcome.__pydantic_serializer__.to_json(outcome)
-        await durable.store.finish_run(scope, epoch, raw, drop_entries=durable.delete_on_complete)
+        await durable.store.finish_run(
+            scope, epoch, encoded(outcome), drop_entries=durable.delete_on_complete
+        )
         header = restored.header
         if header.session_id is not None:
             memory = self.memory or default_memory()
@@ -177,6 +176,15 @@ class DurableRuns:
         result = already_resolved(state, outcome)
         result.report.resumes.pop()  # abandoning is not a resume
         return result
+
+    async def is_stored(self, run: str, /, **options: Unpack[RunOptions]) -> bool:
+        """Whether a durable run is stored under `run` (in the store `durable=` names, for
+        the tenant `user_id` / `metadata` name), open or ended."""
+        durable = self._durable_for(options)
+        if durable is None:
+            return False
+        scope = Scope(run, options.get("user_id"), dict(options.get("metadata") or {}))
+        return await durable.store.load_run(scope) is not None
 
     async def _resume_into(
         self,

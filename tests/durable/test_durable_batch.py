@@ -168,3 +168,29 @@ async def test_durable_needs_an_agent() -> None:
         await raygent.batch(fn, [1], durable=Durable(store=SQLiteStore(":memory:")))
     with pytest.raises(ValueError, match="approvals= needs durable="):
         await raygent.batch(fn, [1], approvals={1: {}})
+
+
+async def test_a_new_durable_item_starts_without_a_refused_resume(tmp_path: Path) -> None:
+    events = tmp_path / "events"
+
+    def record(event: Any) -> None:  # where the run runs (a Ray runner, or here)
+        with events.open("a") as f:
+            f.write(event.type + "\n")
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    async with serve([Rule(match=Match(), reply=FINAL)]) as sim:
+        agent = build_agent(
+            sim_config(sim, "openai", {"kind": "sqlite", "path": str(tmp_path / "runs.db")})
+        )
+        result = await raygent.batch(
+            agent,
+            ["one", "two"],
+            durable=Durable(store=store),
+            run_options={"on": {"*": record}},
+            progress=False,
+        )
+    await store.aclose()
+    assert result.ok, result.report
+    seen = events.read_text().splitlines()
+    # Each item ran once, as a new run: no failed "not found" resume came first.
+    assert seen.count("agent.starting") == 2 and "agent.errored" not in seen
