@@ -15,6 +15,8 @@ from .agents.session import Session
 from .attachments import AttachmentPolicy, OutboundPolicy
 from .backend import current_backend, init
 from .compaction import Compaction, CompactionResult
+from .executable import Executable
+from .flows import END, FlowReport, FlowResult, Goto
 from .memory import Memory
 from .messages import (
     AssistantMessage,
@@ -43,6 +45,7 @@ from .tools import Tool, ToolContext, tool
 from .usage import Cost, Usage, total_cost
 
 __all__ = [
+    "END",
     "AbortController",
     "AbortSignal",
     "Agent",
@@ -60,6 +63,10 @@ __all__ = [
     "Cost",
     "Deny",
     "Durable",
+    "Executable",
+    "FlowReport",
+    "FlowResult",
+    "Goto",
     "ImagePart",
     "Memory",
     "Message",

@@ -16,8 +16,11 @@ __all__ = [
     "ContentFilterError",
     "ContextLengthExceededError",
     "DriftError",
+    "FlowOutputError",
     "InvalidOptionsError",
     "InvalidRequestError",
+    "MaxIterationsError",
+    "MaxStepsError",
     "MaxTripsError",
     "OfflineError",
     "OutboundPolicyError",
@@ -29,9 +32,11 @@ __all__ = [
     "RateLimitError",
     "RaygentError",
     "RefusalError",
+    "RoutingError",
     "RunNotFoundError",
     "SchemaValidationError",
     "ServerError",
+    "StepFailedError",
     "ToolDeniedError",
     "ToolExecutionError",
     "error_dict",
@@ -290,3 +295,44 @@ class ToolDeniedError(ToolExecutionError):
     call's error result. details: tool, reason."""
 
     code = "TOOL_DENIED"
+
+
+class StepFailedError(RaygentError):
+    """A workflow step (or a supervisor's intent) failed after its retries and its
+    `on_failure` did not route elsewhere. details: step, attempts, branch (a parallel
+    step's failing branch), cause (the step's own error, as a dict)."""
+
+    code = "FLOW_STEP_FAILED"
+    category = "flow"
+
+
+class MaxStepsError(RaygentError):
+    """A workflow ran `max_steps` steps without reaching its end (a `Goto` loop that does
+    not stop). details: max_steps, last_step."""
+
+    code = "FLOW_MAX_STEPS"
+    category = "flow"
+
+
+class FlowOutputError(RaygentError):
+    """A step's output, or a flow's final output, does not match its declared model.
+    details: step (None for the flow's own output), issues."""
+
+    code = "FLOW_OUTPUT"
+    category = "output"
+
+
+class MaxIterationsError(RaygentError):
+    """A supervisor iterated `max_iterations` times without routing to END; the outputs
+    so far are on the result. details: max_iterations."""
+
+    code = "SUPERVISOR_MAX_ITERATIONS"
+    category = "flow"
+
+
+class RoutingError(RaygentError):
+    """A supervisor's route chose what it cannot run: an unknown intent, more intents at
+    once than `max_fan_out`, or no decision. details: decision, intents."""
+
+    code = "SUPERVISOR_ROUTING"
+    category = "flow"

@@ -46,6 +46,7 @@ __all__ = [
     "exact",
     "judge",
     "predicate",
+    "run",
     "to_json",
     "to_junit",
 ]
@@ -338,6 +339,14 @@ def judge(
 class _Scored:
     scores: list[Score]
     usage: Usage  # read by the batch as this item's usage
+
+
+async def run(
+    executable: Any, cases: Any, scorers: Iterable[Scorer], **options: Unpack[BatchOptions]
+) -> EvalReport:
+    """Run any executable (an agent, a workflow, a supervisor) on every case, then score
+    each: `raygent.eval.run(flow, cases, scorers)`; `agent.eval(...)` is the same."""
+    return await evaluate(executable, cases, scorers, **options)
 
 
 async def evaluate(

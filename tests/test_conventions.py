@@ -22,6 +22,12 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 PUBLIC_API = {
+    # Executables above the agent (raygent.flows).
+    "END",
+    "Executable",
+    "FlowReport",
+    "FlowResult",
+    "Goto",
     "Approve",
     "Deny",
     "Durable",

@@ -36,6 +36,7 @@ BASE = {
     "_version",
     "abort",
     "errors",
+    "executable",
     "messages",
     "models.contract",
     "pricing",
@@ -49,6 +50,7 @@ SUBPACKAGES = {
     "agents": "agents",
     "attachments": "attachments",
     "compaction": "compaction",
+    "flows": "flows",
     "memory": "memory",
     "models": "models",
     "observe": "observe",
@@ -87,12 +89,13 @@ MAY_IMPORT: dict[str, set[str]] = {
         "seams",
         "stores",
     },
+    "flows": {"base", "models", "observe", "agents", "batch"},
     "batch": {"base", "seams", "agents", "observe"},
     "eval": {"base", "batch", "observe"},
-    "testing": {"base"},
+    "testing": {"base", "observe", "flows"},
     "entry": {
         *("base", "sim", "models", "memory", "attachments", "seams", "compaction"),
-        *("observe", "agents", "batch", "eval", "testing", "stores"),
+        *("observe", "agents", "flows", "batch", "eval", "testing", "stores"),
     },
 }
 

@@ -22,6 +22,7 @@ from ..attachments._parse import AttachmentLike, AttachmentPolicy
 from ..backend import current_backend
 from ..compaction._policy import Compaction
 from ..errors import InvalidOptionsError, PromptError, RaygentError
+from ..executable import Executable
 from ..memory._save import Memory, RunSaver, default_memory, scope_of
 from ..messages import ContentPart, Message, SystemMessage, UserMessage
 from ..models.contract import Model, ModelOptions, ToolSpec
@@ -115,7 +116,7 @@ class Agent(DurableRuns):
         model: Model,
         name: str | None,
         system_prompt: str | SystemPrompt | None,
-        tools: Iterable[Tool[..., Any] | Agent],
+        tools: Iterable[Tool[..., Any] | Agent | Any],
         placeholders: Mapping[str, Any] | None,
         max_trips: int,
         model_options: Mapping[str, Any] | None,
@@ -145,7 +146,8 @@ class Agent(DurableRuns):
         self.attachment_policy = attachment_policy or AttachmentPolicy()
         self.tools: dict[str, Tool[..., Any]] = {}
         for item in tools:
-            as_tool = item.as_tool() if isinstance(item, Agent) else item
+            # An executable (an agent, a workflow, a supervisor) is adapted into a tool.
+            as_tool = item if isinstance(item, Tool) else _adapted(item)
             if as_tool.name in self.tools:
                 raise ValueError(f"two tools are named {as_tool.name!r}")
             self.tools[as_tool.name] = as_tool
@@ -436,7 +438,7 @@ def agent(
     *,
     model: Model,
     system_prompt: str | SystemPrompt | None = None,
-    tools: Iterable[Tool[..., Any] | Agent] = (),
+    tools: Iterable[Tool[..., Any] | Agent | Executable] = (),
     placeholders: Mapping[str, Any] | None = None,
     max_trips: int = 10,
     model_options: Mapping[str, Any] | None = None,
@@ -515,6 +517,16 @@ def _follow(state: RunState, signal: AbortSignal | None) -> None:
     long-lived signal must not keep runs alive."""
     if signal is not None:
         state.unlink = signal.add_callback(lambda: state.abort.abort(signal.reason))
+
+
+def _adapted(item: Any) -> Tool[..., Any]:
+    as_tool = getattr(item, "as_tool", None)
+    if not callable(as_tool):
+        raise TypeError(
+            f"tools takes tools, agents, workflows and supervisors, not {type(item).__name__}"
+        )
+    made: Tool[..., Any] = as_tool()
+    return made
 
 
 def _setup_error(exc: Exception) -> RaygentError:

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Iterable
 
 from .observers import Observe, Observer, log, observing_all, registered
-from .report import AgentReport
+from .report import RunReport
 
 __all__ = ["deliver", "observers_for", "own_observers", "uses_global"]
 
@@ -49,7 +49,7 @@ def observers_for(agent_setting: Observe, call_setting: Observe) -> tuple[Observ
     return tuple(unique)
 
 
-async def deliver(report: AgentReport, observers: tuple[Observer, ...]) -> None:
+async def deliver(report: RunReport, observers: tuple[Observer, ...]) -> None:
     """Hand the finished report to each observer in turn; one that raises is logged."""
     for observer in observers:
         try:

@@ -15,11 +15,11 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from ..usage import Usage
+from .report import AgentReport, AgentResult, FlowReport, FlowResult, RunReport, Timing
 
 if TYPE_CHECKING:
     from .._batch.call import BatchResult
     from ..eval import EvalReport
-    from .report import AgentReport, AgentResult, Timing
 
 __all__ = ["batch_html", "eval_html", "report_html"]
 
@@ -43,12 +43,21 @@ _STYLE = """<style>
 </style>"""
 
 
-def report_html(report: AgentReport, result: AgentResult | None = None) -> str:
+def report_html(report: RunReport, result: AgentResult | FlowResult | None = None) -> str:
     """A run: status, usage and cost, its answer or error, and a timeline of its trips
     and tool calls (nested runs folded under their tool call)."""
+    if isinstance(report, FlowReport):
+        return flow_html(report, result)
+    assert result is None or isinstance(result, AgentResult)
     text = result.text if result is not None else (report.trips[-1].output if report.trips else "")
     usage = result.usage if result is not None else report.total_usage()
     return f'<div class="rg">{_STYLE}{_run_body(report, usage, text)}</div>'
+
+
+def flow_html(report: FlowReport, result: AgentResult | FlowResult | None = None) -> str:
+    """A workflow or supervisor run: status and usage (TODO(flows): steps and runs)."""
+    usage = result.usage if result is not None else report.total_usage()
+    return f'<div class="rg">{_STYLE}<b>{_esc(report.name)}</b> {_usage_line(usage)}</div>'
 
 
 def batch_html(result: BatchResult) -> str:
@@ -199,7 +208,7 @@ def _timeline(report: AgentReport) -> str:
             detail = f'<div class="err">{_esc(_clip(call.error.get("message")))}</div>'
         else:
             detail = f'<div class="meta">→ {_esc(_clip(call.output))}</div>'
-        if call.child is not None:
+        if isinstance(call.child, AgentReport):  # TODO(flows): a nested flow's steps
             child = call.child
             detail += (
                 f"<details><summary>nested run {_esc(child.name)} "

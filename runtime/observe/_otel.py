@@ -16,12 +16,14 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from .report import AgentReport
+
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
     from ..usage import Usage
-    from .report import AgentReport, Timing, ToolCallReport, TripReport
+    from .report import Timing, ToolCallReport, TripReport
 
 __all__ = ["OpenTelemetry"]
 
@@ -126,7 +128,7 @@ class OpenTelemetry:
         if call.error is not None:
             span.set_attribute("error.type", str(call.error.get("code") or "tool_error"))
             span.set_status(self._trace.StatusCode.ERROR, str(call.error.get("message") or ""))
-        if call.child is not None:
+        if isinstance(call.child, AgentReport):  # TODO(flows): a nested flow's spans
             self._run(call.child, self._trace.set_span_in_context(span))
         span.end(_ns(_ended(call.timing, run_end)))
 

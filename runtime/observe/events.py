@@ -22,7 +22,7 @@ from ..redaction import logger as redacting_logger
 from ..usage import Usage
 
 if TYPE_CHECKING:
-    from .report import AgentResult
+    from .report import AgentResult, FlowResult
 
 __all__ = [
     "STREAM_ONLY",
@@ -31,7 +31,12 @@ __all__ = [
     "AgentStarting",
     "Event",
     "EventHandler",
+    "FlowCompleted",
+    "FlowErrored",
+    "FlowStarting",
     "Handlers",
+    "StepCompleted",
+    "StepStarted",
     "ToolCalled",
     "ToolCalling",
     "ToolFailed",
@@ -149,6 +154,52 @@ class AgentErrored(Event):
     type: ClassVar[str] = "agent.error"
     error: dict[str, Any]
     result: AgentResult
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowStarting(Event):
+    """A workflow or supervisor run begins (`kind` says which)."""
+
+    type: ClassVar[str] = "flow.starting"
+    name: str
+    kind: str
+    parent_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepStarted(Event):
+    """A step (a supervisor's routing or intent) begins; `attempt` counts its retries."""
+
+    type: ClassVar[str] = "flow.step.started"
+    step: str
+    kind: str
+    attempt: int = 1
+    iteration: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCompleted(Event):
+    """A step ended: completed, failed, skipped or cancelled."""
+
+    type: ClassVar[str] = "flow.step.completed"
+    step: str
+    status: str
+    duration: float
+    iteration: int | None = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowCompleted(Event):
+    type: ClassVar[str] = "flow.completed"
+    result: FlowResult
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlowErrored(Event):
+    type: ClassVar[str] = "flow.error"
+    error: dict[str, Any]
+    result: FlowResult
 
 
 # What `stream()` adds on top of the lifecycle events.

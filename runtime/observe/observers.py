@@ -44,7 +44,7 @@ from ..redaction import logger as redacting_logger
 from ._otel import OpenTelemetry
 
 if TYPE_CHECKING:
-    from .report import AgentReport
+    from .report import RunReport
 
 __all__ = [
     "Observe",
@@ -60,7 +60,9 @@ __all__ = [
 
 log = redacting_logger("raygent.observers")
 
-Observer = Callable[["AgentReport"], Awaitable[None] | None]
+# An observer takes the report of a root run: an AgentReport, or a FlowReport for a
+# workflow or supervisor (its agents' reports under its steps).
+Observer = Callable[["RunReport"], Awaitable[None] | None]
 Observe = bool | Observer | Iterable[Observer] | None
 
 # The one place process-wide observers live; `add` hands back their removal.

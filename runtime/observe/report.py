@@ -16,11 +16,16 @@ from ..usage import Usage
 __all__ = [
     "AgentReport",
     "AgentResult",
+    "FlowReport",
+    "FlowResult",
     "ModelInfo",
     "PendingCall",
     "ResumeRecord",
+    "RunReport",
     "RunStatus",
     "RunTrail",
+    "StepReport",
+    "StepRun",
     "ToolCallReport",
     "TripReport",
 ]
@@ -53,7 +58,9 @@ class ToolCallReport(BaseModel):
     trip_index: int
     timing: Timing
     session_id: str | None = None
-    child: AgentReport | None = None
+    # The nested run's report when the tool is an executable (an agent, a workflow, a
+    # supervisor).
+    child: RunReport | None = None
 
 
 class TripReport(BaseModel):
@@ -139,6 +146,88 @@ class AgentReport(BaseModel):
         return report_html(self)
 
 
+StepStatus = Literal["completed", "failed", "skipped", "cancelled"]
+
+
+class StepRun(BaseModel):
+    """One run a step made: which branch (a parallel step's branch, a supervisor's
+    intent) and which attempt, and the run's own report."""
+
+    model_config = ConfigDict(extra="forbid")
+    branch: str | None = None
+    attempt: int = 1
+    report: RunReport
+
+
+class StepReport(BaseModel):
+    """One step of a workflow, or one routing or intent of a supervisor's iteration."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    kind: Literal["run", "agent", "parallel", "route", "intent"]
+    status: StepStatus = "completed"
+    iteration: int | None = None
+    attempts: int = 0
+    started_at: datetime
+    ended_at: datetime | None = None
+    duration: float | None = None
+    error: dict[str, Any] | None = None
+    runs: list[StepRun] = Field(default_factory=list)
+
+
+class FlowReport(BaseModel):
+    """Everything one workflow or supervisor run did: its steps, and under them the runs
+    they made (agents, nested workflows), every attempt kept."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["workflow", "supervisor"]
+    run_id: str
+    root_run_id: str
+    parent_run_id: str | None = None
+    session_id: str | None = None
+    name: str
+    version: str | None = None
+    status: RunStatus = "completed"
+    started_at: datetime
+    ended_at: datetime | None = None
+    duration: float | None = None
+    steps: list[StepReport] = Field(default_factory=list)
+    error: dict[str, Any] | None = None
+    handler_errors: list[dict[str, Any]] = Field(default_factory=list)
+
+    def runs(self) -> list[RunReport]:
+        """The runs this one made, in order (retries included), not their own children."""
+        return [run.report for step in self.steps for run in step.runs]
+
+    def step(self, name: str) -> StepReport | None:
+        """The last report of the step (or intent) called `name`, if it ran."""
+        return next((s for s in reversed(self.steps) if s.name == name), None)
+
+    def total_usage(self) -> Usage:
+        """The usage of every run under this one, every attempt counted."""
+        return sum((run.total_usage() for run in self.runs()), Usage())
+
+    def to_json(self, indent: int | None = None) -> str:
+        return self.model_dump_json(indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> FlowReport:
+        return cls.model_validate_json(text)
+
+    def _repr_html_(self) -> str:
+        from ._html import report_html
+
+        return report_html(self)
+
+
+# A run's report, whatever ran: what observers receive and tool calls hang their nested
+# runs by.
+RunReport = AgentReport | FlowReport
+StepRun.model_rebuild()
+ToolCallReport.model_rebuild()
+AgentReport.model_rebuild()
+
+
 @dataclass(frozen=True)
 class RunTrail:
     """What an unfinished run on a session handed its save policy: its new messages in
@@ -183,6 +272,41 @@ class AgentResult:
     def pending(self) -> list[PendingCall]:
         """The tool calls awaiting approval (status `awaiting_approval`), else empty."""
         return self.report.pending
+
+    def _repr_html_(self) -> str:
+        from ._html import report_html
+
+        return report_html(self.report, result=self)
+
+
+@dataclass
+class FlowResult:
+    """The outcome of a workflow or supervisor run. `execute()` never raises: failures
+    are in `error`, and what the steps produced before is kept in `outputs`.
+
+    `data` is the validated output model when the flow declares one, else the last step's
+    output (a workflow) or the outputs by intent (a supervisor). `usage` is every run's
+    under it, every attempt counted.
+    """
+
+    data: Any
+    text: str
+    report: FlowReport
+    usage: Usage
+    error: RaygentError | None = None
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def status(self) -> RunStatus:
+        return self.report.status
+
+    @property
+    def ok(self) -> bool:
+        return self.report.status == "completed"
+
+    @property
+    def run_id(self) -> str:
+        return self.report.run_id
 
     def _repr_html_(self) -> str:
         from ._html import report_html

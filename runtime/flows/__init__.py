@@ -1,0 +1,21 @@
+"""Executables above the agent: workflows (fixed pipelines of steps) and supervisors (one
+input routed across specialists), with `router`, `fan_out` and `vote` to build them.
+
+May import the base, models, observe, agents (the routing agent, agents as steps) and
+batch (its `Retry`); batch and agents never import flows (they take any executable).
+"""
+
+from ..observe.report import FlowReport, FlowResult, StepReport, StepRun
+from ._flow import Flow, FlowStream
+from ._markers import END, Goto
+
+__all__ = [
+    "END",
+    "Flow",
+    "FlowReport",
+    "FlowResult",
+    "FlowStream",
+    "Goto",
+    "StepReport",
+    "StepRun",
+]

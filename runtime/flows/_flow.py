@@ -1,0 +1,177 @@
+"""What workflows and supervisors share: the executable surface (`execute`, `execute_sync`,
+`stream`, `as_tool`, `on`) around one body that runs a `FlowRun`."""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from .._sync import run_sync
+from ..errors import AbortedError, InvalidOptionsError, RaygentError, StepFailedError
+from ..observe.events import Event, EventHandler, Handlers, handler_list
+from ..observe.observers import Observe
+from ..observe.report import FlowResult
+from ..tools import Tool
+from ._run import FlowRun
+
+__all__ = ["Flow"]
+
+
+class Flow(ABC):
+    """Base of `Workflow` and `Supervisor`. A subclass gives `kind` and `_body`."""
+
+    kind: ClassVar[Literal["workflow", "supervisor"]]
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        version: str | None,
+        input_model: type[BaseModel] | None,
+        output_model: type[BaseModel] | None,
+        description: str | None,
+        on: Handlers | None,
+        observe: Observe,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a {self.kind} needs a name, not {name!r}")
+        for label, model in (("input", input_model), ("output", output_model)):
+            if model is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
+                raise TypeError(f"{label}= takes a pydantic model class, not {model!r}")
+        self.name = name
+        self.version = version
+        self.input_model = input_model
+        self.output_model = output_model
+        self.description = description
+        self.observe = observe
+        self._handlers = handler_list(on)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+    def on(self, event: str, handler: EventHandler) -> Callable[[], None]:
+        """Subscribe to an event ("*" for all, nested runs' included) on every run."""
+        pair = (event, handler)
+        self._handlers.append(pair)
+        return lambda: self._handlers.remove(pair) if pair in self._handlers else None
+
+    async def execute(self, input: Any, **options: Any) -> FlowResult:
+        """Run once. Never raises: failures come back typed on `result.error` (with what
+        the steps produced before in `result.outputs`). Options: `context=` (a dict the
+        steps see, never stored), `deps=`, `signal=`, `on=`, `observe=`, `run_id=`, and
+        `parent=` when run inside another run."""
+        return await self._run(self._new_run(options, None), input)
+
+    def execute_sync(self, input: Any, **options: Any) -> FlowResult:
+        """`execute` from synchronous code, with or without a running loop."""
+        return run_sync(lambda: self.execute(input, **options))
+
+    def stream(self, input: Any, **options: Any) -> FlowStream:
+        """Run once, yielding typed events (the flow's and every nested run's, each with
+        its own run_id and the root_run_id); `await stream.result` gives the result."""
+        return FlowStream(self, input, options)
+
+    def as_tool(self, name: str | None = None, description: str | None = None) -> Tool[..., Any]:
+        """This flow as a tool (what `tools=[flow]` does): its input model is the tool's
+        arguments, else one string `input`."""
+        from ._as_tool import executable_tool
+
+        return executable_tool(self, name=name, description=description)
+
+    # -- one run -------------------------------------------------------------------------
+
+    def _new_run(self, options: dict[str, Any], sink: Callable[[Event], None] | None) -> FlowRun:
+        return FlowRun(
+            kind=self.kind,
+            name=self.name,
+            version=self.version,
+            options=options,
+            handlers=list(self._handlers),
+            observe=self.observe,
+            sink=sink,
+        )
+
+    async def _run(self, run: FlowRun, input: Any) -> FlowResult:
+        await run.start()
+        try:
+            value = self._validated_input(input)
+            return await self._body(run, value)
+        except asyncio.CancelledError:
+            await run.finish(
+                data=None,
+                text="",
+                outputs={},
+                error=AbortedError(f"the {self.kind} was cancelled"),
+                status="cancelled",
+            )
+            raise
+        except Exception as exc:
+            return await run.finish(data=None, text="", outputs={}, error=_as_error(exc))
+
+    def _validated_input(self, input: Any) -> Any:
+        model = self.input_model
+        if model is None or isinstance(input, model):
+            return input
+        try:
+            if isinstance(input, (str, bytes)):
+                return model.model_validate_json(input)
+            return model.model_validate(input)
+        except ValidationError as exc:
+            raise InvalidOptionsError(
+                f"invalid input for {self.kind} {self.name!r}: {exc.error_count()} issue(s)",
+                issues=exc.errors(include_url=False, include_context=False),
+            ) from None
+
+    @abstractmethod
+    async def _body(self, run: FlowRun, input: Any) -> FlowResult:
+        """Run the steps and end with `run.finish(...)`; may raise (the base records it)."""
+
+
+def _as_error(exc: Exception) -> RaygentError:
+    if isinstance(exc, RaygentError):
+        return exc
+    error = StepFailedError(f"{type(exc).__name__}: {exc}", step=None)
+    error.__cause__ = exc
+    return error
+
+
+class FlowStream:
+    """Async iterator of a flow run's events, nested runs' included; `await .result`
+    gives the FlowResult."""
+
+    def __init__(self, flow: Flow, input: Any, options: dict[str, Any]) -> None:
+        self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
+        self._run = flow._new_run(options, self._queue.put_nowait)
+        self._ended = False
+        self._task = asyncio.ensure_future(flow._run(self._run, input))
+        self._task.add_done_callback(lambda _: self._queue.put_nowait(None))
+
+    def __aiter__(self) -> FlowStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        if self._ended:
+            raise StopAsyncIteration
+        event = await self._queue.get()
+        if event is None:
+            self._ended = True
+            raise StopAsyncIteration
+        return event
+
+    async def aclose(self) -> None:
+        """Stop listening: the run is cancelled, not left behind."""
+        if not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    @property
+    def result(self) -> asyncio.Future[FlowResult]:
+        return self._task
+
+    def abort(self, reason: str | None = None) -> None:
+        """Abort the run (its steps' runs end cancelled)."""
+        self._run.abort.abort(reason)

@@ -1,0 +1,257 @@
+"""One workflow or supervisor run: its ids, events, report, usage, and the child runs it
+makes. Shared by `Workflow` and `Supervisor` so both report, stream, price and observe
+the same way an agent does."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from ..abort import AbortController, AbortSignal
+from ..errors import AbortedError, RaygentError, error_dict
+from ..observe._delivery import deliver, observers_for
+from ..observe.events import (
+    Dispatcher,
+    Event,
+    EventHandler,
+    FlowCompleted,
+    FlowErrored,
+    FlowStarting,
+    StepCompleted,
+    StepStarted,
+    handler_list,
+)
+from ..observe.observers import Observe
+from ..observe.report import (
+    FlowReport,
+    FlowResult,
+    RunStatus,
+    StepReport,
+    StepRun,
+    StepStatus,
+)
+from ..run_context import RunInfo
+from ..usage import Usage
+
+__all__ = ["FlowRun", "now"]
+
+# The options a flow passes on to the runs it makes; anything else is the flow's own.
+CHILD_OPTIONS = ("deps",)
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class FlowRun:
+    """The state of one flow run while it goes. Made by the flow's `execute`/`stream`;
+    `finish` ends it (events, observers) and gives the result."""
+
+    def __init__(
+        self,
+        *,
+        kind: Literal["workflow", "supervisor"],
+        name: str,
+        version: str | None,
+        options: Mapping[str, Any],
+        handlers: list[tuple[str, EventHandler]],
+        observe: Observe,
+        sink: Callable[[Event], None] | None = None,
+    ) -> None:
+        parent: RunInfo | None = options.get("parent")
+        run_id = str(options.get("run_id") or uuid.uuid4().hex)
+        self.info = RunInfo(
+            run_id=run_id,
+            root_run_id=parent.root_run_id if parent else run_id,
+            parent_run_id=parent.run_id if parent else None,
+            session_id=parent.session_id if parent else None,
+            agent_name=name,
+            deps=options.get("deps", parent.deps if parent else None),
+        )
+        self.context: dict[str, Any] = dict(options.get("context") or {})
+        self.events = Dispatcher([handlers, handler_list(options.get("on"))], sink)
+        # Nested runs' events reach this run's handlers and stream only when someone
+        # listens (a nested run builds no event nobody wants).
+        self._forwarding = self.events.wants("*") or sink is not None
+        self.abort = AbortController()
+        caller: AbortSignal | None = options.get("signal")
+        self._unlink: Callable[[], None] | None = None
+        if caller is not None:
+            if caller.aborted:
+                self.abort.abort(caller.reason)
+            else:
+                self._unlink = caller.add_callback(lambda: self.abort.abort(caller.reason))
+        # A nested flow is delivered inside its root's tree, not on its own.
+        self.observers = () if parent else observers_for(observe, options.get("observe"))
+        self.usage = Usage()
+        self._clock = time.perf_counter()
+        self.report = FlowReport(
+            kind=kind,
+            run_id=self.info.run_id,
+            root_run_id=self.info.root_run_id,
+            parent_run_id=self.info.parent_run_id,
+            session_id=self.info.session_id,
+            name=name,
+            version=version,
+            started_at=now(),
+        )
+        self.child_info = RunInfo(
+            run_id=self.info.run_id,
+            root_run_id=self.info.root_run_id,
+            parent_run_id=self.info.parent_run_id,
+            session_id=self.info.session_id,
+            agent_name=name,
+            deps=self.info.deps,
+        )
+
+    @property
+    def signal(self) -> AbortSignal:
+        return self.abort.signal
+
+    async def start(self) -> None:
+        await self.events.emit(
+            FlowStarting(
+                run_id=self.info.run_id,
+                root_run_id=self.info.root_run_id,
+                name=self.report.name,
+                kind=self.report.kind,
+                parent_run_id=self.info.parent_run_id,
+            )
+        )
+
+    # -- steps -------------------------------------------------------------------------
+
+    async def open_step(
+        self,
+        name: str,
+        kind: Literal["run", "agent", "parallel", "route", "intent"],
+        *,
+        iteration: int | None = None,
+    ) -> StepReport:
+        step = StepReport(name=name, kind=kind, iteration=iteration, started_at=now())
+        self.report.steps.append(step)
+        return step
+
+    async def attempt(self, step: StepReport) -> int:
+        """Count one more attempt of `step` and say so (`flow.step.started`)."""
+        step.attempts += 1
+        if self.events.wants(StepStarted.type):
+            await self.events.emit(
+                StepStarted(
+                    run_id=self.info.run_id,
+                    root_run_id=self.info.root_run_id,
+                    step=step.name,
+                    kind=step.kind,
+                    attempt=step.attempts,
+                    iteration=step.iteration,
+                )
+            )
+        return step.attempts
+
+    async def close_step(
+        self, step: StepReport, status: StepStatus, error: BaseException | None = None
+    ) -> None:
+        step.status = status
+        step.ended_at = now()
+        step.duration = (step.ended_at - step.started_at).total_seconds()
+        step.error = None if error is None else error_dict(error)
+        if self.events.wants(StepCompleted.type):
+            await self.events.emit(
+                StepCompleted(
+                    run_id=self.info.run_id,
+                    root_run_id=self.info.root_run_id,
+                    step=step.name,
+                    status=status,
+                    duration=step.duration,
+                    iteration=step.iteration,
+                    error=step.error,
+                )
+            )
+
+    async def child(
+        self,
+        executable: Any,
+        input: Any,
+        step: StepReport,
+        *,
+        branch: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Run `executable` as a child of this run: its report hangs under `step`, its
+        usage adds to this run's (every attempt's), its events reach this run's
+        listeners. Returns the child's result; never raises but CancelledError."""
+        run_options: dict[str, Any] = dict(options or {})
+        run_options["parent"] = self.child_info
+        run_options["signal"] = self.signal
+        if self._forwarding:
+            run_options["on"] = {"*": self.events.emit}
+        result = await executable.execute(input, **run_options)
+        report = getattr(result, "report", None)
+        if report is not None:
+            step.runs.append(StepRun(branch=branch, attempt=step.attempts, report=report))
+        usage = getattr(result, "usage", None)
+        if isinstance(usage, Usage):
+            self.usage = self.usage + usage
+        return result
+
+    def check_abort(self) -> None:
+        """Raise AbortedError if the run was aborted (between steps)."""
+        if self.signal.aborted:
+            raise AbortedError(f"the {self.report.kind} was aborted: {self.signal.reason}")
+
+    # -- the end -----------------------------------------------------------------------
+
+    async def finish(
+        self,
+        *,
+        data: Any,
+        text: str,
+        outputs: dict[str, Any],
+        error: RaygentError | None,
+        status: RunStatus | None = None,
+    ) -> FlowResult:
+        """End the run: its report closed, `flow.completed` or `flow.error` emitted, the
+        observers handed the report (a root run only)."""
+        if self._unlink is not None:
+            self._unlink()
+            self._unlink = None
+        report = self.report
+        if status is None:
+            status = "completed" if error is None else _status_of(error)
+        report.status = status
+        report.error = None if error is None else error.to_dict()
+        report.ended_at = now()
+        report.duration = time.perf_counter() - self._clock
+        result = FlowResult(
+            data=data, text=text, report=report, usage=self.usage, error=error, outputs=outputs
+        )
+        run_id, root_run_id = self.info.run_id, self.info.root_run_id
+        if error is None:
+            await self.events.emit(
+                FlowCompleted(run_id=run_id, root_run_id=root_run_id, result=result)
+            )
+        else:
+            await self.events.emit(
+                FlowErrored(
+                    run_id=run_id, root_run_id=root_run_id, error=report.error or {}, result=result
+                )
+            )
+        report.handler_errors = list(self.events.handler_errors)
+        await deliver(report, self.observers)
+        return result
+
+
+def _status_of(error: RaygentError) -> RunStatus:
+    if error.category == "cancelled":
+        return "cancelled"
+    if error.category == "approval":
+        return "awaiting_approval"
+    return "failed"
+
+
+def child_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """What of a flow call's options its child runs get (besides parent and signal)."""
+    return {k: options[k] for k in CHILD_OPTIONS if k in options}
