@@ -89,7 +89,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "seams",
         "stores",
     },
-    "flows": {"base", "models", "observe", "agents", "batch"},
+    "flows": {"base", "models", "observe", "agents", "batch", "stores"},
     "batch": {"base", "seams", "agents", "observe"},
     "eval": {"base", "batch", "observe"},
     "testing": {"base", "observe", "flows"},
