@@ -136,7 +136,12 @@ class Workflow(Flow):
             await run.close_step(report, "failed", failure.error)
             route = None
             if item.on_failure is not None:
-                route = await call_hook(item.on_failure, state, failure.error)
+                try:
+                    route = await call_hook(item.on_failure, state, failure.error)
+                except Exception as raised:
+                    # Re-raised (or another error): the step's failure.
+                    failure = StepFailure(raised, failure.branch)
+                    raise _workflow_error(item, report, failure) from raised
             if isinstance(route, Goto):
                 return route
             if route is END:
