@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 import raygent
 from raygent import AnthropicModel, OpenAIModel, Pricing
 from raygent.models._http import HTTPModel
@@ -76,3 +78,11 @@ class Observed:
 def step_statuses(result: raygent.FlowResult) -> list[tuple[str, str]]:
     """(name, status) of every step the run entered, in order."""
     return [(s.name, s.status) for s in result.report.steps]
+
+
+def assert_usage_equal(actual: raygent.Usage, expected: raygent.Usage) -> None:
+    """The same tokens exactly, the same cost up to the order its floats were added."""
+    assert actual.model_copy(update={"cost": None}) == expected.model_copy(update={"cost": None})
+    assert (actual.cost is None) == (expected.cost is None)
+    if actual.cost is not None and expected.cost is not None:
+        assert actual.cost.model_dump() == pytest.approx(expected.cost.model_dump())
