@@ -352,3 +352,27 @@ async def test_an_agent_step_gets_the_previous_output_or_what_its_input_gives() 
     assert users == ["the question", '{"said": "done"}', "custom"]
     assert result.data == "done"
     assert [len(s.runs) for s in result.report.steps] == [1, 0, 1, 1]
+
+
+async def test_a_failing_hook_is_the_steps_failure() -> None:
+    def before(state: raygent.WorkflowState) -> None:
+        raise RuntimeError("not ready")
+
+    routes: list[str] = []
+    flow = raygent.workflow(
+        name="hooked",
+        steps=[
+            raygent.step(
+                "guarded",
+                run=lambda s: "never",
+                before=before,
+                on_failure=lambda s, e: routes.append(str(e)),  # None: the workflow fails
+            ),
+        ],
+    )
+    result = await flow.execute("x")
+    assert routes == ["not ready"]
+    assert isinstance(result.error, StepFailedError)
+    assert result.error.details["cause"] == {"type": "RuntimeError", "message": "not ready"}
+    assert result.error.details["attempts"] == 0  # the run itself never started
+    assert step_statuses(result) == [("guarded", "failed")]

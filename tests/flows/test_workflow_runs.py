@@ -174,3 +174,35 @@ async def test_a_workflow_runs_from_sync_code() -> None:
     result = await asyncio.to_thread(flow.execute_sync, "ab")
     assert result.ok, result.error
     assert result.data == "abab"
+
+
+async def test_aborting_a_stream_cancels_a_running_function_step() -> None:
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def wait_forever(state: raygent.WorkflowState) -> str:
+        started.set()
+        try:
+            await asyncio.get_running_loop().create_future()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "unreachable"
+
+    flow = raygent.workflow(name="waiting", steps=[raygent.step("wait", run=wait_forever)])
+    stream = flow.stream("x")
+    events = []
+
+    async def consume() -> None:
+        async for event in stream:
+            events.append(event)
+
+    consumer = asyncio.ensure_future(consume())
+    await asyncio.wait_for(started.wait(), timeout=10)
+    stream.abort("enough")
+    result = await asyncio.wait_for(stream.result, timeout=10)
+    await asyncio.wait_for(consumer, timeout=10)
+    assert cancelled.is_set()
+    assert isinstance(result.error, AbortedError)
+    assert result.status == "cancelled"
+    assert step_statuses(result) == [("wait", "cancelled")]
+    assert [e.type for e in events][-1] == "flow.error"
