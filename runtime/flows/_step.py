@@ -87,8 +87,10 @@ def step(
       async; what it returns is the step's output.
     - `agent=executable`: an agent, workflow or supervisor run as a child run (its report
       under the step, its usage counted). Its input is `input=fn(state)`, else the
-      previous step's output (the workflow's input for the first step), as text for an
-      agent when it is a model or a dict.
+      previous step's output (the workflow's input for the first step). A workflow or
+      supervisor gets it as is; an agent gets a model as its JSON, and a previous output
+      that is not text as JSON (what `input=` gives otherwise goes as is: text or
+      messages).
     - `parallel=[...]`: executables run at once, each a child run; a list of
       executables (named by their `name`), of `(name, executable)` pairs, or a dict
       `{name: executable}`. All get the same input (as for `agent=`). The step's output is
@@ -106,8 +108,9 @@ def step(
       of the raw value (the function's return, the child's result, a dict of branch
       results) giving the output. Without it: the function's return, the child's
       `data` (its `text` when it has no structured output), a dict of those by branch.
-    - `next=`: a step's name, `raygent.END`, or `fn(state)` giving either (None: the next
-      step in order). Steps may be revisited; the workflow's `max_steps` bounds loops.
+    - `next=`: a step's name, `raygent.END`, or `fn(state)` giving either (or a
+      `raygent.Goto`; None: the next step in order). Steps may be revisited; the
+      workflow's `max_steps` bounds loops.
     - `retry=raygent.Retry(...)`: the run and the extraction are tried again when the
       error is retryable by `Retry.should_retry`, after `Retry.delay` (every attempt's
       usage counted).

@@ -54,9 +54,7 @@ async def _attempt(run: FlowRun, step: Step, report: StepReport, state: Workflow
     given = step.input is not None
     value = await call_hook(step.input, state) if given else state.last
     if step.agent is not None:
-        result = await run.child(
-            step.agent, value if given else child_input(step.agent, value), report
-        )
+        result = await run.child(step.agent, child_input(step.agent, value, given=given), report)
         if result.error is not None:
             raise result.error
         if step.schema is not None:
@@ -93,7 +91,7 @@ async def _parallel(
         asyncio.ensure_future(
             run.child(
                 executable,
-                value if given else child_input(executable, value),
+                child_input(executable, value, given=given),
                 report,
                 branch=branch,
                 signal=controller.signal,

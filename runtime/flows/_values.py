@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import FlowOutputError
 from ..observe.report import FlowResult
+from ._flow import Flow
 
 __all__ = ["as_text", "call_hook", "child_input", "result_value", "validated"]
 
@@ -23,13 +24,20 @@ async def call_hook(fn: Any, *args: Any) -> Any:
     return value
 
 
-def child_input(executable: Any, value: Any) -> Any:
-    """The default input of a child run: `value` as is for an executable that declares an
-    input model (a workflow or supervisor with `input=`) or when it is text, else as
-    text (a model as its JSON, a dict or list as JSON)."""
-    if isinstance(value, str) or getattr(executable, "input_model", None) is not None:
+def child_input(executable: Any, value: Any, *, given: bool) -> Any:
+    """What a child run gets: `value` as is for a flow (a workflow or supervisor: its
+    steps read `state.input`, its `input=` model validates it). An agent takes text or
+    messages: a model becomes its JSON; the previous step's output (not `given` by an
+    `input=` function, which may give messages) becomes text, a dict or list as JSON."""
+    if isinstance(value, str) or _is_flow(executable):
+        return value
+    if given and not isinstance(value, BaseModel):
         return value
     return as_text(value)
+
+
+def _is_flow(executable: Any) -> bool:
+    return isinstance(executable, Flow) or getattr(executable, "input_model", None) is not None
 
 
 def as_text(value: Any) -> str:

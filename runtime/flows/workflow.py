@@ -27,7 +27,9 @@ __all__ = ["Workflow", "workflow"]
 
 
 class Workflow(Flow):
-    """Build with `raygent.workflow(...)`."""
+    """Build with `raygent.workflow(...)`. `steps` and `max_steps` are as given; the
+    executable surface (`execute`, `execute_sync`, `stream`, `as_tool`, `on`) is `Flow`'s.
+    """
 
     kind: ClassVar[Literal["workflow"]] = "workflow"
 
@@ -168,6 +170,8 @@ class Workflow(Flow):
                 ) from exc
         if target is None or target is END:
             return target
+        if isinstance(target, Goto):
+            target = target.step
         if not isinstance(target, str):
             raise StepFailedError(
                 f"step {item.name!r}: next returned {target!r}, not a step's name, "
@@ -245,7 +249,7 @@ def workflow(
 ) -> Workflow:
     """A workflow: `steps` (each `raygent.step(...)`) run in order, unless a step's
     `next` (or an `on_failure`'s `Goto`) routes elsewhere; a step may be revisited, up
-    to `max_steps` steps in all (then MaxStepsError).
+    to `max_steps` steps entered in all, skipped ones included (then MaxStepsError).
 
     `input=` validates the input (a model instance, a dict, JSON text) before any step
     (InvalidOptionsError otherwise); `output=` validates the result's `data` from the

@@ -376,3 +376,25 @@ async def test_a_failing_hook_is_the_steps_failure() -> None:
     assert result.error.details["cause"] == {"type": "RuntimeError", "message": "not ready"}
     assert result.error.details["attempts"] == 0  # the run itself never started
     assert step_statuses(result) == [("guarded", "failed")]
+
+
+async def test_a_nested_workflow_gets_the_value_itself_and_an_agent_a_model_as_json() -> None:
+    inner = raygent.workflow(
+        name="inner", steps=[raygent.step("read", run=lambda s: s.input["n"] + 1)]
+    )
+    async with serve([Rule(reply=Reply(text="seen"))]) as sim:
+        flow = raygent.workflow(
+            name="outer",
+            steps=[
+                raygent.step("make", run=lambda s: {"n": 1}),
+                raygent.step("nested", agent=inner, next=lambda s: raygent.Goto("tell")),
+                raygent.step("skipped_over", run=lambda s: "never"),
+                raygent.step("tell", agent=sim_agent(sim, "teller"), input=lambda s: Count(n=2)),
+            ],
+        )
+        result = await flow.execute("x")
+        user = [m for m in sim.requests[-1].body["messages"] if m["role"] == "user"][-1]
+    assert result.ok, result.error
+    assert result.outputs["nested"] == 2
+    assert user["content"] == '{"n":2}'
+    assert [s.name for s in result.report.steps] == ["make", "nested", "tell"]
