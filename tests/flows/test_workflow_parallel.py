@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from flows_support import sim_agent, step_statuses
+from flows_support import make_model, sim_agent, step_statuses
 from pydantic import BaseModel
 
 import raygent
@@ -155,3 +155,20 @@ async def test_a_failing_branch_follows_the_steps_on_failure() -> None:
     assert result.data == "fine"
     assert step_statuses(result) == [("fan", "failed"), ("fallback", "completed")]
     assert "fan" not in result.outputs
+
+
+async def test_branches_keep_to_the_providers_bound() -> None:
+    # Four branches on one provider declared to take two requests at once: two are in
+    # flight at a time, never more (on Ray, the provider's gateway holds the bound).
+    async with serve([Rule(reply=Reply(text="ok"))], latency=Latency(fixed_ms=200)) as sim:
+        branches = {
+            f"b{i}": raygent.agent(model=make_model(sim, max_concurrency=2), name=f"b{i}")
+            for i in range(4)
+        }
+        flow = raygent.workflow(name="bounded", steps=[raygent.step("fan", parallel=branches)])
+        result = await flow.execute("go")
+        stats = sim.stats()
+    assert result.ok, result.error
+    assert result.data == {f"b{i}": "ok" for i in range(4)}
+    assert stats.peak_in_flight == 2
+    assert stats.by_status == {200: 4}
