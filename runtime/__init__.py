@@ -16,7 +16,7 @@ from .attachments import AttachmentPolicy, OutboundPolicy
 from .backend import current_backend, init
 from .compaction import Compaction, CompactionResult
 from .executable import Executable
-from .flows import END, FlowReport, FlowResult, Goto
+from .flows import END, FlowReport, FlowResult, Goto, Step, Workflow, WorkflowState, step, workflow
 from .memory import Memory
 from .messages import (
     AssistantMessage,
@@ -83,6 +83,7 @@ __all__ = [
     "ResponseSchema",
     "Retry",
     "Session",
+    "Step",
     "SystemMessage",
     "SystemPrompt",
     "TextPart",
@@ -93,6 +94,8 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "UserMessage",
+    "Workflow",
+    "WorkflowState",
     "__version__",
     "agent",
     "batch",
@@ -104,6 +107,8 @@ __all__ = [
     "fallback_model",
     "init",
     "observers",
+    "step",
     "tool",
     "total_cost",
+    "workflow",
 ]

@@ -8,6 +8,9 @@ batch (its `Retry`); batch and agents never import flows (they take any executab
 from ..observe.report import FlowReport, FlowResult, StepReport, StepRun
 from ._flow import Flow, FlowStream
 from ._markers import END, Goto
+from ._state import WorkflowState
+from ._step import Step, step
+from .workflow import Workflow, workflow
 
 __all__ = [
     "END",
@@ -16,6 +19,11 @@ __all__ = [
     "FlowResult",
     "FlowStream",
     "Goto",
+    "Step",
     "StepReport",
     "StepRun",
+    "Workflow",
+    "WorkflowState",
+    "step",
+    "workflow",
 ]

@@ -104,13 +104,13 @@ class Flow(ABC):
             await run.finish(
                 data=None,
                 text="",
-                outputs={},
+                outputs=run.outputs,
                 error=AbortedError(f"the {self.kind} was cancelled"),
                 status="cancelled",
             )
             raise
         except Exception as exc:
-            return await run.finish(data=None, text="", outputs={}, error=_as_error(exc))
+            return await run.finish(data=None, text="", outputs=run.outputs, error=_as_error(exc))
 
     def _validated_input(self, input: Any) -> Any:
         model = self.input_model

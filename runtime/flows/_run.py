@@ -87,6 +87,8 @@ class FlowRun:
         # A nested flow is delivered inside its root's tree, not on its own.
         self.observers = () if parent else observers_for(observe, options.get("observe"))
         self.usage = Usage()
+        # What the steps produced so far: a failed or cancelled run's result keeps it.
+        self.outputs: dict[str, Any] = {}
         self._clock = time.perf_counter()
         self.report = FlowReport(
             kind=kind,
@@ -179,13 +181,16 @@ class FlowRun:
         *,
         branch: str | None = None,
         options: Mapping[str, Any] | None = None,
+        signal: AbortSignal | None = None,
     ) -> Any:
         """Run `executable` as a child of this run: its report hangs under `step`, its
         usage adds to this run's (every attempt's), its events reach this run's
-        listeners. Returns the child's result; never raises but CancelledError."""
+        listeners. `signal` (one that follows this run's, e.g. to stop a parallel step's
+        other branches) replaces the run's own. Returns the child's result; never raises
+        but CancelledError."""
         run_options: dict[str, Any] = dict(options or {})
         run_options["parent"] = self.child_info
-        run_options["signal"] = self.signal
+        run_options["signal"] = signal or self.signal
         if self._forwarding:
             run_options["on"] = {"*": self.events.emit}
         result = await executable.execute(input, **run_options)

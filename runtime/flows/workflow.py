@@ -1,0 +1,273 @@
+"""`raygent.workflow(...)`: a fixed pipeline of steps (functions, agents, other flows,
+parallel branches), run in order unless a step's `next` routes elsewhere."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel
+
+from ..errors import AbortedError, FlowOutputError, MaxStepsError, StepFailedError, error_dict
+from ..observe._delivery import own_observers
+from ..observe.events import Handlers
+from ..observe.observers import Observe
+from ..observe.report import FlowResult, StepReport
+from ._flow import Flow
+from ._markers import END, Goto
+from ._run import FlowRun
+from ._state import WorkflowState
+from ._step import Step
+from ._step_run import StepFailure, run_attempts
+from ._values import as_text, call_hook, validated
+
+__all__ = ["Workflow", "workflow"]
+
+
+class Workflow(Flow):
+    """Build with `raygent.workflow(...)`. `steps` and `max_steps` are as given; the
+    executable surface (`execute`, `execute_sync`, `stream`, `as_tool`, `on`) is `Flow`'s.
+    """
+
+    kind: ClassVar[Literal["workflow"]] = "workflow"
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        steps: Iterable[Step],
+        input_model: type[BaseModel] | None,
+        output_model: type[BaseModel] | None,
+        max_steps: int,
+        version: str | None,
+        description: str | None,
+        on: Handlers | None,
+        observe: Observe,
+    ) -> None:
+        super().__init__(
+            name=name,
+            version=version,
+            input_model=input_model,
+            output_model=output_model,
+            description=description,
+            on=on,
+            observe=observe,
+        )
+        self.steps: tuple[Step, ...] = tuple(steps)
+        if not self.steps:
+            raise TypeError(f"workflow {name!r} needs at least one step")
+        self._index: dict[str, int] = {}
+        for position, item in enumerate(self.steps):
+            if not isinstance(item, Step):
+                raise TypeError(f"workflow {name!r}: a step is raygent.step(...), not {item!r}")
+            if item.name in self._index:
+                raise TypeError(f"workflow {name!r}: two steps are named {item.name!r}")
+            self._index[item.name] = position
+        for item in self.steps:
+            if isinstance(item.next, str) and item.next not in self._index:
+                raise TypeError(
+                    f"workflow {name!r}: step {item.name!r} goes next to {item.next!r}, "
+                    f"which is not a step (steps: {', '.join(self._index)})"
+                )
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise TypeError(f"max_steps must be a positive integer, not {max_steps!r}")
+        self.max_steps = max_steps
+
+    async def _body(self, run: FlowRun, input: Any) -> FlowResult:
+        state = WorkflowState(input=input, context=run.context, run_id=run.info.run_id)
+        run.outputs = state.outputs
+        visits: Counter[str] = Counter()
+        position: int | None = 0
+        last: Any = None
+        taken = 0
+        while position is not None:
+            run.check_abort()
+            item = self.steps[position]
+            if taken >= self.max_steps:
+                raise MaxStepsError(
+                    f"workflow {self.name!r} ran {taken} steps without reaching its end",
+                    max_steps=self.max_steps,
+                    last_step=item.name,
+                )
+            taken += 1
+            visits[item.name] += 1
+            state.step, state.visit, state.attempt = item.name, visits[item.name], 0
+            report = await run.open_step(item.name, item.kind, iteration=visits[item.name])
+            outcome = await self._step(run, item, report, state)
+            if outcome is _SKIPPED:
+                position = self._after(position, None)
+                continue
+            if outcome is _FAILED_TO_END:
+                break
+            if isinstance(outcome, Goto):
+                position = self._to(item, outcome.step)
+                continue
+            last = outcome.value
+            position = self._after(position, await self._next(item, state))
+        return await self._finish(run, state, last)
+
+    async def _step(
+        self, run: FlowRun, item: Step, report: StepReport, state: WorkflowState
+    ) -> Any:
+        """Run one step: `_Done(output)`, `_SKIPPED`, a `Goto` or `_FAILED_TO_END` (its
+        `on_failure` routed), or raise the workflow's error."""
+        try:
+            if item.skip is not None and await call_hook(item.skip, state):
+                await run.close_step(report, "skipped")
+                return _SKIPPED
+            if item.before is not None:
+                await call_hook(item.before, state)
+            output = await run_attempts(run, item, report, state)
+            state.outputs[item.name] = output
+            state.last = output
+            if item.after is not None:
+                await call_hook(item.after, state, output)
+        except asyncio.CancelledError:
+            await run.close_step(report, "cancelled")
+            raise
+        except Exception as exc:
+            failure = exc if isinstance(exc, StepFailure) else StepFailure(exc)
+            if run.signal.aborted:
+                await run.close_step(report, "cancelled", failure.error)
+                raise AbortedError(
+                    f"the workflow was aborted: {run.signal.reason or 'no reason given'}",
+                    reason=run.signal.reason,
+                ) from None
+            await run.close_step(report, "failed", failure.error)
+            route = None
+            if item.on_failure is not None:
+                try:
+                    route = await call_hook(item.on_failure, state, failure.error)
+                except Exception as raised:
+                    # Re-raised (or another error): the step's failure.
+                    failure = StepFailure(raised, failure.branch)
+                    raise _workflow_error(item, report, failure) from raised
+            if isinstance(route, Goto):
+                return route
+            if route is END:
+                return _FAILED_TO_END
+            if route is not None:
+                raise TypeError(
+                    f"step {item.name!r}: on_failure returns raygent.Goto(name), raygent.END "
+                    f"or None, not {route!r}"
+                ) from failure.error
+            raise _workflow_error(item, report, failure) from failure.error
+        await run.close_step(report, "completed")
+        return _Done(output)
+
+    async def _next(self, item: Step, state: WorkflowState) -> Any:
+        target = item.next
+        if callable(target):
+            try:
+                target = await call_hook(target, state)
+            except Exception as exc:
+                raise StepFailedError(
+                    f"step {item.name!r}: next raised {type(exc).__name__}: {exc}",
+                    step=item.name,
+                    cause=error_dict(exc),
+                ) from exc
+        if target is None or target is END:
+            return target
+        if isinstance(target, Goto):
+            target = target.step
+        if not isinstance(target, str):
+            raise StepFailedError(
+                f"step {item.name!r}: next returned {target!r}, not a step's name, "
+                "raygent.END or None",
+                step=item.name,
+            )
+        return self._to(item, target)
+
+    def _to(self, item: Step, target: str) -> int:
+        position = self._index.get(target)
+        if position is None:
+            raise StepFailedError(
+                f"step {item.name!r} routes to {target!r}, which is not a step of workflow "
+                f"{self.name!r} (steps: {', '.join(self._index)})",
+                step=item.name,
+                unknown_step=target,
+            )
+        return position
+
+    def _after(self, position: int, target: Any) -> int | None:
+        """Where the run goes after the step at `position` given its `next`."""
+        if target is END:
+            return None
+        if isinstance(target, int):
+            return target
+        following = position + 1
+        return following if following < len(self.steps) else None
+
+    async def _finish(self, run: FlowRun, state: WorkflowState, last: Any) -> FlowResult:
+        data = last
+        if self.output_model is not None:
+            data = validated(last, self.output_model, None)
+        return await run.finish(data=data, text=as_text(data), outputs=state.outputs, error=None)
+
+
+class _Done:
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+_SKIPPED = object()
+_FAILED_TO_END = object()
+
+
+def _workflow_error(item: Step, report: StepReport, failure: StepFailure) -> Exception:
+    """What a failed step makes of the run's error: an output mismatch as itself, any
+    other failure as StepFailedError (retryable when its cause is)."""
+    error = failure.error
+    if isinstance(error, FlowOutputError):
+        return error
+    where = f"step {item.name!r}" + ("" if failure.branch is None else f" ({failure.branch})")
+    return StepFailedError(
+        f"{where} failed: {type(error).__name__}: {error}",
+        retryable=getattr(error, "retryable", False) is True,
+        step=item.name,
+        attempts=report.attempts,
+        branch=failure.branch,
+        cause=error_dict(error),
+    )
+
+
+def workflow(
+    *,
+    name: str,
+    steps: Iterable[Step],
+    input: type[BaseModel] | None = None,
+    output: type[BaseModel] | None = None,
+    max_steps: int = 100,
+    version: str | None = None,
+    description: str | None = None,
+    on: Handlers | None = None,
+    observe: Observe = None,
+) -> Workflow:
+    """A workflow: `steps` (each `raygent.step(...)`) run in order, unless a step's
+    `next` (or an `on_failure`'s `Goto`) routes elsewhere; a step may be revisited, up
+    to `max_steps` steps entered in all, skipped ones included (then MaxStepsError).
+
+    `input=` validates the input (a model instance, a dict, JSON text) before any step
+    (InvalidOptionsError otherwise); `output=` validates the result's `data` from the
+    last step's output (FlowOutputError otherwise); without it `data` is that output.
+    The result's `outputs` holds every step's output by name, its report one StepReport
+    per step entered, its usage every child run's, retries included.
+
+    It is an executable like an agent: `execute`, `execute_sync`, `stream`, `as_tool`,
+    a step of another workflow, a supervisor's intent, a batch's executable.
+    """
+    return Workflow(
+        name=name,
+        steps=steps,
+        input_model=input,
+        output_model=output,
+        max_steps=max_steps,
+        version=version,
+        description=description,
+        on=on,
+        observe=observe if observe is None or isinstance(observe, bool) else own_observers(observe),
+    )
