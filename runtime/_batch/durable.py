@@ -72,6 +72,10 @@ def attempt_usage(result: Any) -> Usage:
     last = resumes[-1]
     if last.already_resolved:
         return Usage()
+    steps = getattr(report, "steps", None)
+    if steps is not None:  # a workflow: the runs of the steps from the resume on
+        runs = (run.report for step in steps[last.settled_steps :] for run in step.runs)
+        return sum((r.total_usage() for r in runs), Usage())
     start = last.from_trip
     own = sum((t.usage for t in report.trips if t.index >= start), Usage())
     children = (

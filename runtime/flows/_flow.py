@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -95,9 +95,18 @@ class Flow(ABC):
             sink=sink,
         )
 
-    async def _run(self, run: FlowRun, input: Any) -> FlowResult:
+    async def _run(
+        self,
+        run: FlowRun,
+        input: Any,
+        body: Callable[[FlowRun], Awaitable[FlowResult]] | None = None,
+    ) -> FlowResult:
+        """Run `_body` on the validated input (or `body`: a resume, whose input is the
+        stored one), recording any failure on the result."""
         await run.start()
         try:
+            if body is not None:
+                return await body(run)
             value = self._validated_input(input)
             return await self._body(run, value)
         except asyncio.CancelledError:
@@ -143,11 +152,17 @@ class FlowStream:
     """Async iterator of a flow run's events, nested runs' included; `await .result`
     gives the FlowResult."""
 
-    def __init__(self, flow: Flow, input: Any, options: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        flow: Flow,
+        input: Any,
+        options: dict[str, Any],
+        body: Callable[[FlowRun], Awaitable[FlowResult]] | None = None,
+    ) -> None:
         self._queue: asyncio.Queue[Event | None] = asyncio.Queue()
         self._run = flow._new_run(options, self._queue.put_nowait)
         self._ended = False
-        self._task = asyncio.ensure_future(flow._run(self._run, input))
+        self._task = asyncio.ensure_future(flow._run(self._run, input, body))
         self._task.add_done_callback(lambda _: self._queue.put_nowait(None))
 
     def __aiter__(self) -> FlowStream:

@@ -71,6 +71,7 @@ class FlowRun:
             agent_name=name,
             deps=options.get("deps", parent.deps if parent else None),
         )
+        self.options = options
         self.context: dict[str, Any] = dict(options.get("context") or {})
         self.events = Dispatcher([handlers, handler_list(options.get("on"))], sink)
         # Nested runs' events reach this run's handlers and stream only when someone

@@ -4,24 +4,27 @@ parallel branches), run in order unless a step's `next` routes elsewhere."""
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import Iterable
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
+from ..agents.durable import Durable
 from ..errors import AbortedError, FlowOutputError, MaxStepsError, StepFailedError, error_dict
 from ..observe._delivery import own_observers
 from ..observe.events import Handlers
 from ..observe.observers import Observe
 from ..observe.report import FlowResult, StepReport
-from ._flow import Flow
+from . import _workflow_durable as durability
+from ._durable import FlowJournal
+from ._flow import Flow, FlowStream
 from ._markers import END, Goto
 from ._run import FlowRun
 from ._state import WorkflowState
 from ._step import Step
 from ._step_run import StepFailure, run_attempts
 from ._values import as_text, call_hook, validated
+from ._workflow_durable import Cursor, completed, settled, start_journal
 
 __all__ = ["Workflow", "workflow"]
 
@@ -45,7 +48,11 @@ class Workflow(Flow):
         description: str | None,
         on: Handlers | None,
         observe: Observe,
+        durable: Durable | None = None,
     ) -> None:
+        if durable is not None and not isinstance(durable, Durable):
+            raise TypeError("durable= takes raygent.Durable(store=...)")
+        self.durable = durable
         super().__init__(
             name=name,
             version=version,
@@ -77,36 +84,75 @@ class Workflow(Flow):
 
     async def _body(self, run: FlowRun, input: Any) -> FlowResult:
         state = WorkflowState(input=input, context=run.context, run_id=run.info.run_id)
+        journal = await start_journal(self, run, input, dict(run.options))
+        return await self._drive(run, state, Cursor(), journal)
+
+    async def _drive(
+        self, run: FlowRun, state: WorkflowState, cursor: Cursor, journal: FlowJournal | None
+    ) -> FlowResult:
+        """Run steps from `cursor` to the end; a durable run writes each settled step."""
         run.outputs = state.outputs
-        visits: Counter[str] = Counter()
-        position: int | None = 0
-        last: Any = None
-        taken = 0
-        while position is not None:
+        while cursor.position is not None:
             run.check_abort()
+            position = cursor.position
             item = self.steps[position]
-            if taken >= self.max_steps:
+            if cursor.taken >= self.max_steps:
                 raise MaxStepsError(
-                    f"workflow {self.name!r} ran {taken} steps without reaching its end",
+                    f"workflow {self.name!r} ran {cursor.taken} steps without reaching its end",
                     max_steps=self.max_steps,
                     last_step=item.name,
                 )
-            taken += 1
-            visits[item.name] += 1
-            state.step, state.visit, state.attempt = item.name, visits[item.name], 0
-            report = await run.open_step(item.name, item.kind, iteration=visits[item.name])
+            cursor.taken += 1
+            cursor.visits[item.name] += 1
+            visit = cursor.visits[item.name]
+            state.step, state.visit, state.attempt = item.name, visit, 0
+            report = await run.open_step(item.name, item.kind, iteration=visit)
             outcome = await self._step(run, item, report, state)
+            output = None
             if outcome is _SKIPPED:
-                position = self._after(position, None)
-                continue
-            if outcome is _FAILED_TO_END:
-                break
-            if isinstance(outcome, Goto):
-                position = self._to(item, outcome.step)
-                continue
-            last = outcome.value
-            position = self._after(position, await self._next(item, state))
-        return await self._finish(run, state, last)
+                cursor.position = self._after(position, None)
+            elif outcome is _FAILED_TO_END:
+                cursor.position = None
+            elif isinstance(outcome, Goto):
+                cursor.position = self._to(item, outcome.step)
+            else:
+                output = cursor.last = outcome.value
+                cursor.position = self._after(position, await self._next(item, state))
+            if journal is not None:
+                await settled(self, journal, run, report, output, cursor)
+        result = await self._finish(run, state, cursor.last)
+        if journal is not None:
+            await completed(self, journal, result)
+        return result
+
+    # -- durable runs (see raygent.flows._workflow_durable) ------------------------------
+
+    async def resume(
+        self, run_id: str, *, force: bool = False, approvals: Any = None, **options: Any
+    ) -> FlowResult:
+        """Go on with a durable run from its last settled step; never raises. Settled
+        steps are not run again (their outputs come back from the store; a step with an
+        output model gets it validated, others their JSON values), the step that had not
+        settled runs again, usage counts each settled step once. A completed run gives
+        its result again (`report.resumes[-1].already_resolved`). A workflow whose
+        signature changed (steps, version, max_steps, input/output models) gets a failed
+        result with `DriftError` and nothing changes; `force=True` goes on."""
+        run = self._new_run({**options, "run_id": run_id}, None)
+        body = durability.resumer(self, run_id, force, approvals, options)
+        return await self._run(run, None, body)
+
+    def stream_resume(self, run_id: str, *, force: bool = False, **options: Any) -> FlowStream:
+        """`resume`, yielding the events as `stream` does."""
+        body = durability.resumer(self, run_id, force, None, options)
+        return FlowStream(self, None, {**options, "run_id": run_id}, body)
+
+    async def is_stored(self, run_id: str, **options: Any) -> bool:
+        """Whether a durable run is stored under `run_id` on this workflow's store."""
+        return await durability.is_stored(self, run_id, **options)
+
+    async def abandon(self, run_id: str, reason: str = "abandoned", **options: Any) -> None:
+        """End a stored run as cancelled; a later resume gives that result."""
+        await durability.abandon(self, run_id, reason, **options)
 
     async def _step(
         self, run: FlowRun, item: Step, report: StepReport, state: WorkflowState
@@ -246,6 +292,7 @@ def workflow(
     description: str | None = None,
     on: Handlers | None = None,
     observe: Observe = None,
+    durable: Durable | None = None,
 ) -> Workflow:
     """A workflow: `steps` (each `raygent.step(...)`) run in order, unless a step's
     `next` (or an `on_failure`'s `Goto`) routes elsewhere; a step may be revisited, up
@@ -259,6 +306,11 @@ def workflow(
 
     It is an executable like an agent: `execute`, `execute_sync`, `stream`, `as_tool`,
     a step of another workflow, a supervisor's intent, a batch's executable.
+
+    `durable=raygent.Durable(store)` (or per call) writes the run's state after every
+    settled step; `resume(run_id)` goes on from there in any process (see
+    `raygent.flows._workflow_durable`), and `raygent.batch(workflow, ..., durable=...)`
+    continues its items' runs.
     """
     return Workflow(
         name=name,
@@ -270,4 +322,5 @@ def workflow(
         description=description,
         on=on,
         observe=observe if observe is None or isinstance(observe, bool) else own_observers(observe),
+        durable=durable,
     )

@@ -18,6 +18,7 @@ __all__ = [
     "AgentResult",
     "FlowReport",
     "FlowResult",
+    "FlowResume",
     "ModelInfo",
     "PendingCall",
     "ResumeRecord",
@@ -175,6 +176,19 @@ class StepReport(BaseModel):
     runs: list[StepRun] = Field(default_factory=list)
 
 
+class FlowResume(BaseModel):
+    """One resume of a durable workflow: the steps it found settled (not run again) and
+    the step it went on from."""
+
+    model_config = ConfigDict(extra="forbid")
+    at: datetime
+    settled_steps: int
+    from_step: str | None = None
+    forced: bool = False
+    drift: list[str] = Field(default_factory=list)
+    already_resolved: bool = False
+
+
 class FlowReport(BaseModel):
     """Everything one workflow or supervisor run did: its steps, and under them the runs
     they made (agents, nested workflows), every attempt kept."""
@@ -194,6 +208,9 @@ class FlowReport(BaseModel):
     steps: list[StepReport] = Field(default_factory=list)
     error: dict[str, Any] | None = None
     handler_errors: list[dict[str, Any]] = Field(default_factory=list)
+    # Durable workflows: every resume, and the step the first one went on from.
+    resumes: list[FlowResume] = Field(default_factory=list)
+    resumed_from_step: str | None = None
 
     def runs(self) -> list[RunReport]:
         """The runs this one made, in order (retries included), not their own children."""
