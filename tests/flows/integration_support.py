@@ -127,9 +127,12 @@ def lookup(topic: str) -> str:
 def script(tool: str = "digest", arguments: dict[str, Any] | None = None) -> list[Rule]:
     """Researchers (system prompt "research...") call `lookup`, then answer OWLS; an
     editor ("edit...") calls `tool` with `arguments`, then answers with what it got; a
-    broken agent ("broken") gets a 400; anything else is the simulator's echo."""
+    broken agent ("broken"), or any request whose last user message says "doomed", gets
+    a 400; anything else is the simulator's echo."""
+    refused = Reply(fault=Fault(kind="status", status=400))
     return [
-        Rule(match=Match(system="broken"), reply=Reply(fault=Fault(kind="status", status=400))),
+        Rule(match=Match(system="broken"), reply=refused),
+        Rule(match=Match(last_user="doomed"), reply=refused),
         Rule(
             match=Match(system="research", after_tool_result=False),
             reply=Reply(tool_calls=[ToolCallReply("lookup", {"topic": "owls"})]),
