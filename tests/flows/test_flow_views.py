@@ -9,7 +9,7 @@ from datetime import datetime
 from html.parser import HTMLParser
 
 import pytest
-from integration_support import OWLS, Pipeline, broken, digest, editor, script, sim_model
+from integration_support import OWLS, Pipeline, broken, digest, editor, script, sim_model, writer
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -186,6 +186,21 @@ async def test_a_flow_under_an_agent_s_tool_call_is_folded_with_its_steps() -> N
     assert "Edited." in view.shown
 
 
+async def test_a_flow_run_by_a_step_is_folded_with_its_own_steps() -> None:
+    async with serve(script()) as sim:
+        model = sim_model(sim)
+        outer = Pipeline("outer", [("inner", digest(model, "inner")), ("finish", writer(model))])
+        result = await outer.execute("owls")
+    assert result.ok, result.error
+    view = _view(result._repr_html_())
+    assert [row[:2] for row in view.steps()] == [["inner", "agent"], ["finish", "agent"]]
+    assert view.summaries[0] == "workflow inner completed"
+    inner_steps = [t for t in view.tables if t and t[0] == STEP_HEADERS][1]
+    assert [row[0] for row in inner_steps[1:]] == ["research", "write"]
+    assert len(view.bars) == _bars(result.report) == 2 + 9 + 1
+    assert "2 steps · 2 runs" in view.shown and "2 steps · 3 runs" in view.shown
+
+
 # -- OpenTelemetry -------------------------------------------------------------------------
 
 
@@ -305,6 +320,29 @@ async def test_a_flow_under_a_tool_call_hangs_under_the_tool_span(
     assert attributes["raygent.root_run_id"] == result.report.run_id
     assert attributes["raygent.parent_run_id"] == result.report.run_id
     assert (root.attributes or {})["raygent.usage.requests"] == result.usage.requests == 2 + 5
+
+
+async def test_a_flow_run_by_a_step_hangs_under_the_step_s_span(
+    exporter: InMemorySpanExporter,
+) -> None:
+    async with serve(script()) as sim:
+        model = sim_model(sim)
+        outer = Pipeline("outer", [("inner", digest(model, "inner")), ("finish", writer(model))])
+        result = await outer.execute("owls", observe=_otel(exporter))
+    assert result.ok, result.error
+    spans = exporter.get_finished_spans()
+    named = _named(spans)
+    (root,) = named["invoke_workflow outer"]
+    (step,) = named["step inner"]
+    (inner,) = named["invoke_workflow inner"]
+    assert _under(step, root) and _under(inner, step)
+    assert all(_under(s, inner) for s in named["step research"] + named["step write"])
+    assert {(s.attributes or {})["raygent.root_run_id"] for s in spans} == {result.run_id}
+    inner_report = result.report.steps[0].runs[0].report
+    assert (inner.attributes or {})["raygent.run_id"] == inner_report.run_id
+    assert (inner.attributes or {})["raygent.parent_run_id"] == result.run_id
+    assert (inner.attributes or {})["raygent.usage.requests"] == 5
+    assert (root.attributes or {})["raygent.usage.requests"] == result.usage.requests == 6
 
 
 # -- observers -----------------------------------------------------------------------------
