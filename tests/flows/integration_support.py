@@ -5,7 +5,7 @@ workflows and supervisors do, so these tests do not wait on either.
 A stage is `(name, executable)` (one run, given the previous stage's output) or
 `(name, {branch: executable, ...})` (the branches at once, each given the same input;
 the stage's output is a dict by branch). A stage whose run fails fails the pipeline with
-`StepFailedError`, the outputs so far kept.
+`StepFailedError`, the outputs so far kept, once its `retries` are spent.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class Pipeline(Flow):
         input_model: type[BaseModel] | None = None,
         description: str | None = None,
         observe: Observe = None,
+        retries: int = 0,
     ) -> None:
         super().__init__(
             name=name,
@@ -56,6 +57,7 @@ class Pipeline(Flow):
         )
         self.stages = list(stages)
         self.prepare = prepare
+        self.retries = retries
 
     async def _body(self, run: FlowRun, input: Any) -> FlowResult:
         value = self.prepare(input) if self.prepare is not None else input
@@ -64,16 +66,19 @@ class Pipeline(Flow):
             run.check_abort()
             parallel = isinstance(what, Mapping)
             step = await run.open_step(name, "parallel" if parallel else "agent")
-            await run.attempt(step)
-            if parallel:
-                branches = list(what.items())
-                results = await asyncio.gather(
-                    *(run.child(exe, value, step, branch=branch) for branch, exe in branches)
-                )
-                named = list(zip((branch for branch, _ in branches), results, strict=True))
-            else:
-                named = [(None, await run.child(what, value, step))]
-            failed = next(((b, r) for b, r in named if not r.ok), None)
+            for _ in range(1 + self.retries):  # a stage's runs again, every attempt kept
+                await run.attempt(step)
+                if parallel:
+                    branches = list(what.items())
+                    results = await asyncio.gather(
+                        *(run.child(exe, value, step, branch=branch) for branch, exe in branches)
+                    )
+                    named = list(zip((branch for branch, _ in branches), results, strict=True))
+                else:
+                    named = [(None, await run.child(what, value, step))]
+                failed = next(((b, r) for b, r in named if not r.ok), None)
+                if failed is None:
+                    break
             if failed is not None:
                 branch, result = failed
                 return await self._failed(run, step, branch, result.error, outputs)
@@ -128,10 +133,12 @@ def script(tool: str = "digest", arguments: dict[str, Any] | None = None) -> lis
     """Researchers (system prompt "research...") call `lookup`, then answer OWLS; an
     editor ("edit...") calls `tool` with `arguments`, then answers with what it got; a
     broken agent ("broken"), or any request whose last user message says "doomed", gets
-    a 400; anything else is the simulator's echo."""
+    a 400, and so does a flaky agent's ("flaky") first request; anything else is the
+    simulator's echo."""
     refused = Reply(fault=Fault(kind="status", status=400))
     return [
         Rule(match=Match(system="broken"), reply=refused),
+        Rule(match=Match(system="flaky"), reply=refused, times=1),
         Rule(match=Match(last_user="doomed"), reply=refused),
         Rule(
             match=Match(system="research", after_tool_result=False),
@@ -164,6 +171,10 @@ def writer(model: HTTPModel, name: str = "writer") -> raygent.Agent:
 
 def broken(model: HTTPModel, name: str = "broken") -> raygent.Agent:
     return raygent.agent(name, model=model, system_prompt="broken")
+
+
+def flaky(model: HTTPModel, name: str = "flaky") -> raygent.Agent:
+    return raygent.agent(name, model=model, system_prompt="flaky")
 
 
 def editor(model: HTTPModel, tool: Any, name: str = "editor") -> raygent.Agent:

@@ -9,7 +9,17 @@ from datetime import datetime
 from html.parser import HTMLParser
 
 import pytest
-from integration_support import OWLS, Pipeline, broken, digest, editor, script, sim_model, writer
+from integration_support import (
+    OWLS,
+    Pipeline,
+    broken,
+    digest,
+    editor,
+    flaky,
+    script,
+    sim_model,
+    writer,
+)
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -201,6 +211,23 @@ async def test_a_flow_run_by_a_step_is_folded_with_its_own_steps() -> None:
     assert "2 steps · 2 runs" in view.shown and "2 steps · 3 runs" in view.shown
 
 
+class Panel(Pipeline):
+    """The same stages, reported as a supervisor's."""
+
+    kind = "supervisor"
+
+
+async def test_a_retried_step_shows_every_attempt_s_run() -> None:
+    async with serve(script()) as sim:
+        result = await Panel("panel", [("ask", flaky(sim_model(sim)))], retries=1).execute("q")
+    assert result.ok, result.error
+    view = _view(result._repr_html_())
+    assert "supervisor" in view.shown
+    assert [row[:4] for row in view.steps()] == [["ask", "agent", "completed", "2"]]
+    assert view.summaries == ["run flaky failed attempt 1", "run flaky completed attempt 2"]
+    assert "PROVIDER_INVALID_REQUEST" in view.shown  # the failed attempt's own error
+
+
 # -- OpenTelemetry -------------------------------------------------------------------------
 
 
@@ -343,6 +370,25 @@ async def test_a_flow_run_by_a_step_hangs_under_the_step_s_span(
     assert (inner.attributes or {})["raygent.parent_run_id"] == result.run_id
     assert (inner.attributes or {})["raygent.usage.requests"] == 5
     assert (root.attributes or {})["raygent.usage.requests"] == result.usage.requests == 6
+
+
+async def test_a_supervisor_span_keeps_every_attempt_of_a_step(
+    exporter: InMemorySpanExporter,
+) -> None:
+    async with serve(script()) as sim:
+        panel = Panel("panel", [("ask", flaky(sim_model(sim)))], retries=1)
+        result = await panel.execute("q", observe=_otel(exporter))
+    assert result.ok, result.error
+    named = _named(exporter.get_finished_spans())
+    (root,) = named["invoke_supervisor panel"]
+    (step,) = named["step ask"]
+    assert (root.attributes or {})["raygent.kind"] == "supervisor"
+    assert root.status.status_code is StatusCode.OK and step.status.status_code is StatusCode.OK
+    assert (step.attributes or {})["raygent.step.attempts"] == 2
+    runs = named["invoke_agent flaky"]  # in the step's order
+    assert [(s.attributes or {})["raygent.attempt"] for s in runs] == [1, 2]
+    assert [s.status.status_code for s in runs] == [StatusCode.ERROR, StatusCode.OK]
+    assert all(_under(run, step) for run in runs)
 
 
 # -- observers -----------------------------------------------------------------------------
