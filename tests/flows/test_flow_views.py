@@ -428,3 +428,6 @@ async def test_an_agent_with_a_flow_tool_delivers_one_tree() -> None:
     child = report.tool_calls[0].child
     assert isinstance(child, FlowReport)
     assert sorted(r.name for r in child.runs()) == ["researcher-a", "researcher-b", "writer"]
+    # The tree round-trips through JSON, the flow under the call still a flow.
+    again = AgentReport.from_json(report.to_json())
+    assert again == report and isinstance(again.tool_calls[0].child, FlowReport)
