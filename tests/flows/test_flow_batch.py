@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from pathlib import Path
 
+import pytest
 from integration_support import (
     OWLS,
     Pipeline,
@@ -96,6 +98,24 @@ async def test_a_batch_of_flows_gives_each_item_its_status_usage_and_sink_line(
         assert row["usage"]["requests"] == item.usage.requests
         if item.ok:
             assert row["status"] == "completed" and row["data"] == row["text"] == item.data
+
+
+async def test_a_flow_that_cannot_ship_is_refused_on_ray_and_runs_here(
+    tmp_path: Path, backend_kind: str
+) -> None:
+    lock = threading.Lock()  # cannot be pickled
+    sink = tmp_path / "out.jsonl"
+    async with serve(script()) as sim:
+        flow = Pipeline("locked", [("write", writer(sim_model(sim)))], prepare=lambda t: lock and t)
+        if backend_kind == "ray":
+            with pytest.raises(TypeError, match="cannot be shipped to Ray runners"):
+                await raygent.batch(flow, ["a", "b"], sink=sink, progress=False)
+            assert not sink.exists() and sim.stats().requests == 0
+        here = await raygent.batch(flow, ["a", "b"], runners=0, progress=False)
+    assert here.ok and [item.data for item in here.items] == [
+        "Simulated reply to: a",
+        "Simulated reply to: b",
+    ]
 
 
 async def test_a_batch_s_flows_are_delivered_to_the_driver_s_observers_once() -> None:
