@@ -244,14 +244,14 @@ def _flow_body(report: FlowReport, usage: Usage, answer: Any) -> str:
 
 
 def _steps(report: FlowReport) -> str:
-    """One row per step (every iteration and retry kept), a bar on the flow's span, its
-    runs folded in the row."""
+    """One row per step (every iteration and retry kept; the first ROWS), a bar on the
+    flow's span, its runs folded in the row."""
     start = report.started_at
     ends = [step.ended_at for step in report.steps if step.ended_at]
     end = max([report.ended_at or start, *ends])
     span = max((end - start).total_seconds(), 1e-9)
     rows = []
-    for step in report.steps:
+    for step in report.steps[:ROWS]:
         left = (step.started_at - start).total_seconds() / span
         width = ((step.ended_at or end) - start).total_seconds() / span - left
         kind = "bad" if step.status == "failed" else "step"
@@ -271,7 +271,8 @@ def _steps(report: FlowReport) -> str:
             f"<td>{_badge(step.status, step.status)}</td><td>{step.attempts}</td>"
             f"<td>{_bar(left, max(width, 0.0), kind)}</td><td>{_secs(step.duration)}</td></tr>"
         )
-    return _table(["step", "kind", "status", "attempts", "timeline", ""], rows)
+    table = _table(["step", "kind", "status", "attempts", "timeline", ""], rows)
+    return table + _more(len(report.steps))
 
 
 def _folded(report: RunReport, label: str, tags: str = "") -> str:

@@ -211,6 +211,17 @@ async def test_a_flow_run_by_a_step_is_folded_with_its_own_steps() -> None:
     assert "2 steps · 2 runs" in view.shown and "2 steps · 3 runs" in view.shown
 
 
+async def test_a_long_flow_lists_its_first_50_steps_and_counts_the_rest() -> None:
+    async with serve(script()) as sim:
+        model = sim_model(sim)
+        flow = Pipeline("long", [(f"s{n}", writer(model)) for n in range(53)])
+        result = await flow.execute("go")
+    assert result.ok, result.error
+    view = _view(result._repr_html_())
+    assert [row[0] for row in view.steps()] == [f"s{n}" for n in range(50)]
+    assert "53 steps · 53 runs" in view.shown and "… and 3 more" in view.shown
+
+
 class Panel(Pipeline):
     """The same stages, reported as a supervisor's."""
 
