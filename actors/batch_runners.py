@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from runtime.memory._save import scope_of
     from runtime.observe._delivery import deliver as observe
     from runtime.observe._delivery import uses_global
-    from runtime.observe.report import AgentReport
+    from runtime.observe.report import AgentReport, FlowReport
     from runtime.observers import registered
     from runtime.seams import BatchPool, PoolPlan
 else:
@@ -63,7 +63,7 @@ else:
     from raygent.memory._save import scope_of
     from raygent.observe._delivery import deliver as observe
     from raygent.observe._delivery import uses_global
-    from raygent.observe.report import AgentReport
+    from raygent.observe.report import AgentReport, FlowReport
     from raygent.observers import registered
 
 __all__ = ["RayBatchRunners", "RunnerLostError", "RunnerPool"]
@@ -417,9 +417,10 @@ class RunnerPool:
 
     async def _observe(self, item: BatchItem) -> None:
         """Observers registered in the driver see the runs its runners made (in the
-        runner's process, the registry is its own: empty unless filled there)."""
+        runner's process, the registry is its own: empty unless filled there): an
+        agent's, a workflow's or a supervisor's report tree, once per item."""
         report = getattr(item.result, "report", None)
-        if not isinstance(report, AgentReport) or not self._observed:
+        if not isinstance(report, (AgentReport, FlowReport)) or not self._observed:
             return
         observers = registered()
         if observers:

@@ -124,11 +124,13 @@ async def _invoke(run: RunState, trip_index: int, call: ToolCall, record: ToolCa
         raise
     child = getattr(value, "report", None)
     if child is not None and hasattr(value, "usage"):
-        # A nested agent run: its report hangs under this call, its usage adds to ours.
+        # A nested run (an agent, a workflow, a supervisor): its report hangs under this
+        # call, its usage adds to ours.
         record.child = child
         run.usage = run.usage + value.usage
         if value.error is not None:
-            raise ToolExecutionError(f"agent {call.name!r} failed: {value.error}", tool=call.name)
+            kind = getattr(child, "kind", "agent")
+            raise ToolExecutionError(f"{kind} {call.name!r} failed: {value.error}", tool=call.name)
         value = value.data if value.data is not None else value.text
     for mw in reversed(config.middleware):
         value = await maybe_await(mw.after_tool(run.info, call, value))

@@ -20,7 +20,7 @@ def own_observers(setting: Observe) -> tuple[Observer, ...]:
     listed = tuple(setting)
     for observer in listed:
         if not callable(observer):
-            raise TypeError(f"an observer is a callable taking an AgentReport, not {observer!r}")
+            raise TypeError(f"an observer is a callable taking a run report, not {observer!r}")
     return listed
 
 

@@ -39,7 +39,7 @@ _STYLE = """<style>
 .rg .track{position:relative;height:12px;min-width:240px;background:#f3f3f3}
 .rg .bar{position:absolute;top:0;height:12px;min-width:2px}
 .rg .trip{background:#1e88e5}.rg .tool{background:#8e24aa}.rg .bad{background:#c62828}
-.rg .item{background:#00897b}.rg details{margin-left:16px}
+.rg .item{background:#00897b}.rg .step{background:#5e35b1}.rg details{margin-left:16px}
 </style>"""
 
 
@@ -55,9 +55,14 @@ def report_html(report: RunReport, result: AgentResult | FlowResult | None = Non
 
 
 def flow_html(report: FlowReport, result: AgentResult | FlowResult | None = None) -> str:
-    """A workflow or supervisor run: status and usage (TODO(flows): steps and runs)."""
+    """A workflow or supervisor run: status, usage and cost, its answer or error, and its
+    steps (kind, status, attempts, duration, a bar on the run's span), each step's runs
+    folded under it (nested flows the same way)."""
     usage = result.usage if result is not None else report.total_usage()
-    return f'<div class="rg">{_STYLE}<b>{_esc(report.name)}</b> {_usage_line(usage)}</div>'
+    answer: Any = None
+    if isinstance(result, FlowResult):
+        answer = result.text or result.data
+    return f'<div class="rg">{_STYLE}{_flow_body(report, usage, answer)}</div>'
 
 
 def batch_html(result: BatchResult) -> str:
@@ -149,8 +154,7 @@ def _run_body(report: AgentReport, usage: Usage, text: str) -> str:
         f"<div>{_usage_line(usage)}</div>",
     ]
     if report.error:
-        code, message = report.error.get("code", ""), report.error.get("message", "")
-        parts.append(f'<div class="err">{_esc(code)}: {_esc(message)}</div>')
+        parts.append(_error(report.error))
     if text:
         parts.append(f'<div class="out">{_esc(_clip(text, 2000))}</div>')
     if report.pending:
@@ -208,20 +212,92 @@ def _timeline(report: AgentReport) -> str:
             detail = f'<div class="err">{_esc(_clip(call.error.get("message")))}</div>'
         else:
             detail = f'<div class="meta">→ {_esc(_clip(call.output))}</div>'
-        if isinstance(call.child, AgentReport):  # TODO(flows): a nested flow's steps
-            child = call.child
-            detail += (
-                f"<details><summary>nested run {_esc(child.name)} "
-                f"{_badge(child.status, child.status)}</summary>"
-                f"{_run_body(child, child.total_usage(), '')}</details>"
-            )
+        if call.child is not None:
+            detail += _folded(call.child, f"nested {_kind(call.child)}")
         cells = f"<td>{label}{detail}</td><td>{_bar(left, width, kind)}</td>"
         rows.append((call.timing.started_at, _row(cells, call.timing)))
     rows.sort(key=lambda row: row[0])
     return _table(["step", "timeline", ""], [row for _, row in rows])
 
 
+# -- one flow ----------------------------------------------------------------------------
+
+
+def _flow_body(report: FlowReport, usage: Usage, answer: Any) -> str:
+    runs = report.runs()
+    parts = [
+        f"<div><b>{_esc(report.name)}</b> {_badge(report.status, report.status)} "
+        f'<span class="meta">{_esc(report.kind)}'
+        + (f" {_esc(report.version)}" if report.version else "")
+        + f" · {_secs(report.duration)} · {len(report.steps)} steps · {len(runs)} runs · "
+        f"run {_esc(report.run_id)}"
+        + (f" · session {_esc(report.session_id)}" if report.session_id else "")
+        + "</span></div>",
+        f"<div>{_usage_line(usage)}</div>",
+    ]
+    if report.error:
+        parts.append(_error(report.error))
+    if answer is not None and answer != "":
+        parts.append(f'<div class="out">{_esc(_clip(answer, 2000))}</div>')
+    parts.append(_steps(report))
+    return "".join(parts)
+
+
+def _steps(report: FlowReport) -> str:
+    """One row per step (every iteration and retry kept; the first ROWS), a bar on the
+    flow's span, its runs folded in the row."""
+    start = report.started_at
+    ends = [step.ended_at for step in report.steps if step.ended_at]
+    end = max([report.ended_at or start, *ends])
+    span = max((end - start).total_seconds(), 1e-9)
+    rows = []
+    for step in report.steps[:ROWS]:
+        left = (step.started_at - start).total_seconds() / span
+        width = ((step.ended_at or end) - start).total_seconds() / span - left
+        kind = "bad" if step.status == "failed" else "step"
+        label = _esc(step.name) + (
+            f' <span class="meta">iteration {step.iteration}</span>'
+            if step.iteration is not None
+            else ""
+        )
+        detail = _error(step.error) if step.error else ""
+        for run in step.runs:
+            tags = [f"branch {run.branch}"] if run.branch is not None else []
+            if step.attempts > 1:
+                tags.append(f"attempt {run.attempt}")
+            detail += _folded(run.report, _kind(run.report), " · ".join(tags))
+        rows.append(
+            f"<tr><td>{label}{detail}</td><td>{_esc(step.kind)}</td>"
+            f"<td>{_badge(step.status, step.status)}</td><td>{step.attempts}</td>"
+            f"<td>{_bar(left, max(width, 0.0), kind)}</td><td>{_secs(step.duration)}</td></tr>"
+        )
+    table = _table(["step", "kind", "status", "attempts", "timeline", ""], rows)
+    return table + _more(len(report.steps))
+
+
+def _folded(report: RunReport, label: str, tags: str = "") -> str:
+    """A run under a step or a tool call, folded: its name and status, then its view."""
+    if isinstance(report, FlowReport):
+        body = _flow_body(report, report.total_usage(), None)
+    else:
+        body = _run_body(report, report.total_usage(), "")
+    meta = f' <span class="meta">{_esc(tags)}</span>' if tags else ""
+    return (
+        f"<details><summary>{_esc(label)} {_esc(report.name)} "
+        f"{_badge(report.status, report.status)}{meta}</summary>{body}</details>"
+    )
+
+
+def _kind(report: RunReport) -> str:
+    return report.kind if isinstance(report, FlowReport) else "run"
+
+
 # -- pieces ------------------------------------------------------------------------------
+
+
+def _error(error: dict[str, Any]) -> str:
+    code, message = error.get("code", ""), error.get("message", "")
+    return f'<div class="err">{_esc(code)}: {_esc(message)}</div>'
 
 
 def _row(cells: str, timing: Timing) -> str:

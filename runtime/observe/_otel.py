@@ -7,6 +7,11 @@ that ran it. Tool calls are siblings of the trips rather than their children: a 
 call starts after its trip has ended, and trace viewers draw a child inside its
 parent's time range (the trip that asked for it is in `raygent.trip.index`), as the
 GenAI semantic conventions do with `execute_tool` under `invoke_agent`.
+
+A workflow or supervisor run is a span too (`invoke_workflow <name>`,
+`invoke_supervisor <name>`), each of its steps a child span (`step <name>`), and the
+runs a step made hang under their step (agents and nested flows alike; a parallel
+branch or an intent in `raygent.branch`, the step's attempt in `raygent.attempt`).
 """
 
 from __future__ import annotations
@@ -16,14 +21,14 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from .report import AgentReport
+from ..usage import Usage
+from .report import AgentReport, FlowReport
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-    from ..usage import Usage
-    from .report import Timing, ToolCallReport, TripReport
+    from .report import RunReport, StepReport, StepRun, Timing, ToolCallReport, TripReport
 
 __all__ = ["OpenTelemetry"]
 
@@ -36,11 +41,13 @@ class OpenTelemetry:
 
     Every span carries `raygent.run_id`, `raygent.root_run_id` and (when set)
     `raygent.session_id`; tool spans `raygent.call_id`; run and trip spans the token
-    usage (`gen_ai.usage.*`) and `raygent.cost_usd` when the pricing is known. A run
-    that did not complete, or a tool call that failed, has an error status and
-    `error.type` (the error's code). Tool arguments and outputs and model text are left
-    out unless `capture_content=True`. The root span's parent is the span current when
-    the run ended, if any.
+    usage (`gen_ai.usage.*`) and `raygent.cost_usd` when the pricing is known (a flow
+    and each of its steps too: the usage of every run under it); a flow span also has
+    `raygent.kind`, a step span `raygent.step.name`, `.kind`, `.status` and `.attempts`.
+    A run that did not complete, a step that failed or a tool call that failed has an
+    error status and `error.type` (the error's code). Tool arguments and outputs and
+    model text are left out unless `capture_content=True`. The root span's parent is the
+    span current when the run ended, if any.
     """
 
     def __init__(
@@ -59,13 +66,73 @@ class OpenTelemetry:
         self._tracer: Tracer = trace.get_tracer("raygent", __version__, tracer_provider)
         self.capture_content = capture_content
 
-    def __call__(self, report: AgentReport) -> None:
-        self._run(report, None)
+    def __call__(self, report: RunReport) -> None:
+        self._any(report, None)
 
-    def _run(self, report: AgentReport, parent: Context | None) -> None:
+    def _any(self, report: RunReport, parent: Context | None, run: StepRun | None = None) -> None:
+        extra = (
+            {} if run is None else {"raygent.branch": run.branch, "raygent.attempt": run.attempt}
+        )
+        if isinstance(report, FlowReport):
+            self._flow(report, parent, extra)
+        else:
+            self._run(report, parent, extra)
+
+    def _flow(self, report: FlowReport, parent: Context | None, extra: dict[str, Any]) -> None:
+        ids = _ids(report)
+        operation = f"invoke_{report.kind}"
+        attributes = {
+            **ids,
+            **extra,
+            "gen_ai.operation.name": operation,
+            "raygent.kind": report.kind,
+            "raygent.flow.name": report.name,
+            "raygent.flow.version": report.version,
+            "raygent.parent_run_id": report.parent_run_id,
+            "raygent.status": report.status,
+            "raygent.steps": len(report.steps),
+            "raygent.runs": len(report.runs()),
+            **_usage(report.total_usage()),
+        }
+        end = report.ended_at or report.started_at
+        span = self._start(f"{operation} {report.name}", parent, attributes, report.started_at)
+        self._status(span, report.status == "completed", report.error, report.status)
+        inside = self._trace.set_span_in_context(span)
+        for step in report.steps:
+            self._step(step, ids, inside, end)
+        span.end(_ns(end))
+
+    def _step(self, step: StepReport, ids: dict[str, Any], parent: Context, end: datetime) -> None:
+        attributes = {
+            **ids,
+            "raygent.step.name": step.name,
+            "raygent.step.kind": step.kind,
+            "raygent.step.status": step.status,
+            "raygent.step.attempts": step.attempts,
+            "raygent.step.iteration": step.iteration,
+            **_usage(sum((run.report.total_usage() for run in step.runs), Usage())),
+        }
+        span = self._start(f"step {step.name}", parent, attributes, step.started_at)
+        self._status(span, step.status not in ("failed", "cancelled"), step.error, step.status)
+        inside = self._trace.set_span_in_context(span)
+        for run in step.runs:
+            self._any(run.report, inside, run)
+        span.end(_ns(step.ended_at or end))
+
+    def _status(self, span: Span, ok: bool, error: dict[str, Any] | None, status: str) -> None:
+        if ok:
+            span.set_status(self._trace.StatusCode.OK)
+            return
+        error = error or {}
+        span.set_attribute("error.type", str(error.get("code") or status))
+        message = str(error.get("message") or f"the run ended {status}")
+        span.set_status(self._trace.StatusCode.ERROR, message)
+
+    def _run(self, report: AgentReport, parent: Context | None, extra: dict[str, Any]) -> None:
         ids = _ids(report)
         attributes = {
             **ids,
+            **extra,
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": report.name,
             "gen_ai.request.model": report.model.name,
@@ -79,13 +146,7 @@ class OpenTelemetry:
         }
         end = report.ended_at or report.started_at
         span = self._start(f"invoke_agent {report.name}", parent, attributes, report.started_at)
-        if report.status == "completed":
-            span.set_status(self._trace.StatusCode.OK)
-        else:
-            error = report.error or {}
-            span.set_attribute("error.type", str(error.get("code") or report.status))
-            message = str(error.get("message") or f"the run ended {report.status}")
-            span.set_status(self._trace.StatusCode.ERROR, message)
+        self._status(span, report.status == "completed", report.error, report.status)
         inside = self._trace.set_span_in_context(span)
         for trip in report.trips:
             self._trip(report, trip, ids, inside)
@@ -128,8 +189,8 @@ class OpenTelemetry:
         if call.error is not None:
             span.set_attribute("error.type", str(call.error.get("code") or "tool_error"))
             span.set_status(self._trace.StatusCode.ERROR, str(call.error.get("message") or ""))
-        if isinstance(call.child, AgentReport):  # TODO(flows): a nested flow's spans
-            self._run(call.child, self._trace.set_span_in_context(span))
+        if call.child is not None:
+            self._any(call.child, self._trace.set_span_in_context(span))
         span.end(_ns(_ended(call.timing, run_end)))
 
     def _start(
@@ -146,7 +207,7 @@ class OpenTelemetry:
         return text[:_CONTENT_LIMIT]
 
 
-def _ids(report: AgentReport) -> dict[str, Any]:
+def _ids(report: RunReport) -> dict[str, Any]:
     return {
         "raygent.run_id": report.run_id,
         "raygent.root_run_id": report.root_run_id,

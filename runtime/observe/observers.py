@@ -8,10 +8,12 @@
     await bot.execute("hi", observe=False)        # not this one
     await bot.execute("hi", observe=other)        # `keep` and `other`
 
-An observer is a callable, sync or async, taking an `AgentReport`. It gets the root
-run's report once the run has ended (completed, failed, cancelled or incomplete), after
-the run's last event; a nested run (an agent used as a tool) is not delivered apart: its
-report hangs under its parent's tool call (`ToolCallReport.child`) in the root's tree.
+An observer is a callable, sync or async, taking a run's report: an `AgentReport`, or
+a `FlowReport` for a workflow or supervisor. It gets the root run's report once the run
+has ended (completed, failed, cancelled or incomplete), after the run's last event; a
+nested run (an agent or a flow used as a tool, a flow's step) is not delivered apart: its
+report hangs under its parent's tool call (`ToolCallReport.child`) or step
+(`StepReport.runs`) in the root's tree.
 Async observers are awaited before `execute` returns, so keep them quick (or hand the
 report to a queue). An observer that raises is logged on `raygent.observers` and the run
 goes on. The observers registered, and the switch, when a run starts are what it uses.
@@ -103,7 +105,7 @@ class Registration:
 def add(observer: Observer) -> Registration:
     """Have `observer` receive every run's report tree in this process."""
     if not callable(observer):
-        raise TypeError(f"an observer is a callable taking an AgentReport, not {observer!r}")
+        raise TypeError(f"an observer is a callable taking a run report, not {observer!r}")
     _registry.append(observer)
     return Registration(observer)
 
