@@ -114,7 +114,19 @@ async def _parallel(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        _in_declared_order(report, list(branches))
     if failed is not None:
         raise failed
     results = {branch: task.result() for task, branch in tasks.items()}
     return {branch: results[branch] for branch in branches}
+
+
+def _in_declared_order(report: StepReport, names: list[str]) -> None:
+    """This attempt's branch runs as the step declares them, not as they finished."""
+    order = {name: k for k, name in enumerate(names)}
+    mine = [r for r in report.runs if r.attempt == report.attempts]
+    if not mine:
+        return
+    rest = [r for r in report.runs if r.attempt != report.attempts]
+    mine.sort(key=lambda r: order.get(r.branch or "", len(order)))
+    report.runs[:] = rest + mine

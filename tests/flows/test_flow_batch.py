@@ -166,7 +166,14 @@ async def test_500_flows_with_a_4_branch_parallel_step_keep_the_provider_at_its_
     async with serve(latency=Latency(fixed_ms=5)) as sim:
         model = sim_model(sim, max_concurrency=bound)
         fan = {f"b{n}": writer(model, f"writer-{n}") for n in range(branches)}
-        flow = Pipeline("fan", [("fan", fan)], prepare=lambda text: f"{text} pid {os.getpid()}")
+        flow = raygent.workflow(
+            name="fan",
+            steps=[
+                # Where each item ran: a lambda, shipped to the Ray runners with the flow.
+                raygent.step("where", run=lambda state: f"{state.input} pid {os.getpid()}"),
+                raygent.step("fan", parallel=fan),
+            ],
+        )
         # On Ray, two runner processes share the batch (and the provider's bound).
         result = await raygent.batch(
             flow,

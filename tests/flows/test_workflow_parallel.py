@@ -3,7 +3,9 @@ outputs keyed by branch, one failing branch aborting the others."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from typing import Any
 
 from flows_support import make_model, sim_agent, step_statuses
 from pydantic import BaseModel
@@ -172,3 +174,34 @@ async def test_branches_keep_to_the_providers_bound() -> None:
     assert result.data == {f"b{i}": "ok" for i in range(4)}
     assert stats.peak_in_flight == 2
     assert stats.by_status == {200: 4}
+
+
+async def test_a_parallel_steps_runs_are_reported_in_the_declared_order() -> None:
+    from raygent.testing import FunctionModel
+
+    finished: list[str] = []
+    others_done = asyncio.Event()
+
+    def answer(name: str, last: bool) -> Any:
+        async def fn(messages: Any, options: Any) -> str:
+            if last:
+                await others_done.wait()  # the first branch declared finishes last
+            finished.append(name)
+            if len(finished) == 3:
+                others_done.set()
+            return name
+
+        return fn
+
+    fan = {
+        f"b{n}": raygent.agent(name=f"b{n}", model=FunctionModel(answer(f"b{n}", n == 0)))
+        for n in range(4)
+    }
+    flow = raygent.workflow(name="fan", steps=[raygent.step("fan", parallel=fan)])
+    result = await flow.execute("go")
+    assert result.ok, result.error
+    assert finished[-1] == "b0"
+    step = result.report.step("fan")
+    assert step is not None
+    assert [r.branch for r in step.runs] == ["b0", "b1", "b2", "b3"]
+    assert list(result.data) == ["b0", "b1", "b2", "b3"]
