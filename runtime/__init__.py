@@ -16,7 +16,20 @@ from .attachments import AttachmentPolicy, OutboundPolicy
 from .backend import current_backend, init
 from .compaction import Compaction, CompactionResult
 from .executable import Executable
-from .flows import END, FlowReport, FlowResult, Goto
+from .flows import (
+    END,
+    FlowReport,
+    FlowResult,
+    Goto,
+    Router,
+    Supervisor,
+    SupervisorState,
+    Vote,
+    fan_out,
+    router,
+    supervisor,
+    vote,
+)
 from .memory import Memory
 from .messages import (
     AssistantMessage,
@@ -82,7 +95,10 @@ __all__ = [
     "Repair",
     "ResponseSchema",
     "Retry",
+    "Router",
     "Session",
+    "Supervisor",
+    "SupervisorState",
     "SystemMessage",
     "SystemPrompt",
     "TextPart",
@@ -93,6 +109,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "UserMessage",
+    "Vote",
     "__version__",
     "agent",
     "batch",
@@ -102,8 +119,12 @@ __all__ = [
     "errors",
     "eval",
     "fallback_model",
+    "fan_out",
     "init",
     "observers",
+    "router",
+    "supervisor",
     "tool",
     "total_cost",
+    "vote",
 ]

@@ -8,6 +8,9 @@ batch (its `Retry`); batch and agents never import flows (they take any executab
 from ..observe.report import FlowReport, FlowResult, StepReport, StepRun
 from ._flow import Flow, FlowStream
 from ._markers import END, Goto
+from ._supervisor_state import Iteration, SupervisorState
+from .router import Router, Tally, Vote, fan_out, router, vote
+from .supervisor import Supervisor, supervisor
 
 __all__ = [
     "END",
@@ -16,6 +19,16 @@ __all__ = [
     "FlowResult",
     "FlowStream",
     "Goto",
+    "Iteration",
+    "Router",
     "StepReport",
     "StepRun",
+    "Supervisor",
+    "SupervisorState",
+    "Tally",
+    "Vote",
+    "fan_out",
+    "router",
+    "supervisor",
+    "vote",
 ]
