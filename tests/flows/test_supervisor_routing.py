@@ -322,9 +322,9 @@ async def test_an_output_that_does_not_fit_the_model_is_a_flow_output_error() ->
 
 def test_construction_refuses_what_cannot_run() -> None:
     ok = {"billing": echo("billing")}
-    with pytest.raises(TypeError, match="route= .* or router="):
+    with pytest.raises(TypeError, match=r"route= .* or router="):
         raygent.supervisor(name="d", intents=ok)
-    with pytest.raises(TypeError, match="route= .* or router="):
+    with pytest.raises(TypeError, match=r"route= .* or router="):
         raygent.supervisor(name="d", intents=ok, route=lambda s: END, router=lambda s: END)
     with pytest.raises(ValueError, match="reserved"):
         raygent.supervisor(name="d", intents={"END": echo("e")}, route=lambda s: END)
