@@ -312,6 +312,6 @@ def assert_output_shape(subject: FlowResult | AgentResult, model: type[BaseModel
             for e in exc.errors(include_url=False)[:5]
         )
         raise AssertionError(
-            f"{_label(report)}: data is not a {model.__name__} "
+            f"{_label(report)}: data does not fit {model.__name__} "
             f"({exc.error_count()} issue(s): {issues}); data: {data!r}"
         ) from None
