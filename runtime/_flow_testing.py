@@ -42,8 +42,9 @@ Exhausted = Literal["end", "raise", "repeat"]
 
 class MockRouter:
     """Replays routing decisions, one per routing (build with `mock_router`). Give it to
-    a supervisor as `route=` or `router=`. `iterations` records the iteration of every
-    routing it answered."""
+    a supervisor as `route=` or `router=`. Every run replays them from the first (runs
+    are told apart by their run id), so one supervisor can run several cases.
+    `iterations` records the iteration of every routing it answered, every run's."""
 
     def __init__(self, decisions: Iterable[Decision], on_exhausted: Exhausted) -> None:
         self.decisions: list[Decision] = list(decisions)
@@ -59,17 +60,21 @@ class MockRouter:
             raise ValueError("on_exhausted='repeat' needs at least one decision to repeat")
         self.on_exhausted = on_exhausted
         self.iterations: list[int] = []
+        self._played: dict[str, int] = {}  # by run id: how many decisions it was given
+        self._latest = ""
 
     def __repr__(self) -> str:
         return f"mock_router({self.decisions!r}, on_exhausted={self.on_exhausted!r})"
 
     @property
     def remaining(self) -> int:
-        """Decisions not replayed yet."""
-        return max(0, len(self.decisions) - len(self.iterations))
+        """Decisions the latest run has not been given yet."""
+        return max(0, len(self.decisions) - self._played.get(self._latest, 0))
 
     def __call__(self, state: SupervisorState) -> Decision:
-        played = len(self.iterations)
+        self._latest = state.run_id
+        played = self._played.get(state.run_id, 0)
+        self._played[state.run_id] = played + 1
         self.iterations.append(state.iteration)
         if played < len(self.decisions):
             return _copied(self.decisions[played])
@@ -87,8 +92,9 @@ class MockRouter:
 
 def mock_router(decisions: Iterable[Decision], on_exhausted: Exhausted = "end") -> MockRouter:
     """A route that replays `decisions` (each an intent's name, a list of names for a
-    fan-out, or `raygent.END`), one per routing. After the last: "end" routes to END,
-    "raise" fails the run with RoutingError, "repeat" repeats the last decision."""
+    fan-out, or `raygent.END`), one per routing, from the first in every run. After the
+    last: "end" routes to END, "raise" fails the run with RoutingError, "repeat" repeats
+    the last decision."""
     return MockRouter(decisions, on_exhausted)
 
 

@@ -4,6 +4,7 @@ failing intent."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -217,6 +218,18 @@ async def test_mock_router_when_its_decisions_run_out(
     else:
         assert isinstance(result.error, RoutingError)
         assert "no decision left" in result.error.message
+    assert router.remaining == 0
+
+
+async def test_mock_router_replays_its_decisions_in_every_run() -> None:
+    router = mock_router(["tech", "billing"])
+    sup = desk(router)
+    first, second = await sup.execute("a"), await sup.execute("b")
+    concurrent = await asyncio.gather(sup.execute("c"), sup.execute("d"))
+    for result in (first, second, *concurrent):
+        assert [s.name for s in result.report.steps if s.kind == "intent"] == ["tech", "billing"]
+    assert router.iterations[:6] == [1, 2, 3, 1, 2, 3]
+    assert sorted(router.iterations[6:]) == [1, 1, 2, 2, 3, 3]
     assert router.remaining == 0
 
 
