@@ -209,8 +209,9 @@ class Vote:
 
 
 class Voting:
-    """`raygent.vote`: call it on outputs for a `Vote`; `vote.evaluate` is a ready
-    supervisor `evaluate`; `vote.evaluator(...)` builds one with options."""
+    """`raygent.vote`: call it on outputs for a `Vote`. As a supervisor's `evaluate`
+    (`evaluate=raygent.vote`, which is `vote.evaluate`) it ends the run once an
+    iteration's outputs have a winner; `vote.evaluator(...)` builds one with options."""
 
     def __call__(
         self,

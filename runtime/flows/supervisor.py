@@ -37,7 +37,7 @@ from ._supervisor_state import (
     maybe_await,
     read_decision,
 )
-from .router import Router
+from .router import Router, Voting
 
 __all__ = ["Supervisor", "supervisor"]
 
@@ -58,7 +58,7 @@ class Supervisor(Flow):
         intents: Mapping[str, Any],
         route: Route | None,
         router: Router | Route | None,
-        evaluate: Evaluate | None,
+        evaluate: Evaluate | Voting | None,
         intent_input: IntentInput | None,
         max_iterations: int,
         max_fan_out: int,
@@ -92,6 +92,8 @@ class Supervisor(Flow):
             if not callable(chosen):
                 raise TypeError(f"route= takes a function of the state, not {chosen!r}")
             self.router, self.route = None, chosen
+        if isinstance(evaluate, Voting):  # `evaluate=raygent.vote`: the ready evaluate
+            evaluate = evaluate.evaluate
         for label, value in (("evaluate", evaluate), ("intent_input", intent_input)):
             if value is not None and not callable(value):
                 raise TypeError(f"{label}= takes a function, not {value!r}")
@@ -149,30 +151,34 @@ class Supervisor(Flow):
     async def _route(self, run: FlowRun, state: SupervisorState) -> list[str] | _End:
         step = await run.open_step("route", "route", iteration=state.iteration)
         await run.attempt(step)
-        router_error: RaygentError | None = None
         try:
-            if self.router is not None:
-                result = await run.child(self.router, state, step)
-                if result.ok:
-                    raw = self.router.decision(result.data)
-                else:
-                    router_error = result.error or StepFailedError("the router did not finish")
-            else:
-                assert self.route is not None
-                raw = await maybe_await(self.route(state))
-            chosen = END if router_error else read_decision(raw, self.intents, self.max_fan_out)
+            chosen = read_decision(
+                await self._decide(run, state, step), self.intents, self.max_fan_out
+            )
         except asyncio.CancelledError:
             await run.close_step(step, "cancelled")
             raise
-        except Exception as exc:
-            error = exc if isinstance(exc, RaygentError) else _failure(run, step, exc, "route")
-            await run.close_step(step, _status(error), exc)
-            raise error from None if error is exc else exc
-        if router_error is not None:
-            await run.close_step(step, _status(router_error), router_error)
-            raise _failure(run, step, router_error, "the router")
+        except _RouterFailed as failed:  # the router's own error is the step's
+            await run.close_step(step, _status(failed.cause), failed.cause)
+            raise _failure(run, step, failed.cause, "the router") from None
+        except RaygentError as error:  # a RoutingError, or one the route raised
+            await run.close_step(step, _status(error), error)
+            raise
+        except Exception as exc:  # the route function raised
+            await run.close_step(step, "failed", exc)
+            raise _failure(run, step, exc, "route") from exc
         await run.close_step(step, "completed")
         return chosen
+
+    async def _decide(self, run: FlowRun, state: SupervisorState, step: StepReport) -> Any:
+        """What the route function returns, or the router agent (run under `step`) chose."""
+        if self.router is None:
+            assert self.route is not None
+            return await maybe_await(self.route(state))
+        result = await run.child(self.router, state, step)
+        if not result.ok:
+            raise _RouterFailed(result.error or StepFailedError("the router did not finish"))
+        return self.router.decision(result.data)
 
     async def _run_intents(
         self, run: FlowRun, state: SupervisorState, chosen: list[str]
@@ -238,6 +244,14 @@ class Supervisor(Flow):
             ) from None
 
 
+class _RouterFailed(Exception):
+    """The router agent's run did not complete (its error is `cause`)."""
+
+    def __init__(self, cause: RaygentError) -> None:
+        super().__init__(cause.message)
+        self.cause = cause
+
+
 def _checked_intents(intents: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(intents, Mapping) or not intents:
         raise TypeError("intents= takes a non-empty {name: executable} dict")
@@ -295,7 +309,7 @@ def supervisor(
     intents: Mapping[str, Any],
     route: Route | None = None,
     router: Router | Route | None = None,
-    evaluate: Evaluate | None = None,
+    evaluate: Evaluate | Voting | None = None,
     intent_input: IntentInput | None = None,
     max_iterations: int = 10,
     max_fan_out: int = 10,
@@ -318,7 +332,8 @@ def supervisor(
       An unknown intent, no decision, or too many intents at once: `RoutingError`.
     - `evaluate(state, outputs)` (sync or async), after each iteration with that
       iteration's outputs by intent: `raygent.END` or `True` ends; anything else (None,
-      False) routes again. `raygent.vote.evaluate` ends once the outputs have a winner.
+      False) routes again. `raygent.vote` (or `vote.evaluate`) ends once the outputs have
+      a winner; `vote.evaluator(key=..., majority=True)` builds a stricter one.
     - Each intent gets the supervisor's input, or what `intent_input(state, intent)`
       returns: as is for an executable declaring an input model, else as text (a model
       or a dict as JSON).

@@ -71,7 +71,7 @@ async def test_vote_as_evaluate_ends_on_a_majority() -> None:
             name="panel",
             intents=voters,
             route=lambda state: list(voters),
-            evaluate=raygent.vote.evaluate,
+            evaluate=raygent.vote,  # the ready evaluate: vote.evaluate
         )
         result = await panel.execute("The capital of France?")
 
