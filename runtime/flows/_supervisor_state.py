@@ -24,11 +24,13 @@ END_NAME = "END"
 @dataclass(frozen=True)
 class Iteration:
     """One iteration that ran intents: its number (from 1), the intents routed to, in
-    the order routed, and what each produced."""
+    the order routed, what each produced, and the errors of those that failed (kept
+    only when the supervisor's `on_failure` let the run go on)."""
 
     index: int
     intents: tuple[str, ...]
     outputs: dict[str, Any]
+    errors: dict[str, BaseException] = field(default_factory=dict)
 
 
 @dataclass

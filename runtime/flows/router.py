@@ -98,7 +98,10 @@ class Router:
         for done in input.history:
             lines.append(f"Iteration {done.index}:")
             for intent in done.intents:
-                lines.append(f"- {intent} answered: {_summary(done.outputs.get(intent))}")
+                if intent in done.errors:
+                    lines.append(f"- {intent} failed: {_summary(str(done.errors[intent]))}")
+                else:
+                    lines.append(f"- {intent} answered: {_summary(done.outputs.get(intent))}")
         lines += ["", f"Choose for iteration {input.iteration}."]
         return "\n".join(lines)
 

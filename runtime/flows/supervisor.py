@@ -44,6 +44,7 @@ __all__ = ["Supervisor", "supervisor"]
 Route = Callable[[SupervisorState], Any]
 Evaluate = Callable[[SupervisorState, dict[str, Any]], Any]
 IntentInput = Callable[[SupervisorState, str], Any]
+OnFailure = Callable[[SupervisorState, str, BaseException], Any]
 
 
 class Supervisor(Flow):
@@ -59,6 +60,7 @@ class Supervisor(Flow):
         route: Route | None,
         router: Router | Route | None,
         evaluate: Evaluate | Voting | None,
+        on_failure: OnFailure | None,
         intent_input: IntentInput | None,
         max_iterations: int,
         max_fan_out: int,
@@ -94,10 +96,12 @@ class Supervisor(Flow):
             self.router, self.route = None, chosen
         if isinstance(evaluate, Voting):  # `evaluate=raygent.vote`: the ready evaluate
             evaluate = evaluate.evaluate
-        for label, value in (("evaluate", evaluate), ("intent_input", intent_input)):
+        hooks = (("evaluate", evaluate), ("on_failure", on_failure), ("intent_input", intent_input))
+        for label, value in hooks:
             if value is not None and not callable(value):
                 raise TypeError(f"{label}= takes a function, not {value!r}")
         self.evaluate = evaluate
+        self.on_failure = on_failure
         self.intent_input = intent_input
         for label, bound in (("max_iterations", max_iterations), ("max_fan_out", max_fan_out)):
             if not isinstance(bound, int) or isinstance(bound, bool) or bound < 1:
@@ -138,10 +142,17 @@ class Supervisor(Flow):
                     max_iterations=self.max_iterations,
                     decision=chosen,
                 )
-            outputs = await self._run_intents(run, state, chosen)
-            done = Iteration(index=index, intents=tuple(chosen), outputs=outputs)
+            outputs, failures = await self._run_intents(run, state, chosen)
+            done = Iteration(
+                index=index,
+                intents=tuple(chosen),
+                outputs=outputs,
+                errors={step.name: error for step, error in failures},
+            )
             state.history.append(done)
             state.outputs.update(outputs)
+            if failures and await self._failed(run, state, failures):
+                return done
             if self.evaluate is not None:
                 verdict = await maybe_await(self.evaluate(state, dict(outputs)))
                 if verdict is END or verdict is True:
@@ -182,16 +193,36 @@ class Supervisor(Flow):
 
     async def _run_intents(
         self, run: FlowRun, state: SupervisorState, chosen: list[str]
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], list[tuple[StepReport, BaseException]]]:
+        """Run the chosen intents at once: the outputs of those that completed, and the
+        steps that failed with their errors (every intent runs to its end)."""
         # Steps are opened in the order routed, so the report reads in that order.
         steps = [await run.open_step(n, "intent", iteration=state.iteration) for n in chosen]
         results = await asyncio.gather(*(self._run_intent(run, state, step) for step in steps))
-        outputs = {step.name: out for step, (ok, out) in zip(steps, results, strict=True) if ok}
+        outputs: dict[str, Any] = {}
+        failures: list[tuple[StepReport, BaseException]] = []
         for step, (ok, out) in zip(steps, results, strict=True):
-            if not ok:
-                state.outputs.update(outputs)  # the siblings that succeeded are kept
-                raise _failure(run, step, out, f"intent {step.name!r}")
-        return outputs
+            if ok:
+                outputs[step.name] = out
+            else:
+                failures.append((step, out))
+        return outputs, failures
+
+    async def _failed(
+        self,
+        run: FlowRun,
+        state: SupervisorState,
+        failures: list[tuple[StepReport, BaseException]],
+    ) -> bool:
+        """After intents failed: raise what fails the run, or (`on_failure` let it go
+        on) whether it ends here."""
+        if run.signal.aborted or self.on_failure is None:
+            step, error = failures[0]
+            raise _failure(run, step, error, f"intent {step.name!r}")
+        for step, error in failures:
+            if await maybe_await(self.on_failure(state, step.name, error)) is END:
+                return True
+        return False
 
     async def _run_intent(
         self, run: FlowRun, state: SupervisorState, step: StepReport
@@ -217,7 +248,7 @@ class Supervisor(Flow):
         error = getattr(result, "error", None)
         if error is not None or getattr(result, "ok", True) is False:
             await run.close_step(step, _status(error), error)
-            return False, error
+            return False, error or StepFailedError(f"intent {step.name!r} did not complete")
         await run.close_step(step, "completed")
         data = getattr(result, "data", None)
         return True, data if data is not None else getattr(result, "text", result)
@@ -273,9 +304,10 @@ def _input_for(executable: Any, value: Any) -> Any:
 
 
 def _last_output(last: Iteration) -> Any:
+    # A failed intent (its run let go on by `on_failure`) has no output.
     if len(last.intents) == 1:
-        return last.outputs[last.intents[0]]
-    return {intent: last.outputs[intent] for intent in last.intents}
+        return last.outputs.get(last.intents[0])
+    return {intent: last.outputs[intent] for intent in last.intents if intent in last.outputs}
 
 
 def _status(error: BaseException | None) -> Literal["failed", "cancelled"]:
@@ -310,6 +342,7 @@ def supervisor(
     route: Route | None = None,
     router: Router | Route | None = None,
     evaluate: Evaluate | Voting | None = None,
+    on_failure: OnFailure | None = None,
     intent_input: IntentInput | None = None,
     max_iterations: int = 10,
     max_fan_out: int = 10,
@@ -344,7 +377,12 @@ def supervisor(
     its `text`; by intent name when several ran), validated into `output=` when declared
     (`FlowOutputError` otherwise); `outputs` holds the latest output of every intent that
     ran, kept when the run fails. An intent that fails fails the run (`StepFailedError`,
-    the intent's error as `cause`). `state` is a `SupervisorState`.
+    the intent's error as `cause`; the other intents of its iteration run to their end),
+    unless `on_failure(state, intent, error)` (sync or async) is given: it returns
+    `raygent.END` to end the run there (completed, with what did complete), anything
+    else to go on (evaluate, then route again; the error is on `state.last.errors`, and
+    a router agent is shown it), or raises to fail the run. `state` is a
+    `SupervisorState`.
     """
     return Supervisor(
         name=name,
@@ -352,6 +390,7 @@ def supervisor(
         route=route,
         router=router,
         evaluate=evaluate,
+        on_failure=on_failure,
         intent_input=intent_input,
         max_iterations=max_iterations,
         max_fan_out=max_fan_out,

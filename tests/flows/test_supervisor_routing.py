@@ -347,3 +347,85 @@ def test_construction_refuses_what_cannot_run() -> None:
         raygent.supervisor(name="d", intents=ok, route=lambda s: END, max_fan_out=0)
     with pytest.raises(TypeError, match="intents="):
         raygent.supervisor(name="d", intents={}, route=lambda s: END)
+
+
+async def test_on_failure_returning_end_completes_with_what_completed() -> None:
+    broken = scripted("broken", ServerError("upstream down", status=500))
+    seen: list[tuple[str, str]] = []
+
+    def on_failure(state: SupervisorState, intent: str, error: BaseException) -> Any:
+        seen.append((intent, type(error).__name__))
+        return END
+
+    sup = raygent.supervisor(
+        name="desk",
+        intents={"billing": echo("billing"), "broken": broken},
+        route=mock_router([["billing", "broken"], "billing"]),
+        on_failure=on_failure,
+    )
+    result = await sup.execute("x")
+
+    assert result.ok, result.error
+    assert seen == [("broken", "ServerError")]
+    assert result.data == {"billing": "billing: x"}
+    assert result.outputs == {"billing": "billing: x"}
+    assert steps(result)[-1] == ("broken", "intent", 1, "failed")  # no routing after
+
+
+async def test_on_failure_going_on_lets_the_route_choose_again() -> None:
+    broken = scripted("broken", ServerError("upstream down", status=500))
+    errors: list[dict[str, str]] = []
+
+    async def on_failure(state: SupervisorState, intent: str, error: BaseException) -> Any:
+        return None
+
+    def route(state: SupervisorState) -> Any:
+        if state.last is None:
+            return "broken"
+        errors.append({k: str(v) for k, v in state.last.errors.items()})
+        return "billing" if state.last.errors else END
+
+    sup = raygent.supervisor(
+        name="desk",
+        intents={"billing": echo("billing"), "broken": broken},
+        route=route,
+        on_failure=on_failure,
+    )
+    result = await sup.execute("x")
+
+    assert result.ok, result.error
+    assert errors == [{"broken": "upstream down"}, {}]
+    assert result.data == "billing: x"
+    assert [(s.name, s.status) for s in result.report.steps if s.kind == "intent"] == [
+        ("broken", "failed"),
+        ("billing", "completed"),
+    ]
+
+
+async def test_on_failure_raising_fails_the_run_with_its_error() -> None:
+    def on_failure(state: SupervisorState, intent: str, error: BaseException) -> Any:
+        raise RoutingError(f"no fallback for {intent}")
+
+    sup = raygent.supervisor(
+        name="desk",
+        intents={"broken": scripted("broken", ServerError("down", status=500))},
+        route=mock_router(["broken"]),
+        on_failure=on_failure,
+    )
+    result = await sup.execute("x")
+    assert isinstance(result.error, RoutingError)
+    assert result.error.message == "no fallback for broken"
+
+
+def test_a_router_is_shown_what_failed() -> None:
+    router = raygent.router(model=raygent.testing.ScriptedModel([]), intents=["a", "b"])
+    state = SupervisorState(input="q", context={}, iteration=2)
+    state.history.append(
+        raygent.flows.Iteration(
+            index=1, intents=("a", "b"), outputs={"a": "done"}, errors={"b": ValueError("boom")}
+        )
+    )
+    assert router.prompt(state) == (
+        "Request:\nq\n\nIteration 1:\n- a answered: done\n- b failed: boom\n\n"
+        "Choose for iteration 2."
+    )
