@@ -159,8 +159,10 @@ def _failed_path(report: RunReport) -> list[str]:
     """The path from `report` to the deepest node that failed, its status and error
     on the last segment."""
     here = _label(report)
+    if report.status == "completed":
+        return [here + ": completed"]
     if isinstance(report, FlowReport):
-        step = next((s for s in report.steps if s.status in ("failed", "cancelled")), None)
+        step = _failing_step(report)
         if step is not None:
             return [here, *_under_step(report, step)]
     else:
@@ -168,6 +170,24 @@ def _failed_path(report: RunReport) -> list[str]:
             if call.child is not None and call.child.status != "completed":
                 return [here, f"tool {call.name!r}", *_failed_path(call.child)]
     return [here + f": {report.status}{_error_text(report.error)}"]
+
+
+def _failing_step(flow: FlowReport) -> StepReport | None:
+    """The step the run failed at: the one its error names (a StepFailedError's step and
+    iteration), else its last step when that failed (a routing error, an abort); None
+    when the run failed on its own (max_iterations, its output)."""
+    broken = [s for s in flow.steps if s.status in ("failed", "cancelled")]
+    error = flow.error or {}
+    named = [
+        s
+        for s in broken
+        if s.name == error.get("step")
+        and (error.get("iteration") is None or s.iteration == error.get("iteration"))
+    ]
+    if named:
+        return named[-1]
+    last = flow.steps[-1] if flow.steps else None
+    return last if last is not None and last in broken else None
 
 
 def failure_path(subject: Subject) -> str:

@@ -246,6 +246,7 @@ def test_assert_step_passed_follows_branches_nested_flows_and_own_errors() -> No
     )
     crashed = {"code": "FLOW_STEP_FAILED", "message": "ValueError: bad row"}
     report = workflow_report(parallel, step("load", "failed", error=crashed))
+    report.error = {"code": "FLOW_STEP_FAILED", "message": "fan failed", "step": "fan"}
     assert fails(assert_step_passed, report, "fan") == (
         "workflow 'pipeline' > step 'fan' > branch 'b' > workflow 'inner' > step 'call' > "
         "agent 'caller': failed (PROVIDER_SERVER_ERROR down)"
@@ -253,7 +254,10 @@ def test_assert_step_passed_follows_branches_nested_flows_and_own_errors() -> No
     assert fails(assert_step_passed, report, "load") == (
         "workflow 'pipeline' > step 'load': failed (FLOW_STEP_FAILED ValueError: bad row)"
     )
+    # The path follows the step the run's error names, else its last step that failed.
     assert failure_path(report) == fails(assert_step_passed, report, "fan")
+    report.error = None
+    assert failure_path(report) == fails(assert_step_passed, report, "load")
     assert fails(assert_step_passed, report, "save").startswith(
         "workflow 'pipeline' has no step 'save': it ran ['fan', 'load']; it broke at "
     )
@@ -357,3 +361,28 @@ def test_failure_path_of_a_completed_run_and_of_a_wrong_subject() -> None:
     with pytest.raises(TypeError):
         assert_routes_to(workflow_report(step("load")), "load")
     assert END is raygent.END
+
+
+async def test_failure_path_skips_failures_the_run_went_past() -> None:
+    broken = scripted("broken", ServerError("down", status=500))
+    sup = raygent.supervisor(
+        name="desk",
+        intents={"broken": broken, "tech": echo("tech")},
+        route=mock_router(["broken", "tech"], on_exhausted="repeat"),
+        on_failure=lambda state, intent, error: None,
+        max_iterations=2,
+    )
+    result = await sup.execute("x")
+    # The failed intent was let go; the run failed on max_iterations.
+    assert failure_path(result).startswith("supervisor 'desk': failed (SUPERVISOR_MAX_ITERATIONS")
+    assert fails(assert_step_passed, result, "broken") == (
+        "supervisor 'desk' > iteration 1 > intent 'broken' > agent 'broken': "
+        "failed (PROVIDER_SERVER_ERROR down)"
+    )
+    ended = await raygent.supervisor(
+        name="desk",
+        intents={"broken": scripted("broken", ServerError("down", status=500))},
+        route=mock_router(["broken"]),
+        on_failure=lambda state, intent, error: END,
+    ).execute("x")
+    assert ended.ok and failure_path(ended) == "supervisor 'desk': completed"
