@@ -236,9 +236,8 @@ class Supervisor(Flow):
                 if self.intent_input is None
                 else await maybe_await(self.intent_input(state, step.name))
             )
-            result = await run.child(
-                executable, _input_for(executable, value), step, branch=step.name
-            )
+            given = _input_for(executable, value, given=self.intent_input is not None)
+            result = await run.child(executable, given, step, branch=step.name)
         except asyncio.CancelledError:
             await run.close_step(step, "cancelled")
             raise
@@ -294,11 +293,16 @@ def _checked_intents(intents: Mapping[str, Any]) -> dict[str, Any]:
     return dict(intents)
 
 
-def _input_for(executable: Any, value: Any) -> Any:
-    # As a workflow's steps do: an executable declaring an input model (a workflow or
-    # supervisor with `input=`) gets the value itself; any other gets text (a model or a
-    # dict as JSON), what an agent reads.
-    if isinstance(value, str) or getattr(executable, "input_model", None) is not None:
+def _input_for(executable: Any, value: Any, *, given: bool) -> Any:
+    # As a workflow's steps do: a flow (a workflow or supervisor) gets the value as is
+    # (its `input=` model validates it). An agent takes text or messages: a model becomes
+    # its JSON, and so does the supervisor's own input (a dict or list as JSON) unless
+    # `intent_input` gave it (it may give messages).
+    if isinstance(value, str) or isinstance(executable, Flow):
+        return value
+    if getattr(executable, "input_model", None) is not None:
+        return value
+    if given and not isinstance(value, BaseModel):
         return value
     return as_text(value)
 
@@ -368,8 +372,8 @@ def supervisor(
       False) routes again. `raygent.vote` (or `vote.evaluate`) ends once the outputs have
       a winner; `vote.evaluator(key=..., majority=True)` builds a stricter one.
     - Each intent gets the supervisor's input, or what `intent_input(state, intent)`
-      returns: as is for an executable declaring an input model, else as text (a model
-      or a dict as JSON).
+      returns. A flow gets it as is; an agent gets text (a model as its JSON; the
+      supervisor's own input, when not a string, as JSON) or what `intent_input` gave.
     - At most `max_iterations` iterations run intents; a route that still chooses
       intents after them fails the run with `MaxIterationsError`.
 

@@ -1,4 +1,4 @@
-"""Every agent scenario test runs on both backends: `test_x[local]`, `test_x[ray]`
+"""Every workflow scenario test runs on both backends: `test_x[local]`, `test_x[ray]`
 (see tests/backend_support.py)."""
 
 from __future__ import annotations

@@ -429,3 +429,35 @@ def test_a_router_is_shown_what_failed() -> None:
         "Request:\nq\n\nIteration 1:\n- a answered: done\n- b failed: boom\n\n"
         "Choose for iteration 2."
     )
+
+
+async def test_what_each_intent_is_given() -> None:
+    # A flow gets the supervisor's input as is; an agent gets it as JSON text.
+    seen: list[Any] = []
+
+    def inner_route(state: SupervisorState) -> Any:
+        seen.append(state.input)
+        return "billing" if state.iteration == 1 else END
+
+    inner = raygent.supervisor(
+        name="inner", intents={"billing": echo("billing")}, route=inner_route, input=Ticket
+    )
+    outer = raygent.supervisor(
+        name="outer",
+        intents={"inner": inner, "tech": echo("tech")},
+        route=mock_router([["inner", "tech"]]),
+        input=Ticket,
+    )
+    result = await outer.execute({"subject": "s", "priority": 1})
+    assert result.ok, result.error
+    assert seen[0] == Ticket(subject="s", priority=1)
+    assert result.data["tech"] == 'tech: {"subject":"s","priority":1}'
+
+    # What intent_input gives an agent reaches it as is: messages too.
+    chat = raygent.supervisor(
+        name="chat",
+        intents={"tech": echo("tech")},
+        route=mock_router(["tech"]),
+        intent_input=lambda state, intent: [{"role": "user", "content": "from messages"}],
+    )
+    assert (await chat.execute({"any": "thing"})).data == "tech: from messages"
