@@ -16,7 +16,25 @@ from .attachments import AttachmentPolicy, OutboundPolicy
 from .backend import current_backend, init
 from .compaction import Compaction, CompactionResult
 from .executable import Executable
-from .flows import END, FlowReport, FlowResult, Goto, Step, Workflow, WorkflowState, step, workflow
+from .flows import (
+    END,
+    FlowReport,
+    FlowResult,
+    Goto,
+    Router,
+    Step,
+    Supervisor,
+    SupervisorState,
+    Vote,
+    Workflow,
+    WorkflowState,
+    fan_out,
+    router,
+    step,
+    supervisor,
+    vote,
+    workflow,
+)
 from .memory import Memory
 from .messages import (
     AssistantMessage,
@@ -82,8 +100,11 @@ __all__ = [
     "Repair",
     "ResponseSchema",
     "Retry",
+    "Router",
     "Session",
     "Step",
+    "Supervisor",
+    "SupervisorState",
     "SystemMessage",
     "SystemPrompt",
     "TextPart",
@@ -94,6 +115,7 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "UserMessage",
+    "Vote",
     "Workflow",
     "WorkflowState",
     "__version__",
@@ -105,10 +127,14 @@ __all__ = [
     "errors",
     "eval",
     "fallback_model",
+    "fan_out",
     "init",
     "observers",
+    "router",
     "step",
+    "supervisor",
     "tool",
     "total_cost",
+    "vote",
     "workflow",
 ]

@@ -13,6 +13,10 @@ for the step of every request. A step is one of:
 Streaming yields the same reply as chunks, ending with `Done(response)` equal to what
 `complete()` returns. Usage counts ~4 characters a token; cost is set only when the
 model's pricing is known (pass `pricing=`).
+
+For flows: `mock_router([...])` replays a supervisor's routing decisions, and the pytest
+style assertions `assert_routes_to`, `assert_converges`, `assert_step_passed` and
+`assert_output_shape` fail with the report path that broke (see `raygent._flow_testing`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from ._flow_testing import (
+    MockRouter,
+    assert_converges,
+    assert_output_shape,
+    assert_routes_to,
+    assert_step_passed,
+    failure_path,
+    mock_router,
+)
 from ._message_input import MessageLike, as_messages
 from .abort import AbortSignal, abortable
 from .messages import ContentPart, Message, ProviderBlock, TextPart, ToolCall
@@ -46,13 +59,20 @@ from .usage import Usage
 __all__ = [
     "FunctionModel",
     "Hang",
+    "MockRouter",
     "Reply",
     "ScriptExhausted",
     "ScriptedCall",
     "ScriptedModel",
     "Step",
+    "assert_converges",
+    "assert_output_shape",
+    "assert_routes_to",
+    "assert_step_passed",
     "call",
+    "failure_path",
     "hang",
+    "mock_router",
     "reply",
 ]
 

@@ -62,6 +62,7 @@ TOP_LEVEL = {
     "observers": "observe",  # `raygent.observers`, the documented path
     "eval": "eval",
     "testing": "testing",
+    "_flow_testing": "testing",  # the flow helpers `raygent.testing` re-exports
     "": "entry",  # raygent/__init__.py: the public API
     "__main__": "entry",
     "cli": "entry",

@@ -10,6 +10,9 @@ from ._flow import Flow, FlowStream
 from ._markers import END, Goto
 from ._state import WorkflowState
 from ._step import Step, step
+from ._supervisor_state import Iteration, SupervisorState
+from .router import Router, Tally, Vote, fan_out, router, vote
+from .supervisor import Supervisor, supervisor
 from .workflow import Workflow, workflow
 
 __all__ = [
@@ -19,11 +22,21 @@ __all__ = [
     "FlowResult",
     "FlowStream",
     "Goto",
+    "Iteration",
+    "Router",
     "Step",
     "StepReport",
     "StepRun",
+    "Supervisor",
+    "SupervisorState",
+    "Tally",
+    "Vote",
     "Workflow",
     "WorkflowState",
+    "fan_out",
+    "router",
     "step",
+    "supervisor",
+    "vote",
     "workflow",
 ]

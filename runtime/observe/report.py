@@ -302,8 +302,8 @@ class FlowResult:
     are in `error`, and what the steps produced before is kept in `outputs`.
 
     `data` is the validated output model when the flow declares one, else the last step's
-    output (a workflow) or the outputs by intent (a supervisor). `usage` is every run's
-    under it, every attempt counted.
+    output (a workflow) or the last iteration's (a supervisor; by intent name when it ran
+    several). `usage` is every run's under it, every attempt counted.
     """
 
     data: Any
