@@ -255,9 +255,12 @@ def _steps(report: FlowReport) -> str:
         left = (step.started_at - start).total_seconds() / span
         width = ((step.ended_at or end) - start).total_seconds() / span - left
         kind = "bad" if step.status == "failed" else "step"
+        # A supervisor's iterations, a workflow's revisits (a Goto loop); not a first visit.
+        shown = step.iteration is not None and (report.kind == "supervisor" or step.iteration > 1)
         label = _esc(step.name) + (
-            f' <span class="meta">iteration {step.iteration}</span>'
-            if step.iteration is not None
+            f' <span class="meta">{"iteration" if report.kind == "supervisor" else "visit"} '
+            f"{step.iteration}</span>"
+            if shown
             else ""
         )
         detail = _error(step.error) if step.error else ""

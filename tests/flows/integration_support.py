@@ -181,11 +181,22 @@ def editor(model: HTTPModel, tool: Any, name: str = "editor") -> raygent.Agent:
     return raygent.agent(name, model=model, system_prompt="edit", tools=[tool])
 
 
-def digest(model: HTTPModel, name: str = "digest", **options: Any) -> Pipeline:
-    """Two researchers at once (branches a and b: 2 trips and a tool call each), then a
-    writer (one trip): three runs, two steps."""
-    stages: list[Stage] = [
-        ("research", {b: researcher(model, f"researcher-{b}") for b in ("a", "b")}),
-        ("write", writer(model)),
-    ]
-    return Pipeline(name, stages, description="Research a topic and write it up.", **options)
+def digest(model: HTTPModel, name: str = "digest", **options: Any) -> raygent.Workflow:
+    """A real workflow: two researchers at once (branches a and b: 2 trips and a tool
+    call each), then a writer (one trip) given their notes: three runs, two steps."""
+    return raygent.workflow(
+        name=name,
+        description="Research a topic and write it up.",
+        steps=[
+            raygent.step(
+                "research",
+                parallel={b: researcher(model, f"researcher-{b}") for b in ("a", "b")},
+            ),
+            raygent.step(
+                "write",
+                agent=writer(model),
+                input=lambda s: "\n".join(f"{b}: {t}" for b, t in s.last.items()),
+            ),
+        ],
+        **options,
+    )

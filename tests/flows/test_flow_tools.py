@@ -8,11 +8,22 @@ import json
 from typing import Any
 
 import pytest
-from integration_support import Pipeline, broken, digest, editor, script, sim_model, writer
+from integration_support import (
+    Pipeline,
+    broken,
+    digest,
+    editor,
+    researcher,
+    script,
+    sim_model,
+    writer,
+)
 from pydantic import BaseModel
 
-from raygent import FlowReport
+import raygent
+from raygent import FlowReport, FlowResult
 from raygent.sim import RecordedRequest, Simulator, serve
+from raygent.testing import assert_routes_to, mock_router
 from raygent.usage import Usage
 
 PROVIDERS = ["openai", "anthropic"]
@@ -141,3 +152,31 @@ async def test_a_failing_flow_is_the_tool_s_error_result_and_the_agent_goes_on(
     assert [(s.name, s.status) for s in child.steps] == [("break", "failed")]
     assert _carries(second, message)
     assert result.usage == result.report.total_usage() == _own_usage(result.report)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_supervisor_is_a_tool_whose_routing_and_runs_hang_under_the_call(
+    provider: str,
+) -> None:
+    async with serve(script("desk", {"input": "owls"})) as sim:
+        model = sim_model(sim, provider)
+        desk = raygent.supervisor(
+            name="desk",
+            description="Route a request to the right specialist.",
+            intents={"write": writer(model), "research": researcher(model)},
+            route=mock_router(["research", "write", raygent.END]),
+        )
+        result = await editor(model, desk).execute("edit owls")
+    assert result.ok, result.error
+    (call,) = result.report.tool_calls
+    child = call.child
+    assert isinstance(child, FlowReport) and child.kind == "supervisor"
+    assert [s.kind for s in child.steps] == ["route", "intent", "route", "intent", "route"]
+    assert {r.root_run_id for r in child.runs()} == {result.report.run_id}
+    # The researcher took 2 trips, the writer 1; the editor 2 of its own.
+    assert child.total_usage().requests == 3
+    assert result.usage == _own_usage(result.report) + child.total_usage()
+    assert result.usage.requests == 5
+    nested = FlowResult(data=None, text="", report=child, usage=child.total_usage())
+    assert_routes_to(nested, "research", iteration=1)
+    assert_routes_to(nested, "write", iteration=2)
