@@ -77,6 +77,7 @@ class FlowRun:
         # Nested runs' events reach this run's handlers and stream only when someone
         # listens (a nested run builds no event nobody wants).
         self._forwarding = self.events.wants("*") or sink is not None
+        self._streaming = sink is not None
         self.abort = AbortController()
         caller: AbortSignal | None = options.get("signal")
         self._unlink: Callable[[], None] | None = None
@@ -192,9 +193,18 @@ class FlowRun:
         run_options: dict[str, Any] = dict(options or {})
         run_options["parent"] = self.child_info
         run_options["signal"] = signal or self.signal
-        if self._forwarding:
-            run_options["on"] = {"*": self.events.emit}
-        result = await executable.execute(input, **run_options)
+        stream = getattr(executable, "stream", None)
+        if self._streaming and callable(stream):
+            # A streamed flow streams its children: their deltas (text, tool arguments)
+            # reach the flow's stream too, not only their lifecycle events.
+            events = stream(input, **run_options)
+            async for event in events:
+                await self.events.emit(event)
+            result = await events.result
+        else:
+            if self._forwarding:
+                run_options["on"] = {"*": self.events.emit}
+            result = await executable.execute(input, **run_options)
         report = getattr(result, "report", None)
         if report is not None:
             step.runs.append(StepRun(branch=branch, attempt=step.attempts, report=report))

@@ -196,3 +196,24 @@ async def test_500_flows_with_a_4_branch_parallel_step_keep_the_provider_at_its_
     assert len(pids) == (1 if backend_kind == "local" else 2)  # on Ray: both runners
     print(f"\npeak in flight {stats.peak_in_flight} (bound {bound}), {stats.requests} requests")
     assert stats.peak_in_flight == bound  # reached, never passed
+
+
+async def test_a_batch_of_supervisors_fans_out_every_item() -> None:
+    async with serve(script()) as sim:
+        model = sim_model(sim)
+        desk = raygent.supervisor(
+            name="desk",
+            intents={"research": researcher(model), "write": writer(model)},
+            # Both at once on the first iteration, then done (a lambda: it ships to Ray).
+            route=lambda s: ["research", "write"] if not s.history else raygent.END,
+        )
+        result = await raygent.batch(
+            desk, [f"topic {i}" for i in range(12)], progress=False, retry=ONE
+        )
+    assert result.ok, result.report.errors
+    assert result.report.succeeded == 12
+    for item in result.items:
+        assert isinstance(item.result, FlowResult) and item.result.report.kind == "supervisor"
+        assert set(item.data) == {"research", "write"}
+        assert item.usage.requests == 3  # the researcher's two trips, the writer's one
+    assert result.usage.requests == 36

@@ -105,6 +105,13 @@ async def test_streamed_events_carry_the_ids_of_every_nested_run() -> None:
         (root, "edit"),
     ]
     assert events[-1].type == "flow.completed" and events[-1].run_id == root
+    # The agents streamed: their text deltas are in the workflow's stream, and add up
+    # to each agent's answer.
+    deltas = [e for e in events if e.type == "agent.trip.streaming"]
+    assert {e.run_id for e in deltas} == agent_ids
+    for report in (r for r in [*result.report.runs(), *inner.runs()] if isinstance(r, AgentReport)):
+        text = "".join(e.text for e in deltas if e.run_id == report.run_id)
+        assert text == report.trips[-1].output
 
 
 async def test_handlers_see_the_nested_runs_events() -> None:
