@@ -4,15 +4,13 @@ decision is read: one intent, several at once, or END."""
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
-
 from ..errors import RoutingError
 from ._markers import END, _End
+from ._values import as_text
 
 __all__ = ["Iteration", "SupervisorState", "as_text", "maybe_await", "read_decision"]
 
@@ -122,24 +120,3 @@ def _shown(value: Any) -> Any:
 async def maybe_await(value: Any) -> Any:
     """`value`, awaited when it is awaitable (`route` and `evaluate` may be async)."""
     return await value if inspect.isawaitable(value) else value
-
-
-def as_text(value: Any) -> str:
-    """An output as text: a string as is, a model as its JSON, anything else as JSON
-    (None as "")."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, BaseModel):
-        return value.model_dump_json()
-    try:
-        return json.dumps(value, default=_jsonable, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return repr(value)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    return repr(value)

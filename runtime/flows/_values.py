@@ -49,7 +49,7 @@ def as_text(value: Any) -> str:
     if isinstance(value, BaseModel):
         return value.model_dump_json()
     try:
-        return json.dumps(value, default=_plain)
+        return json.dumps(value, default=_plain, ensure_ascii=False)
     except (TypeError, ValueError):
         return str(value)
 

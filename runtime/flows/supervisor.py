@@ -13,11 +13,10 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from ..errors import (
     AbortedError,
-    FlowOutputError,
     MaxIterationsError,
     RaygentError,
     StepFailedError,
@@ -37,6 +36,7 @@ from ._supervisor_state import (
     maybe_await,
     read_decision,
 )
+from ._values import child_input, validated
 from .router import Router, Voting
 
 __all__ = ["Supervisor", "supervisor"]
@@ -236,7 +236,7 @@ class Supervisor(Flow):
                 if self.intent_input is None
                 else await maybe_await(self.intent_input(state, step.name))
             )
-            given = _input_for(executable, value, given=self.intent_input is not None)
+            given = child_input(executable, value, given=self.intent_input is not None)
             result = await run.child(executable, given, step, branch=step.name)
         except asyncio.CancelledError:
             await run.close_step(step, "cancelled")
@@ -256,22 +256,9 @@ class Supervisor(Flow):
         """The result's data: the last iteration's output (one intent) or outputs by
         intent (several), validated into the output model when one is declared."""
         value = None if last is None else _last_output(last)
-        model = self.output_model
-        if model is None or isinstance(value, model):
+        if self.output_model is None:
             return value
-        try:
-            if isinstance(value, (str, bytes)):
-                return model.model_validate_json(value)
-            if isinstance(value, BaseModel):
-                return model.model_validate(value.model_dump())
-            return model.model_validate(value)
-        except ValidationError as exc:
-            raise FlowOutputError(
-                f"supervisor {self.name!r}: the last output is not a {model.__name__}: "
-                f"{exc.error_count()} issue(s)",
-                step=None,
-                issues=exc.errors(include_url=False, include_context=False),
-            ) from None
+        return validated(value, self.output_model, None)
 
 
 class _RouterFailed(Exception):
@@ -291,20 +278,6 @@ def _checked_intents(intents: Mapping[str, Any]) -> dict[str, Any]:
         if not callable(getattr(executable, "execute", None)):
             raise TypeError(f"intent {intent!r} is not an executable: {executable!r}")
     return dict(intents)
-
-
-def _input_for(executable: Any, value: Any, *, given: bool) -> Any:
-    # As a workflow's steps do: a flow (a workflow or supervisor) gets the value as is
-    # (its `input=` model validates it). An agent takes text or messages: a model becomes
-    # its JSON, and so does the supervisor's own input (a dict or list as JSON) unless
-    # `intent_input` gave it (it may give messages).
-    if isinstance(value, str) or isinstance(executable, Flow):
-        return value
-    if getattr(executable, "input_model", None) is not None:
-        return value
-    if given and not isinstance(value, BaseModel):
-        return value
-    return as_text(value)
 
 
 def _last_output(last: Iteration) -> Any:
