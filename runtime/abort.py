@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -151,7 +152,11 @@ class AbortWatch:
         signal = self._signal
         if signal is None:
             return await awaitable
-        signal.raise_if_aborted()
+        if signal.aborted:
+            # Never started: close it, or it is left un-awaited (a warning at its GC).
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()
+            signal.raise_if_aborted()
         self._task = asyncio.current_task()
         try:
             return await awaitable

@@ -92,7 +92,8 @@ class FlowRun:
         # What the steps produced so far: a failed or cancelled run's result keeps it.
         self.outputs: dict[str, Any] = {}
         self._clock = time.perf_counter()
-        self.report = FlowReport(
+        # Built without validation, every field given: each value is one this run made.
+        self.report = FlowReport.model_construct(
             kind=kind,
             run_id=self.info.run_id,
             root_run_id=self.info.root_run_id,
@@ -100,16 +101,18 @@ class FlowRun:
             session_id=self.info.session_id,
             name=name,
             version=version,
+            status="completed",
             started_at=now(),
+            ended_at=None,
+            duration=None,
+            steps=[],
+            error=None,
+            handler_errors=[],
+            resumes=[],
+            resumed_from_step=None,
         )
-        self.child_info = RunInfo(
-            run_id=self.info.run_id,
-            root_run_id=self.info.root_run_id,
-            parent_run_id=self.info.parent_run_id,
-            session_id=self.info.session_id,
-            agent_name=name,
-            deps=self.info.deps,
-        )
+        # What a child run is given as its parent.
+        self.child_info = self.info
 
     @property
     def signal(self) -> AbortSignal:
@@ -135,7 +138,18 @@ class FlowRun:
         *,
         iteration: int | None = None,
     ) -> StepReport:
-        step = StepReport(name=name, kind=kind, iteration=iteration, started_at=now())
+        step = StepReport.model_construct(
+            name=name,
+            kind=kind,
+            status="completed",
+            iteration=iteration,
+            attempts=0,
+            started_at=now(),
+            ended_at=None,
+            duration=None,
+            error=None,
+            runs=[],
+        )
         self.report.steps.append(step)
         return step
 
@@ -207,7 +221,8 @@ class FlowRun:
             result = await executable.execute(input, **run_options)
         report = getattr(result, "report", None)
         if report is not None:
-            step.runs.append(StepRun(branch=branch, attempt=step.attempts, report=report))
+            run = StepRun.model_construct(branch=branch, attempt=step.attempts, report=report)
+            step.runs.append(run)
         usage = getattr(result, "usage", None)
         if isinstance(usage, Usage):
             self.usage = self.usage + usage
