@@ -119,6 +119,8 @@ class FlowRun:
         return self.abort.signal
 
     async def start(self) -> None:
+        if not self.events.wants(FlowStarting.type):
+            return  # an event nobody listens to is not built
         await self.events.emit(
             FlowStarting(
                 run_id=self.info.run_id,
@@ -261,17 +263,20 @@ class FlowRun:
         )
         run_id, root_run_id = self.info.run_id, self.info.root_run_id
         if error is None:
-            await self.events.emit(
-                FlowCompleted(run_id=run_id, root_run_id=root_run_id, result=result)
-            )
-        else:
+            if self.events.wants(FlowCompleted.type):
+                await self.events.emit(
+                    FlowCompleted(run_id=run_id, root_run_id=root_run_id, result=result)
+                )
+        elif self.events.wants(FlowErrored.type):
             await self.events.emit(
                 FlowErrored(
                     run_id=run_id, root_run_id=root_run_id, error=report.error or {}, result=result
                 )
             )
-        report.handler_errors = list(self.events.handler_errors)
-        await deliver(report, self.observers)
+        if self.events.handler_errors:
+            report.handler_errors = list(self.events.handler_errors)
+        if self.observers:
+            await deliver(report, self.observers)
         return result
 
 
