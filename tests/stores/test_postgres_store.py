@@ -41,12 +41,13 @@ async def _until(condition: Any, timeout: float = 30) -> None:
 
 
 async def _blocked_pids(store: PostgresStore) -> list[int]:
-    """Backends of the store waiting on a row lock inside one of its write functions."""
+    """Backends of the store waiting on a row lock inside one of its writes (the append
+    statement or function: any statement on the store's schema)."""
     query = (
         "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
         " AND query LIKE %s ORDER BY pid"
     )
-    rows = await asyncio.to_thread(_pg, store, query, (f'%"{store.schema}".append%',))
+    rows = await asyncio.to_thread(_pg, store, query, (f'%"{store.schema}".%',))
     return [int(pid) for (pid,) in rows]
 
 
