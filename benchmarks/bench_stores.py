@@ -10,10 +10,15 @@ interleaved so machine noise hits every store alike; the median round's rate is
 reported, latencies over all rounds.
 
 The PostgreSQL baseline is psycopg (the driver PostgresStore uses) doing one plain
-INSERT of the batch's rows (the same JSON payloads) per append, autocommit, from a pool
-of the same size, no checks; PostgresStore's rate is reported as a ratio of it.
+INSERT of the batch's rows (the same JSON payloads, sent as binary parameters as the
+store sends them) per append, autocommit, at the server's own durability
+(synchronous_commit untouched, as for the store), from a pool of the same size, no
+checks; PostgresStore's rate is reported as a ratio of it. A second row sends the
+payloads as text parameters (psycopg's default, hex-escaped: the baseline before the
+store sent binary ones), for comparison with earlier figures.
 
     python benchmarks/bench_stores.py
+    python benchmarks/bench_stores.py --only postgres  # PostgresStore and its baseline
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from raygent.stores._codec import batch_id, encode_json, encode_msgpack, envelop
 
 TEXT = ("The quick brown fox jumps over the lazy dog; " * 24)[:1000]
 Append = Callable[[str, int], Awaitable[object]]  # (session, turn) -> one batch written
+TEXT_BASELINE = "raw psycopg INSERT, text parameters"
 
 
 BATCHES: list[list[Message]] = [  # a user turn; a tool round; a whole turn
@@ -90,7 +96,9 @@ def raw_pipeline_append(client: aioredis.Redis, prefix: str) -> Append:
     return append
 
 
-async def raw_insert_append(dsn: str, table: str) -> tuple[Append, AsyncConnectionPool[Any]]:
+async def raw_insert_append(
+    dsn: str, table: str, binary: bool = True
+) -> tuple[Append, AsyncConnectionPool[Any]]:
     """One INSERT of the batch's rows per append: PostgresStore's writes minus its checks."""
     encoded = {t: [encode_json(m) for m in batch(t)] for t in range(3)}
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
@@ -109,8 +117,10 @@ async def raw_insert_append(dsn: str, table: str) -> tuple[Append, AsyncConnecti
     positions: dict[str, int] = {}
     query = (
         f"INSERT INTO {table} SELECT %s, %s + t.o - 1, %s, %s, %s, t.p"
-        " FROM unnest(%s::bytea[]) WITH ORDINALITY AS t(p, o)"
+        " FROM unnest(%b::bytea[]) WITH ORDINALITY AS t(p, o)"
     )
+    if not binary:
+        query = query.replace("%b", "%s")
 
     async def append(session: str, turn: int) -> object:
         payloads = encoded[turn % 3]
@@ -152,18 +162,24 @@ async def run(args: argparse.Namespace) -> None:
     folder = Path(tempfile.mkdtemp(prefix="raygent-bench-"))
     prefix = f"raygent-bench-{uuid.uuid4().hex[:8]}"
     client = aioredis.Redis.from_url(args.redis_url)
-    stores: dict[str, Any] = {
-        "InMemoryStore": InMemoryStore(),
-        "SQLiteStore (WAL, synchronous=NORMAL)": SQLiteStore(folder / "normal.db"),
-        "SQLiteStore (WAL, synchronous=FULL)": await sqlite_full(folder / "full.db"),
-        "RedisStore": RedisStore(args.redis_url, prefix=prefix),
-        "PostgresStore": PostgresStore(args.postgres_dsn, schema=prefix.replace("-", "_")),
-    }
+    stores: dict[str, Any] = {}
+    if args.only != "postgres":
+        stores["InMemoryStore"] = InMemoryStore()
+        stores["SQLiteStore (WAL, synchronous=NORMAL)"] = SQLiteStore(folder / "normal.db")
+        stores["SQLiteStore (WAL, synchronous=FULL)"] = await sqlite_full(folder / "full.db")
+        stores["RedisStore"] = RedisStore(args.redis_url, prefix=prefix)
+    stores["PostgresStore"] = PostgresStore(args.postgres_dsn, schema=prefix.replace("-", "_"))
     cases: dict[str, Append] = {name: store_append(s) for name, s in stores.items()}
-    cases["raw redis-py MULTI pipeline (baseline)"] = raw_pipeline_append(client, prefix + "-raw")
-    raw_table = prefix.replace("-", "_") + "_raw"
+    if args.only != "postgres":
+        cases["raw redis-py MULTI pipeline (baseline)"] = raw_pipeline_append(
+            client, prefix + "-raw"
+        )
+    raw_tables = [prefix.replace("-", "_") + "_raw", prefix.replace("-", "_") + "_raw_text"]
     cases["raw psycopg INSERT (baseline)"], raw_pool = await raw_insert_append(
-        args.postgres_dsn, raw_table
+        args.postgres_dsn, raw_tables[0]
+    )
+    cases[TEXT_BASELINE], text_pool = await raw_insert_append(
+        args.postgres_dsn, raw_tables[1], binary=False
     )
     modes = {"sequential": 1, "16 sessions": 16}
     results: dict[tuple[str, str], list[tuple[float, list[float]]]] = {
@@ -179,9 +195,11 @@ async def run(args: argparse.Namespace) -> None:
         for store in stores.values():
             await store.aclose()
         async with await psycopg.AsyncConnection.connect(args.postgres_dsn, autocommit=True) as db:
-            await db.execute(f"DROP TABLE IF EXISTS {raw_table}")
+            for table in raw_tables:
+                await db.execute(f"DROP TABLE IF EXISTS {table}")
             await db.execute(f"DROP SCHEMA IF EXISTS {prefix.replace('-', '_')} CASCADE")
         await raw_pool.close()
+        await text_pool.close()
         keys = [k async for k in client.scan_iter(match=f"{prefix}*", count=1000)]
         if keys:
             await client.delete(*keys)
@@ -205,12 +223,16 @@ def report(
         p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
         print(f"{case:42} {mode:12} {rates[case, mode]:10.0f} {p50:8.3f} {p99:8.3f}")
     print()
-    for mode in ("sequential", "16 sessions"):
+    redis_modes = ("sequential", "16 sessions") if ("RedisStore", "sequential") in rates else ()
+    for mode in redis_modes:
         ratio = rates["RedisStore", mode] / rates["raw redis-py MULTI pipeline (baseline)", mode]
         print(f"ratio RedisStore / raw pipeline, {mode}: {ratio:.2f}")
     for mode in ("sequential", "16 sessions"):
         ratio = rates["PostgresStore", mode] / rates["raw psycopg INSERT (baseline)", mode]
         print(f"ratio PostgresStore / raw INSERT, {mode}: {ratio:.2f}")
+    for mode in ("sequential", "16 sessions"):
+        ratio = rates["PostgresStore", mode] / rates[TEXT_BASELINE, mode]
+        print(f"ratio PostgresStore / raw INSERT with text parameters, {mode}: {ratio:.2f}")
     print("\nreproduce: python benchmarks/bench_stores.py " + " ".join(sys.argv[1:]))
 
 
@@ -218,6 +240,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--appends", type=int, default=1600)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--only", choices=["postgres"], help="run PostgresStore and its raw baseline alone"
+    )
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/15")
     parser.add_argument(
         "--postgres-dsn",

@@ -1,15 +1,17 @@
 """The SQL of PostgresStore: its schema, server-side write functions and queries.
 
-Every write is one call of a PL/pgSQL function (one round trip, one transaction): the
-conversation's row is locked (`FOR UPDATE`), the position, idempotency and revision
-checks run under that lock, and the primary key (ref, position) refuses any fork a bug
-might still attempt. `{s}` is the store's schema (a checked identifier, quoted).
+Every write is one round trip, one transaction: the conversation's row is locked, the
+position, idempotency and revision checks run under that lock, and the primary key
+(ref, position) refuses any fork a bug might still attempt. `{s}` is the store's schema
+(a checked identifier, quoted).
 
-An append is the hot path, so it costs few index updates: the conversation's row is
-updated in place (HOT: `fillfactor` leaves room, and no index covers a column that every
-append changes: `touched`, the indexed write time, moves in 64 s steps), and `append`
-usually runs three statements: a conditional UPDATE that takes the row lock and checks
-position, liveness and the batch id at once, then the two INSERTs.
+An append is the hot path, so it costs few index updates and little server work: its
+common case (a live conversation, the expected position, a new batch) is APPEND_FAST,
+one plain statement whose conditional UPDATE takes the row lock and checks all three,
+then inserts the batch id and the messages; every other case is a second round trip, a
+call of the PL/pgSQL `append`. The conversation's row is updated in place (HOT:
+`fillfactor` leaves room, and no index covers a column that every append changes:
+`touched`, the indexed write time, moves in 64 s steps).
 """
 
 from __future__ import annotations
@@ -225,10 +227,38 @@ END $$
 TABLES = TABLES.replace("{trim_every}", str(TRIM_EVERY)).replace("{keep}", str(MAX_BATCH_IDS))
 
 _SCOPE = "%s, %s, %s, %s, %s::float8, %s::float8"
-APPEND = f"SELECT {{s}}.append({_SCOPE}, %s::bytea, %s::bigint, %s, %s::bigint, %s::bytea[])"
+# Binary parameters (%b) for the payloads: no hex text for psycopg to escape and the
+# server to parse.
+APPEND = f"SELECT {{s}}.append({_SCOPE}, %b::bytea, %s::bigint, %s, %s::bigint, %b::bytea[])"
+# An append's common case as one plain statement (no PL/pgSQL call): a live conversation
+# at the expected position, a batch not seen before. The UPDATE takes the row lock and
+# checks all three; no row back means another case, which `append` above decides. The
+# batch id INSERT has no ON CONFLICT: should the same batch commit while the UPDATE
+# waited for the lock (its NOT EXISTS read the older snapshot), the primary key fails
+# the whole statement, nothing is written, and `append` reports the duplicate.
+APPEND_FAST = f"""
+WITH up AS (
+    UPDATE {{s}}.conversations c SET session_id = %(session)s, user_id = %(user)s,
+        metadata = %(meta)s, revision = c.revision + 1,
+        length = c.length + cardinality(%(payloads)b::bytea[]),
+        updated_at = %(now)s::float8, touched = floor(%(now)s::float8 / 64)
+    WHERE c.ref = %(ref)s AND c.updated_at >= %(since)s::float8
+        AND (%(expected)s::bigint IS NULL OR c.length = %(expected)s::bigint)
+        AND NOT EXISTS (SELECT FROM {{s}}.batches b
+                        WHERE b.ref = %(ref)s AND b.batch_id = %(batch)b::bytea)
+    RETURNING c.revision AS rev, c.length - cardinality(%(payloads)b::bytea[]) AS first),
+b AS (INSERT INTO {{s}}.batches SELECT %(ref)s, %(batch)b::bytea, first, rev FROM up),
+m AS (INSERT INTO {{s}}.messages
+    SELECT %(ref)s, up.first + t.o - 1, %(run)s, %(turn)s::bigint, %(now)s::float8, t.p
+    FROM up, unnest(%(payloads)b::bytea[]) WITH ORDINALITY AS t(p, o)),
+trim AS (  -- as `append` does; the subqueries gate the scan: it runs every 32nd revision
+    DELETE FROM {{s}}.batches x WHERE (SELECT up.rev %% {TRIM_EVERY} = 0 FROM up)
+        AND x.ref = %(ref)s AND x.seq <= (SELECT up.rev - {MAX_BATCH_IDS} FROM up))
+SELECT first FROM up
+"""
 RECORD_ERROR = f"SELECT {{s}}.record_error({_SCOPE}, %s::bytea, %s::bigint)"
 REPLACE_PREFIX = (
-    f"SELECT {{s}}.replace_prefix({_SCOPE}, %s::bigint, %s::bigint, %s, %s::bigint, %s::bytea[])"
+    f"SELECT {{s}}.replace_prefix({_SCOPE}, %s::bigint, %s::bigint, %s, %s::bigint, %b::bytea[])"
 )
 
 LOAD = """

@@ -1,7 +1,7 @@
 """PostgresStore: conversations and durable runs in PostgreSQL, shared by a cluster.
 
-Each write is one call of a server-side function (see _postgres_sql): one round trip,
-one transaction, the conversation's row locked while the position, idempotency and
+Each write is one round trip, one transaction (an append's uncommon cases two; see
+_postgres_sql), the conversation's row locked while the position, idempotency and
 revision checks run. Payloads are the messages' JSON in `bytea` columns. The schema
 is created on first use, in the store's own PostgreSQL schema, with a version row.
 
@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 import psycopg
+from psycopg import errors as pg_errors
 
 from . import _postgres_sql as sql
 from ._base import COMPACTED_TURN, MAX_ERRORS, BaseStore, Clock, check_messages
@@ -50,6 +51,7 @@ __all__ = ["PostgresStore"]
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _PRUNE_CHUNK = 500  # conversations per prune statement: keeps row locks short
+_FAST_SCOPE = ("ref", "session", "user", "meta", "now", "since")  # APPEND_FAST's names
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
@@ -206,19 +208,25 @@ class PostgresStore(RunsMixin, BaseStore):
         expected_position: int | None = None,
     ) -> AppendResult:
         batch = self._batch(scope, run_id, turn, messages, expected_position)
-        params = (
-            *self._scope_args(batch.ref, scope, batch.now),
-            batch.batch_id,
-            expected_position,
-            run_id,
-            turn,
-            batch.payloads,
-        )
-        [(result,)] = await self._fetch(batch.ref, "APPEND", params)
-        code, position = result & 3, result >> 2
+        ref, count = batch.ref, len(batch.payloads)
+        scope_args = self._scope_args(ref, scope, batch.now)
+        with translated(ref, self._password):
+            pool = await self._pools.get()
+            async with pool.connection() as conn:
+                fast = dict(zip(_FAST_SCOPE, scope_args, strict=True))
+                fast.update(batch=batch.batch_id, expected=expected_position, run=run_id)
+                fast.update(turn=turn, payloads=batch.payloads)
+                first = await _append_fast(conn, self._q["APPEND_FAST"], fast)
+                if first is not None:
+                    return AppendResult(first, count)
+                params = (*scope_args, batch.batch_id, expected_position, run_id, turn)
+                cursor = await conn.execute(self._q["APPEND"], (*params, batch.payloads))
+                rows: list[tuple[Any, ...]] = await cursor.fetchall()
+        [(result,)] = rows
+        code, position = result & 3, int(result >> 2)
         if code == 2:
-            raise position_conflict(batch.ref, expected_position or 0, int(position))
-        return AppendResult(int(position), len(batch.payloads), duplicate=code == 1)
+            raise position_conflict(ref, expected_position or 0, position)
+        return AppendResult(position, count, duplicate=code == 1)
 
     async def record_error(
         self,
@@ -286,6 +294,19 @@ _PICKLED = frozenset(  # what a copy needs to reconnect; pools and the password 
         "pool_timeout",
     }
 )
+
+
+async def _append_fast(conn: Conn, query: str, params: dict[str, Any]) -> int | None:
+    """The first position APPEND_FAST wrote the batch at, or None: a case it leaves to the
+    append function (absent, expired, duplicate, position conflict)."""
+    try:
+        cursor = await conn.execute(query, params)
+        row = await cursor.fetchone()
+    except pg_errors.UniqueViolation as exc:
+        if exc.diag.constraint_name != "batches_pkey":
+            raise
+        return None  # the same batch committed while this one waited for the row lock
+    return None if row is None else int(row[0])
 
 
 def _contiguous(ref: str, rows: Sequence[tuple[Any, ...]]) -> list[bytes]:

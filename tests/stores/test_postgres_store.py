@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from store_support import MakeStore, _pg, batch_of, postgres_answers
+from store_support import MakeStore, _pg, batch_of, batch_records, postgres_answers
 
 from raygent import UserMessage
 from raygent.stores import (
@@ -41,12 +41,13 @@ async def _until(condition: Any, timeout: float = 30) -> None:
 
 
 async def _blocked_pids(store: PostgresStore) -> list[int]:
-    """Backends of the store waiting on a row lock inside one of its write functions."""
+    """Backends of the store waiting on a row lock inside one of its writes (the append
+    statement or function: any statement on the store's schema)."""
     query = (
         "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
         " AND query LIKE %s ORDER BY pid"
     )
-    rows = await asyncio.to_thread(_pg, store, query, (f'%"{store.schema}".append%',))
+    rows = await asyncio.to_thread(_pg, store, query, (f'%"{store.schema}".%',))
     return [int(pid) for (pid,) in rows]
 
 
@@ -108,6 +109,24 @@ async def test_postgres_retry_that_waited_on_its_first_attempt_is_a_duplicate(
     assert (await store.snapshot(SCOPE)).revision == 2
     after = await store.append(SCOPE, "r", 2, batch_of(0, 2))
     assert after.first_position == len(batch_of(0, 0) + messages)
+
+
+async def test_postgres_append_onto_a_foreign_row_fails_and_writes_nothing(
+    store: PostgresStore,
+) -> None:
+    """A row already at the next position (written behind the store's back: what a fork
+    would leave) fails the append's insert on the primary key: a StoreDataError, nothing
+    written, and not taken for a duplicate batch (whose key fails the same way in a race)."""
+    await store.append(SCOPE, "r", 0, batch_of(0, 0))
+    ref, length = store.ref(SCOPE), len(batch_of(0, 0))
+    counters = "SELECT revision, length FROM {s}.conversations WHERE ref = %s"
+    foreign = UserMessage(content="foreign").model_dump_json().encode()
+    _pg(store, "INSERT INTO {s}.messages VALUES (%s, %s, 'x', 9, 0, %s)", (ref, length, foreign))
+    with pytest.raises(StoreDataError):
+        await store.append(SCOPE, "r", 1, batch_of(0, 1))
+    assert _pg(store, counters, (ref,)) == [(1, length)]
+    assert batch_records(store, SCOPE) == 1
+    assert [s.run_id for s in await store.get_conversation(ref)] == ["r"] * length + ["x"]
 
 
 async def _has(pids: Any) -> bool:
@@ -174,7 +193,15 @@ async def test_postgres_server_restarted_mid_batch_loses_and_doubles_nothing(
         outcomes = await asyncio.gather(*waiting, return_exceptions=True)
     finally:
         await blocker.close()
-    assert outcomes and all(isinstance(o, StoreUnavailableError) for o in outcomes), outcomes
+    # An append in flight fails, typed and retryable, or it committed as the server went
+    # down (a shutdown ends the blocker too, and a waiting append may get its lock and
+    # commit before its own backend is ended): never anything else.
+    assert len(outcomes) == 3
+    for outcome in outcomes:
+        if isinstance(outcome, AppendResult):
+            assert not outcome.duplicate
+        else:
+            assert isinstance(outcome, StoreUnavailableError) and outcome.retryable, outcome
 
     async def answers() -> bool:
         return await asyncio.to_thread(postgres_answers, store.dsn) is None
