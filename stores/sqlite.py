@@ -364,7 +364,8 @@ class SQLiteStore(SQLiteRuns):
         if cutoff is None:
             return 0
 
-        removed = await self._prune_table("raygent_conversations", _delete, cutoff)
+        stale = "SELECT ref FROM raygent_conversations WHERE updated_at < ?1 LIMIT ?2"
+        removed = await self._prune_table(stale, _delete, cutoff)
         return removed + await self._prune_runs(cutoff)
 
 
