@@ -46,6 +46,30 @@ WHERE r.updated_at < ?1 AND coalesce((
 ), r.updated_at) < ?1
 LIMIT ?2
 """
+# An append as one statement (its own transaction: a write statement takes the write
+# lock before it reads, as BEGIN IMMEDIATE does): the entry goes in only if ?5 holds the
+# unfinished, live (?6) run and ?2 follows its newest entry. Nothing inserted: the
+# checks run again, one by one, to say why (or to find a retry of a committed append).
+_APPEND = """
+INSERT INTO raygent_run_entries (ref, seq, entry, at)
+SELECT ?1, ?2, ?3, ?4 FROM raygent_runs AS r
+WHERE r.ref = ?1 AND r.epoch = ?5 AND r.outcome IS NULL AND (
+    SELECT e.seq = ?2 - 1 AND max(r.updated_at, coalesce(e.at, r.updated_at)) >= ?6
+    FROM raygent_run_entries AS e WHERE e.ref = ?1 ORDER BY e.seq DESC LIMIT 1
+)
+"""
+# `length` is version 2's entry count, no longer kept. Nothing inserted: the run exists.
+_START = """
+INSERT OR IGNORE INTO raygent_runs (ref, epoch, length, outcome, updated_at)
+VALUES (?1, ?2, 0, NULL, ?3)
+"""
+# The outcome, if ?2 holds the live (?3) run.
+_FINISH = """
+UPDATE raygent_runs SET outcome = ?4, updated_at = ?5
+WHERE ref = ?1 AND epoch = ?2 AND max(updated_at, coalesce((
+    SELECT e.at FROM raygent_run_entries AS e WHERE e.ref = ?1 ORDER BY e.seq DESC LIMIT 1
+), updated_at)) >= ?3
+"""
 _ENTRY = "SELECT entry FROM raygent_run_entries WHERE ref = ? AND seq = ?"
 _INSERT_ENTRY = "INSERT INTO raygent_run_entries (ref, seq, entry, at) VALUES (?, ?, ?, ?)"
 
@@ -86,17 +110,12 @@ class SQLiteRuns(BaseStore):
 
         def write(db: Db) -> int:
             with immediate(db):
-                row = db.execute(_RUN, (ref,)).fetchone()
-                if row is not None:
+                if db.execute(_START, (ref, FIRST_EPOCH, now)).rowcount == 0:
+                    row = db.execute(_RUN, (ref,)).fetchone()
                     if not self._expired(row[2], now):
                         raise run_conflict(ref, "exists", None, int(row[0]))
-                    _delete_run(db, ref)  # it expired
-                # `length` is version 2's entry count, no longer kept.
-                db.execute(
-                    "INSERT INTO raygent_runs (ref, epoch, length, outcome, updated_at)"
-                    " VALUES (?, ?, 0, NULL, ?)",
-                    (ref, FIRST_EPOCH, now),
-                )
+                    _delete_run(db, ref)  # it expired: a new run takes its place
+                    db.execute(_START, (ref, FIRST_EPOCH, now))
                 db.execute(_INSERT_ENTRY, (ref, HEADER_SEQ, header, now))
             return FIRST_EPOCH
 
@@ -109,6 +128,9 @@ class SQLiteRuns(BaseStore):
         check_bytes("entry", entry)
 
         def write(db: Db) -> None:
+            since = self._live_since(now)
+            if db.execute(_APPEND, (ref, seq, entry, now, epoch, since)).rowcount == 1:
+                return
             with immediate(db):
                 length, finished = self._held_run(db, ref, epoch, now)
                 if finished:
@@ -147,13 +169,11 @@ class SQLiteRuns(BaseStore):
 
         def write(db: Db) -> None:
             with immediate(db):
-                self._held_run(db, ref, epoch, now)
+                finished = (ref, epoch, self._live_since(now), outcome, now)
+                if db.execute(_FINISH, finished).rowcount == 0:
+                    self._held_run(db, ref, epoch, now)  # raises: no live run of `epoch`
                 if drop_entries:
                     db.execute("DELETE FROM raygent_run_entries WHERE ref = ? AND seq >= 0", (ref,))
-                db.execute(
-                    "UPDATE raygent_runs SET outcome = ?, updated_at = ? WHERE ref = ?",
-                    (outcome, now, ref),
-                )
 
         await self._write(write)
 

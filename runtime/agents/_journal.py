@@ -185,6 +185,7 @@ class Journal:
     seq: int = 0
     # How much of the run the entries written so far cover.
     _written: Covered = field(default_factory=lambda: Covered(0, 0, 0, 0, 0, 0))
+    _alarm: _Alarm = field(default_factory=lambda: _Alarm())
 
     async def start(self, run: RunState) -> None:
         """The run's header: who, the agent's signature, the conversation at its start."""
@@ -351,22 +352,58 @@ class ReplyWrite:
     ) -> None:
         self._journal, self._entry, self._covered = journal, entry, covered
         self._task: asyncio.Future[None] | None = None
-        self._timer = asyncio.get_running_loop().call_later(REPLY_WRITE_DELAY, self._start)
+        self.due = asyncio.get_running_loop().time() + REPLY_WRITE_DELAY
+        journal._alarm.arm(self)
 
-    def _start(self) -> None:
+    def start(self) -> None:
         self._task = asyncio.ensure_future(self._journal.store_entry(self._entry(), self._covered))
         # A run that failed meanwhile does not wait for it: its error is not lost either.
         self._task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def done(self) -> None:
         """The round is done: wait for the write if it started, else drop it."""
-        self._timer.cancel()
+        self._journal._alarm.disarm(self)
         if self._task is not None:
             await self._task
 
     def cancel(self) -> None:
         """The round failed: no write starts now (one already started goes on)."""
-        self._timer.cancel()
+        self._journal._alarm.disarm(self)
+
+
+class _Alarm:
+    """One timer for a journal's reply writes. A round arms it for its own time; a timer
+    already set (by an earlier round, for an earlier time) sets itself again when it
+    fires, and a round that ends first just disarms it. Quick rounds so cost no timer
+    each (asyncio's timers are Python objects in a heap, and cancelled ones stay there)."""
+
+    def __init__(self) -> None:
+        self._write: ReplyWrite | None = None
+        self._at: float | None = None  # when the timer that is set fires
+
+    def arm(self, write: ReplyWrite) -> None:
+        self._write = write
+        if self._at is None:
+            self._set(write.due)
+
+    def disarm(self, write: ReplyWrite) -> None:
+        if self._write is write:
+            self._write = None
+
+    def _set(self, when: float) -> None:
+        self._at = when
+        asyncio.get_running_loop().call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        at, self._at = self._at, None
+        write = self._write
+        if write is None or at is None:
+            return
+        if write.due <= at:
+            self._write = None
+            write.start()
+        else:
+            self._set(write.due)
 
 
 _NEXT_TRIP: dict[str, Any] = {}  # a PendingStep: its defaults, trip next
