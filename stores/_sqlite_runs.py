@@ -2,11 +2,12 @@
 
 Tables raygent_runs (one row per run: epoch, outcome, updated_at) and
 raygent_run_entries ((ref, seq) -> bytes and its write time; the header is seq -1),
-apart from the conversation tables. Every write is one BEGIN IMMEDIATE transaction: the
-check of epoch and length and the write are one critical section across processes. An
-append inserts one entry row and writes nothing else (the run row is not rewritten: a
-run's length is that of its entries, its age that of its newest row); it never rewrites
-the header or entries.
+apart from the conversation tables. Every write is one transaction that takes the write
+lock before it reads (BEGIN IMMEDIATE, or a single INSERT ... SELECT): the check of epoch
+and length and the write are one critical section across processes. An append inserts
+one entry row and writes nothing else (the run row is not rewritten: a run's length is
+that of its entries, its age that of its newest row); it never rewrites the header or
+entries.
 """
 
 from __future__ import annotations
