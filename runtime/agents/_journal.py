@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from pydantic_core import to_json
 
 from ..compaction._policy import CompactionRecord
-from ..messages import Message, ToolCall
+from ..messages import Message, ToolCall, ToolMessage
 from ..observe.report import AgentReport, ResumeRecord, ToolCallReport, TripReport
 from ..usage import Usage
 from ._state import RunState, now
@@ -46,6 +46,7 @@ __all__ = [
     "decode_decisions",
     "encoded",
     "signature_of",
+    "with_outputs",
 ]
 
 FORMAT = 1
@@ -128,6 +129,9 @@ class Entry(BaseModel):
     new_extra: list[Message] | None = None
     trips: list[TripReport] = Field(default_factory=list)
     tool_calls: list[ToolCallReport] = Field(default_factory=list)
+    # The calls whose output is left out of `tool_calls`: it is the text of their tool
+    # message in `added` (written once, not twice).
+    outputs_in_messages: list[str] = Field(default_factory=list)
     compactions: list[CompactionRecord] = Field(default_factory=list)
     resumes: list[ResumeRecord] = Field(default_factory=list)
     usage: Usage
@@ -297,7 +301,10 @@ class Journal:
         if covered.trips != written.trips:
             entry["trips"] = report.trips[written.trips : covered.trips]
         if covered.tools != written.tools:
-            entry["tool_calls"] = report.tool_calls[written.tools : covered.tools]
+            calls = report.tool_calls[written.tools : covered.tools]
+            entry["tool_calls"], shared = _outputs_apart(calls, entry.get("added", ()))
+            if shared:
+                entry["outputs_in_messages"] = shared
         if covered.compactions != written.compactions:
             entry["compactions"] = report.compactions[written.compactions : covered.compactions]
         if covered.resumes != written.resumes:
@@ -427,6 +434,35 @@ def _round(
         "denied": denied,
         "decisions": encode_decisions({k: v for k, v in decisions.items() if k in ids}),
     }
+
+
+def _outputs_apart(
+    calls: list[ToolCallReport], added: list[Message]
+) -> tuple[list[Any], list[str]]:
+    """The call reports to write, without the outputs that their tool message in `added`
+    already holds as its text, and the ids of those calls."""
+    texts = {m.call_id: m.text for m in added if isinstance(m, ToolMessage)}
+    if not texts:
+        return calls, []
+    written: list[Any] = []
+    shared: list[str] = []
+    for call in calls:
+        if call.output is not None and texts.get(call.call_id) == call.output:
+            written.append(dict(call.__dict__, output=None))  # a ToolCallReport's fields
+            shared.append(call.call_id)
+        else:
+            written.append(call)
+    return written, shared
+
+
+def with_outputs(entry: Entry) -> list[ToolCallReport]:
+    """An entry's call reports with the outputs it left to their tool messages."""
+    if entry.outputs_in_messages:
+        texts = {m.call_id: m.text for m in entry.added if isinstance(m, ToolMessage)}
+        for call in entry.tool_calls:
+            if call.call_id in entry.outputs_in_messages:
+                call.output = texts[call.call_id]
+    return entry.tool_calls
 
 
 def progress_state(progress: Progress) -> dict[str, Any]:
