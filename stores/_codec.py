@@ -23,6 +23,7 @@ from .protocol import ErrorRecord, Scope, StoreDataError
 
 NONE_PART = "!"  # quote() always escapes "!", so no string encodes to it
 _REF = re.compile(r"[A-Za-z0-9_.~%!:-]+")
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]+")  # the characters quote() never escapes
 
 
 def scope_key(scope: Scope, key_metadata: Sequence[str]) -> str:
@@ -31,10 +32,16 @@ def scope_key(scope: Scope, key_metadata: Sequence[str]) -> str:
     quote(safe="") escapes ':' and '!', so parts never contain the separator and None
     ("!") never equals a string: different scopes can never share a key.
     """
-    parts = [quote(scope.session_id, safe="")]
+    parts = [_escaped(scope.session_id)]
     for value in (scope.user_id, *(scope.metadata.get(k) for k in key_metadata)):
-        parts.append(NONE_PART if value is None else quote(value, safe=""))
+        parts.append(NONE_PART if value is None else _escaped(value))
     return ":".join(parts)
+
+
+def _escaped(value: str) -> str:
+    # What quote(safe="") leaves as it is needs no call to it (most ids: a key is made
+    # on every store call).
+    return value if _PLAIN.fullmatch(value) else quote(value, safe="")
 
 
 def check_ref(ref: str) -> str:

@@ -6,16 +6,15 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import TypeVar
 
 from .protocol import StoreDataError, StoreError, StoreUnavailableError
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 30_000
 _BUSY_CODES = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (primary codes)
 # The inline connection does not checkpoint (a checkpoint fsyncs, never on the event
@@ -60,8 +59,11 @@ CREATE INDEX raygent_errors_ref ON raygent_errors (ref, id);
 """
 
 # Version 2 adds durable runs, apart from conversations (a run id may equal a session id).
-# The run row stays small (no blobs but the outcome, written once) since every append
-# updates it; the header is entry -1 of the entries table, so it is never rewritten.
+# The header is entry -1 of the entries table. Version 3 stamps each entry row with its
+# write time (`at`), so that an append inserts one row and touches nothing else: the run
+# row (epoch, outcome, and `updated_at` of its start, claim and finish) is not rewritten,
+# its entry count is that of its entries (`length` is no longer kept), and a run's age is
+# that of its newest row.
 RUN_SCHEMA = """
 CREATE TABLE IF NOT EXISTS raygent_runs (
     ref TEXT PRIMARY KEY,
@@ -75,26 +77,46 @@ CREATE TABLE IF NOT EXISTS raygent_run_entries (
     ref TEXT NOT NULL,
     seq INTEGER NOT NULL,
     entry BLOB NOT NULL,
+    at REAL,
     PRIMARY KEY (ref, seq)
 );
 """
 
 
-@contextmanager
-def immediate(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """A write transaction that takes the write lock up front.
+def immediate(db: sqlite3.Connection) -> _Immediate:
+    """A write transaction that takes the write lock up front: `with immediate(db):`.
 
     BEGIN IMMEDIATE makes the read-check-insert of an append one critical section
     across processes; a deferred BEGIN would let two writers read the same length.
     """
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        yield db
-        db.execute("COMMIT")
-    except BaseException:
-        if db.in_transaction:
-            db.execute("ROLLBACK")
-        raise
+    return _Immediate(db)
+
+
+class _Immediate:
+    # A class, not @contextmanager: it runs on every write, and a generator costs more.
+    __slots__ = ("db",)
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.db.execute("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        db = self.db
+        try:
+            if kind is None:
+                db.execute("COMMIT")
+                return
+        except BaseException:
+            self._rollback()
+            raise
+        self._rollback()
+
+    def _rollback(self) -> None:
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
 
 
 def connect(path: str) -> sqlite3.Connection:
@@ -145,8 +167,8 @@ def ensure_schema(db: sqlite3.Connection, path: str) -> None:
     """Create the schema in a new file, or check an existing one's version.
 
     A version 1 file (before durable runs) is migrated in place: its run tables are
-    added. A file written by any other version raises StoreDataError instead of being
-    read or written wrongly.
+    added; a version 2 file's entries gain their write-time column. A file written by
+    any other version raises StoreDataError instead of being read or written wrongly.
     """
     with immediate(db):
         found = db.execute(
@@ -157,7 +179,9 @@ def ensure_schema(db: sqlite3.Connection, path: str) -> None:
             db.execute("INSERT INTO raygent_schema (version) VALUES (?)", (SCHEMA_VERSION,))
             return
         versions = [row[0] for row in db.execute("SELECT version FROM raygent_schema")]
-        if versions == [1]:
+        if versions in ([1], [2]):
+            if versions == [2]:  # its entries have no write time: their run row's counts
+                db.execute("ALTER TABLE raygent_run_entries ADD COLUMN at REAL")
             _execute_script(db, RUN_SCHEMA)
             db.execute("UPDATE raygent_schema SET version = ?", (SCHEMA_VERSION,))
             return

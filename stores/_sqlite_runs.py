@@ -1,10 +1,13 @@
 """SQLiteStore's durable runs (RunStore), as a mixin over the store's worker.
 
-Tables raygent_runs (one small row per run: epoch, length, outcome, updated_at) and
-raygent_run_entries ((ref, seq) -> bytes; the header is seq -1), apart from the
-conversation tables. Every write is one BEGIN IMMEDIATE transaction: the check of epoch
+Tables raygent_runs (one row per run: epoch, outcome, updated_at) and
+raygent_run_entries ((ref, seq) -> bytes and its write time; the header is seq -1),
+apart from the conversation tables. Every write is one transaction that takes the write
+lock before it reads (BEGIN IMMEDIATE, or a single INSERT ... SELECT): the check of epoch
 and length and the write are one critical section across processes. An append inserts
-one entry row and updates the small run row; it never rewrites the header or entries.
+one entry row and writes nothing else (the run row is not rewritten: a run's length is
+that of its entries, its age that of its newest row); it never rewrites the header or
+entries.
 """
 
 from __future__ import annotations
@@ -26,9 +29,50 @@ Db = sqlite3.Connection
 HEADER_SEQ = -1
 _PRUNE_CHUNK = 500  # rows per prune transaction: keeps the write lock short
 
-_RUN = "SELECT epoch, length, outcome IS NOT NULL, updated_at FROM raygent_runs WHERE ref = ?"
+# A run's epoch, whether it is finished, its last write time and its length, from its
+# row and its newest entry row (the header alone: length 0). One index lookup each.
+_RUN = """
+SELECT r.epoch, r.outcome IS NOT NULL, max(r.updated_at, coalesce(e.at, r.updated_at)),
+    coalesce(e.seq, -1) + 1
+FROM raygent_runs AS r LEFT JOIN (
+    SELECT seq, at FROM raygent_run_entries WHERE ref = ?1 ORDER BY seq DESC LIMIT 1
+) AS e
+WHERE r.ref = ?1
+"""
+# Runs whose newest row was written before ?1: the run row's time narrows them down.
+_STALE = """
+SELECT r.ref FROM raygent_runs AS r
+WHERE r.updated_at < ?1 AND coalesce((
+    SELECT e.at FROM raygent_run_entries AS e WHERE e.ref = r.ref ORDER BY e.seq DESC LIMIT 1
+), r.updated_at) < ?1
+LIMIT ?2
+"""
+# An append as one statement (its own transaction: a write statement takes the write
+# lock before it reads, as BEGIN IMMEDIATE does): the entry goes in only if ?5 holds the
+# unfinished, live (?6) run and ?2 follows its newest entry. Nothing inserted: the
+# checks run again, one by one, to say why (or to find a retry of a committed append).
+_APPEND = """
+INSERT INTO raygent_run_entries (ref, seq, entry, at)
+SELECT ?1, ?2, ?3, ?4 FROM raygent_runs AS r
+WHERE r.ref = ?1 AND r.epoch = ?5 AND r.outcome IS NULL AND (
+    SELECT e.seq = ?2 - 1 AND max(r.updated_at, coalesce(e.at, r.updated_at)) >= ?6
+    FROM raygent_run_entries AS e WHERE e.ref = ?1 ORDER BY e.seq DESC LIMIT 1
+)
+"""
+# `length` is version 2's entry count, no longer kept. Nothing inserted: the run exists.
+_START = """
+INSERT OR IGNORE INTO raygent_runs (ref, epoch, length, outcome, updated_at)
+VALUES (?1, ?2, 0, NULL, ?3)
+"""
+# The outcome, if ?2 holds the live (?3) run.
+_FINISH = """
+UPDATE raygent_runs SET outcome = ?4, updated_at = ?5
+WHERE ref = ?1 AND epoch = ?2 AND max(updated_at, coalesce((
+    SELECT e.at FROM raygent_run_entries AS e WHERE e.ref = ?1 ORDER BY e.seq DESC LIMIT 1
+), updated_at)) >= ?3
+"""
 _ENTRY = "SELECT entry FROM raygent_run_entries WHERE ref = ? AND seq = ?"
-_INSERT_ENTRY = "INSERT INTO raygent_run_entries (ref, seq, entry) VALUES (?, ?, ?)"
+_INSERT_ENTRY = "INSERT INTO raygent_run_entries (ref, seq, entry, at) VALUES (?, ?, ?, ?)"
 
 
 def _delete_run(db: Db, ref: str) -> None:
@@ -48,9 +92,9 @@ class SQLiteRuns(BaseStore):
     def _run_row(self, db: Db, ref: str, now: float) -> tuple[int, int, bool] | None:
         """(epoch, length, finished) of a live run; None when absent or expired."""
         row = db.execute(_RUN, (ref,)).fetchone()
-        if row is None or self._expired(row[3], now):
+        if row is None or self._expired(row[2], now):
             return None
-        return int(row[0]), int(row[1]), bool(row[2])
+        return int(row[0]), int(row[3]), bool(row[1])
 
     def _held_run(self, db: Db, ref: str, epoch: int, now: float) -> tuple[int, bool]:
         """(length, finished) if `epoch` holds the run, else the conflict."""
@@ -67,16 +111,13 @@ class SQLiteRuns(BaseStore):
 
         def write(db: Db) -> int:
             with immediate(db):
-                row = self._run_row(db, ref, now)
-                if row is not None:
-                    raise run_conflict(ref, "exists", None, row[0])
-                _delete_run(db, ref)  # an expired one, if any
-                db.execute(
-                    "INSERT INTO raygent_runs (ref, epoch, length, outcome, updated_at)"
-                    " VALUES (?, ?, 0, NULL, ?)",
-                    (ref, FIRST_EPOCH, now),
-                )
-                db.execute(_INSERT_ENTRY, (ref, HEADER_SEQ, header))
+                if db.execute(_START, (ref, FIRST_EPOCH, now)).rowcount == 0:
+                    row = db.execute(_RUN, (ref,)).fetchone()
+                    if not self._expired(row[2], now):
+                        raise run_conflict(ref, "exists", None, int(row[0]))
+                    _delete_run(db, ref)  # it expired: a new run takes its place
+                    db.execute(_START, (ref, FIRST_EPOCH, now))
+                db.execute(_INSERT_ENTRY, (ref, HEADER_SEQ, header, now))
             return FIRST_EPOCH
 
         return await self._write(write)
@@ -88,6 +129,9 @@ class SQLiteRuns(BaseStore):
         check_bytes("entry", entry)
 
         def write(db: Db) -> None:
+            since = self._live_since(now)
+            if db.execute(_APPEND, (ref, seq, entry, now, epoch, since)).rowcount == 1:
+                return
             with immediate(db):
                 length, finished = self._held_run(db, ref, epoch, now)
                 if finished:
@@ -98,11 +142,7 @@ class SQLiteRuns(BaseStore):
                         return  # a retry of a committed append
                 if seq != length:
                     raise run_conflict(ref, "sequence", seq, length)
-                db.execute(_INSERT_ENTRY, (ref, seq, entry))
-                db.execute(
-                    "UPDATE raygent_runs SET length = ?, updated_at = ? WHERE ref = ?",
-                    (length + 1, now, ref),
-                )
+                db.execute(_INSERT_ENTRY, (ref, seq, entry, now))
 
         await self._write(write)
 
@@ -130,14 +170,11 @@ class SQLiteRuns(BaseStore):
 
         def write(db: Db) -> None:
             with immediate(db):
-                length, _ = self._held_run(db, ref, epoch, now)
+                finished = (ref, epoch, self._live_since(now), outcome, now)
+                if db.execute(_FINISH, finished).rowcount == 0:
+                    self._held_run(db, ref, epoch, now)  # raises: no live run of `epoch`
                 if drop_entries:
                     db.execute("DELETE FROM raygent_run_entries WHERE ref = ? AND seq >= 0", (ref,))
-                    length = 0
-                db.execute(
-                    "UPDATE raygent_runs SET outcome = ?, length = ?, updated_at = ? WHERE ref = ?",
-                    (outcome, length, now, ref),
-                )
 
         await self._write(write)
 
@@ -149,21 +186,24 @@ class SQLiteRuns(BaseStore):
             db.execute("BEGIN")  # one read transaction: the row and the entries agree
             try:
                 row = db.execute(
-                    "SELECT epoch, length, outcome, updated_at FROM raygent_runs WHERE ref = ?",
-                    (ref,),
+                    "SELECT epoch, outcome, updated_at FROM raygent_runs WHERE ref = ?", (ref,)
                 ).fetchone()
-                if row is None or self._expired(row[3], now):
-                    return None
                 entries = db.execute(
-                    "SELECT seq, entry FROM raygent_run_entries WHERE ref = ? ORDER BY seq",
+                    "SELECT seq, entry, at FROM raygent_run_entries WHERE ref = ? ORDER BY seq",
                     (ref,),
                 ).fetchall()
             finally:
                 db.execute("COMMIT")
-            epoch, length, outcome, updated_at = row
-            if [seq for seq, _ in entries] != list(range(HEADER_SEQ, length)):
+            if row is None:
+                return None
+            epoch, outcome, updated_at = row
+            updated_at = max([updated_at, *(at for _, _, at in entries if at is not None)])
+            if self._expired(updated_at, now):
+                return None
+            length = len(entries) - 1
+            if [seq for seq, _, _ in entries] != list(range(HEADER_SEQ, length)):
                 raise StoreDataError(
-                    f"run {ref!r} does not have its header and {length} entries",
+                    f"run {ref!r} does not have its header and {length} entries in order",
                     ref=ref,
                     position=None,
                     reason="gap",
@@ -172,7 +212,7 @@ class SQLiteRuns(BaseStore):
                 ref=ref,
                 epoch=int(epoch),
                 header=bytes(entries[0][1]),
-                entries=[bytes(entry) for _, entry in entries[1:]],
+                entries=[bytes(entry) for _, entry, _ in entries[1:]],
                 outcome=None if outcome is None else bytes(outcome),
                 updated_at=to_datetime(updated_at),
             )
@@ -190,20 +230,18 @@ class SQLiteRuns(BaseStore):
 
     async def _prune_runs(self, cutoff: float) -> int:
         """Remove the runs last written before `cutoff`; returns how many."""
-        return await self._prune_table("raygent_runs", _delete_run, cutoff)
+        return await self._prune_table(_STALE, _delete_run, cutoff)
 
     async def _prune_table(
-        self, table: str, delete: Callable[[Db, str], None], cutoff: float
+        self, stale: str, delete: Callable[[Db, str], None], cutoff: float
     ) -> int:
-        """Remove the rows of `table` (conversations or runs) last written before
-        `cutoff`, a chunk per transaction so the write lock stays short."""
+        """Remove what the query `stale` (refs last written before ?1, at most ?2 of
+        them) finds, conversations or runs, a chunk per transaction so the write lock
+        stays short."""
 
         def chunk(db: Db) -> int:
             with immediate(db):
-                refs = db.execute(
-                    f"SELECT ref FROM {table} WHERE updated_at < ? LIMIT ?",
-                    (cutoff, _PRUNE_CHUNK),
-                ).fetchall()
+                refs = db.execute(stale, (cutoff, _PRUNE_CHUNK)).fetchall()
                 for (ref,) in refs:
                     delete(db, ref)
             return len(refs)

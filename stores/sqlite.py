@@ -4,7 +4,8 @@ Every call runs on the store's own worker thread with one connection (opened laz
 so an unused store pickles cleanly and each Ray worker opens its own), except small
 writes (appends, run writes), which run inline on the caller's thread when the write lock
 is free at once and nothing is queued (see _sqlite_db.Worker.inline). Writes are
-`BEGIN IMMEDIATE` transactions, which makes several processes writing one file safe.
+`BEGIN IMMEDIATE` transactions (or one write statement, which takes the lock the same
+way), which makes several processes writing one file safe.
 """
 
 from __future__ import annotations
@@ -364,7 +365,8 @@ class SQLiteStore(SQLiteRuns):
         if cutoff is None:
             return 0
 
-        removed = await self._prune_table("raygent_conversations", _delete, cutoff)
+        stale = "SELECT ref FROM raygent_conversations WHERE updated_at < ?1 LIMIT ?2"
+        removed = await self._prune_table(stale, _delete, cutoff)
         return removed + await self._prune_runs(cutoff)
 
 

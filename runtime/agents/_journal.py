@@ -5,7 +5,10 @@ Each entry carries what changed since the one before: the messages added (or, af
 compaction, the whole conversation), the new trip, tool-call and compaction reports,
 the usage so far, the loop's progress, what the run does next (`pending`), and where
 the save policy stood before the step was handed to it (`saver`), so a resume can hand
-it over again. Payloads are pydantic JSON; the store sees opaque bytes.
+it over again. Payloads are pydantic JSON; the store sees opaque bytes. They are
+written as plain dicts of the run's own models, encoded by pydantic_core in one call
+(no model is built or validated per trip); the models below describe them and read them
+back, and a field left out of an entry has its default.
 """
 
 from __future__ import annotations
@@ -14,12 +17,13 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
+from pydantic_core import to_json
 
 from ..compaction._policy import CompactionRecord
-from ..messages import Message, ToolCall
+from ..messages import Message, ToolCall, ToolMessage
 from ..observe.report import AgentReport, ResumeRecord, ToolCallReport, TripReport
 from ..usage import Usage
 from ._state import RunState, now
@@ -42,6 +46,7 @@ __all__ = [
     "decode_decisions",
     "encoded",
     "signature_of",
+    "with_outputs",
 ]
 
 FORMAT = 1
@@ -124,6 +129,9 @@ class Entry(BaseModel):
     new_extra: list[Message] | None = None
     trips: list[TripReport] = Field(default_factory=list)
     tool_calls: list[ToolCallReport] = Field(default_factory=list)
+    # The calls whose output is left out of `tool_calls`: it is the text of their tool
+    # message in `added` (written once, not twice).
+    outputs_in_messages: list[str] = Field(default_factory=list)
     compactions: list[CompactionRecord] = Field(default_factory=list)
     resumes: list[ResumeRecord] = Field(default_factory=list)
     usage: Usage
@@ -181,24 +189,26 @@ class Journal:
     seq: int = 0
     # How much of the run the entries written so far cover.
     _written: Covered = field(default_factory=lambda: Covered(0, 0, 0, 0, 0, 0))
+    _alarm: _Alarm = field(default_factory=lambda: _Alarm())
 
     async def start(self, run: RunState) -> None:
         """The run's header: who, the agent's signature, the conversation at its start."""
-        header = Header(
-            signature=signature_of(run),
-            run_id=run.info.run_id,
-            root_run_id=run.info.root_run_id,
-            parent_run_id=run.info.parent_run_id,
-            session_id=run.info.session_id,
-            user_id=self.scope.user_id,
-            metadata=dict(self.scope.metadata),
-            started_at=run.report.started_at,
-            system_prompt=run.report.system_prompt,
-            messages=run.messages,
-            new_from=len(run.messages) - len(run.new_messages),
-            saver=mark(run, "accepted"),
-        )
-        self.epoch = await self.durable.store.start_run(self.scope, encoded(header))
+        header = {  # a Header
+            "format": FORMAT,
+            "signature": signature_of(run),
+            "run_id": run.info.run_id,
+            "root_run_id": run.info.root_run_id,
+            "parent_run_id": run.info.parent_run_id,
+            "session_id": run.info.session_id,
+            "user_id": self.scope.user_id,
+            "metadata": dict(self.scope.metadata),
+            "started_at": run.report.started_at,
+            "system_prompt": run.report.system_prompt,
+            "messages": run.messages,
+            "new_from": len(run.messages) - len(run.new_messages),
+            "saver": mark(run, "accepted"),
+        }
+        self.epoch = await self.durable.store.start_run(self.scope, to_json(header))
         self.caught_up(run)
         if run.saver is not None:
             await run.saver.hold.take()  # the session waits for this run until it ends
@@ -222,7 +232,7 @@ class Journal:
         decided = dict(run.approvals)  # a copy: decisions made later are not this entry's
         covered, usage, state = covered_by(run), run.usage, progress_state(progress)
 
-        def entry() -> Entry:
+        def entry() -> dict[str, Any]:
             # Built only if it is written; what it says was fixed when the reply came.
             pending = _round("tools", trip_index, calls, after, decided, denied)
             return self._entry(run, state, pending, None, covered, usage)
@@ -245,13 +255,22 @@ class Journal:
         """The run completed: keep its outcome (and, unless asked to drop them, its
         entries)."""
         report = run.report.model_copy(update={"status": "completed", "ended_at": now()})
-        outcome = Outcome(status="completed", text=result.text, report=report, usage=run.usage)
+        outcome = {  # an Outcome
+            "status": "completed",
+            "text": result.text,
+            "report": report,
+            "usage": run.usage,
+        }
         await self.durable.store.finish_run(
-            self.scope, self.epoch, encoded(outcome), drop_entries=self.durable.delete_on_complete
+            self.scope, self.epoch, to_json(outcome), drop_entries=self.durable.delete_on_complete
         )
 
     async def _write(
-        self, run: RunState, progress: Progress, pending: PendingStep, saver: SaverMark | None
+        self,
+        run: RunState,
+        progress: Progress,
+        pending: dict[str, Any],
+        saver: SaverMark | None,
     ) -> None:
         covered = covered_by(run)
         entry = self._entry(run, progress_state(progress), pending, saver, covered, run.usage)
@@ -260,45 +279,45 @@ class Journal:
     def _entry(
         self,
         run: RunState,
-        progress: ProgressState,
-        pending: PendingStep,
+        progress: dict[str, Any],
+        pending: dict[str, Any],
         saver: SaverMark | None,
         covered: Covered,
         usage: Usage,
-    ) -> Entry:
-        """What changed since the last entry, up to `covered`. Built without validation:
-        every part is a model the run made."""
+    ) -> dict[str, Any]:
+        """What changed since the last entry, up to `covered`, as an Entry's fields (the
+        empty ones left out: they decode to their defaults)."""
         report = run.report
-        added: list[Message] = []
-        conversation = new_index = new_extra = None
         written = self._written
+        entry: dict[str, Any] = {}
         if covered.applied != written.applied:
             # A compaction rewrote the conversation: write it whole, once.
             at = {id(m): k for k, m in enumerate(run.messages)}
-            conversation = list(run.messages)
-            new_index = [at.get(id(m), -1) for m in run.new_messages]
-            new_extra = [m for m in run.new_messages if id(m) not in at]
+            entry["conversation"] = list(run.messages)
+            entry["new_index"] = [at.get(id(m), -1) for m in run.new_messages]
+            entry["new_extra"] = [m for m in run.new_messages if id(m) not in at]
         else:
-            added = run.new_messages[written.new : covered.new]
-        # Every field given: model_construct would otherwise call the default factories
-        # (and inspect them, slowly).
-        return Entry.model_construct(
-            added=added,
-            conversation=conversation,
-            new_index=new_index,
-            new_extra=new_extra,
-            trips=report.trips[written.trips : covered.trips],
-            tool_calls=report.tool_calls[written.tools : covered.tools],
-            compactions=report.compactions[written.compactions : covered.compactions],
-            resumes=report.resumes[written.resumes : covered.resumes],
-            usage=usage,
-            progress=progress,
-            pending=pending,
-            saver=saver,
-        )
+            entry["added"] = run.new_messages[written.new : covered.new]
+        if covered.trips != written.trips:
+            entry["trips"] = report.trips[written.trips : covered.trips]
+        if covered.tools != written.tools:
+            calls = report.tool_calls[written.tools : covered.tools]
+            entry["tool_calls"], shared = _outputs_apart(calls, entry.get("added", ()))
+            if shared:
+                entry["outputs_in_messages"] = shared
+        if covered.compactions != written.compactions:
+            entry["compactions"] = report.compactions[written.compactions : covered.compactions]
+        if covered.resumes != written.resumes:
+            entry["resumes"] = report.resumes[written.resumes : covered.resumes]
+        entry["usage"] = usage
+        entry["progress"] = progress
+        entry["pending"] = pending
+        if saver is not None:
+            entry["saver"] = saver
+        return entry
 
-    async def store_entry(self, entry: Entry, covered: Covered) -> None:
-        await self.durable.store.append_run(self.scope, self.epoch, self.seq, encoded(entry))
+    async def store_entry(self, entry: dict[str, Any], covered: Covered) -> None:
+        await self.durable.store.append_run(self.scope, self.epoch, self.seq, to_json(entry))
         self.seq += 1
         self._written = covered
 
@@ -307,8 +326,7 @@ class Journal:
         self._written = covered_by(run)
 
 
-@dataclass(frozen=True)
-class Covered:
+class Covered(NamedTuple):
     """How much of a run an entry covers."""
 
     new: int
@@ -321,13 +339,14 @@ class Covered:
 
 def covered_by(run: RunState) -> Covered:
     report = run.report
+    compactions = report.compactions
     return Covered(
-        new=len(run.new_messages),
-        trips=len(report.trips),
-        tools=len(report.tool_calls),
-        compactions=len(report.compactions),
-        resumes=len(report.resumes),
-        applied=_applied(run),
+        len(run.new_messages),
+        len(report.trips),
+        len(report.tool_calls),
+        len(compactions),
+        len(report.resumes),
+        _applied(run) if compactions else 0,
     )
 
 
@@ -335,28 +354,66 @@ class ReplyWrite:
     """The entry of a reply whose tool round is running, written after a delay unless
     the round ends first (then the round's own entry covers the reply too)."""
 
-    def __init__(self, journal: Journal, entry: Callable[[], Entry], covered: Covered) -> None:
+    def __init__(
+        self, journal: Journal, entry: Callable[[], dict[str, Any]], covered: Covered
+    ) -> None:
         self._journal, self._entry, self._covered = journal, entry, covered
         self._task: asyncio.Future[None] | None = None
-        self._timer = asyncio.get_running_loop().call_later(REPLY_WRITE_DELAY, self._start)
+        self.due = asyncio.get_running_loop().time() + REPLY_WRITE_DELAY
+        journal._alarm.arm(self)
 
-    def _start(self) -> None:
+    def start(self) -> None:
         self._task = asyncio.ensure_future(self._journal.store_entry(self._entry(), self._covered))
         # A run that failed meanwhile does not wait for it: its error is not lost either.
         self._task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def done(self) -> None:
         """The round is done: wait for the write if it started, else drop it."""
-        self._timer.cancel()
+        self._journal._alarm.disarm(self)
         if self._task is not None:
             await self._task
 
     def cancel(self) -> None:
         """The round failed: no write starts now (one already started goes on)."""
-        self._timer.cancel()
+        self._journal._alarm.disarm(self)
 
 
-_NEXT_TRIP = PendingStep()
+class _Alarm:
+    """One timer for a journal's reply writes. A round arms it for its own time; a timer
+    already set (by an earlier round, for an earlier time) sets itself again when it
+    fires, and a round that ends first just disarms it. Quick rounds so cost no timer
+    each (asyncio's timers are Python objects in a heap, and cancelled ones stay there)."""
+
+    def __init__(self) -> None:
+        self._write: ReplyWrite | None = None
+        self._at: float | None = None  # when the timer that is set fires
+
+    def arm(self, write: ReplyWrite) -> None:
+        self._write = write
+        if self._at is None:
+            self._set(write.due)
+
+    def disarm(self, write: ReplyWrite) -> None:
+        if self._write is write:
+            self._write = None
+
+    def _set(self, when: float) -> None:
+        self._at = when
+        asyncio.get_running_loop().call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        at, self._at = self._at, None
+        write = self._write
+        if write is None or at is None:
+            return
+        if write.due <= at:
+            self._write = None
+            write.start()
+        else:
+            self._set(write.due)
+
+
+_NEXT_TRIP: dict[str, Any] = {}  # a PendingStep: its defaults, trip next
 
 
 def _round(
@@ -366,26 +423,56 @@ def _round(
     after: list[Message],
     decisions: dict[str, Decision],
     denied: dict[str, str],
-) -> PendingStep:
-    """A tool round still to run, with the decisions made on its calls."""
+) -> dict[str, Any]:
+    """A tool round still to run, with the decisions made on its calls (a PendingStep)."""
     ids = {c.call_id for c in calls}
-    return PendingStep.model_construct(
-        kind=kind,
-        trip_index=trip_index,
-        calls=calls,
-        after=after,
-        denied=denied,
-        decisions=encode_decisions({k: v for k, v in decisions.items() if k in ids}),
-    )
+    return {
+        "kind": kind,
+        "trip_index": trip_index,
+        "calls": calls,
+        "after": after,
+        "denied": denied,
+        "decisions": encode_decisions({k: v for k, v in decisions.items() if k in ids}),
+    }
 
 
-def progress_state(progress: Progress) -> ProgressState:
-    return ProgressState.model_construct(
-        segments=list(progress.segments),
-        continuations=progress.continuations,
-        repairs=progress.repairs,
-        purpose=progress.purpose,
-    )
+def _outputs_apart(
+    calls: list[ToolCallReport], added: list[Message]
+) -> tuple[list[Any], list[str]]:
+    """The call reports to write, without the outputs that their tool message in `added`
+    already holds as its text, and the ids of those calls."""
+    texts = {m.call_id: m.text for m in added if isinstance(m, ToolMessage)}
+    if not texts:
+        return calls, []
+    written: list[Any] = []
+    shared: list[str] = []
+    for call in calls:
+        if call.output is not None and texts.get(call.call_id) == call.output:
+            written.append(dict(call.__dict__, output=None))  # a ToolCallReport's fields
+            shared.append(call.call_id)
+        else:
+            written.append(call)
+    return written, shared
+
+
+def with_outputs(entry: Entry) -> list[ToolCallReport]:
+    """An entry's call reports with the outputs it left to their tool messages."""
+    if entry.outputs_in_messages:
+        texts = {m.call_id: m.text for m in entry.added if isinstance(m, ToolMessage)}
+        for call in entry.tool_calls:
+            if call.call_id in entry.outputs_in_messages:
+                call.output = texts[call.call_id]
+    return entry.tool_calls
+
+
+def progress_state(progress: Progress) -> dict[str, Any]:
+    """The loop's progress, as a ProgressState."""
+    return {
+        "segments": list(progress.segments),
+        "continuations": progress.continuations,
+        "repairs": progress.repairs,
+        "purpose": progress.purpose,
+    }
 
 
 def mark(run: RunState, kind: Literal["accepted", "turn"]) -> SaverMark | None:

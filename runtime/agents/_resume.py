@@ -27,6 +27,7 @@ from ._journal import (
     SaverMark,
     decode_decisions,
     signature_of,
+    with_outputs,
 )
 from ._loop import drive, lifecycle, settle, tool_step
 from ._state import RunState, now
@@ -84,7 +85,7 @@ def restore(record: RunRecord, run: RunState) -> Restored:
             messages.extend(entry.added)
             new.extend(entry.added)
         report.trips.extend(entry.trips)
-        report.tool_calls.extend(entry.tool_calls)
+        report.tool_calls.extend(with_outputs(entry))
         report.compactions.extend(entry.compactions)
         report.resumes.extend(entry.resumes)
         usage, progress, pending = entry.usage, entry.progress, entry.pending

@@ -3,6 +3,7 @@ resume with decisions continues it (both backends, both wires)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -267,3 +268,43 @@ async def test_a_paused_run_shows_its_pending_calls_and_resume_sync_continues_it
     assert all(p.call_id in view and "send" in view for p in paused.pending)
     assert done.ok, done.error
     assert "awaiting approval" not in done_view and "resumed: from trip 1" in done_view
+
+
+async def test_a_resumed_report_keeps_the_outputs_written_once_in_the_messages(
+    tmp_path: Path,
+) -> None:
+    # A tool's output is stored once, as its tool message; the resumed report gets it back.
+    sent, store = ledger(tmp_path), SQLiteStore(tmp_path / "runs.db")
+    script = [
+        Rule(
+            reply=[
+                Reply(tool_calls=[ToolCallReply("lookup", {"key": "k"})]),
+                Reply(tool_calls=[ToolCallReply("send", {"to": "ann"})]),
+                Reply(text="Sent."),
+            ]
+        )
+    ]
+    try:
+        async with serve(script) as sim:
+            bot = raygent.agent(
+                model=model("openai", sim),
+                tools=make_tools(sent),
+                durable=Durable(store=store, delete_on_complete=False),
+            )
+            paused = await bot.execute("Look k up, then message ann.")
+            assert paused.status == "awaiting_approval"
+            record = await store.load_run(Scope(paused.run_id))
+            assert record is not None
+            # The lookup's round (its reply may have an entry of its own, written while
+            # the round ran: on Ray that can take longer than the write's delay).
+            (entry,) = [e for e in map(json.loads, record.entries) if e.get("tool_calls")]
+            lookup_id = entry["tool_calls"][0]["call_id"]
+            assert entry["outputs_in_messages"] == [lookup_id]
+            assert entry["tool_calls"][0]["output"] is None
+            assert entry["added"][-1]["content"][0]["text"] == "value of k"
+            done = await bot.resume(paused.run_id, approvals={paused.pending[0].call_id: Approve()})
+    finally:
+        await store.aclose()
+    assert done.ok, done.error
+    outputs = [(c.name, c.output) for c in done.report.tool_calls]
+    assert outputs == [("lookup", "value of k"), ("send", "sent to ann")]

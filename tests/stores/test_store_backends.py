@@ -10,12 +10,13 @@ import sqlite3
 import threading
 import time
 import warnings
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from store_support import MakeStore, assert_batches_intact, batch_of, process_writer
+from store_support import FakeClock, MakeStore, assert_batches_intact, batch_of, process_writer
 
 from raygent import UserMessage
 from raygent.stores import (
@@ -97,7 +98,7 @@ async def test_store_sqlite_refuses_another_schema_version(tmp_path: Path) -> No
     await fresh.ensure()
     await fresh.aclose()
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT version FROM raygent_schema").fetchall() == [(2,)]
+        assert db.execute("SELECT version FROM raygent_schema").fetchall() == [(3,)]
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         db.execute("UPDATE raygent_schema SET version = 99")
     store = SQLiteStore(path)
@@ -143,7 +144,57 @@ async def test_store_sqlite_opens_a_version_1_file_and_adds_the_run_tables(
         await store.aclose()
         await other.aclose()
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT version FROM raygent_schema").fetchall() == [(2,)]
+        assert db.execute("SELECT version FROM raygent_schema").fetchall() == [(3,)]
+
+
+# Version 2's run tables, as that version created them: no write time on the entries,
+# the run row's `length` and `updated_at` rewritten by every append.
+_V2_RUN_SCHEMA = """
+CREATE TABLE raygent_runs (
+    ref TEXT PRIMARY KEY, epoch INTEGER NOT NULL, length INTEGER NOT NULL, outcome BLOB,
+    updated_at REAL NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX raygent_runs_updated ON raygent_runs (updated_at);
+CREATE TABLE raygent_run_entries (
+    ref TEXT NOT NULL, seq INTEGER NOT NULL, entry BLOB NOT NULL, PRIMARY KEY (ref, seq)
+);
+"""
+
+
+async def test_store_sqlite_opens_a_version_2_file_and_goes_on_with_its_runs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v2.db"
+    clock = FakeClock()
+    with sqlite3.connect(path) as db:
+        db.executescript(SCHEMA + _V2_RUN_SCHEMA)
+        db.execute("INSERT INTO raygent_schema (version) VALUES (2)")
+        ref = SQLiteStore(path).ref(SCOPE)
+        # A run version 2 wrote: its header and one entry, last written at clock.now.
+        db.execute("INSERT INTO raygent_runs VALUES (?, 1, 1, NULL, ?)", (ref, clock.now))
+        for seq, entry in ((-1, b"header"), (0, b"e0")):
+            db.execute("INSERT INTO raygent_run_entries VALUES (?, ?, ?)", (ref, seq, entry))
+    store = SQLiteStore(path, ttl=60, clock=clock)
+    try:
+        record = await store.load_run(SCOPE)
+        assert record is not None and (record.header, record.entries) == (b"header", [b"e0"])
+        with pytest.raises(RunConflictError) as caught:
+            await store.append_run(SCOPE, 1, 2, b"e2")
+        assert (caught.value.reason, caught.value.details["actual"]) == ("sequence", 1)
+        clock.advance(50)
+        await store.append_run(SCOPE, 1, 1, b"e1")
+        clock.advance(50)  # 100 s after the run row's time, 50 s after the new entry
+        record = await store.load_run(SCOPE)
+        assert record is not None and record.entries == [b"e0", b"e1"]
+        assert record.updated_at == datetime.fromtimestamp(clock.now - 50, timezone.utc)
+        assert await store.prune() == 0
+        clock.advance(11)
+        assert await store.prune() == 1
+        assert await store.load_run(SCOPE) is None
+    finally:
+        await store.aclose()
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT version FROM raygent_schema").fetchall() == [(3,)]
 
 
 async def test_store_sqlite_reports_a_file_that_is_not_a_database(tmp_path: Path) -> None:
@@ -213,10 +264,9 @@ async def test_store_sqlite_write_waits_for_a_lock_on_the_worker_and_sees_what_i
         await asyncio.sleep(0)  # the task runs up to its wait for the worker
         assert not write.done()  # the loop was not blocked by the held lock
         blocker.execute(
-            "INSERT INTO raygent_run_entries (ref, seq, entry) VALUES (?, 0, ?)",
+            "INSERT INTO raygent_run_entries (ref, seq, entry, at) VALUES (?, 0, ?, 0)",
             (store.ref(SCOPE), b"theirs"),
         )
-        blocker.execute("UPDATE raygent_runs SET length = 1 WHERE ref = ?", (store.ref(SCOPE),))
         blocker.execute("COMMIT")
         with pytest.raises(RunConflictError) as caught:
             await write
