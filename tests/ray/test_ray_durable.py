@@ -76,6 +76,9 @@ async def test_a_killed_runners_items_resume_from_their_snapshots_elsewhere(
     assert moved > 0
     firsts = [b for b in bodies if b is not None and "tool" not in json.dumps(b["messages"])]
     assert len(firsts) == ITEMS  # no trip 1 was sent again
-    assert len(bodies) == 2 * ITEMS + moved  # only the killed runner's trip 2s again
+    # Only the killed runner's trip 2s again, at most: under load, some of its items may
+    # have finished there before the kill without the driver hearing of it (their
+    # resume finds them completed and sends nothing).
+    assert 2 * ITEMS <= len(bodies) <= 2 * ITEMS + moved
     assert sorted(r["key"] for r in rows) == list(range(ITEMS))
     assert {r["status"] for r in rows} == {"completed"}
