@@ -55,7 +55,7 @@ def image() -> ImageContent:
 async def grow(ctx: Context) -> str:
     """Add the tool `late` and say so."""
     app.add_tool(lambda: "late tool", name="late", description="Added later.")
-    await ctx.notify_tools_changed()
+    await ctx.request_context.session.send_tool_list_changed()
     return "grown"
 
 

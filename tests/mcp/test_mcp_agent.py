@@ -47,7 +47,9 @@ async def test_an_agent_calls_mcp_tools_beside_plain_ones(backend_kind: str) -> 
             result = await bot.execute("go", tool_schemas="compact")
             sent = sim.requests[0].body
         assert result.ok, result.error
-        outputs = [(c.name, c.output, (c.error or {}).get("code")) for c in result.report.tool_calls]
+        outputs = [
+            (c.name, c.output, (c.error or {}).get("code")) for c in result.report.tool_calls
+        ]
         assert outputs == [
             ("calc_add", "5", None),
             ("calc_add", None, "TOOL_INVALID_ARGUMENTS"),

@@ -96,6 +96,30 @@ async def test_a_hanging_call_times_out_and_the_server_keeps_serving() -> None:
 
 async def test_a_server_that_cannot_start_is_a_typed_error() -> None:
     toolset = raygent.mcp.stdio(sys.executable, ["-c", "import sys; sys.exit(2)"], timeout=10)
-    with pytest.raises(MCPServerError, match="could not be started|closed"):
+    with pytest.raises(MCPServerError, match="could not be started"):
         await toolset.tools()
     await toolset.aclose()
+
+
+async def test_a_list_changed_notification_lists_the_tools_again() -> None:
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER])
+    try:
+        tools = await by_name(toolset)
+        assert "late" not in tools
+        assert await tools["grow"].invoke({}, ctx("grow")) == "grown"  # type: ignore[attr-defined]
+        # The notification is written before the call's response: it has arrived.
+        late = (await by_name(toolset))["late"]
+        assert await late.invoke({}, ctx("late")) == "late tool"  # type: ignore[attr-defined]
+    finally:
+        await toolset.aclose()
+
+
+async def test_refresh_lists_the_tools_again() -> None:
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER])
+    try:
+        first = await toolset.tools()
+        again = await toolset.refresh()
+        assert [t.name for t in again] == [t.name for t in first]
+        assert again[0] is not first[0]
+    finally:
+        await toolset.aclose()
