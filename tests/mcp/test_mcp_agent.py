@@ -6,11 +6,13 @@ import asyncio
 import pickle
 import sys
 from pathlib import Path
+from typing import Any
 
 import raygent
 import raygent.mcp
 from raygent import AnthropicModel, OpenAIModel
 from raygent.sim import Match, Reply, Rule, Simulator, ToolCallReply, serve
+from raygent.tools import ToolContext
 
 SERVER = str(Path(__file__).with_name("server.py"))
 
@@ -122,3 +124,49 @@ async def test_a_toolset_pickles_by_configuration(backend_kind: str) -> None:
         await copy.aclose()
     finally:
         await toolset.aclose()
+
+
+async def test_an_abort_ends_a_hanging_mcp_call(backend_kind: str) -> None:
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER], include=["hang", "add"], timeout=60)
+    controller = raygent.AbortController()
+    try:
+        async with serve(rules(ToolCallReply("hang", {}))) as sim:
+            bot = raygent.agent(model=make_model("openai", sim), tools=[toolset])
+            # Aborted while the call is (in practice) at the server: the 60 s timeout
+            # is not what ends it, either way.
+            loop = asyncio.get_running_loop()
+            bot.on("agent.tool.calling", lambda _: loop.call_later(0.3, controller.abort))
+            started = asyncio.get_running_loop().time()
+            result = await bot.execute("hang", signal=controller.signal)
+            took = asyncio.get_running_loop().time() - started
+        assert result.report.status == "cancelled", result.error
+        assert took < 30
+        [add] = [t for t in await toolset.tools() if t.name == "add"]
+        assert await add.invoke({"a": 1, "b": 2}, _context("add")) == "3"  # still serving
+    finally:
+        await toolset.aclose()
+
+
+async def test_approval_stops_an_mcp_call_until_decided(backend_kind: str) -> None:
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER], include=["add"], approval=True)
+    seen: list[str] = []
+
+    async def handler(pending: list[Any]) -> dict[str, Any]:
+        seen.extend(p.tool for p in pending)
+        return {p.call_id: raygent.Deny() for p in pending}
+
+    try:
+        async with serve(rules(ToolCallReply("add", {"a": 1, "b": 2}))) as sim:
+            bot = raygent.agent(model=make_model("openai", sim), tools=[toolset])
+            result = await bot.execute("add", approval_handler=handler)
+        assert result.ok, result.error
+        assert seen == ["add"]
+        assert (result.report.tool_calls[0].error or {}).get("code") == "TOOL_DENIED"
+    finally:
+        await toolset.aclose()
+
+
+def _context(name: str) -> ToolContext:
+    return ToolContext(
+        run_id="r", root_run_id="r", session_id=None, call_id="c", tool_name=name, trip_index=0
+    )
