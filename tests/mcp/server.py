@@ -27,6 +27,12 @@ def pid() -> int:
 
 
 @app.tool()
+def where() -> str:
+    """The server's process id and its parent's (the process that started it)."""
+    return f"{os.getpid()} {os.getppid()}"
+
+
+@app.tool()
 def crash() -> str:
     """Kill the server mid-call."""
     os._exit(3)
