@@ -36,11 +36,19 @@ class Connection:
         loop = asyncio.get_running_loop()
         self._ready: asyncio.Future[ClientSession] = loop.create_future()
         self._stop = asyncio.Event()
+        self._read: Any = None
         self.task = asyncio.ensure_future(self._own(transport))
 
     @property
     def alive(self) -> bool:
-        return not self.task.done() and not self._stop.is_set()
+        """False once closed, or once the server ended the stream (a stdio server that
+        died while idle): the next call then starts a new server instead of failing."""
+        if self.task.done() or self._stop.is_set():
+            return False
+        if self._read is not None and _ended(self._read):
+            self.close()
+            return False
+        return True
 
     async def session(self, timeout: float) -> ClientSession:
         try:
@@ -63,6 +71,7 @@ class Connection:
         try:
             async with transport() as streams:
                 read, write = streams[0], streams[1]
+                self._read = read
                 async with ClientSession(read, write, message_handler=self._message) as session:
                     await session.initialize()
                     self._ready.set_result(session)
@@ -88,3 +97,10 @@ class Connection:
             self._on_list_changed()
         elif isinstance(message, Exception):
             _log.warning("MCP server %s: %s", self.server, message)
+
+
+def _ended(read: Any) -> bool:
+    # The transport closes its end of the read stream (anyio's memory stream) when the
+    # server's output ends: the server died or hung up.
+    statistics = getattr(read, "statistics", None)
+    return statistics is not None and statistics().open_send_streams == 0

@@ -66,6 +66,12 @@ class MCPToolset(Toolset):
         self.__dict__.update(state)
         self._live = weakref.WeakKeyDictionary()
 
+    @property
+    def connected(self) -> bool:
+        """Whether this event loop holds a live connection to the server."""
+        live = self._live.get(asyncio.get_running_loop())
+        return live is not None and live.connection is not None and live.connection.alive
+
     async def tools(self) -> Sequence[Tool[..., Any]]:
         """The server's tools (filtered, prefixed), listed once per connection."""
         live = self._here()

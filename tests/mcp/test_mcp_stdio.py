@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +26,14 @@ def ctx(name: str) -> ToolContext:
 
 async def by_name(toolset: raygent.mcp.MCPToolset) -> dict[str, object]:
     return {t.name: t for t in await toolset.tools()}
+
+
+async def listed(toolset: raygent.mcp.MCPToolset, name: str) -> Any:
+    deadline = asyncio.get_running_loop().time() + 10
+    while name not in (tools := await by_name(toolset)):
+        assert asyncio.get_running_loop().time() < deadline, f"{name} never listed"
+        await asyncio.sleep(0.01)
+    return tools[name]
 
 
 async def test_tools_are_listed_filtered_and_prefixed() -> None:
@@ -83,6 +95,22 @@ async def test_a_server_that_dies_mid_call_is_restarted_on_the_next_call() -> No
         await toolset.aclose()
 
 
+async def test_a_server_that_died_while_idle_is_restarted_by_the_next_call() -> None:
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER])
+    try:
+        tools = await by_name(toolset)
+        first = int(await tools["pid"].invoke({}, ctx("pid")))  # type: ignore[attr-defined]
+        os.kill(first, signal.SIGKILL)
+        deadline = asyncio.get_running_loop().time() + 10
+        while toolset.connected:  # until this side has read the end of the server's output
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        second = await tools["pid"].invoke({}, ctx("pid"))  # type: ignore[attr-defined]
+        assert int(second) != first
+    finally:
+        await toolset.aclose()
+
+
 async def test_a_hanging_call_times_out_and_the_server_keeps_serving() -> None:
     toolset = raygent.mcp.stdio(sys.executable, [SERVER], timeout=1.0)
     try:
@@ -107,8 +135,8 @@ async def test_a_list_changed_notification_lists_the_tools_again() -> None:
         tools = await by_name(toolset)
         assert "late" not in tools
         assert await tools["grow"].invoke({}, ctx("grow")) == "grown"  # type: ignore[attr-defined]
-        # The notification is written before the call's response: it has arrived.
-        late = (await by_name(toolset))["late"]
+        # The SDK hands the notification to a task of its own: wait (bounded) for it.
+        late = await listed(toolset, "late")
         assert await late.invoke({}, ctx("late")) == "late tool"  # type: ignore[attr-defined]
     finally:
         await toolset.aclose()
