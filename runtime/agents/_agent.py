@@ -474,8 +474,10 @@ def agent(
     summarises older messages before a trip once the conversation counts above a
     threshold (see `raygent.compaction`). `observe=` says who gets each finished report
     tree (see `raygent.observers`); `on=` subscribes to events as the run goes.
-    `durable=raygent.Durable(store=...)` writes the run's state after every settled trip
-    (see `Agent.resume`); `approval_handler=` answers tools that need approval in-process.
+    A `raygent.toolsets.Toolset` in `tools=` (an MCP server's, `raygent.mcp`) gives its
+    tools when a run starts. `durable=raygent.Durable(store=...)` writes the run's state
+    after every settled trip (see `Agent.resume`); `approval_handler=` answers tools that
+    need approval in-process.
     """
     return Agent(
         model=model,

@@ -56,7 +56,7 @@ class RunConfig:
     approval_handler: ApprovalHandler | None = None
     # Resolved into `tools` and `options.tools` when the run starts (_toolsets.py).
     toolsets: tuple[Toolset, ...] = ()
-    tool_schemas: str = "full"
+    tool_schemas: Literal["full", "compact"] = "full"
 
 
 @dataclass

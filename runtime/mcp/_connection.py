@@ -35,6 +35,8 @@ class Connection:
         self._on_list_changed = on_list_changed
         loop = asyncio.get_running_loop()
         self._ready: asyncio.Future[ClientSession] = loop.create_future()
+        # A start that failed with no call waiting must not be reported as unretrieved.
+        self._ready.add_done_callback(lambda f: f.cancelled() or f.exception())
         self._stop = asyncio.Event()
         self._read: Any = None
         self.task = asyncio.ensure_future(self._own(transport))
