@@ -19,6 +19,7 @@ __all__ = [
     "FlowOutputError",
     "InvalidOptionsError",
     "InvalidRequestError",
+    "MCPServerError",
     "MaxIterationsError",
     "MaxStepsError",
     "MaxTripsError",
@@ -221,6 +222,14 @@ class ToolExecutionError(RaygentError):
     """A tool raised, timed out, or could not be called. details: tool, call_id."""
 
     code = "TOOL_EXECUTION"
+    category = "tool"
+
+
+class MCPServerError(RaygentError):
+    """An MCP server could not be reached, died or broke the protocol (the next call
+    starts it again). details: server, and tool for a call."""
+
+    code = "MCP_SERVER"
     category = "tool"
 
 

@@ -43,6 +43,7 @@ BASE = {
     "redaction",
     "run_context",
     "tools",
+    "toolsets",
     "usage",
 }
 SUBPACKAGES = {
@@ -51,6 +52,7 @@ SUBPACKAGES = {
     "attachments": "attachments",
     "compaction": "compaction",
     "flows": "flows",
+    "mcp": "mcp",
     "memory": "memory",
     "models": "models",
     "observe": "observe",
@@ -80,6 +82,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "seams": {"base", "memory"},
     "compaction": {"base", "memory"},
     "observe": {"base", "compaction"},
+    "mcp": {"base", "models", "observe"},
     "agents": {
         "base",
         "models",
@@ -96,7 +99,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "testing": {"base", "observe", "flows"},
     "entry": {
         *("base", "sim", "models", "memory", "attachments", "seams", "compaction"),
-        *("observe", "agents", "flows", "batch", "eval", "testing", "stores"),
+        *("observe", "agents", "flows", "batch", "eval", "testing", "stores", "mcp"),
     },
 }
 

@@ -33,6 +33,7 @@ from ..observe.report import AgentResult
 from ..run_context import RunInfo
 from ..seams import Backend
 from ..tools import Tool
+from ..toolsets import Toolset
 from ._continue import continued_run_id, saver_for
 from ._durable_api import DurableRuns, journal_for
 from ._guard import GuardSetting, guard_buffer
@@ -145,7 +146,12 @@ class Agent(DurableRuns):
         self.compaction = compaction
         self.attachment_policy = attachment_policy or AttachmentPolicy()
         self.tools: dict[str, Tool[..., Any]] = {}
+        # Toolsets (an MCP server's tools) are resolved when a run starts (_toolsets.py).
+        self.toolsets: tuple[Toolset, ...] = ()
         for item in tools:
+            if isinstance(item, Toolset):
+                self.toolsets += (item,)
+                continue
             # An executable (an agent, a workflow, a supervisor) is adapted into a tool.
             as_tool = item if isinstance(item, Tool) else _adapted(item)
             if as_tool.name in self.tools:
@@ -388,6 +394,8 @@ class Agent(DurableRuns):
             version=self.version,
             compaction=self.compaction,
             approval_handler=options.get("approval_handler") or self.approval_handler,
+            toolsets=self.toolsets,
+            tool_schemas=options.get("tool_schemas") or self.tool_schemas,
         )
         return config, system
 
@@ -438,7 +446,7 @@ def agent(
     *,
     model: Model,
     system_prompt: str | SystemPrompt | None = None,
-    tools: Iterable[Tool[..., Any] | Agent | Executable] = (),
+    tools: Iterable[Tool[..., Any] | Agent | Executable | Toolset] = (),
     placeholders: Mapping[str, Any] | None = None,
     max_trips: int = 10,
     model_options: Mapping[str, Any] | None = None,
@@ -466,8 +474,10 @@ def agent(
     summarises older messages before a trip once the conversation counts above a
     threshold (see `raygent.compaction`). `observe=` says who gets each finished report
     tree (see `raygent.observers`); `on=` subscribes to events as the run goes.
-    `durable=raygent.Durable(store=...)` writes the run's state after every settled trip
-    (see `Agent.resume`); `approval_handler=` answers tools that need approval in-process.
+    A `raygent.toolsets.Toolset` in `tools=` (an MCP server's, `raygent.mcp`) gives its
+    tools when a run starts. `durable=raygent.Durable(store=...)` writes the run's state
+    after every settled trip (see `Agent.resume`); `approval_handler=` answers tools that
+    need approval in-process.
     """
     return Agent(
         model=model,

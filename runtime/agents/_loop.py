@@ -42,6 +42,7 @@ from ._steps import (
     next_step,
 )
 from ._tool_round import run_tool_round
+from ._toolsets import resolve_toolsets
 from ._trip import model_trip
 
 __all__ = ["drive", "lifecycle", "run_loop", "settle", "tool_step"]
@@ -82,6 +83,7 @@ async def lifecycle(run: RunState, progress: Progress, body: Body) -> AgentResul
         )
         if run.setup_error is not None:
             raise run.setup_error
+        await resolve_toolsets(run)
         result = await body(progress)
         for mw in reversed(run.config.middleware):
             result = await maybe_await(mw.after_execute(run.info, result))

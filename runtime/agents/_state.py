@@ -24,6 +24,7 @@ from .output import OutputSpec, Repair
 if TYPE_CHECKING:
     from ..compaction._policy import Compaction
     from ..tools import Tool
+    from ..toolsets import Toolset
     from ._journal import Journal
     from .durable import ApprovalHandler, Decision
 
@@ -53,6 +54,9 @@ class RunConfig:
     version: str | None
     compaction: Compaction | None = None
     approval_handler: ApprovalHandler | None = None
+    # Resolved into `tools` and `options.tools` when the run starts (_toolsets.py).
+    toolsets: tuple[Toolset, ...] = ()
+    tool_schemas: Literal["full", "compact"] = "full"
 
 
 @dataclass

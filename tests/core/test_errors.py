@@ -76,6 +76,7 @@ EXPECTED: dict[type[RaygentError], tuple[str, str, bool]] = {
     errors.AgentIncompleteError: ("AGENT_INCOMPLETE", "incomplete", False),
     errors.SchemaValidationError: ("OUTPUT_VALIDATION", "output", False),
     errors.ToolExecutionError: ("TOOL_EXECUTION", "tool", False),
+    errors.MCPServerError: ("MCP_SERVER", "tool", False),
     ToolArgumentsError: ("TOOL_INVALID_ARGUMENTS", "tool", False),
     ToolTimeoutError: ("TOOL_TIMEOUT", "tool", False),
     errors.InvalidOptionsError: ("INVALID_OPTIONS", "config", False),

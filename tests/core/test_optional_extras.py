@@ -34,3 +34,25 @@ def test_raygent_runs_without_the_postgres_extra_and_says_what_is_missing() -> N
     assert (
         lines[1] == "error: PostgresStore needs the postgres extra: pip install 'raygent[postgres]'"
     )
+
+
+MCP_SCRIPT = """
+import sys
+sys.modules["mcp"] = None  # as if the mcp extra were not installed
+import raygent
+assert "raygent.mcp" not in sys.modules  # raygent alone never loads it
+try:
+    import raygent.mcp
+except ImportError as exc:
+    print("error:", exc)
+"""
+
+
+def test_raygent_mcp_says_which_extra_it_needs() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", MCP_SCRIPT], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "error: raygent.mcp needs the mcp extra: pip install 'raygent[mcp]'"
+    ]

@@ -1,0 +1,17 @@
+"""The agent scenarios here run on both backends (tests/backend_support.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from backend_support import on_backend, parametrize
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize(metafunc)
+
+
+@pytest.fixture
+def backend_kind(request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from on_backend(request)

@@ -1,0 +1,153 @@
+"""MCP tools over stdio, called directly (no agent): listing, results, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import raygent.mcp
+from raygent.errors import MCPServerError, ToolExecutionError
+from raygent.tools import ToolArgumentsError, ToolContext, ToolTimeoutError
+
+SERVER = str(Path(__file__).with_name("server.py"))
+
+
+def ctx(name: str) -> ToolContext:
+    return ToolContext(
+        run_id="r", root_run_id="r", session_id=None, call_id="c", tool_name=name, trip_index=0
+    )
+
+
+async def by_name(toolset: raygent.mcp.MCPToolset) -> dict[str, object]:
+    return {t.name: t for t in await toolset.tools()}
+
+
+async def listed(toolset: raygent.mcp.MCPToolset, name: str) -> Any:
+    deadline = asyncio.get_running_loop().time() + 10
+    while name not in (tools := await by_name(toolset)):
+        assert asyncio.get_running_loop().time() < deadline, f"{name} never listed"
+        await asyncio.sleep(0.01)
+    return tools[name]
+
+
+async def test_tools_are_listed_filtered_and_prefixed() -> None:
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER], prefix="m_", exclude=["crash"])
+    try:
+        tools = await by_name(toolset)
+        assert "m_add" in tools and "m_crash" not in tools
+        add = tools["m_add"]
+        spec = add.spec()  # type: ignore[attr-defined]
+        assert spec.description == "Add two integers."
+        assert spec.parameters["required"] == ["a", "b"]
+        assert "title" not in str(add.spec(compact=True).parameters)  # type: ignore[attr-defined]
+        assert add.inline  # type: ignore[attr-defined]
+        assert await add.invoke({"a": 2, "b": 3}, ctx("m_add")) == "5"  # type: ignore[attr-defined]
+        again = await toolset.tools()
+        assert again[0] is tools[again[0].name]  # cached, not listed again
+        only = raygent.mcp.stdio(sys.executable, [SERVER], include=["add", "pid"])
+        assert sorted(await by_name(only)) == ["add", "pid"]
+        await only.aclose()
+    finally:
+        await toolset.aclose()
+
+
+async def test_arguments_failing_the_schema_are_refused_before_the_call() -> None:
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER])
+    try:
+        add = (await by_name(toolset))["add"]
+        with pytest.raises(ToolArgumentsError) as caught:
+            await add.invoke({"a": "two"}, ctx("add"))  # type: ignore[attr-defined]
+        assert caught.value.code == "TOOL_INVALID_ARGUMENTS"
+        assert "'b' is a required property" in str(caught.value)
+    finally:
+        await toolset.aclose()
+
+
+async def test_is_error_image_and_structured_results() -> None:
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER])
+    try:
+        tools = await by_name(toolset)
+        with pytest.raises(ToolExecutionError, match="Error executing tool fail"):
+            await tools["fail"].invoke({}, ctx("fail"))  # type: ignore[attr-defined]
+        note = await tools["image"].invoke({}, ctx("image"))  # type: ignore[attr-defined]
+        assert note == "[image image/png, 3 bytes: not shown]"
+    finally:
+        await toolset.aclose()
+
+
+async def test_a_server_that_dies_mid_call_is_restarted_on_the_next_call() -> None:
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER])
+    try:
+        tools = await by_name(toolset)
+        first = await tools["pid"].invoke({}, ctx("pid"))  # type: ignore[attr-defined]
+        with pytest.raises(MCPServerError) as caught:
+            await tools["crash"].invoke({}, ctx("crash"))  # type: ignore[attr-defined]
+        assert caught.value.code == "MCP_SERVER"
+        second = await tools["pid"].invoke({}, ctx("pid"))  # type: ignore[attr-defined]
+        assert second != first
+    finally:
+        await toolset.aclose()
+
+
+async def test_a_server_that_died_while_idle_is_restarted_by_the_next_call() -> None:
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER])
+    try:
+        tools = await by_name(toolset)
+        first = int(await tools["pid"].invoke({}, ctx("pid")))  # type: ignore[attr-defined]
+        os.kill(first, signal.SIGKILL)
+        deadline = asyncio.get_running_loop().time() + 10
+        while toolset.connected:  # until this side has read the end of the server's output
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        second = await tools["pid"].invoke({}, ctx("pid"))  # type: ignore[attr-defined]
+        assert int(second) != first
+    finally:
+        await toolset.aclose()
+
+
+async def test_a_hanging_call_times_out_and_the_server_keeps_serving() -> None:
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER], timeout=1.0)
+    try:
+        tools = await by_name(toolset)
+        with pytest.raises(ToolTimeoutError):
+            await tools["hang"].invoke({}, ctx("hang"))  # type: ignore[attr-defined]
+        assert await tools["add"].invoke({"a": 1, "b": 1}, ctx("add")) == "2"  # type: ignore[attr-defined]
+    finally:
+        await toolset.aclose()
+
+
+async def test_a_server_that_cannot_start_is_a_typed_error() -> None:
+    toolset = raygent.mcp.stdio(sys.executable, ["-c", "import sys; sys.exit(2)"], timeout=10)
+    with pytest.raises(MCPServerError, match="could not be started"):
+        await toolset.tools()
+    await toolset.aclose()
+
+
+async def test_a_list_changed_notification_lists_the_tools_again() -> None:
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER])
+    try:
+        tools = await by_name(toolset)
+        assert "late" not in tools
+        assert await tools["grow"].invoke({}, ctx("grow")) == "grown"  # type: ignore[attr-defined]
+        # The SDK hands the notification to a task of its own: wait (bounded) for it.
+        late = await listed(toolset, "late")
+        assert await late.invoke({}, ctx("late")) == "late tool"  # type: ignore[attr-defined]
+    finally:
+        await toolset.aclose()
+
+
+async def test_refresh_lists_the_tools_again() -> None:
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER])
+    try:
+        first = await toolset.tools()
+        again = await toolset.refresh()
+        assert [t.name for t in again] == [t.name for t in first]
+        assert again[0] is not first[0]
+    finally:
+        await toolset.aclose()
