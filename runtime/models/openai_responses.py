@@ -33,6 +33,24 @@ __all__ = ["OpenAIResponsesModel"]
 
 _NO_OPTIONS = ModelOptions()
 _FINAL_EVENTS = ("response.completed", "response.incomplete")
+# Events whose content the final response object carries too: named by their SSE
+# `event:` line, they are not parsed at all (a reply streams ~10 events, most of these).
+_SKIPPED = frozenset(
+    {
+        "response.created",
+        "response.in_progress",
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.output_text.done",
+        "response.output_item.done",
+        "response.refusal.delta",
+        "response.refusal.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_part.done",
+        "response.reasoning_summary_text.done",
+        "response.function_call_arguments.done",
+    }
+)
 
 
 @dataclass
@@ -131,6 +149,8 @@ class OpenAIResponsesModel(HTTPModel):
             aclosing(self._events(response, signal)) as events,
         ):
             async for event in events:
+                if event.event in _SKIPPED:
+                    continue
                 try:
                     data = pydantic_core.from_json(event.data) if event.data else {}
                     outs = self._feed(state, data.get("type") or event.event or "", data)
