@@ -183,3 +183,20 @@ async def test_a_huge_reply_is_read_whole(raw: Any, provider: str) -> None:
     server.reply(body)
     reply = await make_model(provider, urls).complete(HELLO)
     assert len(reply.text) == 2_000_000
+
+
+async def test_a_responses_stream_without_event_lines_is_read(raw: Any) -> None:
+    """Event names are optional in SSE: a compatible server that sends data lines only
+    gets every event parsed (none skipped by name)."""
+    server, urls = raw
+    delta = {"type": "response.output_text.delta", "delta": "hi", "output_index": 0}
+    done = {"type": "response.completed", "response": OK_RESPONSES}
+    created = {"type": "response.created", "response": {**OK_RESPONSES, "output": []}}
+    events = [created, delta, done]
+    server.reply(
+        b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events),
+        content_type="text/event-stream",
+    )
+    chunks = [c async for c in make_model("openai_responses", urls).stream(HELLO)]
+    assert [c.type for c in chunks] == ["text", "usage", "done"]
+    assert isinstance(chunks[-1], Done) and chunks[-1].response.text == "hi"
