@@ -25,7 +25,7 @@ import httpx
 # The script's own folder is on sys.path when run as `python benchmarks/...`.
 from _sim_process import sim_process
 
-from raygent import AnthropicModel, OpenAIModel, UserMessage
+from raygent import AnthropicModel, OpenAIModel, OpenAIResponsesModel, UserMessage
 
 MESSAGES = [UserMessage(content="Say something short.")]
 Call = Callable[[], Awaitable[object]]
@@ -70,6 +70,8 @@ def httpx_call(client: httpx.AsyncClient, url: str, body: bytes, headers: dict[s
 async def run(args: argparse.Namespace, base: str) -> None:
     openai = OpenAIModel("sim-gpt", base_url=base + "/v1", api_key="sk-bench")
     anthropic = AnthropicModel("sim-claude", base_url=base, api_key="sk-ant-bench")
+    responses = OpenAIResponsesModel("sim-gpt", base_url=base + "/v1", api_key="sk-bench")
+    responses_body = json.dumps(responses.request_body(MESSAGES, None, stream=False)).encode()
     openai_body = json.dumps(openai.request_body(MESSAGES, None, stream=False)).encode()
     anthropic_body = json.dumps(anthropic.request_body(MESSAGES, None, stream=False)).encode()
     json_headers = {"content-type": "application/json"}
@@ -78,6 +80,9 @@ async def run(args: argparse.Namespace, base: str) -> None:
 
     async def openai_stream() -> object:
         return [c async for c in openai.stream(MESSAGES)]
+
+    async def responses_stream() -> object:
+        return [c async for c in responses.stream(MESSAGES)]
 
     clients: dict[str, tuple[Call, int]] = {
         "aiohttp loop, OpenAI body (baseline)": (
@@ -91,6 +96,12 @@ async def run(args: argparse.Namespace, base: str) -> None:
             args.requests,
         ),
         "AnthropicModel.complete": (lambda: anthropic.complete(MESSAGES), args.requests),
+        "aiohttp loop, Responses body (baseline)": (
+            aiohttp_call(session, base + "/v1/responses", responses_body, json_headers),
+            args.requests,
+        ),
+        "OpenAIResponsesModel.complete": (lambda: responses.complete(MESSAGES), args.requests),
+        "OpenAIResponsesModel.stream": (responses_stream, args.requests),
     }
     if args.with_plain_httpx:
         clients["plain httpx.AsyncClient (default pool)"] = (
@@ -108,6 +119,10 @@ async def run(args: argparse.Namespace, base: str) -> None:
     report(args, results)
 
 
+def _wire(name: str) -> str:
+    return next((w for w in ("Anthropic", "Responses") if w in name), "OpenAI")
+
+
 def report(args: argparse.Namespace, results: dict[str, list[tuple[float, float]]]) -> None:
     median = {n: statistics.median(r[0] for r in rs) for n, rs in results.items()}
     cpu = {n: statistics.median(r[1] for r in rs) for n, rs in results.items()}
@@ -118,14 +133,13 @@ def report(args: argparse.Namespace, results: dict[str, list[tuple[float, float]
     )
     print(f"{'client':44} {'req/s':>8} {'CPU ms/req':>11} {'vs baseline':>12}")
     for name in results:
-        base_name = next(
-            b for b in results if "baseline" in b and ("Anthropic" in b) == ("Anthropic" in name)
-        )
+        base_name = next(b for b in results if "baseline" in b and _wire(b) == _wire(name))
         ratio = median[name] / median[base_name]
         print(f"{name:44} {median[name]:8.0f} {cpu[name]:11.2f} {ratio:12.2f}")
     for adapter, base_name in (
         ("OpenAIModel.complete", "aiohttp loop, OpenAI body (baseline)"),
         ("AnthropicModel.complete", "aiohttp loop, Anthropic body (baseline)"),
+        ("OpenAIResponsesModel.complete", "aiohttp loop, Responses body (baseline)"),
     ):
         ratio = median[adapter] / median[base_name]
         verdict = "ok" if ratio >= 0.9 else "BELOW TARGET"

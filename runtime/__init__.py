@@ -54,6 +54,7 @@ from .models import (
     ModelOptions,
     ModelResponse,
     OpenAIModel,
+    OpenAIResponsesModel,
     ResponseSchema,
     ToolSpec,
 )
@@ -93,6 +94,7 @@ __all__ = [
     "ModelOptions",
     "ModelResponse",
     "OpenAIModel",
+    "OpenAIResponsesModel",
     "OutboundPolicy",
     "PendingCall",
     "Pricing",

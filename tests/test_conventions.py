@@ -67,6 +67,7 @@ PUBLIC_API = {
     "ModelOptions",
     "ModelResponse",
     "OpenAIModel",
+    "OpenAIResponsesModel",
     "OutboundPolicy",
     "Pricing",
     "ProviderBlock",

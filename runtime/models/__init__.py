@@ -1,4 +1,5 @@
-"""Model adapters: the contract, and the OpenAI and Anthropic wire formats over httpx.
+"""Model adapters: the contract, and the OpenAI (Chat Completions, Responses) and
+Anthropic wire formats over httpx.
 
 The contract (`contract`: the `Model` protocol, options, responses, stream chunks, tool
 specs) belongs to the base every part speaks. May import the base only.
@@ -23,6 +24,7 @@ from .contract import (
     UsageChunk,
 )
 from .openai import OpenAIModel
+from .openai_responses import OpenAIResponsesModel
 
 __all__ = [
     "AnthropicModel",
@@ -34,6 +36,7 @@ __all__ = [
     "ModelOptions",
     "ModelResponse",
     "OpenAIModel",
+    "OpenAIResponsesModel",
     "ReasoningDelta",
     "ReasoningOptions",
     "ResponseSchema",

@@ -1,5 +1,5 @@
-"""Provider simulator: a local HTTP server speaking the OpenAI Chat Completions and
-Anthropic Messages wires, scripted replies, latency, rate caps and faults.
+"""Provider simulator: a local HTTP server speaking the OpenAI Chat Completions, OpenAI
+Responses and Anthropic Messages wires, scripted replies, latency, rate caps and faults.
 
 It plays the provider, so it stands alone: it imports nothing else of raygent.
 """

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Api = Literal["openai", "anthropic"]
+Api = Literal["openai", "openai_responses", "anthropic"]
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "pause_turn"]
 FaultKind = Literal[
     "status",
@@ -48,7 +48,8 @@ class Fault(_Model):
     first sends ``after_chunks`` SSE events). ``truncate``: cut the connection after
     ``after_chunks`` SSE events (non-stream: half the body). ``malformed_tool_args``:
     make each tool call's argument JSON invalid. ``not_json``: 200 with an HTML body.
-    ``empty_choices``: OpenAI ``choices: []`` (Anthropic ``content: []``).
+    ``empty_choices``: OpenAI ``choices: []`` (Anthropic ``content: []``, Responses
+    ``output: []``).
     ``context_exceeded``: the provider's 400 context-length error. ``refusal``: turn the
     reply into a refusal (``message`` is its text). ``stream_error``: a 200 stream that
     sends ``after_chunks`` events, then the provider's error event (a request that is
@@ -71,7 +72,7 @@ class Fault(_Model):
 
 class ToolCallReply(_Model):
     """A scripted tool call. A ``str`` ``arguments`` is sent verbatim (malformed JSON
-    included); an absent ``id`` becomes ``call_<n>`` (OpenAI) or ``toolu_<n>``
+    included); an absent ``id`` becomes ``call_<n>`` (OpenAI, both wires) or ``toolu_<n>``
     (Anthropic), ``n`` counting the tool calls of the conversation so far from 1."""
 
     name: str
@@ -104,7 +105,8 @@ class UsageOverride(_Model):
 
 class Reply(_Model):
     """What the simulated model answers. Parts are emitted in the order thinking,
-    text (or ``json``), tool calls."""
+    text (or ``json``), tool calls. On the Responses wire ``thinking`` is a reasoning
+    item (its summary; its ``encrypted_content`` when the request includes it)."""
 
     text: str | None = None
     tool_calls: list[ToolCallReply] = Field(default_factory=list)

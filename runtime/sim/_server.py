@@ -19,6 +19,7 @@ from ._config import SimConfig
 from ._openai_wire import OpenAIWire
 from ._plan import plan_reply
 from ._respond import Exchange, fault_body, respond_plan, verbatim
+from ._responses_wire import ResponsesWire
 from ._rules import RuleBook
 from ._script import Fault, Reply, Script
 from ._stats import RecordedRequest, StatsRecorder, redact_headers
@@ -27,6 +28,7 @@ from ._types import ParsedRequest, Wire, WireError
 
 OPENAI = OpenAIWire()
 ANTHROPIC = AnthropicWire()
+RESPONSES = ResponsesWire()
 # Requests carrying long prompts or base64 media must not hit aiohttp's 1 MiB default.
 _MAX_BODY = 64 * 1024 * 1024
 _NOT_JSON = (
@@ -61,6 +63,7 @@ class SimCore:
         self._closing = False
         app = web.Application(client_max_size=_MAX_BODY)
         app.router.add_post("/v1/chat/completions", self._handler(OPENAI, self._chat))
+        app.router.add_post("/v1/responses", self._handler(RESPONSES, self._chat))
         app.router.add_post("/v1/messages", self._handler(ANTHROPIC, self._chat))
         app.router.add_post("/v1/messages/count_tokens", self._handler(ANTHROPIC, self._count))
         app.router.add_get("/sim/stats", self._stats_endpoint)
@@ -294,7 +297,7 @@ def _parse_for_count(body: object) -> ParsedRequest:
 
 
 def _invalid_json(wire: Wire) -> str:
-    if wire.api == "openai":
+    if wire.api != "anthropic":
         return (
             "We could not parse the JSON body of your request. (HINT: This likely means you "
             "aren't using your HTTP library correctly. The OpenAI API expects a JSON payload.)"

@@ -46,6 +46,8 @@ class ParsedRequest:
     cache_writes: list[bytes] = field(default_factory=list)
     cache_breakpoint_tokens: int = 0
     cache_ttl_1h: bool = False
+    # Responses: reasoning items carry their encrypted content (``include``).
+    encrypted_reasoning: bool = False
 
 
 @dataclass(slots=True)

@@ -73,10 +73,11 @@ async def test_text_reply(provider: str) -> None:
     assert reply.text == "It is sunny in Paris today."
     assert reply.finish_reason == "stop"
     assert reply.tool_calls == []
-    assert reply.provider == provider and reply.response_id
+    assert reply.provider == model.provider and reply.response_id
+    assert model.provider == provider.removesuffix("_responses")
     assert reply.usage.requests == 1
     assert reply.usage.input_tokens > 0 and reply.usage.output_tokens > 0
-    assert reply.usage.input_includes_cache is (provider == "openai")
+    assert reply.usage.input_includes_cache is (provider != "anthropic")
     assert total_cost(reply.usage) == pytest.approx(
         (reply.usage.total_input_tokens * 1.0 + reply.usage.output_tokens * 2.0) / 1e6
     )
@@ -163,13 +164,19 @@ async def test_options_the_model_cannot_use_are_not_sent(provider: str) -> None:
 
 async def test_provider_options_reach_only_their_adapter(provider: str) -> None:
     options = ModelOptions(
-        provider_options={"openai": {"user": "u-1"}, "anthropic": {"metadata": {"user_id": "u-2"}}}
+        provider_options={
+            "openai": {"user": "u-1"},
+            "openai_responses": {"safety_identifier": "u-3"},
+            "anthropic": {"metadata": {"user_id": "u-2"}},
+        }
     )
     async with serve(SCRIPT) as sim:
         await make_model(provider, sim).complete([UserMessage(content="weather")], options)
         body = sim.requests[-1].body
     if provider == "openai":
         assert body["user"] == "u-1" and "metadata" not in body
+    elif provider == "openai_responses":
+        assert body["safety_identifier"] == "u-3" and "user" not in body and "metadata" not in body
     else:
         assert body["metadata"] == {"user_id": "u-2"} and "user" not in body
 

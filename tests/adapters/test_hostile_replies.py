@@ -29,6 +29,21 @@ OK_OPENAI = {
         {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
     ],
 }
+OK_RESPONSES = {
+    "id": "resp_x",
+    "object": "response",
+    "status": "completed",
+    "model": "m",
+    "output": [
+        {
+            "type": "message",
+            "id": "msg_x",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "hi", "annotations": []}],
+        }
+    ],
+}
+OK = {"openai": OK_OPENAI, "openai_responses": OK_RESPONSES}
 OK_ANTHROPIC = {
     "id": "msg_x",
     "type": "message",
@@ -83,7 +98,7 @@ def with_extra_fields(body: dict[str, Any]) -> dict[str, Any]:
 
 async def test_unknown_fields_are_ignored(raw: Any, provider: str) -> None:
     server, urls = raw
-    server.reply(with_extra_fields(OK_OPENAI if provider == "openai" else OK_ANTHROPIC))
+    server.reply(with_extra_fields(OK.get(provider, OK_ANTHROPIC)))
     reply = await make_model(provider, urls).complete(HELLO)
     assert reply.text == "hi" and reply.finish_reason == "stop"
 
@@ -126,6 +141,13 @@ STREAMS = {
         "garbage": b"data: {not json\n\n",
         "error-event": b'data: {"error": {"message": "overloaded"}}\n\n',
     },
+    "openai_responses": {
+        "no-done": b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+        b'"delta":"hi","output_index":0,"content_index":0,"item_id":"m","sequence_number":0}\n\n',
+        "garbage": b"event: response.created\ndata: {not json\n\n",
+        "error-event": b'event: error\ndata: {"type":"error","code":"server_error",'
+        b'"message":"overloaded","sequence_number":1}\n\n',
+    },
     "anthropic": {
         "no-done": b'event: message_start\ndata: {"type":"message_start","message":'
         b'{"id":"m","model":"x","usage":{"input_tokens":1}}}\n\n',
@@ -153,8 +175,28 @@ async def test_a_huge_reply_is_read_whole(raw: Any, provider: str) -> None:
     text = "x" * 2_000_000
     if provider == "openai":
         body = {**OK_OPENAI, "choices": [{**OK_OPENAI["choices"][0], "message": {"content": text}}]}
+    elif provider == "openai_responses":
+        part = {"type": "output_text", "text": text, "annotations": []}
+        body = {**OK_RESPONSES, "output": [{**OK_RESPONSES["output"][0], "content": [part]}]}
     else:
         body = {**OK_ANTHROPIC, "content": [{"type": "text", "text": text}]}
     server.reply(body)
     reply = await make_model(provider, urls).complete(HELLO)
     assert len(reply.text) == 2_000_000
+
+
+async def test_a_responses_stream_without_event_lines_is_read(raw: Any) -> None:
+    """Event names are optional in SSE: a compatible server that sends data lines only
+    gets every event parsed (none skipped by name)."""
+    server, urls = raw
+    delta = {"type": "response.output_text.delta", "delta": "hi", "output_index": 0}
+    done = {"type": "response.completed", "response": OK_RESPONSES}
+    created = {"type": "response.created", "response": {**OK_RESPONSES, "output": []}}
+    events = [created, delta, done]
+    server.reply(
+        b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events),
+        content_type="text/event-stream",
+    )
+    chunks = [c async for c in make_model("openai_responses", urls).stream(HELLO)]
+    assert [c.type for c in chunks] == ["text", "usage", "done"]
+    assert isinstance(chunks[-1], Done) and chunks[-1].response.text == "hi"

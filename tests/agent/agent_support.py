@@ -16,6 +16,7 @@ from raygent import (
     ModelOptions,
     ModelResponse,
     OpenAIModel,
+    OpenAIResponsesModel,
     tool,
 )
 from raygent.messages import AssistantMessage, Message, ToolMessage
@@ -123,6 +124,8 @@ def make_model(provider: str, sim: Simulator, **kwargs: Any) -> HTTPModel:
     kwargs.setdefault("api_key", KEY)
     if provider == "openai":
         return OpenAIModel("sim-gpt", base_url=sim.openai_base_url, **kwargs)
+    if provider == "openai_responses":
+        return OpenAIResponsesModel("sim-gpt", base_url=sim.openai_base_url, **kwargs)
     return AnthropicModel("sim-claude", base_url=sim.anthropic_base_url, **kwargs)
 
 

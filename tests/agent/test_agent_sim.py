@@ -14,7 +14,7 @@ from raygent.observe.events import Event
 from raygent.sim import Fault, Match, Reply, Rule, ToolCallReply, serve
 from raygent.sim._plan import thinking_signature
 
-PROVIDERS = ["openai", "anthropic"]
+PROVIDERS = ["openai", "openai_responses", "anthropic"]
 PRICING = Pricing(input_per_mtok=1.0, output_per_mtok=2.0, cached_input_per_mtok=0.5)
 
 
@@ -215,7 +215,10 @@ def _hang_script(after_chunks: int) -> list[Rule]:
 @pytest.mark.parametrize("provider", PROVIDERS)
 @pytest.mark.parametrize("mode", ["execute", "stream"])
 async def test_an_abort_mid_trip_closes_the_http_request(provider: str, mode: str) -> None:
-    async with serve(_hang_script(after_chunks=4)) as sim:
+    # Responses opens with four events (created, in_progress, item and part added)
+    # before its first text delta.
+    after = 6 if provider == "openai_responses" else 4
+    async with serve(_hang_script(after_chunks=after)) as sim:
         controller = AbortController()
         bot = raygent.agent(model=make_model(provider, sim))
         streaming = asyncio.Event()

@@ -11,6 +11,7 @@ import time
 import pytest
 import ray
 from ray_support import (
+    KEY,
     NAMESPACE,
     Runner,
     backend,
@@ -45,6 +46,28 @@ async def test_the_bound_holds_across_the_cluster() -> None:
     assert [r["status"] for r in results] == ["completed"] * runners * per_runner
     assert stats.requests == runners * per_runner
     assert stats.peak_in_flight == bound  # reached, never passed
+
+
+async def test_a_responses_model_shares_the_bound_of_its_endpoint() -> None:
+    """OpenAIResponsesModel goes through the gateways as OpenAIModel does: the two on one
+    base URL and key are one endpoint, one bound; a 429 is retried there."""
+    bound = 6
+    busy = Reply(fault=Fault(kind="status", status=429, retry_after=0.1))
+    script = [Rule(match=Match(last_user="busy"), reply=busy, times=2)]
+    async with serve(script, latency=Latency(fixed_ms=300)) as sim:
+        chat = sim_model(sim, max_concurrency=bound)
+        responses = raygent.OpenAIResponsesModel(
+            "sim-gpt-r", base_url=sim.openai_base_url, api_key=KEY, max_concurrency=bound
+        )
+        bots = [raygent.agent(model=m, backend=backend()) for m in (chat, responses)]
+        runs = [bot.execute(f"q{i}") for i in range(12) for bot in bots]
+        results = await asyncio.gather(*runs, bots[1].execute("busy"))
+        stats = sim.stats()
+    assert [summary(r)["status"] for r in results] == ["completed"] * 25
+    assert stats.by_api == {"openai": 12, "openai_responses": 15}
+    assert stats.peak_in_flight == bound  # one bound for both, reached, never passed
+    retried = results[-1].report.trips[0].attempts
+    assert [(a["status"], a["ok"]) for a in retried] == [(429, False), (429, False), (None, True)]
 
 
 async def test_a_429_storm_slows_everyone_and_fails_no_one() -> None:

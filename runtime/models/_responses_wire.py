@@ -1,0 +1,210 @@
+"""The OpenAI Responses wire format: request bodies, replies, usage."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..messages import (
+    AssistantMessage,
+    ContentPart,
+    ImagePart,
+    Message,
+    ProviderBlock,
+    SystemMessage,
+    TextPart,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from ..usage import Usage
+from ._media import image_url, require_vision
+from .contract import Capabilities, FinishReason, ModelOptions, ToolSpec
+
+PROVIDER = "openai"
+# The key of `ModelOptions.provider_options` this adapter merges into its bodies (not
+# "openai": Chat Completions fields would be refused here).
+OPTIONS_KEY = "openai_responses"
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+_INCOMPLETE: dict[str | None, FinishReason] = {
+    "max_output_tokens": "length",
+    "content_filter": "refusal",
+}
+
+
+def request_body(
+    model: str,
+    messages: Sequence[Message],
+    options: ModelOptions,
+    capabilities: Capabilities,
+    *,
+    stream: bool,
+    store: bool,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "input": [item for m in messages for item in _items(m, capabilities)],
+        "store": store,
+    }
+    if options.temperature is not None and capabilities.temperature:
+        body["temperature"] = options.temperature
+    if options.max_tokens is not None:
+        body["max_output_tokens"] = options.max_tokens
+    if options.tools and capabilities.tools:
+        body["tools"] = [_tool(t) for t in options.tools]
+        if options.tool_choice is not None:
+            body["tool_choice"] = options.tool_choice
+    if options.response_schema is not None and capabilities.structured_output:
+        schema = options.response_schema
+        body["text"] = {
+            "format": {
+                "type": "json_schema",
+                "name": schema.name,
+                "schema": schema.json_schema,
+                "strict": schema.strict,
+            }
+        }
+    if capabilities.reasoning:
+        if options.reasoning is not None:
+            reasoning: dict[str, Any] = {"summary": "auto"}
+            if options.reasoning.effort:
+                reasoning["effort"] = options.reasoning.effort
+            body["reasoning"] = reasoning
+        if not store:
+            # Nothing is kept server-side: the reasoning comes back encrypted, to be
+            # replayed verbatim on the next trip.
+            body["include"] = [ENCRYPTED_REASONING]
+    if stream:
+        body["stream"] = True
+    body.update(options.provider_options.get(OPTIONS_KEY, {}))
+    return body
+
+
+def _tool(spec: ToolSpec) -> dict[str, Any]:
+    # The Responses API makes a function strict unless told; Chat Completions does not.
+    # An unset `strict` keeps the Chat Completions meaning.
+    tool: dict[str, Any] = {
+        "type": "function",
+        "name": spec.name,
+        "parameters": spec.parameters,
+        "strict": bool(spec.strict),
+    }
+    if spec.description:
+        tool["description"] = spec.description
+    return tool
+
+
+def _items(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]:
+    if isinstance(message, SystemMessage):
+        return [{"role": "system", "content": message.text}]
+    if isinstance(message, UserMessage):
+        return [{"role": "user", "content": _user_content(message.content, capabilities)}]
+    if isinstance(message, ToolMessage):
+        output = {"type": "function_call_output", "call_id": message.call_id}
+        return [{**output, "output": message.text}]
+    return _assistant(message)
+
+
+def _user_content(
+    parts: list[ContentPart], capabilities: Capabilities
+) -> str | list[dict[str, Any]]:
+    if all(isinstance(p, TextPart) for p in parts):
+        return "".join(p.text for p in parts if isinstance(p, TextPart))
+    out: list[dict[str, Any]] = []
+    for part in parts:
+        if isinstance(part, TextPart):
+            out.append({"type": "input_text", "text": part.text})
+        elif isinstance(part, ImagePart):
+            require_vision(capabilities)
+            out.append({"type": "input_image", "image_url": image_url(part), "detail": "auto"})
+    return out
+
+
+def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
+    """Reasoning items verbatim (encrypted content and all), the text, the calls. Other
+    providers' blocks (Anthropic thinking) cannot be replayed here: dropped."""
+    items: list[dict[str, Any]] = []
+    for part in message.content:
+        if isinstance(part, ProviderBlock) and part.provider == PROVIDER:
+            items.append(dict(part.data))
+    if message.text:
+        items.append({"role": "assistant", "content": message.text})
+    items.extend(
+        {
+            "type": "function_call",
+            "call_id": call.call_id,
+            "name": call.name,
+            "arguments": call.arguments_text or "{}",
+        }
+        for call in message.tool_calls
+    )
+    return items
+
+
+def usage_from(raw: Any) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage(requests=1)
+    given = raw.get("input_tokens_details") or {}
+    made = raw.get("output_tokens_details") or {}
+    return Usage(
+        requests=1,
+        input_tokens=int(raw.get("input_tokens") or 0),
+        output_tokens=int(raw.get("output_tokens") or 0),
+        cached_tokens=int(given.get("cached_tokens") or 0),
+        cache_write_tokens=int(given.get("cache_write_tokens") or 0),
+        reasoning_tokens=int(made.get("reasoning_tokens") or 0),
+        input_includes_cache=True,
+    )
+
+
+@dataclass
+class ParsedReply:
+    content: list[ContentPart]
+    tool_calls: list[ToolCall]
+    finish_reason: FinishReason
+    refusal: str | None
+    usage: Usage
+
+
+def parse_response(data: dict[str, Any]) -> ParsedReply:
+    """A response object (the body of a non-streamed reply, or what `response.completed`
+    carries); KeyError/TypeError on a malformed one."""
+    content: list[ContentPart] = []
+    calls: list[ToolCall] = []
+    text: list[str] = []
+    refusal: list[str] = []
+    for item in data["output"]:
+        kind = item["type"]
+        if kind == "message":
+            for part in item["content"]:
+                if part["type"] == "output_text":
+                    text.append(part["text"])
+                elif part["type"] == "refusal":
+                    refusal.append(part["refusal"])
+        elif kind == "function_call":
+            calls.append(ToolCall.parse(item["call_id"], item["name"], item["arguments"] or ""))
+        else:  # reasoning, and any item kind we do not read: kept for replay
+            content.append(ProviderBlock(provider=PROVIDER, kind=kind, data=item))
+    if text:
+        content.append(TextPart(text="".join(text)))
+    refused = "".join(refusal) or None
+    return ParsedReply(
+        content=content,
+        tool_calls=calls,
+        finish_reason=_finish(data, refused, bool(calls)),
+        refusal=refused,
+        usage=usage_from(data.get("usage")),
+    )
+
+
+def _finish(data: dict[str, Any], refusal: str | None, has_calls: bool) -> FinishReason:
+    status = data.get("status")
+    if status == "incomplete":
+        reason = (data.get("incomplete_details") or {}).get("reason")
+        return _INCOMPLETE.get(reason, "error")
+    if refusal:
+        return "refusal"
+    if status not in (None, "completed"):
+        return "error"
+    return "tool_calls" if has_calls else "stop"

@@ -1,0 +1,194 @@
+"""The OpenAI Responses API (`/v1/responses`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+import pydantic_core
+from typing_extensions import Unpack
+
+from .._message_input import MessageLike, given_messages
+from ..abort import AbortSignal
+from ..errors import ProviderError
+from . import _responses_wire as wire
+from ._http import HTTPModel, ModelSettings
+from .contract import (
+    Capabilities,
+    Done,
+    ModelOptions,
+    ModelResponse,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+    UsageChunk,
+)
+from .openai import OpenAIModel
+
+__all__ = ["OpenAIResponsesModel"]
+
+_NO_OPTIONS = ModelOptions()
+_FINAL_EVENTS = ("response.completed", "response.incomplete")
+# Events whose content the final response object carries too: named by their SSE
+# `event:` line, they are not parsed at all (a reply streams ~10 events, most of these).
+_SKIPPED = frozenset(
+    {
+        "response.created",
+        "response.in_progress",
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.output_text.done",
+        "response.output_item.done",
+        "response.refusal.delta",
+        "response.refusal.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_part.done",
+        "response.reasoning_summary_text.done",
+        "response.function_call_arguments.done",
+    }
+)
+
+
+@dataclass
+class _Stream:
+    calls: dict[int, tuple[str, str]] = field(default_factory=dict)  # output index: id, name
+    final: dict[str, Any] | None = None
+
+
+class OpenAIResponsesModel(HTTPModel):
+    """A model over the OpenAI Responses API.
+
+    `base_url` is what the official SDK takes (ends in `/v1`); the key comes from
+    `api_key` or `OPENAI_API_KEY`. With `store=False` (the default) nothing is kept by
+    OpenAI: a reasoning model's reasoning comes back encrypted
+    (`include=["reasoning.encrypted_content"]`) as opaque provider blocks, replayed
+    verbatim on the next trip. Capabilities are inferred from the name as for
+    `OpenAIModel`. `ModelOptions.provider_options["openai_responses"]` is merged into
+    the request body.
+    """
+
+    provider = "openai"
+    env_key = "OPENAI_API_KEY"
+    default_base_url = "https://api.openai.com/v1"
+
+    def __init__(
+        self, name: str, *, store: bool = False, **settings: Unpack[ModelSettings]
+    ) -> None:
+        super().__init__(name, **settings)
+        self.store = store
+
+    @classmethod
+    def default_capabilities(cls, name: str) -> Capabilities:
+        return OpenAIModel.default_capabilities(name)
+
+    def _auth_headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    def request_body(
+        self, messages: Sequence[MessageLike], options: ModelOptions | None, *, stream: bool
+    ) -> dict[str, Any]:
+        """The JSON body this adapter sends (public so tests can check it against the SDK)."""
+        return wire.request_body(
+            self.name,
+            given_messages(messages),
+            options or _NO_OPTIONS,
+            self.capabilities,
+            stream=stream,
+            store=self.store,
+        )
+
+    async def complete(
+        self,
+        messages: Sequence[MessageLike],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> ModelResponse:
+        body = self.request_body(messages, options, stream=False)
+        data, response = await self._post_json("/responses", body, signal)
+        if data.get("status") == "failed":
+            raise self._failed(data)
+        try:
+            return self._response(data)
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raw = json.dumps(data).encode()
+            raise self._bad_reply(response, "malformed response", raw) from None
+
+    def _response(self, data: dict[str, Any]) -> ModelResponse:
+        reply = wire.parse_response(data)
+        return ModelResponse(
+            content=reply.content,
+            tool_calls=reply.tool_calls,
+            finish_reason=reply.finish_reason,
+            usage=self._priced(reply.usage),
+            response_id=data.get("id"),
+            model=data.get("model"),
+            provider=self.provider,
+            refusal=reply.refusal,
+        )
+
+    def _failed(self, data: dict[str, Any]) -> ProviderError:
+        error = data.get("error")
+        return self._stream_error({"error": error if isinstance(error, dict) else {}})
+
+    async def stream(
+        self,
+        messages: Sequence[MessageLike],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        body = self.request_body(messages, options, stream=True)
+        state = _Stream()
+        async with (
+            self._post("/responses", body, signal) as response,
+            aclosing(self._events(response, signal)) as events,
+        ):
+            async for event in events:
+                if event.event in _SKIPPED:
+                    continue
+                try:
+                    data = pydantic_core.from_json(event.data) if event.data else {}
+                    outs = self._feed(state, data.get("type") or event.event or "", data)
+                except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                    raise self._bad_reply(
+                        response, "malformed stream event", event.data.encode()
+                    ) from None
+                for out in outs:
+                    yield out
+                if state.final is not None:
+                    break
+        if state.final is None:
+            raise self._bad_reply(None, "the stream ended before the reply was complete")
+        try:
+            done = self._response(state.final)
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise self._bad_reply(None, "malformed response in the stream") from None
+        yield UsageChunk(done.usage)
+        yield Done(done)
+
+    def _feed(self, state: _Stream, kind: str, data: dict[str, Any]) -> list[StreamChunk]:
+        if kind == "response.output_text.delta":
+            return [TextDelta(data["delta"])]
+        if kind == "response.function_call_arguments.delta":
+            index = data["output_index"]
+            call_id, name = state.calls[index]
+            return [ToolCallDelta(index, call_id, name, data["delta"])]
+        if kind == "response.reasoning_summary_text.delta":
+            return [ReasoningDelta(data["delta"])]
+        if kind == "response.output_item.added":
+            item = data["item"]
+            if item["type"] == "function_call":
+                state.calls[data["output_index"]] = (item["call_id"], item["name"])
+        elif kind in _FINAL_EVENTS:
+            state.final = data["response"]
+        elif kind == "response.failed":
+            raise self._failed(data["response"])
+        elif kind == "error":
+            error = data.get("error") if isinstance(data.get("error"), dict) else data
+            raise self._stream_error({"error": error})
+        return []
