@@ -52,21 +52,48 @@ async def test_an_agent_batch_runs_on_runners_within_the_provider_bound() -> Non
     assert stats.peak_in_flight <= 6  # the gateway's bound, across both runners
 
 
-async def test_items_run_in_runner_processes_and_come_back_in_order() -> None:
-    ray_back = backend()
+def _once_both_runners_began(started: Path) -> Any:
+    """`pid_of_work`, but each item first waits (bounded) until two processes have begun
+    items: a runner kept warm by an earlier batch cannot take them all while the other
+    one is still starting (a condition polled off the runner's loop, not a sleep)."""
 
     async def where(item: int) -> dict[str, int]:
+        with started.open("a") as f:
+            f.write(f"{os.getpid()}\n")
+
+        def both_began() -> None:
+            import time
+
+            deadline = time.monotonic() + 30
+            while len(set(started.read_text().split())) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+
+        await asyncio.to_thread(both_began)
         return await pid_of_work(item)
 
-    agentless = _on(ray_back, where)
-    result = await batch(agentless, range(30), concurrency=6, runners=2)
+    return where
+
+
+async def test_items_run_in_runner_processes_and_come_back_in_order(tmp_path: Path) -> None:
+    ray_back = backend()
+    result = await batch(
+        _on(ray_back, _once_both_runners_began(tmp_path / "first")),
+        range(30),
+        concurrency=6,
+        runners=2,
+    )
     assert result.ok
     assert [row["item"] for row in result.data] == list(range(30))
     pids = {row["pid"] for row in result.data}
     assert os.getpid() not in pids and len(pids) == 2
     assert len(runner_names()) >= 2
     # The runners stay up for the driver's next batch, which reuses them.
-    again = await batch(agentless, range(10), concurrency=6, runners=2)
+    again = await batch(
+        _on(ray_back, _once_both_runners_began(tmp_path / "again")),
+        range(10),
+        concurrency=6,
+        runners=2,
+    )
     assert {row["pid"] for row in again.data} == pids
 
 
