@@ -43,6 +43,8 @@ class FlowHeader(BaseModel):
 class FlowEntry(BaseModel):
     model_config = ConfigDict(extra="ignore")
     step: StepReport
+    # The other steps settled with it (a supervisor's iteration: its intents).
+    more_steps: list[StepReport] = Field(default_factory=list)
     output: Any = None
     # The step to run next (None: the flow's end), and the flow's own counters.
     next: str | None = None

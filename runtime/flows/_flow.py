@@ -11,11 +11,13 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ValidationError
 
 from .._sync import run_sync
+from ..agents.durable import Durable
 from ..errors import AbortedError, InvalidOptionsError, RaygentError, StepFailedError
 from ..observe.events import Event, EventHandler, Handlers, handler_list
 from ..observe.observers import Observe
 from ..observe.report import FlowResult
 from ..tools import Tool
+from ._durable import FlowEntry, FlowHeader, FlowJournal
 from ._run import FlowRun
 
 __all__ = ["Flow"]
@@ -43,6 +45,7 @@ class Flow(ABC):
             if model is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
                 raise TypeError(f"{label}= takes a pydantic model class, not {model!r}")
         self.name = name
+        self.durable: Durable | None = None  # a durable flow sets it
         self.version = version
         self.input_model = input_model
         self.output_model = output_model
@@ -74,6 +77,58 @@ class Flow(ABC):
         """Run once, yielding typed events (the flow's and every nested run's, each with
         its own run_id and the root_run_id); `await stream.result` gives the result."""
         return FlowStream(self, input, options)
+
+    # -- durable runs (see raygent.flows._flow_durable) --------------------------------
+
+    async def resume(
+        self, run_id: str, *, force: bool = False, approvals: Any = None, **options: Any
+    ) -> FlowResult:
+        """Go on with a durable run from what it last settled; never raises. What settled
+        is not run again (its outputs come back from the store: validated by a step's
+        `output=` model, else their JSON values), what had not settled runs again, usage
+        counts each settled run once. A completed run gives its result again
+        (`report.resumes[-1].already_resolved`). A flow whose signature changed (its
+        steps or intents, `version`, bounds, input/output models) gets a failed result
+        with `DriftError` and nothing changes; `force=True` goes on."""
+        from ._flow_durable import resumer
+
+        run = self._new_run({**options, "run_id": run_id}, None)
+        return await self._run(run, None, resumer(self, run_id, force, approvals, options))
+
+    def stream_resume(self, run_id: str, *, force: bool = False, **options: Any) -> FlowStream:
+        """`resume`, yielding the events as `stream` does."""
+        from ._flow_durable import resumer
+
+        body = resumer(self, run_id, force, None, options)
+        return FlowStream(self, None, {**options, "run_id": run_id}, body)
+
+    async def is_stored(self, run_id: str, **options: Any) -> bool:
+        """Whether a durable run is stored under `run_id` on this flow's store."""
+        from ._flow_durable import is_stored
+
+        return await is_stored(self, run_id, **options)
+
+    async def abandon(self, run_id: str, reason: str = "abandoned", **options: Any) -> None:
+        """End a stored run as cancelled; a later resume gives that result."""
+        from ._flow_durable import abandon
+
+        await abandon(self, run_id, reason, **options)
+
+    def durable_signature(self) -> dict[str, Any]:
+        """What a resume must find unchanged (a durable flow gives it)."""
+        raise InvalidOptionsError(f"a {self.kind} cannot be durable")
+
+    async def continue_from(
+        self,
+        run: FlowRun,
+        header: FlowHeader,
+        entries: list[FlowEntry],
+        journal: FlowJournal,
+        drift: list[str],
+        force: bool,
+    ) -> FlowResult:
+        """Go on from the settled `entries` (a durable flow gives it)."""
+        raise InvalidOptionsError(f"a {self.kind} cannot be durable")
 
     def as_tool(self, name: str | None = None, description: str | None = None) -> Tool[..., Any]:
         """This flow as a tool (what `tools=[flow]` does): its input model is the tool's

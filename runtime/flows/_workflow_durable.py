@@ -1,23 +1,18 @@
-"""Durable workflows: `durable=raygent.Durable(store)` on a workflow (or per call) writes
-its state after every settled step, so `workflow.resume(run_id)` goes on in another
-process after a crash without running the settled steps (or the runs they made) again.
-
-The steps' own runs are not durable apart: a step that had not settled when the process
-died runs again from its start (a retry of the step, not a new run of the workflow).
+"""What a durable workflow writes (an entry per settled step: its report, its output,
+the step to run next, the counters) and how a resume goes on from the entries (see
+`_flow_durable` for the rest). A step that had not settled runs again from its start (a
+retry of the step, not a new run of the workflow).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..agents.durable import Durable
-from ..errors import AbortedError, InvalidOptionsError, RaygentError
+from ..errors import InvalidOptionsError
 from ..observe.report import FlowResult, FlowResume, StepReport
-from ..usage import Usage
-from ._durable import FlowEntry, FlowHeader, FlowJournal, FlowOutcome, scope_of
+from ._durable import FlowEntry, FlowHeader, FlowJournal
 from ._run import FlowRun, now
 from ._values import validated
 
@@ -26,13 +21,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Cursor",
-    "abandon",
-    "completed",
-    "is_stored",
-    "resumer",
+    "go_on",
     "settled",
     "signature_of",
-    "start_journal",
 ]
 
 
@@ -63,36 +54,6 @@ def signature_of(flow: Workflow) -> dict[str, Any]:
 # -- writing ----------------------------------------------------------------------
 
 
-def durable_for(flow: Workflow, run: FlowRun, options: dict[str, Any]) -> Durable | None:
-    if run.info.parent_run_id is not None:
-        return None  # a nested workflow is a step of its parent's: it re-runs whole
-    durable = options.get("durable", flow.durable)
-    if durable is not None and not isinstance(durable, Durable):
-        raise TypeError("durable= takes raygent.Durable(store=...)")
-    return durable
-
-
-async def start_journal(
-    flow: Workflow, run: FlowRun, input: Any, options: dict[str, Any]
-) -> FlowJournal | None:
-    durable = durable_for(flow, run, options)
-    if durable is None:
-        return None
-    journal = FlowJournal(durable, scope_of(run.info.run_id, options))
-    await journal.start(
-        FlowHeader(
-            kind=flow.kind,
-            name=flow.name,
-            signature=signature_of(flow),
-            run_id=run.info.run_id,
-            root_run_id=run.info.root_run_id,
-            started_at=run.report.started_at,
-            input=input,
-        )
-    )
-    return journal
-
-
 async def settled(
     flow: Workflow,
     journal: FlowJournal,
@@ -113,71 +74,7 @@ async def settled(
     )
 
 
-async def completed(flow: Workflow, journal: FlowJournal, result: FlowResult) -> None:
-    await journal.finish(
-        FlowOutcome(
-            report=result.report,
-            data=result.data,
-            text=result.text,
-            outputs=result.outputs,
-            usage=result.usage,
-        )
-    )
-
-
 # -- resuming ---------------------------------------------------------------------
-
-
-def resumer(
-    flow: Workflow, run_id: str, force: bool, approvals: Any, options: dict[str, Any]
-) -> Callable[[FlowRun], Awaitable[FlowResult]]:
-    async def body(run: FlowRun) -> FlowResult:
-        if approvals:
-            raise InvalidOptionsError("a workflow's resume takes no approvals")
-        durable = durable_for(flow, run, options)
-        if durable is None:
-            raise InvalidOptionsError(
-                f"workflow {flow.name!r} is not durable: give durable=raygent.Durable(...)"
-            )
-        current = signature_of(flow)
-        restored = await FlowJournal.restore(
-            durable, scope_of(run_id, options), current, force=force
-        )
-        stored = restored.header.signature
-        drift = sorted(k for k in set(stored) | set(current) if stored.get(k) != current.get(k))
-        if restored.outcome is not None:
-            return await resolved(flow, run, restored.outcome, drift, force)
-        return await go_on(
-            flow, run, restored.header, restored.entries, restored.journal, drift, force
-        )
-
-    return body
-
-
-async def resolved(
-    flow: Workflow, run: FlowRun, outcome: FlowOutcome, drift: list[str], force: bool
-) -> FlowResult:
-    report = outcome.report.model_copy(deep=True)
-    report.resumes.append(
-        FlowResume(
-            at=now(),
-            settled_steps=len(report.steps),
-            forced=force and bool(drift),
-            drift=drift,
-            already_resolved=True,
-        )
-    )
-    run.report, run.usage = report, outcome.usage
-    error: RaygentError | None = None
-    if report.status != "completed":
-        message = str((report.error or {}).get("message") or report.status)
-        error = AbortedError(message) if report.status == "cancelled" else RaygentError(message)
-    data = outcome.data
-    if flow.output_model is not None and data is not None and error is None:
-        data = validated(data, flow.output_model, None)
-    return await run.finish(
-        data=data, text=outcome.text, outputs=outcome.outputs, error=error, status=report.status
-    )
 
 
 async def go_on(
@@ -219,7 +116,7 @@ async def go_on(
     run.report.resumes.append(
         FlowResume(
             at=now(),
-            settled_steps=len(entries),
+            settled_steps=len(run.report.steps),
             from_step=from_step,
             forced=force and bool(drift),
             drift=drift,
@@ -228,50 +125,6 @@ async def go_on(
     if run.report.resumed_from_step is None:
         run.report.resumed_from_step = from_step
     return await flow._drive(run, state, cursor, journal)
-
-
-# -- the store's questions ----------------------------------------------------------
-
-
-async def is_stored(flow: Workflow, run_id: str, **options: Any) -> bool:
-    """Whether a durable run is stored under `run_id` (on this workflow's store)."""
-    durable = options.get("durable", flow.durable)
-    if durable is None:
-        return False
-    return await durable.store.load_run(scope_of(run_id, options)) is not None
-
-
-async def abandon(flow: Workflow, run_id: str, reason: str = "abandoned", **options: Any) -> None:
-    """End a stored run as cancelled: a later resume gives that result."""
-    durable = options.get("durable", flow.durable)
-    if durable is None:
-        raise InvalidOptionsError(f"workflow {flow.name!r} is not durable")
-    scope = scope_of(run_id, options)
-    record = await durable.store.load_run(scope)
-    if record is None or record.outcome is not None:
-        return
-    epoch = await durable.store.claim_run(scope, record.epoch)
-    entries = [FlowEntry.model_validate_json(e) for e in record.entries]
-    header = FlowHeader.model_validate_json(record.header)
-    from ..observe.report import FlowReport
-
-    ended = now()
-    report = FlowReport(
-        kind=flow.kind,
-        run_id=header.run_id,
-        root_run_id=header.root_run_id,
-        name=flow.name,
-        version=flow.version,
-        status="cancelled",
-        started_at=header.started_at,
-        ended_at=ended,
-        duration=(ended - header.started_at).total_seconds(),
-        steps=[e.step for e in entries],
-        error={"type": "AbortedError", "code": "ABORTED", "message": reason},
-    )
-    usage = entries[-1].usage if entries else Usage()
-    journal = FlowJournal(durable, scope, epoch, len(entries))
-    await journal.finish(FlowOutcome(report=report, usage=usage))
 
 
 def _restored_output(step: Any, value: Any) -> Any:

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
+from ..agents.durable import Durable
 from ..errors import (
     AbortedError,
     MaxIterationsError,
@@ -25,9 +26,12 @@ from ..errors import (
 from ..observe.events import Handlers
 from ..observe.observers import Observe
 from ..observe.report import FlowResult, StepReport
+from ._durable import FlowEntry, FlowHeader, FlowJournal
 from ._flow import Flow, _as_error
+from ._flow_durable import completed, start_journal
 from ._markers import END, _End
 from ._run import FlowRun
+from ._supervisor_durable import iteration_entry, restored_state, signature_of, write
 from ._supervisor_state import (
     END_NAME,
     Iteration,
@@ -70,7 +74,10 @@ class Supervisor(Flow):
         description: str | None,
         on: Handlers | None,
         observe: Observe,
+        durable: Durable | None = None,
     ) -> None:
+        if durable is not None and not isinstance(durable, Durable):
+            raise TypeError("durable= takes raygent.Durable(store=...)")
         super().__init__(
             name=name,
             version=version,
@@ -80,6 +87,7 @@ class Supervisor(Flow):
             on=on,
             observe=observe,
         )
+        self.durable = durable
         self.intents = _checked_intents(intents)
         if (route is None) == (router is None):
             raise TypeError("a supervisor takes route= (a function) or router= (an agent)")
@@ -114,24 +122,38 @@ class Supervisor(Flow):
 
     async def _body(self, run: FlowRun, input: Any) -> FlowResult:
         state = SupervisorState(input=input, context=run.context, run_id=run.info.run_id)
+        journal = await start_journal(self, run, input, dict(run.options))
+        return await self._conclude(run, state, journal)
+
+    async def _conclude(
+        self, run: FlowRun, state: SupervisorState, journal: FlowJournal | None
+    ) -> FlowResult:
+        """Iterate from `state.iteration` to the end, and finish the run."""
         try:
-            last = await self._iterate(run, state)
+            last = await self._iterate(run, state, journal)
             data = self._final(last)
         except Exception as exc:  # a RaygentError, or a route or evaluate that raised
             failure = _as_error(exc)
             return await run.finish(data=None, text="", outputs=dict(state.outputs), error=failure)
-        return await run.finish(
+        result = await run.finish(
             data=data,
             text="" if last is None else as_text(_last_output(last)),
             outputs=dict(state.outputs),
             error=None,
         )
+        if journal is not None:
+            await completed(self, journal, result)
+        return result
 
-    async def _iterate(self, run: FlowRun, state: SupervisorState) -> Iteration | None:
-        """Route and run until END (or evaluate ends it); the last iteration run."""
-        for index in range(1, self.max_iterations + 2):
+    async def _iterate(
+        self, run: FlowRun, state: SupervisorState, journal: FlowJournal | None
+    ) -> Iteration | None:
+        """Route and run until END (or evaluate ends it); the last iteration run. A
+        durable run writes each iteration that settled and goes on."""
+        for index in range(state.iteration, self.max_iterations + 2):
             run.check_abort()
             state.iteration = index
+            first_step = len(run.report.steps)
             chosen = await self._route(run, state)
             if isinstance(chosen, _End):
                 return state.last
@@ -157,7 +179,25 @@ class Supervisor(Flow):
                 verdict = await maybe_await(self.evaluate(state, dict(outputs)))
                 if verdict is END or verdict is True:
                     return done
+            await write(journal, iteration_entry(run, first_step, done))
         raise AssertionError("unreachable: the loop ends by END or MaxIterationsError")
+
+    # -- durable runs (see raygent.flows._flow_durable) --------------------------------
+
+    def durable_signature(self) -> dict[str, Any]:
+        return signature_of(self)
+
+    async def continue_from(
+        self,
+        run: FlowRun,
+        header: FlowHeader,
+        entries: list[FlowEntry],
+        journal: FlowJournal,
+        drift: list[str],
+        force: bool,
+    ) -> FlowResult:
+        state = restored_state(self, run, header, entries, drift, force)
+        return await self._conclude(run, state, journal)
 
     async def _route(self, run: FlowRun, state: SupervisorState) -> list[str] | _End:
         step = await run.open_step("route", "route", iteration=state.iteration)
@@ -306,6 +346,8 @@ def _failure(
     details = {} if cause is None else error_dict(cause)
     error = StepFailedError(
         f"{what} failed at iteration {step.iteration}: {message}",
+        # Retryable when its cause is: a batch (or a caller's) retry may try it again.
+        retryable=getattr(cause, "retryable", False) is True,
         step=step.name,
         iteration=step.iteration,
         attempts=step.attempts,
@@ -332,6 +374,7 @@ def supervisor(
     description: str | None = None,
     on: Handlers | None = None,
     observe: Observe = None,
+    durable: Durable | None = None,
 ) -> Supervisor:
     """A supervisor: each iteration routes the input to one intent or several at once
     (run concurrently), until the route says END.
@@ -363,6 +406,9 @@ def supervisor(
     else to go on (evaluate, then route again; the error is on `state.last.errors`, and
     a router agent is shown it), or raises to fail the run. `state` is a
     `SupervisorState`.
+
+    `durable=raygent.Durable(store)` (or per call) writes each iteration that settles;
+    `resume(run_id)` goes on from the next one in any process (see `Flow.resume`).
     """
     return Supervisor(
         name=name,
@@ -380,4 +426,5 @@ def supervisor(
         description=description,
         on=on,
         observe=observe,
+        durable=durable,
     )

@@ -15,16 +15,16 @@ from ..observe._delivery import own_observers
 from ..observe.events import Handlers
 from ..observe.observers import Observe
 from ..observe.report import FlowResult, StepReport
-from . import _workflow_durable as durability
-from ._durable import FlowJournal
-from ._flow import Flow, FlowStream
+from ._durable import FlowEntry, FlowHeader, FlowJournal
+from ._flow import Flow
+from ._flow_durable import completed, start_journal
 from ._markers import END, Goto
 from ._run import FlowRun
 from ._state import WorkflowState
 from ._step import Step
 from ._step_run import StepFailure, run_attempts
 from ._values import as_text, call_hook, validated
-from ._workflow_durable import Cursor, completed, settled, start_journal
+from ._workflow_durable import Cursor, go_on, settled, signature_of
 
 __all__ = ["Workflow", "workflow"]
 
@@ -52,7 +52,6 @@ class Workflow(Flow):
     ) -> None:
         if durable is not None and not isinstance(durable, Durable):
             raise TypeError("durable= takes raygent.Durable(store=...)")
-        self.durable = durable
         super().__init__(
             name=name,
             version=version,
@@ -62,6 +61,7 @@ class Workflow(Flow):
             on=on,
             observe=observe,
         )
+        self.durable = durable
         self.steps: tuple[Step, ...] = tuple(steps)
         if not self.steps:
             raise TypeError(f"workflow {name!r} needs at least one step")
@@ -125,34 +125,21 @@ class Workflow(Flow):
             await completed(self, journal, result)
         return result
 
-    # -- durable runs (see raygent.flows._workflow_durable) ------------------------------
+    # -- durable runs (see raygent.flows._flow_durable) --------------------------------
 
-    async def resume(
-        self, run_id: str, *, force: bool = False, approvals: Any = None, **options: Any
+    def durable_signature(self) -> dict[str, Any]:
+        return signature_of(self)
+
+    async def continue_from(
+        self,
+        run: FlowRun,
+        header: FlowHeader,
+        entries: list[FlowEntry],
+        journal: FlowJournal,
+        drift: list[str],
+        force: bool,
     ) -> FlowResult:
-        """Go on with a durable run from its last settled step; never raises. Settled
-        steps are not run again (their outputs come back from the store; a step with an
-        output model gets it validated, others their JSON values), the step that had not
-        settled runs again, usage counts each settled step once. A completed run gives
-        its result again (`report.resumes[-1].already_resolved`). A workflow whose
-        signature changed (steps, version, max_steps, input/output models) gets a failed
-        result with `DriftError` and nothing changes; `force=True` goes on."""
-        run = self._new_run({**options, "run_id": run_id}, None)
-        body = durability.resumer(self, run_id, force, approvals, options)
-        return await self._run(run, None, body)
-
-    def stream_resume(self, run_id: str, *, force: bool = False, **options: Any) -> FlowStream:
-        """`resume`, yielding the events as `stream` does."""
-        body = durability.resumer(self, run_id, force, None, options)
-        return FlowStream(self, None, {**options, "run_id": run_id}, body)
-
-    async def is_stored(self, run_id: str, **options: Any) -> bool:
-        """Whether a durable run is stored under `run_id` on this workflow's store."""
-        return await durability.is_stored(self, run_id, **options)
-
-    async def abandon(self, run_id: str, reason: str = "abandoned", **options: Any) -> None:
-        """End a stored run as cancelled; a later resume gives that result."""
-        await durability.abandon(self, run_id, reason, **options)
+        return await go_on(self, run, header, entries, journal, drift, force)
 
     async def _step(
         self, run: FlowRun, item: Step, report: StepReport, state: WorkflowState
