@@ -26,6 +26,7 @@ import ray.cloudpickle
 
 from ._batch_runner import _load_executable
 from ._core import Backend
+from ._options import RayOptions
 from .batch_runners import runner_count
 
 if TYPE_CHECKING:
@@ -90,6 +91,9 @@ def map_dataset(
         raise TypeError(
             f"the executable cannot be shipped to Ray Data actors: {type(exc).__name__}: {exc}"
         ) from exc
+    # Join Ray as the backend would (Ray Data may not have started it yet).
+    options = getattr(backend.batches, "options", None)
+    (options if isinstance(options, RayOptions) else RayOptions()).connect()
     count = runner_count(concurrency, actors)
     slots = concurrency // count
     rows = batch_size or max(1, math.ceil(slots / BATCHES_PER_TASK))
