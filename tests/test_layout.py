@@ -97,7 +97,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "flows": {"base", "models", "observe", "agents", "batch", "stores"},
     "batch": {"base", "seams", "agents", "observe"},
     "eval": {"base", "batch", "observe"},
-    "data": {"base", "seams", "batch", "agents"},
+    "data": {"base", "seams", "batch"},
     "testing": {"base", "observe", "flows"},
     "entry": {
         *("base", "sim", "models", "memory", "attachments", "seams", "compaction"),

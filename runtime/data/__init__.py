@@ -17,6 +17,9 @@ imported on demand, never by this module. Each row gains these columns, named
 
 A row that fails (its input cannot be read, the run fails after its retries) is a row
 with its error: it never fails the job.
+
+May import the base, seams and batch (its engine, retry and input rules); the Ray Data
+stage itself lives in raygent.actors (`data_map`), imported when `map` is called.
 """
 
 from __future__ import annotations
