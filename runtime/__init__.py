@@ -3,7 +3,7 @@
 The public API is what this module exports; everything else is internal.
 """
 
-from . import compaction, errors, eval, observers
+from . import compaction, data, errors, eval, observers
 from ._batch import BatchResult, Retry, batch, batch_sync
 from ._version import __version__
 from .abort import AbortController, AbortSignal
@@ -126,6 +126,7 @@ __all__ = [
     "batch_sync",
     "compaction",
     "current_backend",
+    "data",
     "errors",
     "eval",
     "fallback_model",

@@ -91,6 +91,7 @@ PUBLIC_API = {
     "batch_sync",
     "compaction",
     "current_backend",
+    "data",
     "errors",
     "eval",
     "fallback_model",

@@ -51,6 +51,7 @@ SUBPACKAGES = {
     "agents": "agents",
     "attachments": "attachments",
     "compaction": "compaction",
+    "data": "data",
     "flows": "flows",
     "mcp": "mcp",
     "memory": "memory",
@@ -96,10 +97,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "flows": {"base", "models", "observe", "agents", "batch", "stores"},
     "batch": {"base", "seams", "agents", "observe"},
     "eval": {"base", "batch", "observe"},
+    "data": {"base", "seams", "batch"},
     "testing": {"base", "observe", "flows"},
     "entry": {
         *("base", "sim", "models", "memory", "attachments", "seams", "compaction"),
         *("observe", "agents", "flows", "batch", "eval", "testing", "stores", "mcp"),
+        "data",
     },
 }
 
@@ -114,6 +117,10 @@ EXCEPTIONS = {
     ),
     ("backend", "actors", "importlib"): "the Ray backend, imported on demand",
     ("backend", "actors", "type-checking"): "`init(options=RayOptions)`, for the type checker",
+    ("data", "actors", "importlib"): (
+        "`raygent.data.map` is a Ray Data stage: its actor pool lives in raygent.actors, "
+        "imported when called"
+    ),
     ("_batch.cli", "actors", "importlib"): (
         "`raygent batch` on Ray ships a target from the working directory by value"
     ),
