@@ -30,6 +30,7 @@ __all__ = [
     "completed",
     "durable_for",
     "is_stored",
+    "record_resume",
     "resumer",
     "start_journal",
 ]
@@ -167,3 +168,18 @@ async def abandon(flow: Flow, run_id: str, reason: str = "abandoned", **options:
     usage = entries[-1].usage if entries else Usage()
     journal = FlowJournal(durable, scope, epoch, len(entries))
     await journal.finish(FlowOutcome(report=report, usage=usage))
+
+
+def record_resume(run: FlowRun, from_step: str | None, drift: list[str], force: bool) -> None:
+    """Say on the report that the run goes on from `from_step` after what it restored."""
+    run.report.resumes.append(
+        FlowResume(
+            at=now(),
+            settled_steps=len(run.report.steps),
+            from_step=from_step,
+            forced=force and bool(drift),
+            drift=drift,
+        )
+    )
+    if run.report.resumed_from_step is None:
+        run.report.resumed_from_step = from_step

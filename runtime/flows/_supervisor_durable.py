@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import RaygentError, error_dict
-from ..observe.report import FlowResume
 from ._durable import FlowEntry, FlowHeader, FlowJournal
-from ._run import FlowRun, now
+from ._flow_durable import record_resume
+from ._run import FlowRun
 from ._supervisor_state import Iteration, SupervisorState
 
 if TYPE_CHECKING:
@@ -82,17 +82,7 @@ def restored_state(
     state.iteration = (state.history[-1].index if state.history else 0) + 1
     run.outputs = state.outputs
     from_step = f"iteration {state.iteration}"
-    run.report.resumes.append(
-        FlowResume(
-            at=now(),
-            settled_steps=len(run.report.steps),
-            from_step=from_step,
-            forced=force and bool(drift),
-            drift=drift,
-        )
-    )
-    if run.report.resumed_from_step is None:
-        run.report.resumed_from_step = from_step
+    record_resume(run, from_step, drift, force)
     return state
 
 

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidOptionsError
-from ..observe.report import FlowResult, FlowResume, StepReport
+from ..observe.report import FlowResult, StepReport
 from ._durable import FlowEntry, FlowHeader, FlowJournal
-from ._run import FlowRun, now
+from ._flow_durable import record_resume
+from ._run import FlowRun
 from ._values import validated
 
 if TYPE_CHECKING:
@@ -113,17 +114,7 @@ async def go_on(
             f"{flow.name!r} no longer has"
         )
     from_step = None if cursor.position is None else flow.steps[cursor.position].name
-    run.report.resumes.append(
-        FlowResume(
-            at=now(),
-            settled_steps=len(run.report.steps),
-            from_step=from_step,
-            forced=force and bool(drift),
-            drift=drift,
-        )
-    )
-    if run.report.resumed_from_step is None:
-        run.report.resumed_from_step = from_step
+    record_resume(run, from_step, drift, force)
     return await flow._drive(run, state, cursor, journal)
 
 
