@@ -80,6 +80,9 @@ class FlowRun:
         self._streaming = sink is not None
         self.abort = AbortController()
         caller: AbortSignal | None = options.get("signal")
+        # Who can abort this run: the caller's signal, or a stream's `abort()`. When no
+        # one can, its children get no signal (watching one costs every await of theirs).
+        self._abortable = caller is not None or sink is not None
         self._unlink: Callable[[], None] | None = None
         if caller is not None:
             if caller.aborted:
@@ -208,7 +211,7 @@ class FlowRun:
         but CancelledError."""
         run_options: dict[str, Any] = dict(options or {})
         run_options["parent"] = self.child_info
-        run_options["signal"] = signal or self.signal
+        run_options["signal"] = signal or (self.signal if self._abortable else None)
         stream = getattr(executable, "stream", None)
         if self._streaming and callable(stream):
             # A streamed flow streams its children: their deltas (text, tool arguments)
