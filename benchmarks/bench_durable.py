@@ -9,7 +9,7 @@ the size of what it writes.
    and an outcome. The simulator runs in its own process at
    zero latency, so the client process's CPU (`time.process_time`, every thread: the
    SQLite worker thread counts) is what raygent costs; Redis's own CPU is not counted.
-   Cases are interleaved over `--rounds`; the median round is reported, per trip and as
+   The cases alternate run by run over `--rounds`; the median round is reported, per trip and as
    a ratio to the plain run, and the median of each round's ratio to the plain run of
    the same round ("paired": what the summary lines quote; on a shared machine it moves
    less than the ratio of medians, since the load shifts between rounds). Then the same
@@ -123,8 +123,16 @@ async def cpu_ratios(args: argparse.Namespace, model: OpenAIModel, stores: dict[
         await cpu_per_run(case, 10)  # warm up (and create the SQLite schema)
     rounds: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(args.rounds):
-        for name, case in cases.items():
-            rounds[name].append(await cpu_per_run(case, args.runs))
+        # The cases alternate run by run: a change in the machine's speed (other work,
+        # CPU steal) falls on every case of the round alike.
+        spent = dict.fromkeys(cases, 0.0)
+        for _ in range(args.runs):
+            for name, case in cases.items():
+                start = time.process_time()
+                await case()
+                spent[name] += time.process_time() - start
+        for name in cases:
+            rounds[name].append(spent[name] * 1e6 / args.runs)
     median = {name: statistics.median(values) / trips for name, values in rounds.items()}
     base = median["plain run (baseline)"]
 
