@@ -9,10 +9,10 @@ from typing import Any, Final
 from pydantic_core import to_json
 
 from ._tokens import (
-    MEDIA_TOKENS,
     MESSAGE_OVERHEAD,
     OPENAI_CACHE_MIN_TOKENS,
     PrefixHasher,
+    content_text,
     count_tokens,
     stream_pieces,
 )
@@ -269,20 +269,7 @@ def _content(content: object) -> tuple[str, int]:
     """The text of a message content and its tokens (media parts count a fixed amount)."""
     if content is None:
         return "", 0
-    if isinstance(content, str):
-        return content, count_tokens(content)
-    if not isinstance(content, list):
-        raise WireError("Invalid message content.", param="messages")
-    texts: list[str] = []
-    tokens = 0
-    for part in content:
-        part_text = (part.get("text") or part.get("refusal")) if isinstance(part, dict) else None
-        if isinstance(part_text, str):
-            texts.append(part_text)
-            tokens += count_tokens(part_text)
-        else:
-            tokens += MEDIA_TOKENS
-    return "\n".join(texts), tokens
+    return content_text(content, "messages", ("text", "refusal"))
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:

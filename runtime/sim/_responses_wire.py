@@ -13,10 +13,10 @@ from ._openai_wire import OpenAIWire
 from ._plan import thinking_signature
 from ._responses_stream import stream_events
 from ._tokens import (
-    MEDIA_TOKENS,
     MESSAGE_OVERHEAD,
     OPENAI_CACHE_MIN_TOKENS,
     PrefixHasher,
+    content_text,
     count_tokens,
 )
 from ._types import ParsedRequest, Plan, SSEStream, WireError
@@ -247,7 +247,7 @@ class _Walk:
             kind = item.get("type") or "message"
             tokens = MESSAGE_OVERHEAD
             if kind == "message":
-                text, tokens_in = _content(item.get("content"))
+                text, tokens_in = content_text(item.get("content"), "input")
                 tokens += tokens_in
                 role = item.get("role")
                 if role in ("system", "developer"):
@@ -281,23 +281,6 @@ def _check_reasoning(item: dict[str, Any]) -> int:
             code="invalid_encrypted_content",
         )
     return count_tokens(text)
-
-
-def _content(content: object) -> tuple[str, int]:
-    if isinstance(content, str):
-        return content, count_tokens(content)
-    if not isinstance(content, list):
-        raise WireError("Invalid message content.", param="input")
-    texts: list[str] = []
-    tokens = 0
-    for part in content:
-        text = part.get("text") if isinstance(part, dict) else None
-        if isinstance(text, str):
-            texts.append(text)
-            tokens += count_tokens(text)
-        else:
-            tokens += MEDIA_TOKENS
-    return "\n".join(texts), tokens
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:

@@ -13,6 +13,8 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from ._types import WireError
+
 MESSAGE_OVERHEAD = 4
 MEDIA_TOKENS = 85
 CHARS_PER_TOKEN = 4
@@ -81,3 +83,27 @@ def stream_pieces(text: str) -> list[str]:
     """``text`` split into stream deltas of about :data:`STREAM_CHUNK_TOKENS` tokens."""
     size = STREAM_CHUNK_TOKENS * CHARS_PER_TOKEN
     return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def content_text(content: object, param: str, keys: tuple[str, ...] = ("text",)) -> tuple[str, int]:
+    """A message content's text and tokens, on any wire: a string, or a list of parts
+    whose text is under `keys` (the first that is set); other parts (media) count a
+    fixed amount. Anything else is the wire's 400 on `param`."""
+    if isinstance(content, str):
+        return content, count_tokens(content)
+    if not isinstance(content, list):
+        raise WireError("Invalid message content.", param=param)
+    texts: list[str] = []
+    tokens = 0
+    for part in content:
+        text = None
+        if isinstance(part, dict):
+            text = part.get(keys[0])
+            for key in keys[1:]:
+                text = text or part.get(key)
+        if isinstance(text, str):
+            texts.append(text)
+            tokens += count_tokens(text)
+        else:
+            tokens += MEDIA_TOKENS
+    return "\n".join(texts), tokens
