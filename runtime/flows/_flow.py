@@ -38,14 +38,17 @@ class Flow(ABC):
         description: str | None,
         on: Handlers | None,
         observe: Observe,
+        durable: Durable | None = None,
     ) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"a {self.kind} needs a name, not {name!r}")
         for label, model in (("input", input_model), ("output", output_model)):
             if model is not None and not (isinstance(model, type) and issubclass(model, BaseModel)):
                 raise TypeError(f"{label}= takes a pydantic model class, not {model!r}")
+        if durable is not None and not isinstance(durable, Durable):
+            raise TypeError("durable= takes raygent.Durable(store=...)")
         self.name = name
-        self.durable: Durable | None = None  # a durable flow sets it
+        self.durable = durable
         self.version = version
         self.input_model = input_model
         self.output_model = output_model

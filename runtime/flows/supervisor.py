@@ -76,8 +76,6 @@ class Supervisor(Flow):
         observe: Observe,
         durable: Durable | None = None,
     ) -> None:
-        if durable is not None and not isinstance(durable, Durable):
-            raise TypeError("durable= takes raygent.Durable(store=...)")
         super().__init__(
             name=name,
             version=version,
@@ -86,8 +84,8 @@ class Supervisor(Flow):
             description=description,
             on=on,
             observe=observe,
+            durable=durable,
         )
-        self.durable = durable
         self.intents = _checked_intents(intents)
         if (route is None) == (router is None):
             raise TypeError("a supervisor takes route= (a function) or router= (an agent)")

@@ -50,8 +50,6 @@ class Workflow(Flow):
         observe: Observe,
         durable: Durable | None = None,
     ) -> None:
-        if durable is not None and not isinstance(durable, Durable):
-            raise TypeError("durable= takes raygent.Durable(store=...)")
         super().__init__(
             name=name,
             version=version,
@@ -60,8 +58,8 @@ class Workflow(Flow):
             description=description,
             on=on,
             observe=observe,
+            durable=durable,
         )
-        self.durable = durable
         self.steps: tuple[Step, ...] = tuple(steps)
         if not self.steps:
             raise TypeError(f"workflow {name!r} needs at least one step")
