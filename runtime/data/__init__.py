@@ -67,6 +67,12 @@ def map(
     Model calls go through the executable's backend (else the current one): on Ray, its
     gateways, so provider bounds hold across the actors.
     """
+    try:
+        importlib.import_module("ray.data")
+    except ImportError as exc:
+        raise ImportError(
+            "raygent.data.map needs the data extra: pip install 'raygent[data]'"
+        ) from exc
     stage = importlib.import_module("raygent.actors.data_map")
     backend = getattr(executable, "backend", None) or current_backend()
     return stage.map_dataset(

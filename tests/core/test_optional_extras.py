@@ -56,3 +56,26 @@ def test_raygent_mcp_says_which_extra_it_needs() -> None:
     assert result.stdout.splitlines() == [
         "error: raygent.mcp needs the mcp extra: pip install 'raygent[mcp]'"
     ]
+
+
+DATA_SCRIPT = """
+import sys
+sys.modules["pandas"] = None  # as if the data extra were not installed (Ray Data needs it)
+import raygent
+async def shout(text):
+    return text.upper()
+try:
+    raygent.data.map(None, shout)
+except ImportError as exc:
+    print("error:", exc)
+"""
+
+
+def test_raygent_data_map_says_which_extra_it_needs() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", DATA_SCRIPT], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "error: raygent.data.map needs the data extra: pip install 'raygent[data]'"
+    ]
