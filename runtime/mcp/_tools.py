@@ -111,9 +111,9 @@ def result_value(result: CallToolResult, name: str) -> ToolResult:
         if isinstance(part, ImageContent):
             content.append(ImagePart(data=part.data, media_type=part.mime_type))
         elif text := _part_text(part):
-            # Text parts read as lines, as they did when they were joined.
-            at_text = bool(content) and isinstance(content[-1], str)
-            content.append(f"\n{text}" if at_text else text)
+            # Text parts read as lines (an image between them or not).
+            after_text = any(isinstance(c, str) for c in content)
+            content.append(f"\n{text}" if after_text else text)
     text = "".join(c for c in content if isinstance(c, str))
     if result.is_error:
         raise ToolExecutionError(text or f"tool {name!r} failed", tool=name)
