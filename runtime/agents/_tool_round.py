@@ -1,7 +1,9 @@
 """The tool calls of one trip: run concurrently, answered in the order the model asked.
 
-A tool that is unknown, gets invalid arguments, raises or times out becomes an error
-result the model can read (and an `agent.tool.failed` event); the run goes on. Only an
+A tool that is unknown, gets invalid arguments, raises, times out or returns an image
+that fails its checks becomes an error result the model can read (and an
+`agent.tool.failed` event); the run goes on. A result's images go on as image parts of
+its tool message (`tool_result_content`, checked by `attachments.tool_parts`). Only an
 abort or a cancellation stops the round, cancelling every tool still running.
 """
 
