@@ -170,7 +170,7 @@ async def test_a_server_restarted_while_idle_fails_one_call_typed_then_serves(
 async def test_a_hanging_call_over_http_times_out_and_the_server_keeps_serving(
     restartable: Restartable, backend_kind: str
 ) -> None:
-    toolset = raygent.mcp.http(restartable.url, include=["hang", "add"], timeout=1.0)
+    toolset = raygent.mcp.http(restartable.url, include=["hang", "add"], timeout=5.0)
     rules = [
         Rule(
             match=Match(after_tool_result=False),
