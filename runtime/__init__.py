@@ -60,7 +60,7 @@ from .models import (
 )
 from .observe.report import AgentReport, AgentResult, PendingCall
 from .pricing import Pricing
-from .tools import Tool, ToolContext, tool
+from .tools import Tool, ToolContext, ToolResult, tool
 from .usage import Cost, Usage, total_cost
 
 __all__ = [
@@ -114,6 +114,7 @@ __all__ = [
     "ToolCall",
     "ToolContext",
     "ToolMessage",
+    "ToolResult",
     "ToolSpec",
     "Usage",
     "UserMessage",

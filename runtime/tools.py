@@ -10,12 +10,23 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import json
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Annotated, Any, Generic, ParamSpec, TypeVar, get_args, get_origin, overload
+from typing import (
+    Annotated,
+    Any,
+    Generic,
+    ParamSpec,
+    TypeGuard,
+    TypeVar,
+    get_args,
+    get_origin,
+    overload,
+)
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -23,15 +34,18 @@ from pydantic.fields import FieldInfo
 
 from .abort import AbortSignal
 from .errors import RaygentError, ToolExecutionError
+from .messages import ImagePart, TextPart
 from .models.contract import ToolSpec
 
 __all__ = [
     "Tool",
     "ToolArgumentsError",
     "ToolContext",
+    "ToolResult",
     "ToolTimeoutError",
     "parse_docstring",
     "tool",
+    "tool_result_content",
     "tool_result_text",
 ]
 
@@ -77,6 +91,30 @@ class ToolContext:
     trip_index: int
     signal: AbortSignal | None = None
     deps: Any = None
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool's result saying more than one value: `content` is what the model reads (a
+    `str`, or `str` / `TextPart` / `ImagePart` items in order: images go as image parts of
+    the tool result), `data` is structured and kept on the call's report
+    (`ToolCallReport.data`, as JSON) for the program, not sent to the model."""
+
+    content: str | Sequence[str | TextPart | ImagePart] = ()
+    data: Any = None
+
+    @property
+    def text(self) -> str:
+        """The text items joined."""
+        items = [self.content] if isinstance(self.content, str) else self.content
+        return "".join(i if isinstance(i, str) else i.text for i in items if _is_text(i))
+
+
+_PARTS = (TextPart, ImagePart)
+
+
+def _is_text(item: object) -> TypeGuard[str | TextPart]:
+    return isinstance(item, (str, TextPart))
 
 
 @dataclass(frozen=True, eq=False)
@@ -451,6 +489,36 @@ def _param_docs(lines: list[str]) -> dict[str, str]:
         elif header_indent is None:
             current = None
     return docs
+
+
+def tool_result_content(value: Any, name: str = "tool") -> tuple[list[TextPart | ImagePart], Any]:
+    """A tool's return value as the parts of its tool message, and its structured data.
+
+    A `ToolResult` gives both; an `ImagePart` or a `TextPart`, or a list or tuple holding
+    one, goes as parts in order (its other items as text, as `tool_result_text` writes
+    them); anything else is one text part. The data is JSON (ToolExecutionError if not).
+    """
+    if isinstance(value, ToolResult):
+        data = None if value.data is None else json.loads(tool_result_text(value.data, name))
+        items = [value.content] if isinstance(value.content, str) else value.content
+        return _parts(items, name), data
+    if isinstance(value, (TextPart, ImagePart)):
+        return [value], None
+    if isinstance(value, (list, tuple)) and any(isinstance(v, _PARTS) for v in value):
+        return _parts(value, name), None
+    return _parts([value], name), None
+
+
+def _parts(items: Sequence[Any], name: str) -> list[TextPart | ImagePart]:
+    parts: list[TextPart | ImagePart] = []
+    for item in items:
+        if not isinstance(item, (TextPart, ImagePart)):
+            text = tool_result_text(item, name)
+            if not text:
+                continue
+            item = TextPart(text=text)
+        parts.append(item)
+    return parts
 
 
 def tool_result_text(value: Any, name: str = "tool") -> str:

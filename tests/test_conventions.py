@@ -82,6 +82,7 @@ PUBLIC_API = {
     "ToolCall",
     "ToolContext",
     "ToolMessage",
+    "ToolResult",
     "ToolSpec",
     "Usage",
     "UserMessage",

@@ -396,6 +396,7 @@ class Agent(DurableRuns):
             approval_handler=options.get("approval_handler") or self.approval_handler,
             toolsets=self.toolsets,
             tool_schemas=options.get("tool_schemas") or self.tool_schemas,
+            attachment_policy=options.get("attachment_policy") or self.attachment_policy,
         )
         return config, system
 

@@ -8,11 +8,18 @@ again (`already_resolved`): its tools never run twice.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import DriftError, InvalidOptionsError, RaygentError, RunNotFoundError
+from ..errors import (
+    AbortedError,
+    DriftError,
+    InvalidOptionsError,
+    RaygentError,
+    RunNotFoundError,
+)
 from ..messages import Message
 from ..observe.report import AgentReport, AgentResult, ModelInfo, ResumeRecord
 from ..run_context import RunInfo
@@ -25,6 +32,7 @@ from ._journal import (
     PendingStep,
     ProgressState,
     SaverMark,
+    Signature,
     decode_decisions,
     signature_of,
     with_outputs,
@@ -32,6 +40,7 @@ from ._journal import (
 from ._loop import drive, lifecycle, settle, tool_step
 from ._state import RunState, now
 from ._steps import Progress
+from ._toolsets import resolve_toolsets
 from .durable import Decision, Durable, decision_label
 
 if TYPE_CHECKING:
@@ -121,16 +130,27 @@ async def resume_state(
     if record.outcome is not None:
         return already_resolved(run, Outcome.model_validate_json(record.outcome))
     state = restore(record, run)
-    changed = state.header.signature.changes(signature_of(run))
+    try:
+        # The signature names the toolsets' tools (an MCP server's): list them first.
+        await resolve_toolsets(run)
+    except asyncio.CancelledError:
+        run.setup_error = AbortedError("cancelled while listing the toolsets' tools")
+        await lifecycle(run, Progress(), _never)
+        raise
+    except Exception as exc:
+        return await _refused(run, exc)
+    stored, current = state.header.signature, signature_of(run)
+    changed = stored.changes(current)
     if changed and not force:
         return await _refused(
             run,
             DriftError(
-                f"the agent changed since run {run_id!r} started: {', '.join(changed)}; "
+                f"the agent changed since run {run_id!r} started: "
+                f"{', '.join(_described(f, stored, current) for f in changed)}; "
                 "resume with force=True to go on anyway (or bump version= on purpose)",
                 changed=changed,
-                stored=state.header.signature.model_dump(),
-                current=signature_of(run).model_dump(),
+                stored=stored.model_dump(),
+                current=current.model_dump(),
             ),
         )
     try:
@@ -222,7 +242,17 @@ async def _replay(run: RunState, saver: RunSaver, mark: SaverMark | None) -> Non
         await saver.turn_done(batch)
 
 
-async def _refused(run: RunState, error: RaygentError) -> AgentResult:
+def _described(field: str, stored: Signature, current: Signature) -> str:
+    """A changed field, and for the tools which ones came and went."""
+    if field != "tools":
+        return field
+    added = sorted(set(current.tools) - set(stored.tools))
+    gone = sorted(set(stored.tools) - set(current.tools))
+    said = [*(f"+{name}" for name in added), *(f"-{name}" for name in gone)]
+    return f"tools ({', '.join(said)})"
+
+
+async def _refused(run: RunState, error: Exception) -> AgentResult:
     run.setup_error = error
     return await lifecycle(run, Progress(), _never)
 

@@ -22,6 +22,7 @@ from .middleware import Middleware
 from .output import OutputSpec, Repair
 
 if TYPE_CHECKING:
+    from ..attachments._parse import AttachmentPolicy
     from ..compaction._policy import Compaction
     from ..tools import Tool
     from ..toolsets import Toolset
@@ -57,6 +58,8 @@ class RunConfig:
     # Resolved into `tools` and `options.tools` when the run starts (_toolsets.py).
     toolsets: tuple[Toolset, ...] = ()
     tool_schemas: Literal["full", "compact"] = "full"
+    # What an image of a tool's result may be (None: the default policy).
+    attachment_policy: AttachmentPolicy | None = None
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """The tool calls of one trip: run concurrently, answered in the order the model asked.
 
-A tool that is unknown, gets invalid arguments, raises or times out becomes an error
-result the model can read (and an `agent.tool.failed` event); the run goes on. Only an
+A tool that is unknown, gets invalid arguments, raises, times out or returns an image
+that fails its checks becomes an error result the model can read (and an
+`agent.tool.failed` event); the run goes on. A result's images go on as image parts of
+its tool message (`tool_result_content`, checked by `attachments.tool_parts`). Only an
 abort or a cancellation stops the round, cancelling every tool still running.
 """
 
@@ -13,11 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..abort import abortable
+from ..attachments._load import tool_parts
+from ..attachments._parse import AttachmentPolicy
 from ..errors import AbortedError, RaygentError, ToolDeniedError, ToolExecutionError
 from ..messages import ToolCall, ToolMessage
 from ..observe.events import ToolCalled, ToolCalling, ToolFailed
 from ..observe.report import Timing, ToolCallReport
-from ..tools import ToolContext, tool_result_text
+from ..tools import ToolContext, tool_result_content
 from ._state import RunState, maybe_await, now
 
 __all__ = ["run_tool_round", "tool_context"]
@@ -73,7 +77,11 @@ async def _one(
                 tool=call.name,
                 reason=denied[call.call_id],
             )
-        output = tool_result_text(await _invoke(run, trip_index, call, record), call.name)
+        value = await _invoke(run, trip_index, call, record)
+        returned, data = tool_result_content(value, call.name)
+        policy = run.config.attachment_policy or AttachmentPolicy()
+        capabilities = run.config.model.capabilities
+        parts = await tool_parts(returned, policy, capabilities, call.name)
     except Exception as exc:
         if isinstance(exc, AbortedError) and run.signal.aborted:
             raise  # the run is being cancelled; anything else a tool raises is its failure
@@ -90,7 +98,10 @@ async def _one(
         return ToolMessage(
             call_id=call.call_id, name=call.name, content=f"Error: {error}", is_error=True
         )
-    record.output = output
+    message = ToolMessage(call_id=call.call_id, name=call.name, content=parts)
+    record.output = output = message.text
+    record.data = data
+    record.images = sum(1 for p in parts if p.type == "image")
     _finish(record, clock)
     await run.emit(
         ToolCalled,
@@ -100,7 +111,7 @@ async def _one(
         output=output,
         duration=record.timing.duration or 0.0,
     )
-    return ToolMessage(call_id=call.call_id, name=call.name, content=output)
+    return message
 
 
 async def _invoke(run: RunState, trip_index: int, call: ToolCall, record: ToolCallReport) -> Any:

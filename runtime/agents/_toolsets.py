@@ -15,7 +15,8 @@ __all__ = ["resolve_toolsets"]
 async def resolve_toolsets(run: RunState) -> None:
     """Add the toolsets' tools (each toolset caches its list) to the run's tools and specs.
 
-    Under the run's abort signal; a toolset that cannot list its tools fails the run."""
+    Under the run's abort signal; a toolset that cannot list its tools fails the run.
+    Once: a resume resolves them before checking drift, then runs the loop."""
     config = run.config
     if not config.toolsets:
         return
@@ -31,3 +32,4 @@ async def resolve_toolsets(run: RunState) -> None:
     specs = (*config.options.tools, *(t.spec(compact) for t in added))
     config.tools = tools
     config.options = config.options.model_copy(update={"tools": specs})
+    config.toolsets = ()  # resolved: the tools are in `tools` now

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import os
 import stat
 from collections.abc import Sequence
@@ -20,9 +21,21 @@ from ..messages import ContentPart, ImagePart, Message, TextPart, UserMessage
 from ..models._media import require_vision
 from ..models.contract import Capabilities
 from ._outbound import check_url_shape, fetch, literal_ip, refusal, shown_url
-from ._parse import Attachment, AttachmentPolicy, InlineSource, PathSource, UrlSource, media_type_of
+from ._parse import (
+    IMAGE_TYPES,
+    Attachment,
+    AttachmentPolicy,
+    InlineSource,
+    PathSource,
+    UrlSource,
+    media_type_of,
+    sniffed_type,
+)
 
-__all__ = ["load_parts", "with_parts"]
+__all__ = ["load_parts", "tool_parts", "with_parts"]
+
+# What an image of a tool's result may be: the types every provider takes.
+_TOOL_IMAGE_TYPES = frozenset(IMAGE_TYPES.values())
 
 
 async def load_parts(
@@ -45,6 +58,66 @@ def with_parts(user_input: list[Message], parts: list[ContentPart]) -> list[Mess
             merged = UserMessage(content=[*parts, *message.content])
             return [*user_input[:at], merged, *user_input[at + 1 :]]
     return [*user_input, UserMessage(content=parts)]
+
+
+async def tool_parts(
+    parts: Sequence[ContentPart], policy: AttachmentPolicy, capabilities: Capabilities, tool: str
+) -> list[ContentPart]:
+    """A tool result's parts, each image checked as an attachment is (a URL's shape and
+    host, a local file read here once under the policy, the size cap) and its bytes
+    checked to be the PNG, JPEG, GIF or WebP image it says: a bad one is an
+    AttachmentError (OutboundPolicyError for a refusal), the call's error. For a model
+    that cannot see, an image becomes a note."""
+    if not any(isinstance(p, ImagePart) for p in parts):
+        return list(parts)
+    checked: list[ContentPart] = []
+    for part in parts:
+        if isinstance(part, ImagePart):
+            if not capabilities.vision:
+                part = TextPart(text="[an image: not shown, this model takes no images]")
+            else:
+                part = await _tool_image(part, policy, f"tool {tool!r}")
+        checked.append(part)
+    return checked
+
+
+async def _tool_image(part: ImagePart, policy: AttachmentPolicy, origin: str) -> ImagePart:
+    if part.url is not None:
+        return _image_url(part.url, policy)
+    if part.path is not None:
+        data = await asyncio.to_thread(_read_local, PathSource(part.path, bare=False), policy)
+        media_type = sniffed_type(data)
+        if media_type is None:
+            raise AttachmentError(
+                f"{origin} returned {part.path!r}, not a PNG, JPEG, GIF or WebP image",
+                attachment=origin,
+            )
+        return ImagePart(data=base64.b64encode(data).decode("ascii"), media_type=media_type)
+    assert part.data is not None
+    if len(part.data) * 3 // 4 > policy.max_file_bytes + 2:
+        raise OutboundPolicyError(
+            f"{origin} returned an image larger than the {policy.max_file_bytes}-byte cap",
+            reason="too_large",
+            attachment=origin,
+        )
+    if part.media_type not in _TOOL_IMAGE_TYPES:
+        raise AttachmentError(
+            f"{origin} returned an image of type {part.media_type!r}: only "
+            f"{', '.join(sorted(_TOOL_IMAGE_TYPES))} are sent",
+            attachment=origin,
+        )
+    try:
+        head = base64.b64decode(part.data, validate=True)[:16]
+    except (binascii.Error, ValueError):
+        raise AttachmentError(
+            f"{origin} returned image data that is not base64", attachment=origin
+        ) from None
+    if sniffed_type(head) != part.media_type:
+        raise AttachmentError(
+            f"{origin} returned image data that is not a {part.media_type} image",
+            attachment=origin,
+        )
+    return part
 
 
 async def _part(attachment: Attachment, policy: AttachmentPolicy) -> ContentPart:

@@ -241,11 +241,16 @@ _SIGNATURES = (
 )
 
 
-def media_type_of(path: str, data: bytes) -> str:
-    """An image's media type: by its first bytes, else by extension (`image/png`)."""
+def sniffed_type(data: bytes) -> str | None:
+    """An image's media type by its first bytes (PNG, JPEG, GIF, WebP); None if none."""
     for signature, media_type in _SIGNATURES:
         if data.startswith(signature):
             return media_type
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp"
-    return IMAGE_TYPES.get(Path(path).suffix.lower(), "image/png")
+    return None
+
+
+def media_type_of(path: str, data: bytes) -> str:
+    """An image's media type: by its first bytes, else by extension (`image/png`)."""
+    return sniffed_type(data) or IMAGE_TYPES.get(Path(path).suffix.lower(), "image/png")

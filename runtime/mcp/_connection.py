@@ -82,8 +82,7 @@ class Connection:
             if not self._ready.done():
                 self._ready.set_exception(
                     MCPServerError(
-                        f"MCP server {self.server} could not be started: "
-                        f"{type(exc).__name__}: {exc}",
+                        f"MCP server {self.server} could not be started: {_cause(exc)}",
                         server=self.server,
                     )
                 )
@@ -99,6 +98,16 @@ class Connection:
             self._on_list_changed()
         elif isinstance(message, Exception):
             _log.warning("MCP server %s: %s", self.server, message)
+
+
+def _cause(exc: BaseException) -> str:
+    # The SDK's task groups wrap the error that matters (a refused connection, a process
+    # that exited) in exception groups: name the first one inside.
+    inner = getattr(exc, "exceptions", None)  # an exception group (3.11, or backported)
+    while isinstance(inner, tuple) and inner:
+        exc = inner[0]
+        inner = getattr(exc, "exceptions", None)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _ended(read: Any) -> bool:

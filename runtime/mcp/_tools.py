@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, ImageContent
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import ToolExecutionError
+from ..messages import ImagePart
 from ..models.contract import ToolSpec
-from ..tools import Tool, ToolArgumentsError, ToolContext
+from ..tools import Tool, ToolArgumentsError, ToolContext, ToolResult, tool_result_text
 
 __all__ = ["MCPTool", "local_name", "result_value"]
 
@@ -99,25 +100,35 @@ def make_tool(
     )
 
 
-def result_value(result: CallToolResult, name: str) -> Any:
-    """The model's view of a result: its text parts; the structured content (as JSON) when
-    there is no text; a note for an image or audio part (tool results carry text only).
-    An `isError` result raises ToolExecutionError with the server's text."""
-    parts = [_part_text(part) for part in result.content]
-    text = "\n".join(p for p in parts if p)
+def result_value(result: CallToolResult, name: str) -> ToolResult:
+    """A result as the model reads it: its text parts; its image parts as images (checked
+    by the agent loop as any tool's are); a note for audio (no wire takes audio in a tool
+    result) and binary resources. The structured content is the result's data (the
+    call's report keeps it) and, when there is no text, its JSON is the text. An
+    `isError` result raises ToolExecutionError with the server's text."""
+    content: list[str | ImagePart] = []
+    for part in result.content:
+        if isinstance(part, ImageContent):
+            content.append(ImagePart(data=part.data, media_type=part.mime_type))
+        elif text := _part_text(part):
+            # Text parts read as lines (an image between them or not).
+            after_text = any(isinstance(c, str) for c in content)
+            content.append(f"\n{text}" if after_text else text)
+    text = "".join(c for c in content if isinstance(c, str))
     if result.is_error:
         raise ToolExecutionError(text or f"tool {name!r} failed", tool=name)
-    if not text and result.structured_content is not None:
-        return result.structured_content
-    return text
+    structured = result.structured_content
+    if not text and structured is not None:
+        content.insert(0, tool_result_text(structured, name))
+    return ToolResult(content=content, data=structured)
 
 
 def _part_text(part: Any) -> str:
     kind = getattr(part, "type", "")
     if kind == "text":
         return str(part.text)
-    if kind in ("image", "audio"):
-        return f"[{kind} {part.mime_type}, {_size(part.data)} bytes: not shown]"
+    if kind == "audio":
+        return f"[audio {part.mime_type}, {_size(part.data)} bytes: not shown]"
     if kind == "resource_link":
         return f"[resource {part.uri}]"
     if kind == "resource":

@@ -11,7 +11,7 @@ from typing import Any
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types.jsonrpc import CONNECTION_CLOSED
+from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST
 
 from ..abort import abortable
 from ..errors import MCPServerError, ToolExecutionError
@@ -159,14 +159,16 @@ class MCPToolset(Toolset):
                 timeout=self.timeout,
             ) from None
         except MCPError as exc:
-            if exc.code != CONNECTION_CLOSED:
+            lost = _session_lost(exc)
+            if exc.code != CONNECTION_CLOSED and not lost:
                 raise ToolExecutionError(
                     f"tool {local!r} failed on MCP server {self.server}: {exc.error.message}",
                     tool=local,
                 ) from None
-            connection.close()  # the next call starts the server again
+            connection.close()  # the next call starts the server again (or reconnects)
+            what = "no longer knows the session (it restarted)" if lost else "closed the connection"
             raise MCPServerError(
-                f"MCP server {self.server} closed the connection during a call to {local!r}",
+                f"MCP server {self.server} {what} during a call to {local!r}",
                 server=self.server,
                 tool=local,
             ) from None
@@ -183,6 +185,13 @@ class _Live:
 
     def mark_stale(self) -> None:
         self.stale = True
+
+
+def _session_lost(exc: MCPError) -> bool:
+    # An HTTP server that restarted answers an old session's requests with 404 (the SDK's
+    # "Session not found" / "Session terminated"): the spec says to start a new session.
+    message = exc.error.message.lower()
+    return exc.code == INVALID_REQUEST and message in ("session not found", "session terminated")
 
 
 def _page(cursor: str | None) -> Any:

@@ -128,7 +128,7 @@ def _blocks(message: Message, capabilities: Capabilities) -> list[dict[str, Any]
         result: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": message.call_id,
-            "content": message.text,
+            "content": _tool_content(message, capabilities),
         }
         if message.is_error:
             result["is_error"] = True
@@ -140,6 +140,14 @@ def _blocks(message: Message, capabilities: Capabilities) -> list[dict[str, Any]
             for c in message.tool_calls
         )
     return blocks
+
+
+def _tool_content(message: ToolMessage, capabilities: Capabilities) -> str | list[dict[str, Any]]:
+    """A tool result's text; its text and image blocks in order when it holds images."""
+    if not any(isinstance(p, ImagePart) for p in message.content):
+        return message.text
+    parts = [p for p in message.content if isinstance(p, (TextPart, ImagePart))]
+    return [b for b in (_part(p, capabilities) for p in parts) if b is not None]
 
 
 def _part(part: ContentPart, capabilities: Capabilities) -> dict[str, Any] | None:

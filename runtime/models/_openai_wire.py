@@ -43,7 +43,7 @@ def request_body(
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": model,
-        "messages": [_message(m, capabilities) for m in messages],
+        "messages": _messages(messages, capabilities),
     }
     if options.temperature is not None and capabilities.temperature:
         body["temperature"] = options.temperature
@@ -83,13 +83,51 @@ def _tool(name: str, description: str, parameters: dict[str, Any], strict: bool 
     return {"type": "function", "function": function}
 
 
+def _messages(messages: Sequence[Message], capabilities: Capabilities) -> list[dict[str, Any]]:
+    """The messages in order. A tool message carries text only on this wire: the images of
+    a tool result go in a user message after the tool messages of the same turn (each
+    call's answered first, as the wire requires), led by the call they come from."""
+    out: list[dict[str, Any]] = []
+    images: list[dict[str, Any]] = []
+    for message in messages:
+        if images and not isinstance(message, ToolMessage):
+            out.append({"role": "user", "content": images})
+            images = []
+        out.append(_message(message, capabilities))
+        if isinstance(message, ToolMessage):
+            images.extend(_tool_images(message, capabilities))
+    if images:
+        out.append({"role": "user", "content": images})
+    return out
+
+
+def _tool_images(message: ToolMessage, capabilities: Capabilities) -> list[dict[str, Any]]:
+    shown = [p for p in message.content if isinstance(p, ImagePart)]
+    if not shown:
+        return []
+    require_vision(capabilities)
+    name = f" ({message.name})" if message.name else ""
+    lead = f"The image{'s' if len(shown) > 1 else ''} of tool call {message.call_id}{name}:"
+    parts: list[dict[str, Any]] = [{"type": "text", "text": lead}]
+    parts.extend({"type": "image_url", "image_url": {"url": image_url(p)}} for p in shown)
+    return parts
+
+
+def _tool_text(message: ToolMessage) -> str:
+    count = sum(1 for p in message.content if isinstance(p, ImagePart))
+    if not count:
+        return message.text
+    note = f"[{count} image{'s' if count > 1 else ''}: in the next user message]"
+    return f"{message.text}\n{note}" if message.text else note
+
+
 def _message(message: Message, capabilities: Capabilities) -> dict[str, Any]:
     if isinstance(message, SystemMessage):
         return {"role": "system", "content": message.text}
     if isinstance(message, UserMessage):
         return {"role": "user", "content": _user_content(message.content, capabilities)}
     if isinstance(message, ToolMessage):
-        return {"role": "tool", "tool_call_id": message.call_id, "content": message.text}
+        return {"role": "tool", "tool_call_id": message.call_id, "content": _tool_text(message)}
     return _assistant(message)
 
 

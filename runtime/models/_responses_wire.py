@@ -102,8 +102,15 @@ def _items(message: Message, capabilities: Capabilities) -> list[dict[str, Any]]
         return [{"role": "user", "content": _user_content(message.content, capabilities)}]
     if isinstance(message, ToolMessage):
         output = {"type": "function_call_output", "call_id": message.call_id}
-        return [{**output, "output": message.text}]
+        return [{**output, "output": _tool_output(message, capabilities)}]
     return _assistant(message)
+
+
+def _tool_output(message: ToolMessage, capabilities: Capabilities) -> str | list[dict[str, Any]]:
+    """A tool result's text; `input_text` and `input_image` items when it holds images."""
+    if not any(isinstance(p, ImagePart) for p in message.content):
+        return message.text
+    return _input_parts(message.content, capabilities)
 
 
 def _user_content(
@@ -111,6 +118,10 @@ def _user_content(
 ) -> str | list[dict[str, Any]]:
     if all(isinstance(p, TextPart) for p in parts):
         return "".join(p.text for p in parts if isinstance(p, TextPart))
+    return _input_parts(parts, capabilities)
+
+
+def _input_parts(parts: list[ContentPart], capabilities: Capabilities) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for part in parts:
         if isinstance(part, TextPart):

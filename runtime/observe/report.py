@@ -54,7 +54,12 @@ class ToolCallReport(BaseModel):
     call_id: str
     name: str
     input: dict[str, Any] | None
+    # The text the model read (a result's image parts are not in it: `images` counts them).
     output: str | None = None
+    # Structured data the tool gave beside its text (`ToolResult.data`, an MCP server's
+    # structured content), as JSON, for the program. Both left out of the JSON when unset.
+    data: Any = Field(default=None, exclude_if=lambda value: value is None)
+    images: int = Field(default=0, exclude_if=lambda value: value == 0)
     error: dict[str, Any] | None = None
     trip_index: int
     timing: Timing

@@ -302,11 +302,29 @@ class _Walk:
                     texts.append(str(block.get("text", "")))
                 elif kind == "tool_result":
                     tool_results = True
+                    _check_tool_result(block)
                 elif kind == "tool_use":
                     self.tool_uses += 1
             if role == "user" and texts:
                 self.last_user = "\n".join(texts)
             self.after_tool_result = role == "user" and tool_results
+
+
+_RESULT_BLOCKS = ("text", "image", "document", "search_result")
+
+
+def _check_tool_result(block: dict[str, Any]) -> None:
+    content = block.get("content")
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list) or not all(
+        isinstance(b, dict) and b.get("type") in _RESULT_BLOCKS for b in content
+    ):
+        raise WireError(
+            "messages: tool_result content must be a string or a list of text, image, "
+            "document and search_result blocks",
+            param="messages",
+        )
 
 
 def _strip(block: Any) -> Any:

@@ -246,23 +246,53 @@ class _Facts:
 
 def _walk_messages(messages: list[Any]) -> _Facts:
     facts = _Facts()
-    for msg in messages:
+    answered: list[str] = []  # the calls of the tool messages just before
+    for index, msg in enumerate(messages):
         if not isinstance(msg, dict):
             raise WireError("Each message must be a JSON object.", param="messages")
         role = msg.get("role")
-        text, tokens = _content(msg.get("content"))
+        content = msg.get("content")
+        if role == "tool" and isinstance(content, list):
+            _text_only(content, index)
+        text, tokens = _content(content)
         for call in msg.get("tool_calls") or ():
             function = (call.get("function") or {}) if isinstance(call, dict) else {}
             tokens += count_tokens(str(function.get("name", "")))
             tokens += count_tokens(str(function.get("arguments", "")))
             facts.tool_calls += 1
+        facts.tokens.append(MESSAGE_OVERHEAD + tokens)
+        if role == "tool":
+            answered.append(str(msg.get("tool_call_id", "")))
+        elif role == "user" and _tool_images(content, answered):
+            continue  # still the turn after the tool results, not the user's
+        else:
+            answered = []
         if role in ("system", "developer"):
             facts.system.append(text)
         elif role == "user":
             facts.last_user = text
         facts.last_role = role if isinstance(role, str) else None
-        facts.tokens.append(MESSAGE_OVERHEAD + tokens)
     return facts
+
+
+def _tool_images(content: object, answered: list[str]) -> bool:
+    """Whether a user message carries the images of the tool results just before it (a
+    tool message takes text only): its first part is text naming one of their calls."""
+    if not answered or not isinstance(content, list) or not content:
+        return False
+    first = content[0]
+    lead = first.get("text") if isinstance(first, dict) else None
+    return isinstance(lead, str) and any(call and call in lead for call in answered)
+
+
+def _text_only(content: list[Any], index: int) -> None:
+    for part in content:
+        if isinstance(part, dict) and part.get("type") != "text":
+            raise WireError(
+                f"Invalid 'messages[{index}]'. A message with role 'tool' takes text parts "
+                f"only, not {part.get('type')!r}.",
+                param=f"messages[{index}].content",
+            )
 
 
 def _content(content: object) -> tuple[str, int]:

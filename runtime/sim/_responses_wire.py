@@ -259,7 +259,7 @@ class _Walk:
                 tokens += count_tokens(str(item.get("name", "")))
                 tokens += count_tokens(str(item.get("arguments", "")))
             elif kind == "function_call_output":
-                tokens += count_tokens(str(item.get("output", "")))
+                tokens += _output_tokens(item.get("output", ""))
             elif kind == "reasoning":
                 tokens += _check_reasoning(item)
             else:
@@ -267,6 +267,25 @@ class _Walk:
             self.last_kind = kind
             self.units.append(item)
             self.tokens.append(tokens)
+
+
+_OUTPUT_PARTS = ("input_text", "input_image", "input_file")
+
+
+def _output_tokens(output: object) -> int:
+    """A function call's output: a string, or a list of input_text / input_image /
+    input_file parts (images count a fixed amount)."""
+    if isinstance(output, str):
+        return count_tokens(output)
+    if not isinstance(output, list) or not all(
+        isinstance(p, dict) and p.get("type") in _OUTPUT_PARTS for p in output
+    ):
+        raise WireError(
+            "Invalid 'input[].output': a string or a list of input_text, input_image and "
+            "input_file parts.",
+            param="input",
+        )
+    return content_text(output, "input")[1]
 
 
 def _check_reasoning(item: dict[str, Any]) -> int:

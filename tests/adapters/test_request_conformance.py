@@ -168,6 +168,28 @@ def image_turns(png: Path) -> list[Message]:
     ]
 
 
+def tool_image_turns(png: Path) -> list[Message]:
+    """Tool results holding images (text and an image; an image alone), then plain text."""
+    return [
+        UserMessage(content="Chart it."),
+        AssistantMessage(
+            tool_calls=[
+                ToolCall.parse("call_1", "chart", ""),
+                ToolCall.parse("call_2", "chart", ""),
+                ToolCall.parse("call_3", "clock", ""),
+            ]
+        ),
+        ToolMessage(
+            call_id="call_1",
+            name="chart",
+            content=[TextPart(text="the chart:"), ImagePart(data=PNG_B64, media_type="image/png")],
+        ),
+        ToolMessage(call_id="call_2", content=[ImagePart(path=str(png))]),
+        ToolMessage(call_id="call_3", name="clock", content="12:00"),
+        UserMessage(content="Thanks."),
+    ]
+
+
 def thinking_turns() -> list[Message]:
     return [
         UserMessage(content="Weather in Paris?"),
@@ -220,6 +242,7 @@ SCENARIOS: dict[str, Callable[[Path], Scenario]] = {
     ),
     "images": lambda png: (image_turns(png), None),
     "tool-calls-and-results": lambda _: (tool_turns(), ModelOptions(tools=(WEATHER, CLOCK))),
+    "tool-result-images": lambda png: (tool_image_turns(png), ModelOptions(tools=(CLOCK,))),
     "malformed-tool-arguments": lambda _: (malformed_turns(), ModelOptions(tools=(WEATHER,))),
     "tool-choice-required": lambda _: (
         [UserMessage(content="Weather?")],
@@ -376,6 +399,38 @@ def test_openai_tool_calls_and_results() -> None:
     }
 
 
+def test_openai_tool_images_follow_the_tool_messages_in_a_user_message(png: Path) -> None:
+    body = conforms(OpenAIModel("gpt-4o", api_key=KEY), tool_image_turns(png))
+    _user, _assistant, *results, images, thanks = body["messages"]
+    assert results == [
+        {
+            "role": "tool",
+            "tool_call_id": "call_1",
+            "content": "the chart:\n[1 image: in the next user message]",
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "call_2",
+            "content": "[1 image: in the next user message]",
+        },
+        {"role": "tool", "tool_call_id": "call_3", "content": "12:00"},
+    ]
+    pixel = base64.b64encode(png.read_bytes()).decode()
+    assert images == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "The image of tool call call_1 (chart):"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG_B64}"}},
+            {"type": "text", "text": "The image of tool call call_2:"},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{pixel}"}},
+        ],
+    }
+    assert thanks == {"role": "user", "content": "Thanks."}
+    # Images at the end of the conversation still come after every tool message.
+    body = conforms(OpenAIModel("gpt-4o", api_key=KEY), tool_image_turns(png)[:-2])
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant", "tool", "tool", "user"]
+
+
 def test_openai_replays_malformed_arguments_verbatim() -> None:
     body = conforms(OpenAIModel("gpt-4o", api_key=KEY), malformed_turns())
     calls = body["messages"][1]["tool_calls"]
@@ -483,6 +538,21 @@ def test_anthropic_images(png: Path) -> None:
             "data": base64.b64encode(png.read_bytes()).decode(),
         },
     ]
+
+
+def test_anthropic_tool_results_hold_image_blocks(png: Path) -> None:
+    body = conforms(AnthropicModel("claude-sonnet-4-5", api_key=KEY), tool_image_turns(png))
+    assert [t["role"] for t in body["messages"]] == ["user", "assistant", "user"]
+    first, second, third, thanks = body["messages"][2]["content"]
+    pixel = base64.b64encode(png.read_bytes()).decode()
+    assert first["content"] == [
+        {"type": "text", "text": "the chart:"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}},
+    ]
+    assert second["content"] == [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": pixel}}
+    ]
+    assert third["content"] == "12:00" and thanks == {"type": "text", "text": "Thanks."}
 
 
 def test_anthropic_malformed_arguments_become_an_empty_input() -> None:

@@ -17,7 +17,7 @@ from openai.types.responses.response_create_params import (
     ResponseCreateParamsNonStreaming,
     ResponseCreateParamsStreaming,
 )
-from test_request_conformance import KEY, PNG_B64, WEATHER, Scenario, tool_turns
+from test_request_conformance import KEY, PNG_B64, WEATHER, Scenario, tool_image_turns, tool_turns
 from test_request_conformance import SCENARIOS as SHARED
 
 from raygent import (
@@ -111,6 +111,22 @@ def test_a_replayed_reasoning_item_validates(stream: bool) -> None:
         "reasoning",
         "function_call",
         "function_call_output",
+    ]
+
+
+def test_a_function_call_output_holds_image_items(png: Path) -> None:
+    model = OpenAIResponsesModel("gpt-5", api_key=KEY)
+    body = conforms(model, tool_image_turns(png))
+    outputs = [i["output"] for i in body["input"] if i.get("type") == "function_call_output"]
+    pixel = base64.b64encode(png.read_bytes()).decode()
+    image = {"type": "input_image", "detail": "auto"}
+    assert outputs == [
+        [
+            {"type": "input_text", "text": "the chart:"},
+            {**image, "image_url": f"data:image/png;base64,{PNG_B64}"},
+        ],
+        [{**image, "image_url": f"data:image/png;base64,{pixel}"}],
+        "12:00",
     ]
 
 

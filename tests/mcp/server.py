@@ -1,5 +1,5 @@
 """The MCP server of the tests, with the SDK's server side: `python server.py` (stdio) or
-`python server.py http PORT` (streamable HTTP)."""
+`python server.py http PORT` (streamable HTTP); `--extra` adds the tool `extra`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import os
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import ImageContent
+from mcp.types import AudioContent, CallToolResult, ImageContent, TextContent
 
 app = MCPServer("raygent-tests")
+PNG = (  # a 1x1 PNG
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg=="
+)
 
 
 @app.tool()
@@ -53,8 +56,48 @@ def fail() -> str:
 
 @app.tool()
 def image() -> ImageContent:
-    """A 3-byte image."""
-    return ImageContent(type="image", data=base64.b64encode(b"PNG").decode(), mime_type="image/png")
+    """A 1x1 PNG."""
+    return ImageContent(type="image", data=PNG, mime_type="image/png")
+
+
+@app.tool()
+def chart() -> list[TextContent | ImageContent | AudioContent]:
+    """A caption, an image and a sound."""
+    return [
+        TextContent(type="text", text="the chart:"),
+        ImageContent(type="image", data=PNG, mime_type="image/png"),
+        AudioContent(type="audio", data=base64.b64encode(b"RIFF").decode(), mime_type="audio/wav"),
+    ]
+
+
+@app.tool()
+def fake_image() -> ImageContent:
+    """Text that says it is a PNG."""
+    data = base64.b64encode(b"<html>not an image</html>").decode()
+    return ImageContent(type="image", data=data, mime_type="image/png")
+
+
+@app.tool()
+def weather(city: str) -> CallToolResult:
+    """Text and structured content."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=f"{city}: 18C")],
+        structured_content={"city": city, "celsius": 18},
+    )
+
+
+@app.tool()
+def reading() -> CallToolResult:
+    """Structured content only."""
+    return CallToolResult(content=[], structured_content={"celsius": 18})
+
+
+if "--extra" in sys.argv:  # the same server, upgraded: one more tool
+
+    @app.tool()
+    def extra() -> str:
+        """A tool only the upgraded server has."""
+        return "extra"
 
 
 @app.tool()

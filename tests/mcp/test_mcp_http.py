@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -14,7 +15,9 @@ import pytest
 import raygent
 import raygent.mcp
 from raygent import OpenAIModel
+from raygent.errors import MCPServerError
 from raygent.sim import Match, Reply, Rule, ToolCallReply, serve
+from raygent.tools import ToolContext
 
 SERVER = str(Path(__file__).with_name("server.py"))
 
@@ -62,9 +65,126 @@ async def test_an_agent_calls_tools_over_streamable_http(mcp_url: str, backend_k
             bot = raygent.agent(model=model, tools=[toolset])
             result = await bot.execute("add")
         assert result.ok, result.error
-        assert [c.output for c in result.report.tool_calls] == [
-            "42",
-            "[image image/png, 3 bytes: not shown]",
-        ]
+        assert [(c.output, c.images) for c in result.report.tool_calls] == [("42", 0), ("", 1)]
+    finally:
+        await toolset.aclose()
+
+
+class Restartable:
+    """The test server over HTTP on a port of its own, killed and started again there."""
+
+    def __init__(self) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.process: subprocess.Popen[str] | None = None
+        self.reader: threading.Thread | None = None
+        self.start()
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self) -> None:
+        self.stop()  # the process before (dead or alive) and its pipe
+        process = subprocess.Popen(
+            [sys.executable, SERVER, "http", str(self.port)], stderr=subprocess.PIPE, text=True
+        )
+        self.process = process
+        assert process.stderr is not None
+        for line in process.stderr:
+            if "running on" in line:
+                break
+        else:
+            raise AssertionError("the MCP server did not start")
+        self.reader = threading.Thread(target=process.stderr.read, daemon=True)
+        self.reader.start()
+
+    def wait(self) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.kill()
+        self.process.wait(timeout=30)
+        if self.reader is not None:
+            self.reader.join(timeout=30)  # it read to the end of the pipe
+        assert self.process.stderr is not None
+        self.process.stderr.close()
+        self.process = self.reader = None
+
+
+@pytest.fixture
+def restartable() -> Iterator[Restartable]:
+    server = Restartable()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def ctx(name: str) -> ToolContext:
+    return ToolContext(
+        run_id="r", root_run_id="r", session_id=None, call_id="c", tool_name=name, trip_index=0
+    )
+
+
+async def test_a_server_that_dies_mid_call_fails_typed_and_the_next_call_reconnects(
+    restartable: Restartable,
+) -> None:
+    toolset = raygent.mcp.http(restartable.url, include=["crash", "pid"], timeout=30)
+    try:
+        tools = {t.name: t for t in await toolset.tools()}
+        first = (await tools["pid"].invoke({}, ctx("pid"))).text  # type: ignore[attr-defined]
+        with pytest.raises(MCPServerError, match="closed the connection during a call"):
+            await tools["crash"].invoke({}, ctx("crash"))  # type: ignore[attr-defined]
+        assert restartable.wait() == 3  # it died: os._exit(3)
+        restartable.start()
+        second = (await tools["pid"].invoke({}, ctx("pid"))).text  # type: ignore[attr-defined]
+        assert int(second) == restartable.pid != int(first)
+    finally:
+        await toolset.aclose()
+
+
+async def test_a_server_restarted_while_idle_fails_one_call_typed_then_serves(
+    restartable: Restartable,
+) -> None:
+    toolset = raygent.mcp.http(restartable.url, include=["pid"], timeout=30)
+    try:
+        [pid] = await toolset.tools()
+        await pid.invoke({}, ctx("pid"))  # type: ignore[attr-defined]
+        restartable.stop()
+        restartable.start()  # a new process: it knows no session
+        with pytest.raises(MCPServerError, match="no longer knows the session"):
+            await pid.invoke({}, ctx("pid"))  # type: ignore[attr-defined]
+        again = (await pid.invoke({}, ctx("pid"))).text  # type: ignore[attr-defined]
+        assert int(again) == restartable.pid
+    finally:
+        await toolset.aclose()
+
+
+async def test_a_hanging_call_over_http_times_out_and_the_server_keeps_serving(
+    restartable: Restartable, backend_kind: str
+) -> None:
+    toolset = raygent.mcp.http(restartable.url, include=["hang", "add"], timeout=5.0)
+    rules = [
+        Rule(
+            match=Match(after_tool_result=False),
+            reply=Reply(tool_calls=[ToolCallReply("hang", {})]),
+        ),
+        Rule(match=Match(after_tool_result=True), reply=Reply(text="gave up")),
+    ]
+    try:
+        async with serve(rules) as sim:
+            model = OpenAIModel("sim-gpt", base_url=sim.openai_base_url, api_key="sk-test")
+            result = await raygent.agent(model=model, tools=[toolset]).execute("hang")
+        assert result.ok, result.error
+        assert (result.report.tool_calls[0].error or {}).get("code") == "TOOL_TIMEOUT"
+        [add] = [t for t in await toolset.tools() if t.name == "add"]
+        assert (await add.invoke({"a": 1, "b": 2}, ctx("add"))).text == "3"  # type: ignore[attr-defined]
     finally:
         await toolset.aclose()

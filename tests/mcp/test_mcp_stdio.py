@@ -13,9 +13,13 @@ import pytest
 
 import raygent.mcp
 from raygent.errors import MCPServerError, ToolExecutionError
-from raygent.tools import ToolArgumentsError, ToolContext, ToolTimeoutError
+from raygent.messages import ImagePart
+from raygent.tools import ToolArgumentsError, ToolContext, ToolResult, ToolTimeoutError
 
 SERVER = str(Path(__file__).with_name("server.py"))
+PNG = (  # the server's 1x1 PNG
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg=="
+)
 
 
 def ctx(name: str) -> ToolContext:
@@ -47,7 +51,8 @@ async def test_tools_are_listed_filtered_and_prefixed() -> None:
         assert spec.parameters["required"] == ["a", "b"]
         assert "title" not in str(add.spec(compact=True).parameters)  # type: ignore[attr-defined]
         assert add.inline  # type: ignore[attr-defined]
-        assert await add.invoke({"a": 2, "b": 3}, ctx("m_add")) == "5"  # type: ignore[attr-defined]
+        added = await add.invoke({"a": 2, "b": 3}, ctx("m_add"))  # type: ignore[attr-defined]
+        assert added == ToolResult(content=["5"], data={"result": 5})
         again = await toolset.tools()
         assert again[0] is tools[again[0].name]  # cached, not listed again
         only = raygent.mcp.stdio(sys.executable, [SERVER], include=["add", "pid"])
@@ -75,8 +80,18 @@ async def test_is_error_image_and_structured_results() -> None:
         tools = await by_name(toolset)
         with pytest.raises(ToolExecutionError, match="Error executing tool fail"):
             await tools["fail"].invoke({}, ctx("fail"))  # type: ignore[attr-defined]
-        note = await tools["image"].invoke({}, ctx("image"))  # type: ignore[attr-defined]
-        assert note == "[image image/png, 3 bytes: not shown]"
+        image = await tools["image"].invoke({}, ctx("image"))  # type: ignore[attr-defined]
+        assert image == ToolResult(content=[ImagePart(data=PNG, media_type="image/png")])
+        chart = await tools["chart"].invoke({}, ctx("chart"))  # type: ignore[attr-defined]
+        assert chart.content == [
+            "the chart:",
+            ImagePart(data=PNG, media_type="image/png"),
+            "\n[audio audio/wav, 4 bytes: not shown]",  # no wire takes audio in a result
+        ]
+        weather = await tools["weather"].invoke({"city": "Oslo"}, ctx("weather"))  # type: ignore[attr-defined]
+        assert weather == ToolResult(content=["Oslo: 18C"], data={"city": "Oslo", "celsius": 18})
+        reading = await tools["reading"].invoke({}, ctx("reading"))  # type: ignore[attr-defined]
+        assert reading == ToolResult(content=['{"celsius":18}'], data={"celsius": 18})
     finally:
         await toolset.aclose()
 
@@ -85,11 +100,11 @@ async def test_a_server_that_dies_mid_call_is_restarted_on_the_next_call() -> No
     toolset = raygent.mcp.stdio(sys.executable, [SERVER])
     try:
         tools = await by_name(toolset)
-        first = await tools["pid"].invoke({}, ctx("pid"))  # type: ignore[attr-defined]
+        first = (await tools["pid"].invoke({}, ctx("pid"))).text  # type: ignore[attr-defined]
         with pytest.raises(MCPServerError) as caught:
             await tools["crash"].invoke({}, ctx("crash"))  # type: ignore[attr-defined]
         assert caught.value.code == "MCP_SERVER"
-        second = await tools["pid"].invoke({}, ctx("pid"))  # type: ignore[attr-defined]
+        second = (await tools["pid"].invoke({}, ctx("pid"))).text  # type: ignore[attr-defined]
         assert second != first
     finally:
         await toolset.aclose()
@@ -99,25 +114,26 @@ async def test_a_server_that_died_while_idle_is_restarted_by_the_next_call() -> 
     toolset = raygent.mcp.stdio(sys.executable, [SERVER])
     try:
         tools = await by_name(toolset)
-        first = int(await tools["pid"].invoke({}, ctx("pid")))  # type: ignore[attr-defined]
+        first = int((await tools["pid"].invoke({}, ctx("pid"))).text)  # type: ignore[attr-defined]
         os.kill(first, signal.SIGKILL)
         deadline = asyncio.get_running_loop().time() + 10
         while toolset.connected:  # until this side has read the end of the server's output
             assert asyncio.get_running_loop().time() < deadline
             await asyncio.sleep(0.01)
-        second = await tools["pid"].invoke({}, ctx("pid"))  # type: ignore[attr-defined]
+        second = (await tools["pid"].invoke({}, ctx("pid"))).text  # type: ignore[attr-defined]
         assert int(second) != first
     finally:
         await toolset.aclose()
 
 
 async def test_a_hanging_call_times_out_and_the_server_keeps_serving() -> None:
-    toolset = raygent.mcp.stdio(sys.executable, [SERVER], timeout=1.0)
+    # The timeout bounds the start too: room for a slow start on a loaded machine.
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER], timeout=5.0)
     try:
         tools = await by_name(toolset)
         with pytest.raises(ToolTimeoutError):
             await tools["hang"].invoke({}, ctx("hang"))  # type: ignore[attr-defined]
-        assert await tools["add"].invoke({"a": 1, "b": 1}, ctx("add")) == "2"  # type: ignore[attr-defined]
+        assert (await tools["add"].invoke({"a": 1, "b": 1}, ctx("add"))).text == "2"  # type: ignore[attr-defined]
     finally:
         await toolset.aclose()
 
@@ -134,10 +150,10 @@ async def test_a_list_changed_notification_lists_the_tools_again() -> None:
     try:
         tools = await by_name(toolset)
         assert "late" not in tools
-        assert await tools["grow"].invoke({}, ctx("grow")) == "grown"  # type: ignore[attr-defined]
+        assert (await tools["grow"].invoke({}, ctx("grow"))).text == "grown"  # type: ignore[attr-defined]
         # The SDK hands the notification to a task of its own: wait (bounded) for it.
         late = await listed(toolset, "late")
-        assert await late.invoke({}, ctx("late")) == "late tool"  # type: ignore[attr-defined]
+        assert (await late.invoke({}, ctx("late"))).text == "late tool"
     finally:
         await toolset.aclose()
 
