@@ -18,7 +18,7 @@ from ..abort import abortable
 from ..attachments._load import tool_parts
 from ..attachments._parse import AttachmentPolicy
 from ..errors import AbortedError, RaygentError, ToolDeniedError, ToolExecutionError
-from ..messages import ToolCall, ToolMessage
+from ..messages import ContentPart, ToolCall, ToolMessage
 from ..observe.events import ToolCalled, ToolCalling, ToolFailed
 from ..observe.report import Timing, ToolCallReport
 from ..tools import ToolContext, tool_result_content
@@ -79,9 +79,11 @@ async def _one(
             )
         value = await _invoke(run, trip_index, call, record)
         returned, data = tool_result_content(value, call.name)
-        policy = run.config.attachment_policy or AttachmentPolicy()
-        capabilities = run.config.model.capabilities
-        parts = await tool_parts(returned, policy, capabilities, call.name)
+        parts: list[ContentPart] = list(returned)
+        if any(p.type == "image" for p in returned):  # checked as attachments are
+            policy = run.config.attachment_policy or AttachmentPolicy()
+            capabilities = run.config.model.capabilities
+            parts = await tool_parts(returned, policy, capabilities, call.name)
     except Exception as exc:
         if isinstance(exc, AbortedError) and run.signal.aborted:
             raise  # the run is being cancelled; anything else a tool raises is its failure
@@ -100,8 +102,11 @@ async def _one(
         )
     message = ToolMessage(call_id=call.call_id, name=call.name, content=parts)
     record.output = output = message.text
-    record.data = data
-    record.images = sum(1 for p in parts if p.type == "image")
+    if data is not None:
+        record.data = data
+    images = sum(1 for p in parts if p.type == "image")
+    if images:
+        record.images = images
     _finish(record, clock)
     await run.emit(
         ToolCalled,
