@@ -5,9 +5,11 @@ batches one after another to one session (`sequential`), then from 16 tasks to 1
 sessions at once (`16 sessions`). The Redis baseline is redis-py doing the same writes
 with no checks: RPUSH of the same msgpack envelopes (encoded beforehand) plus the same
 bookkeeping keys (batch id, revision, index) in a MULTI pipeline; the figure that
-matters is RedisStore's rate as a ratio of it, measured in the same run. Rounds are
-interleaved so machine noise hits every store alike; the median round's rate is
-reported, latencies over all rounds.
+matters is RedisStore's rate as a ratio of it, measured in the same run. Each round
+runs every case in one mode, then in the other, the order turned round every round,
+so a store and its baseline run back to back and noise hits both alike; the median
+round's rate is reported (latencies over all rounds), and each ratio twice: of the
+median rates, and each round's own ratio (median and range). The load is printed too.
 
 The PostgreSQL baseline is psycopg (the driver PostgresStore uses) doing one plain
 INSERT of the batch's rows (the same JSON payloads, sent as binary parameters as the
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -46,6 +49,10 @@ from raygent.stores._codec import batch_id, encode_json, encode_msgpack, envelop
 TEXT = ("The quick brown fox jumps over the lazy dog; " * 24)[:1000]
 Append = Callable[[str, int], Awaitable[object]]  # (session, turn) -> one batch written
 TEXT_BASELINE = "raw psycopg INSERT, text parameters"
+RAW_INSERT = "raw psycopg INSERT (baseline)"
+RAW_PIPELINE = "raw redis-py MULTI pipeline (baseline)"
+MODES = {"sequential": 1, "16 sessions": 16}
+Results = dict[tuple[str, str], list[tuple[float, list[float]]]]
 
 
 BATCHES: list[list[Message]] = [  # a user turn; a tool round; a whole turn
@@ -171,26 +178,25 @@ async def run(args: argparse.Namespace) -> None:
     stores["PostgresStore"] = PostgresStore(args.postgres_dsn, schema=prefix.replace("-", "_"))
     cases: dict[str, Append] = {name: store_append(s) for name, s in stores.items()}
     if args.only != "postgres":
-        cases["raw redis-py MULTI pipeline (baseline)"] = raw_pipeline_append(
-            client, prefix + "-raw"
-        )
+        cases[RAW_PIPELINE] = raw_pipeline_append(client, prefix + "-raw")
     raw_tables = [prefix.replace("-", "_") + "_raw", prefix.replace("-", "_") + "_raw_text"]
-    cases["raw psycopg INSERT (baseline)"], raw_pool = await raw_insert_append(
-        args.postgres_dsn, raw_tables[0]
-    )
+    cases[RAW_INSERT], raw_pool = await raw_insert_append(args.postgres_dsn, raw_tables[0])
     cases[TEXT_BASELINE], text_pool = await raw_insert_append(
         args.postgres_dsn, raw_tables[1], binary=False
     )
-    modes = {"sequential": 1, "16 sessions": 16}
-    results: dict[tuple[str, str], list[tuple[float, list[float]]]] = {
-        (case, mode): [] for case in cases for mode in modes
-    }
+    results: Results = {(case, mode): [] for case in cases for mode in MODES}
+    loads = [os.getloadavg()[0]]
     try:
         for append in cases.values():  # warm up connections, scripts and caches
             await drive(append, 48, 16)
-        for _ in range(args.rounds):
-            for (case, mode), samples in results.items():
-                samples.append(await drive(cases[case], args.appends, modes[mode]))
+        for index in range(args.rounds):
+            for mode, sessions in MODES.items():
+                # Each store beside its baseline, one mode at a time, the order turned
+                # round every round: noise lands on both sides of every ratio alike.
+                order = list(cases) if index % 2 == 0 else list(reversed(cases))
+                for case in order:
+                    results[case, mode].append(await drive(cases[case], args.appends, sessions))
+            loads.append(os.getloadavg()[0])
     finally:
         for store in stores.values():
             await store.aclose()
@@ -204,36 +210,50 @@ async def run(args: argparse.Namespace) -> None:
         if keys:
             await client.delete(*keys)
         await client.aclose()
-    report(args, results)
+    report(args, results, loads)
 
 
-def report(
-    args: argparse.Namespace, results: dict[tuple[str, str], list[tuple[float, list[float]]]]
-) -> None:
+def report(args: argparse.Namespace, results: Results, loads: list[float]) -> None:
     print(
         f"\n{args.appends} appends a round (batches of 1-3 messages of ~1 KB),"
-        f" median of {args.rounds} interleaved rounds; latency over all rounds\n"
+        f" median of {args.rounds} interleaved rounds; latency over all rounds"
     )
+    print("load (1-minute average) at the start and after each round: " + fmt_loads(loads) + "\n")
     print(f"{'store':42} {'mode':12} {'appends/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
-    rates = {}
     for (case, mode), samples in results.items():
-        rates[case, mode] = statistics.median(rate for rate, _ in samples)
+        rate = statistics.median(rate for rate, _ in samples)
         latencies = sorted(ms for _, lat in samples for ms in lat)
         p50 = latencies[len(latencies) // 2]
         p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-        print(f"{case:42} {mode:12} {rates[case, mode]:10.0f} {p50:8.3f} {p99:8.3f}")
+        print(f"{case:42} {mode:12} {rate:10.0f} {p50:8.3f} {p99:8.3f}")
     print()
-    redis_modes = ("sequential", "16 sessions") if ("RedisStore", "sequential") in rates else ()
-    for mode in redis_modes:
-        ratio = rates["RedisStore", mode] / rates["raw redis-py MULTI pipeline (baseline)", mode]
-        print(f"ratio RedisStore / raw pipeline, {mode}: {ratio:.2f}")
-    for mode in ("sequential", "16 sessions"):
-        ratio = rates["PostgresStore", mode] / rates["raw psycopg INSERT (baseline)", mode]
-        print(f"ratio PostgresStore / raw INSERT, {mode}: {ratio:.2f}")
-    for mode in ("sequential", "16 sessions"):
-        ratio = rates["PostgresStore", mode] / rates[TEXT_BASELINE, mode]
-        print(f"ratio PostgresStore / raw INSERT with text parameters, {mode}: {ratio:.2f}")
+    pairs = [
+        ("RedisStore", RAW_PIPELINE, "raw pipeline"),
+        ("PostgresStore", RAW_INSERT, "raw INSERT"),
+        ("PostgresStore", TEXT_BASELINE, "raw INSERT with text parameters"),
+    ]
+    for store, baseline, name in pairs:
+        for mode in MODES:
+            if (store, mode) in results and (baseline, mode) in results:
+                print(f"ratio {store} / {name}, {mode}: " + ratio(results, store, baseline, mode))
     print("\nreproduce: python benchmarks/bench_stores.py " + " ".join(sys.argv[1:]))
+
+
+def ratio(results: Results, store: str, baseline: str, mode: str) -> str:
+    """The ratio of the median rates, then each round's own ratio (store and baseline
+    ran back to back): their median and range."""
+    mine = [rate for rate, _ in results[store, mode]]
+    theirs = [rate for rate, _ in results[baseline, mode]]
+    rounds = sorted(a / b for a, b in zip(mine, theirs, strict=True))
+    overall = statistics.median(mine) / statistics.median(theirs)
+    return (
+        f"{overall:.2f} (per round: median {statistics.median(rounds):.2f},"
+        f" {rounds[0]:.2f}-{rounds[-1]:.2f})"
+    )
+
+
+def fmt_loads(loads: list[float]) -> str:
+    return " ".join(f"{load:.1f}" for load in loads)
 
 
 def main() -> None:

@@ -64,7 +64,10 @@ def to_timestamp(moment: float | datetime) -> float:
 
 
 def encode_json(message: Message) -> bytes:
-    return MESSAGE_ADAPTER.dump_json(message)
+    # The message class's own serializer: the same bytes as MESSAGE_ADAPTER.dump_json,
+    # without the union's dispatch on every message written.
+    encoded: bytes = type(message).__pydantic_serializer__.to_json(message)
+    return encoded
 
 
 def encode_msgpack(message: Message) -> bytes:

@@ -7,11 +7,12 @@ position, idempotency and revision checks run under that lock, and the primary k
 
 An append is the hot path, so it costs few index updates and little server work: its
 common case (a live conversation, the expected position, a new batch) is APPEND_FAST,
-one plain statement whose conditional UPDATE takes the row lock and checks all three,
-then inserts the batch id and the messages; every other case is a second round trip, a
-call of the PL/pgSQL `append`. The conversation's row is updated in place (HOT:
-`fillfactor` leaves room, and no index covers a column that every append changes:
-`touched`, the indexed write time, moves in 64 s steps).
+one plain statement whose conditional UPDATE takes the row lock and checks the first
+two, then inserts the batch id (whose primary key refuses a batch already committed)
+and the messages; every other case is a second round trip, a call of the PL/pgSQL
+`append`; every 32nd revision a short DELETE trims the batch ids. The conversation's
+row is updated in place (HOT: `fillfactor` leaves room, and no index covers a column
+that every append changes: `touched`, the indexed write time, moves in 64 s steps).
 """
 
 from __future__ import annotations
@@ -231,31 +232,30 @@ _SCOPE = "%s, %s, %s, %s, %s::float8, %s::float8"
 # server to parse.
 APPEND = f"SELECT {{s}}.append({_SCOPE}, %b::bytea, %s::bigint, %s, %s::bigint, %b::bytea[])"
 # An append's common case as one plain statement (no PL/pgSQL call): a live conversation
-# at the expected position, a batch not seen before. The UPDATE takes the row lock and
-# checks all three; no row back means another case, which `append` above decides. The
-# batch id INSERT has no ON CONFLICT: should the same batch commit while the UPDATE
-# waited for the lock (its NOT EXISTS read the older snapshot), the primary key fails
-# the whole statement, nothing is written, and `append` reports the duplicate.
-APPEND_FAST = f"""
+# at the expected position. The UPDATE takes the row lock and checks both; no row back
+# means another case (absent, expired, a position conflict, or a retry with a stale
+# position), which `append` above decides. A batch already committed is found by the
+# batch id's primary key, not looked up first (a retry is rare, a probe on every append
+# is not): the INSERT fails the whole statement, nothing is written, and `append`
+# reports the duplicate. The same holds when the batch committed while the UPDATE
+# waited for the lock. Trimming the batch ids is a second statement (APPEND_TRIM), sent
+# after every TRIM_EVERY-th revision: kept out of this one, it costs the other 31 nothing.
+APPEND_FAST = """
 WITH up AS (
-    UPDATE {{s}}.conversations c SET session_id = %(session)s, user_id = %(user)s,
-        metadata = %(meta)s, revision = c.revision + 1,
+    UPDATE {s}.conversations c SET metadata = %(meta)s, revision = c.revision + 1,
         length = c.length + cardinality(%(payloads)b::bytea[]),
         updated_at = %(now)s::float8, touched = floor(%(now)s::float8 / 64)
     WHERE c.ref = %(ref)s AND c.updated_at >= %(since)s::float8
         AND (%(expected)s::bigint IS NULL OR c.length = %(expected)s::bigint)
-        AND NOT EXISTS (SELECT FROM {{s}}.batches b
-                        WHERE b.ref = %(ref)s AND b.batch_id = %(batch)b::bytea)
     RETURNING c.revision AS rev, c.length - cardinality(%(payloads)b::bytea[]) AS first),
-b AS (INSERT INTO {{s}}.batches SELECT %(ref)s, %(batch)b::bytea, first, rev FROM up),
-m AS (INSERT INTO {{s}}.messages
+b AS (INSERT INTO {s}.batches SELECT %(ref)s, %(batch)b::bytea, first, rev FROM up),
+m AS (INSERT INTO {s}.messages
     SELECT %(ref)s, up.first + t.o - 1, %(run)s, %(turn)s::bigint, %(now)s::float8, t.p
-    FROM up, unnest(%(payloads)b::bytea[]) WITH ORDINALITY AS t(p, o)),
-trim AS (  -- as `append` does; the subqueries gate the scan: it runs every 32nd revision
-    DELETE FROM {{s}}.batches x WHERE (SELECT up.rev %% {TRIM_EVERY} = 0 FROM up)
-        AND x.ref = %(ref)s AND x.seq <= (SELECT up.rev - {MAX_BATCH_IDS} FROM up))
-SELECT first FROM up
+    FROM up, unnest(%(payloads)b::bytea[]) WITH ORDINALITY AS t(p, o))
+SELECT first, rev FROM up
 """
+# The batch ids older than the newest MAX_BATCH_IDS revisions (as `append` trims them).
+APPEND_TRIM = f"DELETE FROM {{s}}.batches WHERE ref = %s AND seq <= %s::bigint - {MAX_BATCH_IDS}"
 RECORD_ERROR = f"SELECT {{s}}.record_error({_SCOPE}, %s::bytea, %s::bigint)"
 REPLACE_PREFIX = (
     f"SELECT {{s}}.replace_prefix({_SCOPE}, %s::bigint, %s::bigint, %s, %s::bigint, %b::bytea[])"

@@ -1,9 +1,10 @@
 """PostgresStore: conversations and durable runs in PostgreSQL, shared by a cluster.
 
-Each write is one round trip, one transaction (an append's uncommon cases two; see
-_postgres_sql), the conversation's row locked while the position, idempotency and
-revision checks run. Payloads are the messages' JSON in `bytea` columns. The schema
-is created on first use, in the store's own PostgreSQL schema, with a version row.
+Each write is one round trip, one transaction (an append's uncommon cases two, and
+every 32nd a trim of its batch ids; see _postgres_sql), the conversation's row locked
+while the position, idempotency and revision checks run. Payloads are the messages'
+JSON in `bytea` columns. The schema is created on first use, in the store's own
+PostgreSQL schema, with a version row.
 
 Connections come from a psycopg pool per event loop (`_postgres_pool`): past
 `max_connections` an operation waits up to `pool_timeout` for one, then fails with
@@ -51,7 +52,6 @@ __all__ = ["PostgresStore"]
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _PRUNE_CHUNK = 500  # conversations per prune statement: keeps row locks short
-_FAST_SCOPE = ("ref", "session", "user", "meta", "now", "since")  # APPEND_FAST's names
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
@@ -196,8 +196,7 @@ class PostgresStore(RunsMixin, BaseStore):
     # -- writes --------------------------------------------------------------------
 
     def _scope_args(self, ref: str, scope: Scope, now: float) -> tuple[Any, ...]:
-        metadata = json.dumps(dict(scope.metadata), sort_keys=True) if scope.metadata else "{}"
-        return (ref, scope.session_id, scope.user_id, metadata, now, self._live_since(now))
+        return (ref, scope.session_id, scope.user_id, _metadata(scope), now, self._live_since(now))
 
     async def append(
         self,
@@ -208,19 +207,33 @@ class PostgresStore(RunsMixin, BaseStore):
         expected_position: int | None = None,
     ) -> AppendResult:
         batch = self._batch(scope, run_id, turn, messages, expected_position)
-        ref, count = batch.ref, len(batch.payloads)
-        scope_args = self._scope_args(ref, scope, batch.now)
+        ref, count, now = batch.ref, len(batch.payloads), batch.now
+        fast = {  # APPEND_FAST's parameters, by name (several appear more than once)
+            "ref": ref,  # the session and user are part of it: only the metadata can change
+            "meta": _metadata(scope),
+            "now": now,
+            "since": self._live_since(now),
+            "batch": batch.batch_id,
+            "expected": expected_position,
+            "run": run_id,
+            "turn": turn,
+            "payloads": batch.payloads,
+        }
         with translated(ref, self._password):
             pool = await self._pools.get()
             async with pool.connection() as conn:
-                fast = dict(zip(_FAST_SCOPE, scope_args, strict=True))
-                fast.update(batch=batch.batch_id, expected=expected_position, run=run_id)
-                fast.update(turn=turn, payloads=batch.payloads)
-                first = await _append_fast(conn, self._q["APPEND_FAST"], fast)
-                if first is not None:
+                written = await _append_fast(conn, self._q["APPEND_FAST"], fast)
+                if written is not None:
+                    first, revision = written
+                    if revision % sql.TRIM_EVERY == 0:
+                        # After the commit: should this fail, the append raises though
+                        # written, and its retry is a duplicate (as for a lost reply).
+                        await conn.execute(self._q["APPEND_TRIM"], (ref, revision))
                     return AppendResult(first, count)
-                params = (*scope_args, batch.batch_id, expected_position, run_id, turn)
-                cursor = await conn.execute(self._q["APPEND"], (*params, batch.payloads))
+                params = (*self._scope_args(ref, scope, now), batch.batch_id, expected_position)
+                cursor = await conn.execute(
+                    self._q["APPEND"], (*params, run_id, turn, batch.payloads)
+                )
                 rows: list[tuple[Any, ...]] = await cursor.fetchall()
         [(result,)] = rows
         code, position = result & 3, int(result >> 2)
@@ -296,17 +309,21 @@ _PICKLED = frozenset(  # what a copy needs to reconnect; pools and the password 
 )
 
 
-async def _append_fast(conn: Conn, query: str, params: dict[str, Any]) -> int | None:
-    """The first position APPEND_FAST wrote the batch at, or None: a case it leaves to the
-    append function (absent, expired, duplicate, position conflict)."""
+async def _append_fast(conn: Conn, query: str, params: dict[str, Any]) -> tuple[int, int] | None:
+    """(first position, revision) of the batch APPEND_FAST wrote, or None: a case it
+    leaves to the append function (absent, expired, duplicate, position conflict)."""
     try:
         cursor = await conn.execute(query, params)
         row = await cursor.fetchone()
     except pg_errors.UniqueViolation as exc:
         if exc.diag.constraint_name != "batches_pkey":
-            raise
-        return None  # the same batch committed while this one waited for the row lock
-    return None if row is None else int(row[0])
+            raise  # a row at a position the conversation does not cover: a fork
+        return None  # a batch already committed (or committed while this one waited)
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
+def _metadata(scope: Scope) -> str:
+    return json.dumps(dict(scope.metadata), sort_keys=True) if scope.metadata else "{}"
 
 
 def _contiguous(ref: str, rows: Sequence[tuple[Any, ...]]) -> list[bytes]:
