@@ -61,8 +61,9 @@ def map(
     fails as an input error. `concurrency`: runs in flight across the whole pipeline,
     split among `actors` actors (default: one per 128, at most one per CPU).
     `retry`: per-row retries (`Retry()` by default). `num_cpus`: what each actor
-    reserves; `batch_size`: rows per Ray Data batch (default: a quarter of an actor's
-    share, so that its calls keep it full).
+    reserves; `batch_size`: rows per Ray Data batch (default: an actor's share: each
+    actor is given more rows than its share, so that its runs stay in flight while a
+    batch waits for its slowest row).
 
     Model calls go through the executable's backend (else the current one): on Ray, its
     gateways, so provider bounds hold across the actors.

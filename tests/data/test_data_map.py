@@ -135,3 +135,46 @@ async def test_an_actor_killed_mid_job_is_restarted_and_each_row_comes_out_once(
     killed = int(marker.read_text())
     row_37 = next(r for r in rows if r["id"] == 37)
     assert json.loads(row_37["result_data"])["pid"] != killed  # rerun by a new process
+
+
+async def test_a_slow_row_leaves_the_other_places_of_its_actor_busy(tmp_path: Path) -> None:
+    concurrency = 8
+    state = {"running": 0, "ended": 0, "peak": 0, "peak_stalled": 0}
+    released = asyncio.Event()
+
+    async def work(value: int) -> int:
+        # Runs in the actor (one copy of `state` there). Row 0 holds its place until 32
+        # other rows have ended: its batch cannot end meanwhile.
+        state["running"] += 1
+        state["peak"] = max(state["peak"], state["running"])
+        if state["ended"] >= concurrency:  # past the first wave, while row 0 waits
+            state["peak_stalled"] = max(state["peak_stalled"], state["running"])
+        try:
+            if value == 0:
+                await released.wait()
+                return state["peak_stalled"] * 100 + state["peak"]
+            await asyncio.sleep(0.01)  # a run's latency (not a wait for anything)
+            return value
+        finally:
+            state["running"] -= 1
+            if value != 0:
+                state["ended"] += 1
+                if state["ended"] >= 32:
+                    released.set()
+
+    dataset = raygent.data.map(
+        ray.data.range(64, override_num_blocks=1),
+        work,
+        input="id",
+        concurrency=concurrency,
+        actors=1,
+    )
+    table = await run_to_parquet(dataset, tmp_path / "out")
+    rows = {r["id"]: r for r in table.to_pylist()}
+    assert sorted(rows) == list(range(64))
+    assert {r["result_status"] for r in rows.values()} == {"completed"}
+    peak_stalled, peak = divmod(json.loads(rows[0]["result_data"]), 100)
+    assert peak == concurrency  # the bound, never more
+    # While row 0's batch could not end, the rows of the other batches kept every
+    # other place taken (a batch's finished rows do not hold theirs until it ends).
+    assert peak_stalled == concurrency
