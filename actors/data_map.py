@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import ray.cloudpickle
+import ray.data  # Ray Data needs pandas (the data extra): raygent.data says so if missing
 
 from ._batch_runner import _load_executable
 from ._core import Backend
@@ -92,8 +93,6 @@ def map_dataset(
     backend: Backend,
 ) -> Any:
     """The dataset with each row's result columns, as a lazy Ray Data stage."""
-    from ray.data import ActorPoolStrategy
-
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, not {concurrency}")
     try:
@@ -114,7 +113,7 @@ def map_dataset(
         batch_size=rows,
         zero_copy_batch=True,
         fn_constructor_args=(payload, backend, slots, input, output_column, retry, run_options),
-        compute=ActorPoolStrategy(
+        compute=ray.data.ActorPoolStrategy(
             # Up to `count` actors, all started at once; a dataset of fewer blocks
             # than actors leaves some idle (Ray Data warns of a minimum it cannot use).
             min_size=1,

@@ -69,12 +69,11 @@ def map(
     gateways, so provider bounds hold across the actors.
     """
     try:
-        importlib.import_module("ray.data")
-    except ImportError as exc:
+        stage = importlib.import_module("raygent.actors.data_map")  # imports Ray Data
+    except ModuleNotFoundError as exc:  # Ray Data's pandas, without the extra
         raise ImportError(
             "raygent.data.map needs the data extra: pip install 'raygent[data]'"
         ) from exc
-    stage = importlib.import_module("raygent.actors.data_map")
     backend = getattr(executable, "backend", None) or current_backend()
     return stage.map_dataset(
         dataset,
