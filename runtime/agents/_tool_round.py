@@ -16,9 +16,8 @@ from typing import Any
 
 from ..abort import abortable
 from ..attachments._load import tool_parts
-from ..attachments._parse import AttachmentPolicy
 from ..errors import AbortedError, RaygentError, ToolDeniedError, ToolExecutionError
-from ..messages import ContentPart, ToolCall, ToolMessage
+from ..messages import ToolCall, ToolMessage
 from ..observe.events import ToolCalled, ToolCalling, ToolFailed
 from ..observe.report import Timing, ToolCallReport
 from ..tools import ToolContext, tool_result_content
@@ -79,11 +78,10 @@ async def _one(
             )
         value = await _invoke(run, trip_index, call, record)
         returned, data = tool_result_content(value, call.name)
-        parts: list[ContentPart] = list(returned)
-        if any(p.type == "image" for p in returned):  # checked as attachments are
-            policy = run.config.attachment_policy or AttachmentPolicy()
-            capabilities = run.config.model.capabilities
-            parts = await tool_parts(returned, policy, capabilities, call.name)
+        config = run.config
+        parts = await tool_parts(
+            returned, config.attachment_policy, config.model.capabilities, call.name
+        )
     except Exception as exc:
         if isinstance(exc, AbortedError) and run.signal.aborted:
             raise  # the run is being cancelled; anything else a tool raises is its failure

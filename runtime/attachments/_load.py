@@ -61,15 +61,20 @@ def with_parts(user_input: list[Message], parts: list[ContentPart]) -> list[Mess
 
 
 async def tool_parts(
-    parts: Sequence[ContentPart], policy: AttachmentPolicy, capabilities: Capabilities, tool: str
+    parts: Sequence[ContentPart],
+    policy: AttachmentPolicy | None,
+    capabilities: Capabilities,
+    tool: str,
 ) -> list[ContentPart]:
     """A tool result's parts, each image checked as an attachment is (a URL's shape and
     host, a local file read here once under the policy, the size cap) and its bytes
     checked to be the PNG, JPEG, GIF or WebP image it says: a bad one is an
     AttachmentError (OutboundPolicyError for a refusal), the call's error. For a model
-    that cannot see, an image becomes a note."""
+    that cannot see, an image becomes a note. `policy` None: the default one (built only
+    when there is an image: most results are text)."""
     if not any(isinstance(p, ImagePart) for p in parts):
         return list(parts)
+    policy = policy or AttachmentPolicy()
     checked: list[ContentPart] = []
     for part in parts:
         if isinstance(part, ImagePart):
