@@ -25,16 +25,22 @@ from .protocol import (
     StoreError,
     StoreUnavailableError,
 )
-from .redis import RedisStore
 from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from .postgres import PostgresStore
+    from .redis import RedisStore
 
 
 def __getattr__(name: str) -> Any:
-    # PostgresStore needs the `postgres` extra (psycopg): imported when first named, so
-    # raygent itself imports without it.
+    # Imported when first named: RedisStore's client (redis-py, ~0.1 s with what it
+    # pulls in) is paid only by a process that uses it, not by every Ray worker that
+    # imports raygent; PostgresStore needs the `postgres` extra (psycopg), so raygent
+    # itself imports without it.
+    if name == "RedisStore":
+        from .redis import RedisStore
+
+        return RedisStore
     if name == "PostgresStore":
         try:
             from .postgres import PostgresStore

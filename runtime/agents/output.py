@@ -7,7 +7,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ..errors import SchemaValidationError
@@ -36,6 +35,8 @@ class OutputSpec:
             self.name = str(output.get("title") or "response")
             self.schema: dict[str, Any] = output
             self._adapter: TypeAdapter[Any] | None = None
+            import jsonschema  # here: ~25 ms to import, paid only by a dict schema
+
             self._validator: Any = jsonschema.Draft202012Validator(output)
         else:
             self.name = getattr(output, "__name__", "response")

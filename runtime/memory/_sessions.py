@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import weakref
 from collections import deque
@@ -19,12 +20,11 @@ from ..messages import Message
 
 if TYPE_CHECKING:
     from stores.protocol import CompactingStore, Scope, Snapshot, Store
-    from stores.redis import RedisStore
     from stores.sqlite import SQLiteStore
 
     from ._save import Memory
 else:
-    from raygent.stores import CompactingStore, RedisStore, Scope, Snapshot, SQLiteStore, Store
+    from raygent.stores import CompactingStore, Scope, Snapshot, SQLiteStore, Store
 
 __all__ = ["LocalSessions", "SessionLease", "SessionPersistence"]
 
@@ -137,7 +137,10 @@ def _holder(store: Store) -> Hashable:
     prefix (two agents' default `raygent.db`, say) share this process's session locks."""
     if isinstance(store, SQLiteStore) and store.path != ":memory:":
         return ("sqlite", os.path.realpath(store.path))
-    if isinstance(store, RedisStore):
+    # RedisStore is imported on first use (raygent.stores): a process that never made
+    # one holds none.
+    redis = sys.modules.get("raygent.stores.redis")
+    if redis is not None and isinstance(store, redis.RedisStore):
         return ("redis", store.url, store.prefix)
     return ("object", id(store))
 

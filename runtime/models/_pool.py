@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import AsyncGenerator
+from typing import TYPE_CHECKING
 
 import httpx
-from httpx_aiohttp import AiohttpTransport
+
+if TYPE_CHECKING:
+    from httpx_aiohttp import AiohttpTransport
 
 # max_connections=0 is aiohttp's "no limit": concurrency is bounded by the model
 # gateway (which knows the provider's limits), never by a hidden pool size.
@@ -37,6 +40,10 @@ async def shared_transport() -> httpx.AsyncBaseTransport:
     entry = _clients.get(loop)
     if entry is not None and not entry[0].is_closed:
         return entry[1]
+    # Imported here, on a loop's first request: aiohttp costs ~0.1 s to import, which a
+    # process that never calls a model (a session host, a tool executor) does not pay.
+    from httpx_aiohttp import AiohttpTransport
+
     transport = AiohttpTransport(limits=_LIMITS)
     client = httpx.AsyncClient(transport=transport)
     closer = _close_with_loop(client)
