@@ -502,7 +502,7 @@ def tool_result_content(value: Any, name: str = "tool") -> tuple[list[TextPart |
         data = None if value.data is None else json.loads(tool_result_text(value.data, name))
         items = [value.content] if isinstance(value.content, str) else value.content
         return _parts(items, name), data
-    if isinstance(value, (TextPart, ImagePart)):
+    if isinstance(value, _PARTS):
         return [value], None
     if isinstance(value, (list, tuple)) and any(isinstance(v, _PARTS) for v in value):
         return _parts(value, name), None
@@ -512,7 +512,7 @@ def tool_result_content(value: Any, name: str = "tool") -> tuple[list[TextPart |
 def _parts(items: Sequence[Any], name: str) -> list[TextPart | ImagePart]:
     parts: list[TextPart | ImagePart] = []
     for item in items:
-        if not isinstance(item, (TextPart, ImagePart)):
+        if not isinstance(item, _PARTS):
             text = tool_result_text(item, name)
             if not text:
                 continue

@@ -8,7 +8,7 @@ from typing import Any, Final
 from pydantic_core import from_json, to_json
 
 from ._tokens import MEDIA_TOKENS, MESSAGE_OVERHEAD, PrefixHasher, count_tokens, stream_pieces
-from ._types import Finish, ParsedRequest, Plan, SSEStream, WireError
+from ._types import Finish, ParsedRequest, Plan, SSEStream, WireError, typed_parts
 
 _STOP: dict[Finish, str] = {
     "stop": "end_turn",
@@ -315,16 +315,13 @@ _RESULT_BLOCKS = ("text", "image", "document", "search_result")
 
 def _check_tool_result(block: dict[str, Any]) -> None:
     content = block.get("content")
-    if content is None or isinstance(content, str):
+    if content is None or isinstance(content, str) or typed_parts(content, _RESULT_BLOCKS):
         return
-    if not isinstance(content, list) or not all(
-        isinstance(b, dict) and b.get("type") in _RESULT_BLOCKS for b in content
-    ):
-        raise WireError(
-            "messages: tool_result content must be a string or a list of text, image, "
-            "document and search_result blocks",
-            param="messages",
-        )
+    raise WireError(
+        "messages: tool_result content must be a string or a list of text, image, "
+        "document and search_result blocks",
+        param="messages",
+    )
 
 
 def _strip(block: Any) -> Any:

@@ -19,7 +19,7 @@ from ._tokens import (
     content_text,
     count_tokens,
 )
-from ._types import ParsedRequest, Plan, SSEStream, WireError
+from ._types import ParsedRequest, Plan, SSEStream, WireError, typed_parts
 
 ENCRYPTED_PREFIX = "gAAAAsim"
 _CHAT = OpenAIWire()  # the same error bodies as Chat Completions
@@ -277,9 +277,7 @@ def _output_tokens(output: object) -> int:
     input_file parts (images count a fixed amount)."""
     if isinstance(output, str):
         return count_tokens(output)
-    if not isinstance(output, list) or not all(
-        isinstance(p, dict) and p.get("type") in _OUTPUT_PARTS for p in output
-    ):
+    if not typed_parts(output, _OUTPUT_PARTS):
         raise WireError(
             "Invalid 'input[].output': a string or a list of input_text, input_image and "
             "input_file parts.",

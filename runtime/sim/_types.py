@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -21,6 +21,13 @@ class WireError(Exception):
         self.message = message
         self.param = param
         self.code = code
+
+
+def typed_parts(value: object, kinds: Collection[str]) -> bool:
+    """Whether `value` is a list of JSON objects, each of a `type` among `kinds`."""
+    return isinstance(value, list) and all(
+        isinstance(p, dict) and p.get("type") in kinds for p in value
+    )
 
 
 @dataclass(slots=True)

@@ -24,12 +24,17 @@ except ImportError as exc:
 """
 
 
-def test_raygent_runs_without_the_postgres_extra_and_says_what_is_missing() -> None:
+def printed(script: str) -> list[str]:
+    """The lines a fresh interpreter running `script` printed (it must exit cleanly)."""
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+    return result.stdout.splitlines()
+
+
+def test_raygent_runs_without_the_postgres_extra_and_says_what_is_missing() -> None:
+    lines = printed(SCRIPT)
     assert lines[0] == "hi"
     assert (
         lines[1] == "error: PostgresStore needs the postgres extra: pip install 'raygent[postgres]'"
@@ -49,11 +54,7 @@ except ImportError as exc:
 
 
 def test_raygent_mcp_says_which_extra_it_needs() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", MCP_SCRIPT], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [
+    assert printed(MCP_SCRIPT) == [
         "error: raygent.mcp needs the mcp extra: pip install 'raygent[mcp]'"
     ]
 
@@ -72,10 +73,6 @@ except ImportError as exc:
 
 
 def test_raygent_data_map_says_which_extra_it_needs() -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", DATA_SCRIPT], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [
+    assert printed(DATA_SCRIPT) == [
         "error: raygent.data.map needs the data extra: pip install 'raygent[data]'"
     ]

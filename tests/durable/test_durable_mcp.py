@@ -31,11 +31,8 @@ def agent(sim: Any, store: InMemoryStore, toolset: raygent.mcp.MCPToolset) -> ra
 
 async def second_trip(sim: Any, task: asyncio.Future[Any], timeout: float = 60.0) -> None:
     """Bounded wait until the run's second model request reached the simulator."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while sim.stats().requests < 2:
-        assert not task.done(), task.result()
-        assert asyncio.get_running_loop().time() < deadline, "no second trip"
-        await asyncio.sleep(0.02)
+    await sim.wait_until(lambda stats: stats.requests >= 2 or task.done(), timeout)
+    assert not task.done(), task.result()
 
 
 async def crashed_run(sim: Any, store: InMemoryStore) -> str:
