@@ -74,7 +74,9 @@ class Gateway:
         now = time.monotonic()
         self._wake(
             endpoint,
-            endpoint.ledger.report(holder_id, report, self.incarnation, now, self.lease_ttl),
+            endpoint.ledger.report(
+                holder_id, report, self.incarnation, now, self.lease_ttl, bounds
+            ),
         )
         self._schedule_rates(endpoint)
         current = endpoint.ledger.holders.get(holder_id)
@@ -142,7 +144,7 @@ class Gateway:
     def _endpoint(self, key: str, bounds: Bounds) -> _Endpoint:
         endpoint = self._endpoints.get(key)
         if endpoint is None:
-            # An endpoint's limits are those declared by the first process that asks.
+            # Until its holders declare theirs, the limits of the first one to ask.
             ledger = Ledger(bounds, time.monotonic(), claims_until=self._claims_until)
             endpoint = self._endpoints[key] = _Endpoint(ledger)
         return endpoint

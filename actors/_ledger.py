@@ -10,6 +10,11 @@ holder applied its latest grant, that it now holds less. It also drops it when t
 lease expires. A holder never admits more than the grant it has received, and reports
 max(grant, in use), so what it really uses is never more than what is counted.
 
+Each holder declares the limits its models carry (`report(..., bounds=)`); the ledger
+holds the tightest declaration among its live holders, so a model rebuilt with a new
+bound is held to it as soon as the holders of the old one are gone (released or
+expired), and two declarations that disagree never let more through than either.
+
 Capacity moves lazily: a holder keeps what it was granted, used or not, until another
 holder is starved (below its fair share, with nothing free) or the adaptive limit
 shrinks. A lone process therefore keeps the whole bound between bursts, and ten share it.
@@ -18,7 +23,9 @@ shrinks. A lone process therefore keeps the whole bound between bursts, and ten 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["UNBOUNDED", "Bounds", "Grant", "Ledger", "Report", "partition", "waterfill"]
 
@@ -86,6 +93,7 @@ class _Holder:
     tokens: float = 0.0
     requests_wanted: float = 0.0
     tokens_wanted: float = 0.0
+    bounds: Bounds | None = None  # the limits it declared (None: it declared none)
 
 
 class _Bucket:
@@ -115,6 +123,25 @@ class _Bucket:
     def ready_in(self, wanted: float) -> float:
         """Seconds until `wanted` (at most a minute's worth) is there."""
         return max(0.0, (min(wanted, self.capacity) - self.level) / self.rate)
+
+
+def _tightest(limits: Iterable[float | None]) -> Any:
+    given = [limit for limit in limits if limit]
+    return min(given) if given else None
+
+
+def _rebucketed(bucket: _Bucket | None, per_minute: float | None, now: float) -> _Bucket | None:
+    """`bucket` refilling at `per_minute` from now on (what it holds kept, up to the new
+    capacity); None when no rate is declared."""
+    if not per_minute:
+        return None
+    if bucket is None:
+        return _Bucket(per_minute, now)
+    if bucket.capacity != per_minute:
+        bucket.refill(now)
+        bucket.capacity, bucket.rate = float(per_minute), per_minute / 60.0
+        bucket.level = min(bucket.level, bucket.capacity)
+    return bucket
 
 
 def partition(total: int, parts: int) -> list[int]:
@@ -163,15 +190,47 @@ class Ledger:
         self._requests = _Bucket(rpm, self.now) if rpm else None
         self._tokens = _Bucket(tpm, self.now) if tpm else None
 
+    # -- declared limits ----------------------------------------------------------------
+
+    def _declarations_changed(self, now: float) -> None:
+        """Hold the tightest of the live holders' declarations (with none live, the last
+        ones in force stay)."""
+        declared = [h.bounds for h in self.holders.values() if h.bounds is not None]
+        if not declared:
+            return
+        self.bounds = Bounds(
+            _tightest(b.max_concurrency for b in declared),
+            _tightest(b.requests_per_minute for b in declared),
+            _tightest(b.tokens_per_minute for b in declared),
+        )
+        bound = self.bounds.max_concurrency or UNBOUNDED
+        if bound != self.bound:
+            # Not throttled: the limit follows the bound. Throttled: it stays as low.
+            at_bound = self.limit >= self.bound
+            self.bound = bound
+            self.limit = float(bound) if at_bound else min(self.limit, float(bound))
+        self._requests = _rebucketed(self._requests, self.bounds.requests_per_minute, now)
+        self._tokens = _rebucketed(self._tokens, self.bounds.tokens_per_minute, now)
+
     # -- reports ----------------------------------------------------------------------
 
     def report(
-        self, holder_id: str, report: Report, incarnation: str, now: float, ttl: float
+        self,
+        holder_id: str,
+        report: Report,
+        incarnation: str,
+        now: float,
+        ttl: float,
+        bounds: Bounds | None = None,
     ) -> set[str]:
-        """Apply a holder's report; returns the holders that have something new."""
+        """Apply a holder's report (and the limits it declares); returns the holders
+        that have something new."""
         holder = self.holders.get(holder_id)
         if holder is None:
             holder = self.holders[holder_id] = _Holder()
+        if bounds is not None and holder.bounds != bounds:
+            holder.bounds = bounds
+            self._declarations_changed(now)
         if report.seq <= holder.seq:
             return set()  # overtaken by a later report (or a duplicate)
         holder.seq = report.seq
@@ -190,9 +249,12 @@ class Ledger:
 
     def release(self, holder_id: str, returned: tuple[float, float], now: float) -> set[str]:
         """A holder gives back everything (it is idle or closing)."""
-        if self.holders.pop(holder_id, None) is None:
+        gone = self.holders.pop(holder_id, None)
+        if gone is None:
             return set()
         self._give_back(returned, now)
+        if gone.bounds is not None:
+            self._declarations_changed(now)
         return self.rebalance(now)
 
     def _throttle(self, retry_after: float, now: float) -> set[str]:
@@ -223,8 +285,11 @@ class Ledger:
         """Expire lapsed leases, then move slots and rate budget where they are wanted.
         Returns the holders whose grant changed."""
         changed: set[str] = set()
-        for holder_id in [h for h, s in self.holders.items() if s.expires <= now]:
+        lapsed = [h for h, s in self.holders.items() if s.expires <= now]
+        for holder_id in lapsed:
             del self.holders[holder_id]
+        if lapsed:
+            self._declarations_changed(now)
         cap = min(self.bound, max(1, int(self.limit)))
         shares = waterfill(cap, {h: s.want for h, s in self.holders.items()})
         free = cap - sum(s.occupied for s in self.holders.values())

@@ -141,6 +141,15 @@ class _RayChannel:
             handle.release.remote(self.key, self.holder_id, returned)
 
 
+def declared_limits(model: Model) -> tuple[Any, Any, Any]:
+    """The limits a model declares for its endpoint."""
+    return (
+        getattr(model, "max_concurrency", None),
+        getattr(model, "requests_per_minute", None),
+        getattr(model, "tokens_per_minute", None),
+    )
+
+
 def _bounds(model: Model, replicas: int) -> list[Bounds]:
     """The model's declared limits, split over the gateway replicas (never multiplied)."""
     bound: int | None = getattr(model, "max_concurrency", None) or None
@@ -192,7 +201,9 @@ class RayModelAccess:
         per_loop = _leases.get(asyncio.get_running_loop())
         if per_loop is None:
             per_loop = _leases[asyncio.get_running_loop()] = {}
-        cache_key = (job_id(), o.namespace, key, o.replicas)
+        # A model rebuilt with other limits gets a lease (a holder) of its own: the
+        # gateway holds the tightest of the live holders' declarations.
+        cache_key = (job_id(), o.namespace, key, o.replicas, declared_limits(model))
         lease = per_loop.get(cache_key)
         if lease is None:
             digest, holder = endpoint_digest(key), f"{os.getpid()}-{uuid.uuid4().hex[:8]}"

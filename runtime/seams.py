@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
+from ._endpoint_bound import EndpointBound
 from .abort import AbortSignal
 from .memory._sessions import LocalSessions, SessionPersistence
 from .messages import Message
@@ -70,21 +71,23 @@ class ToolExecution(Protocol):
 
 
 class LocalModelAccess:
-    """Holds each endpoint's `max_concurrency` within this process.
+    """Holds each endpoint's `max_concurrency` within this process: a request is sent
+    while fewer than its model's bound are in flight to the endpoint (see
+    `_endpoint_bound`).
 
     Models that declare no endpoint (test doubles) are not bounded.
     """
 
     def __init__(self) -> None:
         self._bounds: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[Any, asyncio.Semaphore]
+            asyncio.AbstractEventLoop, dict[Any, EndpointBound]
         ] = weakref.WeakKeyDictionary()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Bounds are per process (and per event loop): a copy elsewhere starts afresh.
         return (type(self), ())
 
-    def _bound(self, model: Model) -> asyncio.Semaphore | None:
+    def _bound(self, model: Model) -> tuple[EndpointBound, int] | None:
         limit = getattr(model, "max_concurrency", None)
         endpoint = getattr(model, "endpoint", None)
         if not limit or endpoint is None:
@@ -92,8 +95,8 @@ class LocalModelAccess:
         per_loop = self._bounds.setdefault(asyncio.get_running_loop(), {})
         bound = per_loop.get(endpoint)
         if bound is None:
-            bound = per_loop[endpoint] = asyncio.Semaphore(limit)
-        return bound
+            bound = per_loop[endpoint] = EndpointBound()
+        return bound, limit
 
     async def complete(
         self,
@@ -103,11 +106,15 @@ class LocalModelAccess:
         signal: AbortSignal | None,
     ) -> ModelResponse:
         model = _routed(model, self)
-        bound = self._bound(model)
-        if bound is None:
+        bounded = self._bound(model)
+        if bounded is None:
             return await model.complete(messages, options, signal=signal)
-        async with bound:
+        bound, limit = bounded
+        await bound.acquire(limit)
+        try:
             return await model.complete(messages, options, signal=signal)
+        finally:
+            bound.release()
 
     async def stream(
         self,
@@ -117,11 +124,13 @@ class LocalModelAccess:
         signal: AbortSignal | None,
     ) -> AsyncIterator[StreamChunk]:
         model = _routed(model, self)
-        bound = self._bound(model)
+        bounded = self._bound(model)
         # aclosing: when this stream is closed early, the model's stream is closed now.
         async with contextlib.AsyncExitStack() as stack:
-            if bound is not None:
-                await stack.enter_async_context(bound)
+            if bounded is not None:
+                bound, limit = bounded
+                await bound.acquire(limit)
+                stack.callback(bound.release)
             chunks = model.stream(messages, options, signal=signal)
             await stack.enter_async_context(closing_stream(chunks))
             async for chunk in chunks:

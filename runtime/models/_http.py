@@ -80,7 +80,9 @@ class HTTPModel:
     (Ray ships it to workers). The API key never appears in repr, errors or logs.
 
     `max_concurrency`, `requests_per_minute` and `tokens_per_minute` declare the provider
-    limits that the model gateway (local: per process; Ray: cluster-wide) holds.
+    limits that the model gateway (local: per process; Ray: cluster-wide) holds. Models
+    on one endpoint (provider, URL, key) that declare different limits: locally each
+    request is held to its own model's; on Ray the tightest declaration in use holds.
     """
 
     provider: str = "http"

@@ -64,6 +64,35 @@ def test_the_ledger_counts_a_shrunk_slice_until_its_holder_says_it_is_free() -> 
     assert "a" not in ledger.holders and b.grant == 10
 
 
+def test_the_ledger_holds_the_tightest_declaration_of_its_live_holders() -> None:
+    # The ledger was made by a process that declared 8; a model rebuilt with 2 brings
+    # its own holder: from then on 2 holds for everyone, until that holder is gone.
+    ledger = Ledger(Bounds(8, requests_per_minute=600), now=0.0)
+    ledger.report("old", _report(1, want=8), "me", 0.0, 10, bounds=Bounds(8, 600))
+    old = ledger.holders["old"]
+    assert old.grant == 8
+    ledger.report("new", _report(1, want=8), "me", 0.0, 10, bounds=Bounds(2, 60))
+    new = ledger.holders["new"]
+    assert ledger.bound == 2 and ledger.stats(0.0)["limit"] == 2
+    assert old.grant <= 1 and new.grant == 0  # nothing new until the old slice is freed
+    # Old frees its slice on its own word, over two reports as ever (each answers the
+    # grant it was sent): then new has the whole of the tighter bound.
+    ledger.report("old", _report(2, version=old.version, want=0, held=0), "me", 0.0, 10)
+    ledger.report("old", _report(3, version=old.version, want=0, held=0), "me", 0.0, 10)
+    assert (old.grant, new.grant) == (0, 2)
+    assert old.occupied + new.occupied == 2
+    assert ledger.rates_ready_in() is None
+    ledger.report(
+        "new", _report(2, version=new.version, want=2, held=2, requests_wanted=100.0), "me", 0.0, 10
+    )
+    assert new.requests == 60.0  # the tighter rate too: a minute of 60, not of 600
+    # The tight holder goes (released): the loose declaration left holds again.
+    ledger.release("new", (0.0, 0.0), now=1.0)
+    assert ledger.bound == 8
+    ledger.report("old", _report(4, version=old.version, want=8, held=0), "me", 1.0, 10)
+    assert old.grant == 8
+
+
 async def test_a_lone_lease_gets_the_whole_bound_and_asks_rarely() -> None:
     gateway = Gateway(lease_ttl=2.0)
     [lease] = leases(gateway, Bounds(32), 1, delay=0.002)
