@@ -62,6 +62,7 @@ SUBPACKAGES = {
 TOP_LEVEL = {
     "backend": "seams",
     "seams": "seams",
+    "_endpoint_bound": "seams",
     "observers": "observe",  # `raygent.observers`, the documented path
     "eval": "eval",
     "testing": "testing",
