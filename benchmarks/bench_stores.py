@@ -19,6 +19,10 @@ checks; PostgresStore's rate is reported as a ratio of it. A second row sends th
 payloads as text parameters (psycopg's default, hex-escaped: the baseline before the
 store sent binary ones), for comparison with earlier figures.
 
+A second table splits each case's cost: the CPU this process spent per append, and the
+CPU the server's processes spent (PostgreSQL's or Redis's, read from /proc: a server on
+this machine, with nothing else using it, for the figure to mean anything).
+
     python benchmarks/bench_stores.py
     python benchmarks/bench_stores.py --only postgres  # PostgresStore and its baseline
 """
@@ -53,6 +57,10 @@ RAW_INSERT = "raw psycopg INSERT (baseline)"
 RAW_PIPELINE = "raw redis-py MULTI pipeline (baseline)"
 MODES = {"sequential": 1, "16 sessions": 16}
 Results = dict[tuple[str, str], list[tuple[float, list[float]]]]
+Cpu = dict[tuple[str, str], list[tuple[float, float | None]]]
+# The server processes whose CPU each case's appends cost, read from /proc (a server on
+# this machine; on another, only this process's CPU is reported).
+SERVERS = {"postgres": ("postgres",), "redis": ("redis-server",)}
 
 
 BATCHES: list[list[Message]] = [  # a user turn; a tool round; a whole turn
@@ -185,6 +193,7 @@ async def run(args: argparse.Namespace) -> None:
         args.postgres_dsn, raw_tables[1], binary=False
     )
     results: Results = {(case, mode): [] for case in cases for mode in MODES}
+    cpu: Cpu = {(case, mode): [] for case in cases for mode in MODES}
     loads = [os.getloadavg()[0]]
     try:
         for append in cases.values():  # warm up connections, scripts and caches
@@ -195,7 +204,16 @@ async def run(args: argparse.Namespace) -> None:
                 # round every round: noise lands on both sides of every ratio alike.
                 order = list(cases) if index % 2 == 0 else list(reversed(cases))
                 for case in order:
+                    server = server_of(case)
+                    spent, served = time.process_time(), server_cpu(server)
                     results[case, mode].append(await drive(cases[case], args.appends, sessions))
+                    spent, served = time.process_time() - spent, server_cpu(server) - served
+                    cpu[case, mode].append(
+                        (
+                            spent * 1e6 / args.appends,
+                            served * 1e6 / args.appends if server else None,
+                        )
+                    )
             loads.append(os.getloadavg()[0])
     finally:
         for store in stores.values():
@@ -210,10 +228,38 @@ async def run(args: argparse.Namespace) -> None:
         if keys:
             await client.delete(*keys)
         await client.aclose()
-    report(args, results, loads)
+    report(args, results, cpu, loads)
 
 
-def report(args: argparse.Namespace, results: Results, loads: list[float]) -> None:
+def server_of(case: str) -> tuple[str, ...]:
+    """The server process names behind a case (none for the in-process stores)."""
+    if "Postgres" in case or "psycopg" in case:
+        return SERVERS["postgres"]
+    if "Redis" in case or "redis" in case:
+        return SERVERS["redis"]
+    return ()
+
+
+def server_cpu(names: tuple[str, ...]) -> float:
+    """CPU seconds used so far by this machine's processes of those names (their
+    user + system time; ended processes are not counted)."""
+    if not names:
+        return 0.0
+    tick, total = os.sysconf("SC_CLK_TCK"), 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as file:
+                stat = file.read()
+        except OSError:
+            continue  # ended meanwhile
+        name, fields = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        if name.startswith(names):
+            parts = fields.split()
+            total += int(parts[11]) + int(parts[12])  # utime, stime
+    return total / tick
+
+
+def report(args: argparse.Namespace, results: Results, cpu: Cpu, loads: list[float]) -> None:
     print(
         f"\n{args.appends} appends a round (batches of 1-3 messages of ~1 KB),"
         f" median of {args.rounds} interleaved rounds; latency over all rounds"
@@ -226,6 +272,14 @@ def report(args: argparse.Namespace, results: Results, loads: list[float]) -> No
         p50 = latencies[len(latencies) // 2]
         p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
         print(f"{case:42} {mode:12} {rate:10.0f} {p50:8.3f} {p99:8.3f}")
+    print("\nCPU per append, median of the rounds: this process, and the store's server")
+    print("(its processes on this machine, background ones included)\n")
+    print(f"{'store':42} {'mode':12} {'client us':>10} {'server us':>10}")
+    for (case, mode), samples in cpu.items():
+        client = statistics.median(c for c, _ in samples)
+        served = [s for _, s in samples if s is not None]
+        server = f"{statistics.median(served):10.0f}" if served else f"{'-':>10}"
+        print(f"{case:42} {mode:12} {client:10.0f} {server}")
     print()
     pairs = [
         ("RedisStore", RAW_PIPELINE, "raw pipeline"),
