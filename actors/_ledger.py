@@ -25,10 +25,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 __all__ = ["UNBOUNDED", "Bounds", "Grant", "Ledger", "Report", "partition", "waterfill"]
 
+N = TypeVar("N", int, float)
 UNBOUNDED = 1 << 30  # an endpoint that declares no concurrency bound
 
 
@@ -125,7 +126,8 @@ class _Bucket:
         return max(0.0, (min(wanted, self.capacity) - self.level) / self.rate)
 
 
-def _tightest(limits: Iterable[float | None]) -> Any:
+def _tightest(limits: Iterable[N | None]) -> N | None:
+    """The smallest of the limits given (None and 0: no limit)."""
     given = [limit for limit in limits if limit]
     return min(given) if given else None
 
@@ -186,9 +188,8 @@ class Ledger:
     def __post_init__(self) -> None:
         self.bound = self.bounds.max_concurrency or UNBOUNDED
         self.limit = float(self.bound)
-        rpm, tpm = self.bounds.requests_per_minute, self.bounds.tokens_per_minute
-        self._requests = _Bucket(rpm, self.now) if rpm else None
-        self._tokens = _Bucket(tpm, self.now) if tpm else None
+        self._requests = _rebucketed(None, self.bounds.requests_per_minute, self.now)
+        self._tokens = _rebucketed(None, self.bounds.tokens_per_minute, self.now)
 
     # -- declared limits ----------------------------------------------------------------
 

@@ -152,9 +152,8 @@ def declared_limits(model: Model) -> tuple[Any, Any, Any]:
 
 def _bounds(model: Model, replicas: int) -> list[Bounds]:
     """The model's declared limits, split over the gateway replicas (never multiplied)."""
-    bound: int | None = getattr(model, "max_concurrency", None) or None
-    rpm = getattr(model, "requests_per_minute", None)
-    tpm = getattr(model, "tokens_per_minute", None)
+    declared, rpm, tpm = declared_limits(model)
+    bound: int | None = declared or None
     shares: list[int | None] = [None] * replicas
     if bound is not None:
         shares = list(partition(bound, replicas))  # never more replicas than slots
