@@ -40,22 +40,18 @@ from typing import TYPE_CHECKING, Any
 
 import ray.cloudpickle
 
-from ._core import Backend, redacting_logger
+from raygent._batch.engine import BatchItem, InFlight, Job
+from raygent._batch.exec import attempt_for
+from raygent._batch.retry import Retry
+from raygent.backend import use_backend
+from raygent.errors import RaygentError
+from raygent.redaction import logger as redacting_logger
+from raygent.seams import Backend
+
 from ._ray import in_batch_runner
 
 if TYPE_CHECKING:
-    from runtime._batch.engine import BatchItem, InFlight, Job
-    from runtime._batch.exec import attempt_for
-    from runtime._batch.retry import Retry
-    from runtime.agents import RunOptions
-    from runtime.backend import use_backend
-    from runtime.errors import RaygentError
-else:
-    from raygent._batch.engine import BatchItem, InFlight, Job
-    from raygent._batch.exec import attempt_for
-    from raygent._batch.retry import Retry
-    from raygent.backend import use_backend
-    from raygent.errors import RaygentError
+    from raygent.agents import RunOptions
 
 __all__ = ["BatchRunner", "ResultBatch", "UnsentResultError"]
 

@@ -30,7 +30,8 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ._core import redacting_logger
+from raygent.redaction import logger as redacting_logger
+
 from ._ledger import Bounds, Grant, Report
 
 __all__ = ["Channel", "EndpointLease", "GatewayUnavailable", "Ticket"]

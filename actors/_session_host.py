@@ -29,15 +29,13 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._core import RaygentError, redacting_logger
+from raygent.errors import RaygentError
+from raygent.redaction import logger as redacting_logger
+from raygent.stores import Scope, Store
+
 from ._session_wire import LeaseExpiredError, SessionHostError, encode_messages
-
-if TYPE_CHECKING:
-    from stores.protocol import Scope, Store
-else:
-    from raygent.stores import Scope, Store
 
 __all__ = ["Granted", "SessionHost"]
 

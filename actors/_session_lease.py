@@ -21,18 +21,16 @@ import asyncio
 import time
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ray.exceptions import RayActorError, RayTaskError
 
-from ._core import Message, RaygentError
+from raygent.errors import RaygentError
+from raygent.messages import Message
+from raygent.stores import CompactingStore, Scope, Snapshot, Store
+
 from ._ray import spawn
 from ._session_wire import LeaseExpiredError, SessionHostError, checked, encode_messages
-
-if TYPE_CHECKING:
-    from stores.protocol import CompactingStore, Scope, Snapshot, Store
-else:
-    from raygent.stores import CompactingStore, Scope, Snapshot, Store
 
 __all__ = ["HostLease", "unavailable"]
 

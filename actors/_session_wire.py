@@ -5,26 +5,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from ._core import Message, RaygentError
-
-if TYPE_CHECKING:
-    from runtime.messages import (
-        AssistantMessage,
-        SystemMessage,
-        ToolMessage,
-        UserMessage,
-        messages_to_json,
-    )
-else:
-    from raygent.messages import (
-        AssistantMessage,
-        SystemMessage,
-        ToolMessage,
-        UserMessage,
-        messages_to_json,
-    )
+from raygent.errors import RaygentError
+from raygent.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+    messages_to_json,
+)
 
 __all__ = [
     "LeaseExpiredError",

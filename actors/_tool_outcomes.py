@@ -14,7 +14,8 @@ from typing import Any
 import ray.cloudpickle
 from ray.exceptions import NodeDiedError, RayError, RayTaskError
 
-from ._core import Tool, ToolContext, ToolExecutionError, ToolTimeoutError
+from raygent.errors import ToolExecutionError
+from raygent.tools import Tool, ToolContext, ToolTimeoutError
 
 __all__ = [
     "CANCELLED",

@@ -22,7 +22,9 @@ from typing import Any
 import ray
 from ray.exceptions import RayError
 
-from ._core import AbortController, Tool, ToolContext
+from raygent.abort import AbortController
+from raygent.tools import Tool, ToolContext
+
 from ._options import RayOptions
 from ._tool_outcomes import Failed, portable, timed_out, worker_failed
 

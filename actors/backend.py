@@ -10,7 +10,8 @@ from typing import Any
 
 import ray.cloudpickle
 
-from ._core import Backend
+from raygent.seams import Backend
+
 from ._options import RayOptions
 from .batch_runners import RayBatchRunners
 from .gateway import RayModelAccess

@@ -40,31 +40,24 @@ import ray
 import ray.cloudpickle
 from ray.exceptions import RayError, RayTaskError
 
+from raygent._batch.engine import BatchItem, Feed, Job, Outcome, cancelled, ended, session_of
+from raygent.abort import AbortController, AbortSignal
+from raygent.backend import current_backend
+from raygent.errors import RaygentError
+from raygent.memory._save import scope_of
+from raygent.observe._delivery import deliver as observe
+from raygent.observe._delivery import uses_global
+from raygent.observe.report import AgentReport, FlowReport
+from raygent.observers import registered
+from raygent.redaction import logger as redacting_logger
+
 from ._batch_runner import BatchRunner, UnsentResultError
-from ._core import RaygentError, redacting_logger
 from ._options import RayOptions
 from ._ray import actor_class, job_id
 from .sessions import store_identity
 
 if TYPE_CHECKING:
-    from runtime._batch.engine import BatchItem, Feed, Job, Outcome, cancelled, ended, session_of
-    from runtime.abort import AbortController, AbortSignal
-    from runtime.backend import current_backend
-    from runtime.memory._save import scope_of
-    from runtime.observe._delivery import deliver as observe
-    from runtime.observe._delivery import uses_global
-    from runtime.observe.report import AgentReport, FlowReport
-    from runtime.observers import registered
-    from runtime.seams import BatchPool, PoolPlan
-else:
-    from raygent._batch.engine import BatchItem, Feed, Job, Outcome, cancelled, ended, session_of
-    from raygent.abort import AbortController, AbortSignal
-    from raygent.backend import current_backend
-    from raygent.memory._save import scope_of
-    from raygent.observe._delivery import deliver as observe
-    from raygent.observe._delivery import uses_global
-    from raygent.observe.report import AgentReport, FlowReport
-    from raygent.observers import registered
+    from raygent.seams import BatchPool, PoolPlan
 
 __all__ = ["RayBatchRunners", "RunnerLostError", "RunnerPool"]
 

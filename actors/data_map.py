@@ -28,26 +28,20 @@ from typing import TYPE_CHECKING, Any
 import ray.cloudpickle
 import ray.data  # Ray Data needs pandas (the data extra): raygent.data says so if missing
 
+from raygent._batch.engine import EMPTY_USAGE, BatchItem, InFlight, Job
+from raygent._batch.exec import InputError, agent_input, attempt_for, is_runnable
+from raygent._batch.retry import Retry
+from raygent._batch.sinks import dumps
+from raygent.backend import use_backend
+from raygent.errors import error_dict
+from raygent.seams import Backend
+
 from ._batch_runner import _load_executable
-from ._core import Backend
 from ._options import RayOptions
 from .batch_runners import runner_count
 
 if TYPE_CHECKING:
-    from runtime._batch.engine import EMPTY_USAGE, BatchItem, InFlight, Job
-    from runtime._batch.exec import InputError, agent_input, attempt_for, is_runnable
-    from runtime._batch.retry import Retry
-    from runtime._batch.sinks import dumps
-    from runtime.agents import RunOptions
-    from runtime.backend import use_backend
-    from runtime.errors import error_dict
-else:
-    from raygent._batch.engine import EMPTY_USAGE, BatchItem, InFlight, Job
-    from raygent._batch.exec import InputError, agent_input, attempt_for, is_runnable
-    from raygent._batch.retry import Retry
-    from raygent._batch.sinks import dumps
-    from raygent.backend import use_backend
-    from raygent.errors import error_dict
+    from raygent.agents import RunOptions
 
 __all__ = ["RESULT_FIELDS", "map_dataset"]
 

@@ -30,17 +30,12 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from ._core import (
-    AbortSignal,
-    Message,
-    Model,
-    ModelOptions,
-    ModelResponse,
-    ProviderConnectionError,
-    StreamChunk,
-    _routed,
-    closing_stream,
-)
+from raygent.abort import AbortSignal
+from raygent.errors import ProviderConnectionError
+from raygent.messages import Message
+from raygent.models.contract import Model, ModelOptions, ModelResponse, StreamChunk
+from raygent.seams import _routed, closing_stream
+
 from ._gateway_actor import Gateway
 from ._lease import EndpointLease, GatewayUnavailable
 from ._ledger import Bounds, Grant, Report, partition

@@ -30,13 +30,18 @@ import pickle
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ray
 import ray.cloudpickle
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
-from ._core import Message, RaygentError, redacting_logger
+from raygent.errors import RaygentError
+from raygent.memory import LocalSessions, Memory, SessionLease
+from raygent.messages import Message, messages_from_json
+from raygent.redaction import logger as redacting_logger
+from raygent.stores import InMemoryStore, Scope, SQLiteStore, Store
+
 from ._options import RayOptions
 from ._ray import in_batch_runner, job_id, named_actor, spawn
 from ._session_lease import HostLease, unavailable
@@ -47,16 +52,6 @@ from ._session_wire import (
     host_names,
     route,
 )
-
-if TYPE_CHECKING:
-    from runtime.memory import LocalSessions, Memory, SessionLease
-    from runtime.messages import messages_from_json
-    from stores import InMemoryStore, SQLiteStore
-    from stores.protocol import Scope, Store
-else:
-    from raygent.memory import LocalSessions, Memory, SessionLease
-    from raygent.messages import messages_from_json
-    from raygent.stores import InMemoryStore, Scope, SQLiteStore, Store
 
 __all__ = [
     "LeaseExpiredError",

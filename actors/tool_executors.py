@@ -51,7 +51,9 @@ import ray
 from ray.exceptions import ActorDiedError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ._core import Tool, ToolContext, ToolExecutionError
+from raygent.errors import ToolExecutionError
+from raygent.tools import Tool, ToolContext
+
 from ._options import RayOptions
 from ._ray import job_id, named_actor, spawn
 from ._tool_executor import Retiring, ToolCallSpec, ToolExecutor, UnknownTools

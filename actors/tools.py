@@ -22,7 +22,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ._core import Tool, ToolContext
+from raygent.tools import Tool, ToolContext
+
 from ._options import RayOptions
 from ._ray import in_batch_runner
 from ._tool_tasks import ToolTasks, needs_placement

@@ -19,9 +19,11 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
+
+from raygent.stores import SQLiteStore
 
 from ._batch.call import BatchItem, BatchResult, batch
 from .agents._agent import Agent, agent
@@ -32,11 +34,6 @@ from .pricing import Pricing
 from .sim import Latency, Match, Reply, Rule, ToolCallReply, serve
 from .tools import tool
 from .usage import total_cost
-
-if TYPE_CHECKING:
-    from stores.sqlite import SQLiteStore  # mypy's name for raygent.stores (memory/_save.py)
-else:
-    from raygent.stores import SQLiteStore
 
 __all__ = ["Forecast", "dataset", "run_demo"]
 

@@ -7,8 +7,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from raygent.messages import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
+
 from ._codec import batch_id, encode_batch, scope_key, to_timestamp
-from ._core import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
 from .protocol import PositionConflictError, Scope
 
 MAX_BATCH_IDS = 256  # idempotency records kept per conversation

@@ -18,7 +18,10 @@ from urllib.parse import quote
 import msgpack
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ._core import MESSAGE_ADAPTER, MESSAGES_ADAPTER, Message, RaygentError, redact_value
+from raygent.errors import RaygentError
+from raygent.messages import MESSAGE_ADAPTER, MESSAGES_ADAPTER, Message
+from raygent.redaction import redact_value
+
 from .protocol import ErrorRecord, Scope, StoreDataError
 
 NONE_PART = "!"  # quote() always escapes "!", so no string encodes to it

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
+from raygent.errors import RaygentError
+from raygent.messages import Message
+
 from ._base import (
     COMPACTED_TURN,
     MAX_BATCH_IDS,
@@ -33,7 +36,6 @@ from ._codec import (
     encode_json,
     to_datetime,
 )
-from ._core import Message, RaygentError
 from ._runs import FIRST_EPOCH, check_bytes, check_epoch, check_seq, run_conflict
 from .protocol import (
     AppendResult,

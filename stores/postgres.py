@@ -23,6 +23,10 @@ from typing import Any, Literal
 import psycopg
 from psycopg import errors as pg_errors
 
+from raygent.errors import RaygentError
+from raygent.messages import Message
+from raygent.redaction import register_secret
+
 from . import _postgres_sql as sql
 from ._base import COMPACTED_TURN, MAX_ERRORS, BaseStore, Clock, check_messages
 from ._base import conflict as position_conflict
@@ -35,7 +39,6 @@ from ._codec import (
     encode_json,
     to_datetime,
 )
-from ._core import Message, RaygentError, register_secret
 from ._postgres_pool import Pool, Pools, dsn_password, schema_error, translated
 from ._postgres_runs import RunsMixin
 from .protocol import (

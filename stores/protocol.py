@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ._core import Message, RaygentError
+from raygent.errors import RaygentError
+from raygent.messages import Message
 
 __all__ = [
     "AppendResult",

@@ -24,6 +24,9 @@ from typing import Any, Literal, cast
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
+from raygent.errors import RaygentError
+from raygent.messages import Message
+
 from . import _redis_scripts as scripts
 from ._base import COMPACTED_TURN, MAX_BATCH_IDS, MAX_ERRORS, Clock, check_messages
 from ._base import conflict as position_conflict
@@ -37,7 +40,6 @@ from ._codec import (
     envelope_header,
     to_datetime,
 )
-from ._core import Message, RaygentError
 from ._redis_errors import translated as _translated
 from ._redis_runs import RedisRuns, RunScripts
 from .protocol import (

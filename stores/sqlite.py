@@ -20,6 +20,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from raygent.errors import RaygentError
+from raygent.messages import Message
+
 from ._base import (
     COMPACTED_TURN,
     MAX_BATCH_IDS,
@@ -38,7 +41,6 @@ from ._codec import (
     encode_json,
     to_datetime,
 )
-from ._core import Message, RaygentError
 from ._sqlite_db import Busy, Worker, immediate
 from ._sqlite_runs import SQLiteRuns
 from .protocol import (

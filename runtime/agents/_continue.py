@@ -29,7 +29,7 @@ from ..observe.report import AgentResult, RunTrail
 from ._state import RunState
 
 if TYPE_CHECKING:
-    from stores.protocol import Scope
+    from raygent.stores.protocol import Scope
 
 __all__ = [
     "ContinuingSaver",

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
+from raygent.stores import InMemoryStore, Scope
+
 from .._sync import run_sync
 from ..errors import AgentCancelledError, InvalidOptionsError, PromptError, RaygentError
 from ..memory._hold import SessionHold
@@ -21,15 +23,10 @@ from ._state import RunState
 from .durable import Decision, Durable
 
 if TYPE_CHECKING:
-    from stores.memory import InMemoryStore
-    from stores.protocol import Scope
-
     from ..memory._save import Memory
     from ..tools import Tool
     from ._agent import RunOptions
     from ._stream import AgentStream
-else:
-    from raygent.stores import InMemoryStore, Scope
 
 __all__ = ["DurableRuns", "journal_for"]
 

@@ -31,7 +31,7 @@ from ._steps import Progress
 from .durable import Approve, Decision, Deny, Durable
 
 if TYPE_CHECKING:
-    from stores.protocol import Scope
+    from raygent.stores.protocol import Scope
 
     from ..observe.report import AgentResult
 

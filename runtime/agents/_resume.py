@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from raygent.stores import Scope
+
 from ..errors import (
     AbortedError,
     DriftError,
@@ -44,11 +46,9 @@ from ._toolsets import resolve_toolsets
 from .durable import Decision, Durable, decision_label
 
 if TYPE_CHECKING:
-    from stores.protocol import RunRecord, Scope
+    from raygent.stores.protocol import RunRecord
 
     from ..memory._save import RunSaver
-else:
-    from raygent.stores import Scope
 
 __all__ = ["Restored", "error_from_dict", "resume_state"]
 

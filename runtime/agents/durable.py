@@ -11,14 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
+
+from raygent.stores import RunStore
 
 from ..observe.report import PendingCall
-
-if TYPE_CHECKING:
-    from stores.protocol import RunStore
-else:
-    from raygent.stores import RunStore
 
 __all__ = ["ApprovalHandler", "Approve", "Decision", "Decisions", "Deny", "Durable"]
 

@@ -18,7 +18,7 @@ from ..messages import Message
 from ..redaction import logger as redacting_logger
 
 if TYPE_CHECKING:
-    from stores.protocol import Snapshot
+    from raygent.stores.protocol import Snapshot
 
     from ..memory._save import RunSaver
 

@@ -12,19 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from raygent.stores import Scope
 
 from ..agents.durable import Durable
 from ..errors import DriftError, RunNotFoundError
 from ..observe.report import FlowReport, StepReport
 from ..usage import Usage
-
-if TYPE_CHECKING:
-    from stores.protocol import Scope
-else:
-    from raygent.stores import Scope
 
 __all__ = ["FlowEntry", "FlowHeader", "FlowJournal", "FlowOutcome", "Restored", "scope_of"]
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from raygent.stores import RunConflictError, RunStore, Scope
+
 from ..abort import AbortSignal, abortable
 from ..redaction import logger as redacting_logger
 
 if TYPE_CHECKING:
-    from stores.protocol import RunConflictError, RunStore, Scope, Store
-else:
-    from raygent.stores import RunConflictError, RunStore, Scope
+    from raygent.stores.protocol import Store
 
 __all__ = ["SessionHold"]
 

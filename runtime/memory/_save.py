@@ -19,7 +19,9 @@ import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
+
+from raygent.stores import Scope, SQLiteStore, Store
 
 from ..abort import AbortSignal, abortable
 from ..errors import RaygentError
@@ -27,12 +29,6 @@ from ..messages import Message
 from ..redaction import logger as redacting_logger
 from ._hold import SessionHold
 from ._sessions import SessionLease, SessionPersistence
-
-if TYPE_CHECKING:
-    from stores.protocol import Scope, Store
-    from stores.sqlite import SQLiteStore
-else:
-    from raygent.stores import Scope, SQLiteStore, Store
 
 __all__ = ["Memory", "RunSaver", "SavePolicy"]
 

@@ -15,16 +15,13 @@ from collections import deque
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from raygent.stores import CompactingStore, Scope, Snapshot, SQLiteStore, Store
+
 from ..errors import RaygentError
 from ..messages import Message
 
 if TYPE_CHECKING:
-    from stores.protocol import CompactingStore, Scope, Snapshot, Store
-    from stores.sqlite import SQLiteStore
-
     from ._save import Memory
-else:
-    from raygent.stores import CompactingStore, Scope, Snapshot, SQLiteStore, Store
 
 __all__ = ["LocalSessions", "SessionLease", "SessionPersistence"]
 
