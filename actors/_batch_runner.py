@@ -40,18 +40,22 @@ from typing import TYPE_CHECKING, Any
 
 import ray.cloudpickle
 
-from raygent._batch.engine import BatchItem, InFlight, Job
-from raygent._batch.exec import attempt_for
-from raygent._batch.retry import Retry
-from raygent.backend import use_backend
-from raygent.errors import RaygentError
-from raygent.redaction import logger as redacting_logger
-from raygent.seams import Backend
+from raygent.backend import (
+    Backend,
+    BatchItem,
+    InFlight,
+    Job,
+    RaygentError,
+    Retry,
+    attempt_for,
+    redacting_logger,
+    use_backend,
+)
 
 from ._ray import in_batch_runner
 
 if TYPE_CHECKING:
-    from raygent.agents import RunOptions
+    from raygent.backend import RunOptions
 
 __all__ = ["BatchRunner", "ResultBatch", "UnsentResultError"]
 

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from raygent.redaction import logger as redacting_logger
+from raygent.backend import redacting_logger
 
 from ._ledger import Bounds, Grant, Report
 

@@ -18,12 +18,21 @@ from typing import Any
 
 import pydantic_core
 
-from raygent.abort import AbortSignal, abortable
-from raygent.errors import RateLimitError, RaygentError
-from raygent.messages import Message
-from raygent.models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
-from raygent.seams import closing_stream
-from raygent.usage import Cost, Usage
+from raygent.backend import (
+    AbortSignal,
+    Cost,
+    Done,
+    Message,
+    Model,
+    ModelOptions,
+    ModelResponse,
+    RateLimitError,
+    RaygentError,
+    StreamChunk,
+    Usage,
+    abortable,
+    closing_stream,
+)
 
 from ._lease import EndpointLease, Ticket
 

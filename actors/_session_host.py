@@ -31,8 +31,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from raygent.errors import RaygentError
-from raygent.redaction import logger as redacting_logger
+from raygent.backend import RaygentError, redacting_logger
 from raygent.stores import Scope, Store
 
 from ._session_wire import LeaseExpiredError, SessionHostError, encode_messages

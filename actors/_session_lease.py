@@ -25,8 +25,7 @@ from typing import Any
 
 from ray.exceptions import RayActorError, RayTaskError
 
-from raygent.errors import RaygentError
-from raygent.messages import Message
+from raygent.backend import Message, RaygentError
 from raygent.stores import CompactingStore, Scope, Snapshot, Store
 
 from ._ray import spawn

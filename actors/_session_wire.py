@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from raygent.errors import RaygentError
-from raygent.messages import (
+from raygent.backend import (
     AssistantMessage,
     Message,
+    RaygentError,
     SystemMessage,
     ToolMessage,
     UserMessage,

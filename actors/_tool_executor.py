@@ -46,10 +46,13 @@ from typing import Any, NamedTuple
 
 import ray
 
-from raygent.abort import AbortController
-from raygent.errors import ToolExecutionError
-from raygent.redaction import logger as redacting_logger
-from raygent.tools import ToolContext, ToolTimeoutError
+from raygent.backend import (
+    AbortController,
+    ToolContext,
+    ToolExecutionError,
+    ToolTimeoutError,
+    redacting_logger,
+)
 
 from ._tool_outcomes import CANCELLED, TIMED_OUT, Failed, TimedOut, encode
 

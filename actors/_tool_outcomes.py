@@ -14,8 +14,7 @@ from typing import Any
 import ray.cloudpickle
 from ray.exceptions import NodeDiedError, RayError, RayTaskError
 
-from raygent.errors import ToolExecutionError
-from raygent.tools import Tool, ToolContext, ToolTimeoutError
+from raygent.backend import Tool, ToolContext, ToolExecutionError, ToolTimeoutError
 
 __all__ = [
     "CANCELLED",

@@ -22,8 +22,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayError
 
-from raygent.abort import AbortController
-from raygent.tools import Tool, ToolContext
+from raygent.backend import AbortController, Tool, ToolContext
 
 from ._options import RayOptions
 from ._tool_outcomes import Failed, portable, timed_out, worker_failed

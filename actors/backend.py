@@ -10,7 +10,7 @@ from typing import Any
 
 import ray.cloudpickle
 
-from raygent.seams import Backend
+from raygent.backend import Backend
 
 from ._options import RayOptions
 from .batch_runners import RayBatchRunners
@@ -18,7 +18,7 @@ from .gateway import RayModelAccess
 from .sessions import RaySessions
 from .tools import RayToolExecution
 
-__all__ = ["connect", "ray_backend", "ship_by_value"]
+__all__ = ["PLUGIN", "RayPlugin", "connect", "ray_backend", "ship_by_value"]
 
 
 def ray_backend(options: RayOptions | None = None) -> Backend:
@@ -58,3 +58,34 @@ def ship_by_value(module: ModuleType) -> None:
     travels to Ray workers, instead of by reference: for code that exists only where the
     driver runs (a script's folder), which workers could not import."""
     ray.cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+
+
+class RayPlugin:
+    """The Ray backend as the core finds it: the entry point `ray` of the group
+    `raygent.backends` (`raygent.seams.BackendPlugin`)."""
+
+    def default(self) -> Backend:
+        return ray_backend()
+
+    def connect(
+        self,
+        *,
+        address: str | None,
+        namespace: str,
+        options: Any,
+        init_kwargs: Mapping[str, Any],
+    ) -> Backend:
+        if options is not None and not isinstance(options, RayOptions):
+            raise TypeError(f"options must be raygent.actors.RayOptions, not {options!r}")
+        return connect(address, namespace, options, init_kwargs)
+
+    def map_dataset(self, dataset: Any, executable: Any, **options: Any) -> Any:
+        from .data_map import map_dataset  # imports Ray Data: only when a stage is built
+
+        return map_dataset(dataset, executable, **options)
+
+    def ship_by_value(self, module: ModuleType) -> None:
+        ship_by_value(module)
+
+
+PLUGIN = RayPlugin()

@@ -40,16 +40,26 @@ import ray
 import ray.cloudpickle
 from ray.exceptions import RayError, RayTaskError
 
-from raygent._batch.engine import BatchItem, Feed, Job, Outcome, cancelled, ended, session_of
-from raygent.abort import AbortController, AbortSignal
-from raygent.backend import current_backend
-from raygent.errors import RaygentError
-from raygent.memory._save import scope_of
-from raygent.observe._delivery import deliver as observe
-from raygent.observe._delivery import uses_global
-from raygent.observe.report import AgentReport, FlowReport
-from raygent.observers import registered
-from raygent.redaction import logger as redacting_logger
+from raygent.backend import (
+    AbortController,
+    AbortSignal,
+    AgentReport,
+    BatchItem,
+    Feed,
+    FlowReport,
+    Job,
+    Outcome,
+    RaygentError,
+    cancelled,
+    current_backend,
+    ended,
+    redacting_logger,
+    registered,
+    scope_of,
+    session_of,
+    uses_global,
+)
+from raygent.backend import deliver as observe
 
 from ._batch_runner import BatchRunner, UnsentResultError
 from ._options import RayOptions
@@ -57,7 +67,7 @@ from ._ray import actor_class, job_id
 from .sessions import store_identity
 
 if TYPE_CHECKING:
-    from raygent.seams import BatchPool, PoolPlan
+    from raygent.backend import BatchPool, PoolPlan
 
 __all__ = ["RayBatchRunners", "RunnerLostError", "RunnerPool"]
 
@@ -523,7 +533,7 @@ class _Fleet:
         for handle in runners:
             if not any(handle is other for other in busy):
                 return handle, False
-        from .backend import ray_backend  # here: backend.py imports this module
+        from .backend import ray_backend
 
         handle = (
             actor_class(BatchRunner)

@@ -28,20 +28,28 @@ from typing import TYPE_CHECKING, Any
 import ray.cloudpickle
 import ray.data  # Ray Data needs pandas (the data extra): raygent.data says so if missing
 
-from raygent._batch.engine import EMPTY_USAGE, BatchItem, InFlight, Job
-from raygent._batch.exec import InputError, agent_input, attempt_for, is_runnable
-from raygent._batch.retry import Retry
-from raygent._batch.sinks import dumps
-from raygent.backend import use_backend
-from raygent.errors import error_dict
-from raygent.seams import Backend
+from raygent.backend import (
+    EMPTY_USAGE,
+    Backend,
+    BatchItem,
+    InFlight,
+    InputError,
+    Job,
+    Retry,
+    agent_input,
+    attempt_for,
+    dumps,
+    error_dict,
+    is_runnable,
+    use_backend,
+)
 
 from ._batch_runner import _load_executable
 from ._options import RayOptions
 from .batch_runners import runner_count
 
 if TYPE_CHECKING:
-    from raygent.agents import RunOptions
+    from raygent.backend import RunOptions
 
 __all__ = ["RESULT_FIELDS", "map_dataset"]
 

@@ -30,11 +30,17 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from raygent.abort import AbortSignal
-from raygent.errors import ProviderConnectionError
-from raygent.messages import Message
-from raygent.models.contract import Model, ModelOptions, ModelResponse, StreamChunk
-from raygent.seams import _routed, closing_stream
+from raygent.backend import (
+    AbortSignal,
+    Message,
+    Model,
+    ModelOptions,
+    ModelResponse,
+    ProviderConnectionError,
+    StreamChunk,
+    closing_stream,
+    routed,
+)
 
 from ._gateway_actor import Gateway
 from ._lease import EndpointLease, GatewayUnavailable
@@ -216,7 +222,7 @@ class RayModelAccess:
         options: ModelOptions,
         signal: AbortSignal | None,
     ) -> ModelResponse:
-        model = _routed(model, self)
+        model = routed(model, self)
         lease = self.lease(model)
         if lease is None:
             return await model.complete(messages, options, signal=signal)
@@ -234,7 +240,7 @@ class RayModelAccess:
         options: ModelOptions,
         signal: AbortSignal | None,
     ) -> AsyncIterator[StreamChunk]:
-        model = _routed(model, self)
+        model = routed(model, self)
         lease = self.lease(model)
         if lease is None:
             chunks = model.stream(messages, options, signal=signal)

@@ -36,10 +36,15 @@ import ray
 import ray.cloudpickle
 from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
-from raygent.errors import RaygentError
-from raygent.memory import LocalSessions, Memory, SessionLease
-from raygent.messages import Message, messages_from_json
-from raygent.redaction import logger as redacting_logger
+from raygent.backend import (
+    LocalSessions,
+    Memory,
+    Message,
+    RaygentError,
+    SessionLease,
+    messages_from_json,
+    redacting_logger,
+)
 from raygent.stores import InMemoryStore, Scope, SQLiteStore, Store
 
 from ._options import RayOptions
@@ -122,7 +127,7 @@ _local = LocalSessions()
 
 
 def _host_class() -> type:
-    from ._session_host import SessionHost  # it imports this module's errors
+    from ._session_host import SessionHost
 
     return SessionHost
 

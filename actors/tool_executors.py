@@ -51,8 +51,7 @@ import ray
 from ray.exceptions import ActorDiedError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from raygent.errors import ToolExecutionError
-from raygent.tools import Tool, ToolContext
+from raygent.backend import Tool, ToolContext, ToolExecutionError
 
 from ._options import RayOptions
 from ._ray import job_id, named_actor, spawn

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from raygent.tools import Tool, ToolContext
+from raygent.backend import Tool, ToolContext
 
 from ._options import RayOptions
 from ._ray import in_batch_runner

@@ -30,7 +30,8 @@ from _sim_process import sim_process
 import raygent
 from raygent import OpenAIModel
 from raygent.actors import RayOptions, ray_backend
-from raygent.seams import LOCAL, Backend
+from raygent.seams.contract import Backend
+from raygent.seams.local import LOCAL
 
 Case = Callable[[], Awaitable[object]]
 _TICK = os.sysconf("SC_CLK_TCK")

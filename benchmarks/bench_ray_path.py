@@ -42,7 +42,8 @@ from pydantic import BaseModel
 import raygent
 from raygent import Memory, OpenAIModel
 from raygent.actors import RayOptions, ray_backend
-from raygent.seams import LOCAL, Backend
+from raygent.seams.contract import Backend
+from raygent.seams.local import LOCAL
 from raygent.stores import SQLiteStore
 
 SCRIPT = str(Path(__file__).with_name("ray_path_script.yaml"))
@@ -239,7 +240,7 @@ async def units(bench: Bench, base: str) -> None:
 
 
 def _jobs(result: Any) -> list[Any]:
-    from raygent._batch.engine import Job
+    from raygent.seams.batch import Job
 
     return [Job(i.index, i.key, input=i.input, meta=i.meta) for i in result.items[:200]]
 

@@ -13,7 +13,6 @@ from .agents.middleware import Middleware
 from .agents.output import Repair
 from .agents.session import Session
 from .attachments import AttachmentPolicy, OutboundPolicy
-from .backend import current_backend, init
 from .compaction import Compaction, CompactionResult
 from .executable import Executable
 from .flows import (
@@ -58,8 +57,9 @@ from .models import (
     ResponseSchema,
     ToolSpec,
 )
-from .observe.report import AgentReport, AgentResult, PendingCall
+from .observers.report import AgentReport, AgentResult, PendingCall
 from .pricing import Pricing
+from .seams.registry import current_backend, init
 from .tools import Tool, ToolContext, ToolResult, tool
 from .usage import Cost, Usage, total_cost
 

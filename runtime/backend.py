@@ -1,90 +1,138 @@
-"""Where runs execute: `raygent.init(...)` picks the backend; `current_backend()` is it.
+"""The backend contract: everything a backend (raygent.actors) may use of the core.
 
-Ray is the default. Until `init` is called, `current_backend()` is a Ray backend that
-starts or joins Ray on first use, the way Ray Data does (`ray.init()` with no address
-joins the cluster named by RAY_ADDRESS or the latest local one, else starts one), unless
-the RAYGENT_BACKEND environment variable says `local`. This module is the one place that
-default lives.
-
-`runtime/` never imports Ray: the Ray backend (`raygent.actors`) is imported on demand.
+A backend implements the seams (`raygent.seams`: model access, tool execution, session
+persistence, batch execution) and registers a `BackendPlugin` under the entry-point
+group `raygent.backends`; the core finds it there and never names it. What a backend
+needs of the core besides the seams is listed here, and only here: the shapes the seams
+carry (messages, model requests and replies, batch jobs and items, reports), the core's
+run-time pieces a backend re-uses where it runs work (the batch engine's in-flight core
+and one attempt of an item, the session scope, delivering reports to observers), and the
+errors it raises. A backend imports `raygent`, `raygent.backend` and `raygent.stores`,
+never another module of the core (tests/test_layout.py holds it to that).
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-import threading
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
-from .seams import LOCAL, Backend
+from ._batch.engine import InFlight
+from ._batch.exec import InputError, agent_input, attempt_for, is_runnable
+from ._batch.sinks import dumps
+from .abort import AbortController, AbortSignal, AbortWatch, abortable
+from .errors import (
+    ProviderConnectionError,
+    RateLimitError,
+    RaygentError,
+    ToolExecutionError,
+    error_dict,
+)
+from .memory import LocalSessions, Memory, SessionLease, SessionPersistence
+from .memory._save import scope_of
+from .messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+    messages_from_json,
+    messages_to_json,
+)
+from .models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+from .observers import registered
+from .observers.delivery import deliver, uses_global
+from .observers.report import AgentReport, FlowReport
+from .redaction import logger as redacting_logger
+from .seams import (
+    EMPTY_USAGE,
+    Backend,
+    BackendPlugin,
+    BatchExecution,
+    BatchItem,
+    BatchPool,
+    Deliver,
+    Feed,
+    Job,
+    ModelAccess,
+    Outcome,
+    PoolPlan,
+    Retry,
+    ToolExecution,
+    closing_stream,
+    current_backend,
+    routed,
+    use_backend,
+)
+from .seams.batch import cancelled, ended, session_of
+from .tools import Tool, ToolContext, ToolTimeoutError
+from .usage import Cost, Usage
 
 if TYPE_CHECKING:
-    # mypy knows the actors/ folder as `actors` (see actors/_core.py); never run.
-    from actors import RayOptions
+    from .agents import RunOptions
 
-__all__ = ["current_backend", "init"]
-
-BACKEND_ENV = "RAYGENT_BACKEND"
-
-_lock = threading.Lock()
-_current: Backend | None = None
-_default_ray: Backend | None = None  # built on first need, Ray joined on first use
-
-
-def init(
-    backend: Literal["ray", "local"] = "ray",
-    *,
-    address: str | None = None,
-    namespace: str = "raygent",
-    options: RayOptions | None = None,
-    **ray_init_kwargs: Any,
-) -> Backend:
-    """Choose the backend of every agent built without `backend=`, and return it.
-
-    `"ray"` starts or joins Ray now: `address="auto"` joins a running cluster (an error
-    if there is none), `None` joins one if found, else starts a local one;
-    `ray_init_kwargs` go to `ray.init`. If this process is already connected to Ray (it
-    called `ray.init`, or it is a Ray worker), that Ray is used as it is. Gateways are
-    named actors in `namespace`; `options` (`raygent.actors.RayOptions`) tunes gateway
-    replicas, detached gateways, 429 retries, stream batching and tool CPUs.
-    `"local"` runs everything in this process.
-    """
-    global _current
-    if backend == "local":
-        chosen = LOCAL
-    elif backend == "ray":
-        actors = importlib.import_module("raygent.actors")
-        chosen = actors.connect(
-            address=address, namespace=namespace, options=options, init_kwargs=ray_init_kwargs
-        )
-    else:
-        raise ValueError(f"backend must be 'ray' or 'local', not {backend!r}")
-    with _lock:
-        _current = chosen
-    return chosen
-
-
-def use_backend(backend: Backend | None) -> Backend | None:
-    """Make `backend` this process's current one (a Ray batch runner takes its driver's,
-    so that the runs it hosts go through the same gateways); None goes back to the
-    default. Returns the choice it replaces (None: the default), to restore it later."""
-    global _current
-    with _lock:
-        previous, _current = _current, backend
-    return previous
-
-
-def current_backend() -> Backend:
-    """The backend chosen by `init`, else the default (see the module docstring)."""
-    with _lock:
-        if _current is not None:
-            return _current
-        choice = os.environ.get(BACKEND_ENV, "ray").strip().lower() or "ray"
-        if choice == "local":
-            return LOCAL
-        if choice != "ray":
-            raise ValueError(f"{BACKEND_ENV} must be 'ray' or 'local', not {choice!r}")
-        global _default_ray
-        if _default_ray is None:
-            _default_ray = importlib.import_module("raygent.actors").ray_backend()
-        return _default_ray
+__all__ = [
+    "EMPTY_USAGE",
+    "AbortController",
+    "AbortSignal",
+    "AbortWatch",
+    "AgentReport",
+    "AssistantMessage",
+    "Backend",
+    "BackendPlugin",
+    "BatchExecution",
+    "BatchItem",
+    "BatchPool",
+    "Cost",
+    "Deliver",
+    "Done",
+    "Feed",
+    "FlowReport",
+    "InFlight",
+    "InputError",
+    "Job",
+    "LocalSessions",
+    "Memory",
+    "Message",
+    "Model",
+    "ModelAccess",
+    "ModelOptions",
+    "ModelResponse",
+    "Outcome",
+    "PoolPlan",
+    "ProviderConnectionError",
+    "RateLimitError",
+    "RaygentError",
+    "Retry",
+    "RunOptions",
+    "SessionLease",
+    "SessionPersistence",
+    "StreamChunk",
+    "SystemMessage",
+    "Tool",
+    "ToolContext",
+    "ToolExecution",
+    "ToolExecutionError",
+    "ToolMessage",
+    "ToolTimeoutError",
+    "Usage",
+    "UserMessage",
+    "abortable",
+    "agent_input",
+    "attempt_for",
+    "cancelled",
+    "closing_stream",
+    "current_backend",
+    "deliver",
+    "dumps",
+    "ended",
+    "error_dict",
+    "is_runnable",
+    "messages_from_json",
+    "messages_to_json",
+    "redacting_logger",
+    "registered",
+    "routed",
+    "scope_of",
+    "session_of",
+    "use_backend",
+    "uses_global",
+]

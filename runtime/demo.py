@@ -27,10 +27,10 @@ from raygent.stores import SQLiteStore
 
 from ._batch.call import BatchItem, BatchResult, batch
 from .agents._agent import Agent, agent
-from .backend import current_backend, init
 from .memory._save import Memory
 from .models import AnthropicModel, OpenAIModel
 from .pricing import Pricing
+from .seams.registry import current_backend, init
 from .sim import Latency, Match, Reply, Rule, ToolCallReply, serve
 from .tools import tool
 from .usage import total_cost

@@ -127,7 +127,7 @@ class EvalReport(BaseModel):
         return to_junit(self)
 
     def _repr_html_(self) -> str:
-        from .observe._html import eval_html
+        from .observers.views import eval_html
 
         return eval_html(self)
 

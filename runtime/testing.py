@@ -16,7 +16,7 @@ model's pricing is known (pass `pricing=`).
 
 For flows: `mock_router([...])` replays a supervisor's routing decisions, and the pytest
 style assertions `assert_routes_to`, `assert_converges`, `assert_step_passed` and
-`assert_output_shape` fail with the report path that broke (see `raygent._flow_testing`).
+`assert_output_shape` fail with the report path that broke (see `raygent.flows.testing`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from ._flow_testing import (
+from ._message_input import MessageLike, as_messages
+from .abort import AbortSignal, abortable
+from .flows.testing import (
     MockRouter,
     assert_converges,
     assert_output_shape,
@@ -38,8 +40,6 @@ from ._flow_testing import (
     failure_path,
     mock_router,
 )
-from ._message_input import MessageLike, as_messages
-from .abort import AbortSignal, abortable
 from .messages import ContentPart, Message, ProviderBlock, TextPart, ToolCall
 from .models.contract import (
     Capabilities,

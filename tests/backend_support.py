@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 import raygent
-import raygent.backend
-from raygent.seams import LOCAL, Backend
+import raygent.seams.registry
+from raygent.seams.contract import Backend
+from raygent.seams.local import LOCAL
 
 BACKENDS = ("local", "ray")
 NAMESPACE = "raygent-tests"  # the namespace of the session's ray.init
@@ -59,11 +60,11 @@ def on_backend(request: pytest.FixtureRequest) -> Iterator[str]:
     if kind == "ray":
         request.getfixturevalue("ray_session")
     chosen = ray_test_backend() if kind == "ray" else LOCAL
-    previous = raygent.backend.use_backend(chosen)
+    previous = raygent.seams.registry.use_backend(chosen)
     try:
         yield kind
     finally:
-        raygent.backend.use_backend(previous)
+        raygent.seams.registry.use_backend(previous)
 
 
 class Marks:

@@ -29,21 +29,22 @@ from typing_extensions import Unpack
 
 from .._sync import on_interrupt, run_sync
 from ..abort import AbortController, AbortSignal
-from ..backend import current_backend
-from ..seams import Backend, BatchExecution, BatchPool, PoolPlan
+from ..seams.batch import Attempt, BatchItem, Deliver, Feed, Job, Outcome, cancelled, ended
+from ..seams.contract import Backend, BatchExecution, BatchPool, PoolPlan
+from ..seams.registry import current_backend
+from ..seams.retry import Retry
 from ..usage import Usage
 from .durable import BATCH_RUNS, durable_items
-from .engine import Attempt, BatchItem, Deliver, Feed, InFlight, Job, Outcome, cancelled, ended
+from .engine import InFlight
 from .exec import InputError, ItemKey, JobMaker, attempt_for, grace_for, is_runnable
 from .progress import Progress, wants_progress
 from .report import BatchReport, Tally
-from .retry import Retry
 from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
 
 if TYPE_CHECKING:
     from ..agents._agent import RunOptions
-    from ..agents.durable import Decision, Durable
+    from ..durable.options import Decision, Durable
 
 __all__ = [
     "BatchItem",
@@ -186,7 +187,7 @@ class BatchResult:
         return report.failed == 0 and report.cancelled == 0 and report.stopped is None
 
     def _repr_html_(self) -> str:
-        from ..observe._html import batch_html
+        from ..observers.views import batch_html
 
         return batch_html(self)
 

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from ..backend import current_backend, init
+from ..seams import backend_plugin, current_backend, init
 from .call import BatchOptions, BatchResult, Retry, batch_sync
 
 __all__ = ["load_target", "run_batch_command"]
@@ -65,7 +65,7 @@ def _ship_by_value(target: str) -> None:
     if module is None or origin is None:
         return
     if os.path.abspath(origin).startswith(os.path.abspath(os.getcwd()) + os.sep):
-        importlib.import_module("raygent.actors").ship_by_value(module)
+        backend_plugin("ray").ship_by_value(module)
 
 
 def summary(result: BatchResult) -> str:

@@ -23,123 +23,23 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from ..abort import AbortController, AbortSignal
-from ..errors import AbortedError
-from ..usage import Usage
-from .retry import Retry
+from ..seams.batch import (
+    Attempt,
+    Deliver,
+    Feed,
+    Job,
+    Outcome,
+    cancelled,
+    ended,
+    session_of,
+)
+from ..seams.retry import Retry
 
-__all__ = [
-    "Attempt",
-    "BatchItem",
-    "Deliver",
-    "Feed",
-    "InFlight",
-    "ItemStatus",
-    "Job",
-    "Outcome",
-    "cancelled",
-    "ended",
-    "session_of",
-]
-
-ItemStatus = Literal["completed", "failed", "cancelled", "awaiting_approval"]
-EMPTY_USAGE = Usage()
-
-
-@dataclass(slots=True)
-class Job:
-    """One item to run. With `error` set the item could not be read: it fails unrun."""
-
-    index: int
-    key: Any
-    input: Any = None
-    meta: dict[str, Any] | None = None
-    error: BaseException | None = None
-    attempts: int = 0
-    usage: Usage = EMPTY_USAGE
-    started: float | None = None
-    # The last attempt's run result when the next one continues it (an agent's run on
-    # a session: one logical run across attempts); None otherwise.
-    previous: Any = None
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What one attempt produced."""
-
-    status: ItemStatus
-    result: Any = None
-    data: Any = None
-    error: BaseException | None = None
-    usage: Usage = EMPTY_USAGE
-
-
-@dataclass(slots=True)
-class BatchItem:
-    """One item as it ended.
-
-    `result` is what the last attempt returned (an `AgentResult` for an agent), `data`
-    its value (the structured output, else the text; None unless completed), `error`
-    the last attempt's error, `usage` the sum over every attempt, failed ones included,
-    `latency` seconds from its first attempt to its end (None if it never ran), `input`
-    what it ran on and `meta` the other fields of its row.
-    """
-
-    index: int
-    key: Any
-    status: ItemStatus
-    result: Any = None
-    data: Any = None
-    error: BaseException | None = None
-    attempts: int = 0
-    usage: Usage = field(default_factory=Usage)
-    latency: float | None = None
-    input: Any = None
-    meta: dict[str, Any] | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "completed"
-
-
-def ended(job: Job, outcome: Outcome) -> BatchItem:
-    """The item `job` became, ending with `outcome` (its last attempt's)."""
-    return BatchItem(
-        index=job.index,
-        key=job.key,
-        status=outcome.status,
-        result=outcome.result,
-        data=outcome.data if outcome.status == "completed" else None,
-        error=outcome.error,
-        attempts=job.attempts,
-        usage=job.usage,
-        latency=None if job.started is None else time.monotonic() - job.started,
-        input=job.input,
-        meta=job.meta,
-    )
-
-
-def session_of(job: Job) -> tuple[Any, Any] | None:
-    """The session an item runs in (its `session_id` and `user_id`), if it names one."""
-    meta = job.meta
-    if meta is None or meta.get("session_id") is None:
-        return None
-    return (meta["session_id"], meta.get("user_id"))
-
-
-def cancelled(signal: AbortSignal) -> AbortedError:
-    """The error of an item a batch ended unfinished when `signal` fired."""
-    reason = signal.reason or "no reason given"
-    return AbortedError(f"batch cancelled: {reason}", reason=signal.reason)
-
-
-Attempt: TypeAlias = Callable[[Job, AbortSignal], Coroutine[Any, Any, Outcome]]
-Deliver: TypeAlias = Callable[[BatchItem], Awaitable[None]]
-Feed: TypeAlias = "Iterator[Job] | AsyncIterator[Job]"
+__all__ = ["InFlight"]
 
 
 class _LeanSignal(AbortSignal):

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 from .._message_input import as_messages
 from ..abort import AbortSignal
 from ..errors import AbortedError, RaygentError
-from ..observe.report import AgentResult
+from ..observers.report import AgentResult
+from ..seams.batch import EMPTY_USAGE, Attempt, Job, Outcome
 from ..usage import Usage
 from .durable import BATCH_RUNS, DurableItems, attempt_usage
-from .engine import EMPTY_USAGE, Attempt, Job, Outcome
 
 if TYPE_CHECKING:
     from ..agents._agent import RunOptions

@@ -9,8 +9,8 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..seams.batch import BatchItem
 from ..usage import Usage
-from .engine import BatchItem
 
 __all__ = ["BatchReport", "Tally"]
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from .. import errors
-from .engine import EMPTY_USAGE, BatchItem
+from ..seams.batch import EMPTY_USAGE, BatchItem
 
 __all__ = ["JsonlSink", "ParquetSink", "Sink", "key_token", "open_sink", "record_of"]
 

@@ -27,7 +27,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from .engine import Feed, Job
+from ..seams.batch import Feed, Job
 from .exec import InputError, Unreadable
 
 __all__ = ["Source", "feed", "open_items"]

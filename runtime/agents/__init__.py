@@ -19,10 +19,10 @@ never batch (batch runs agents, not the other way round). The one hand-off upwar
 `Agent.eval`, which imports `raygent.eval` when called (tests/test_layout.py).
 """
 
+from ..durable.options import Approve, Deny, Durable
 from ._agent import Agent, RunOptions, SystemPrompt, agent
 from ._guard import StreamingToolGuard
 from ._stream import AgentStream
-from .durable import Approve, Deny, Durable
 
 __all__ = [
     "Agent",

@@ -19,28 +19,28 @@ from .._message_input import MessageLike, as_messages
 from .._sync import run_sync
 from ..abort import AbortController, AbortSignal
 from ..attachments._parse import AttachmentLike, AttachmentPolicy
-from ..backend import current_backend
 from ..compaction._policy import Compaction
+from ..durable.options import ApprovalHandler, Durable
 from ..errors import InvalidOptionsError, PromptError, RaygentError
 from ..executable import Executable
 from ..memory._save import Memory, RunSaver, default_memory, scope_of
 from ..messages import ContentPart, Message, SystemMessage, UserMessage
 from ..models.contract import Model, ModelOptions, ToolSpec
-from ..observe._delivery import observers_for, own_observers
-from ..observe.events import Dispatcher, Event, EventHandler, Handlers, handler_list
-from ..observe.observers import Observe, Observer
-from ..observe.report import AgentResult
+from ..observers._registry import Observe, Observer
+from ..observers.delivery import observers_for, own_observers
+from ..observers.events import Dispatcher, Event, EventHandler, Handlers, handler_list
+from ..observers.report import AgentResult
 from ..run_context import RunInfo
-from ..seams import Backend
+from ..seams.contract import Backend
+from ..seams.registry import current_backend
 from ..tools import Tool
 from ..toolsets import Toolset
-from ._continue import continued_run_id, saver_for
 from ._durable_api import DurableRuns, journal_for
 from ._guard import GuardSetting, guard_buffer
+from ._retry_resume import continued_run_id, saver_for
 from ._start import start_run
 from ._state import RunConfig, RunState
 from ._stream import AgentStream
-from .durable import ApprovalHandler, Durable
 from .middleware import Middleware
 from .output import OutputSpec, Repair
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
-from ..observe.report import AgentResult
+from ..observers.report import AgentResult
 from ..run_context import RunInfo
 from ..tools import Tool, ToolContext, tool
 

@@ -7,12 +7,12 @@ run's `approval_handler`; a call with no decision stops the run (`AwaitingApprov
 
 from __future__ import annotations
 
+from ..durable.options import Deny, decision_label
 from ..messages import ToolCall
-from ..observe.report import PendingCall
+from ..observers.report import PendingCall
 from ..redaction import logger as redacting_logger
 from ._state import RunState, maybe_await
 from ._tool_round import tool_context
-from .durable import Deny, decision_label
 
 __all__ = ["AwaitingApproval", "decide"]
 

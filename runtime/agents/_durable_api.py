@@ -10,17 +10,17 @@ from typing_extensions import Unpack
 from raygent.stores import InMemoryStore, Scope
 
 from .._sync import run_sync
+from ..durable.options import Decision, Durable
 from ..errors import AgentCancelledError, InvalidOptionsError, PromptError, RaygentError
 from ..memory._hold import SessionHold
 from ..memory._save import RunSaver, default_memory, scope_of
 from ..messages import Message
-from ..observe.events import Event
-from ..observe.report import AgentResult
+from ..observers.events import Event
+from ..observers.report import AgentResult
 from ..run_context import RunInfo
 from ._journal import Journal, Outcome, encoded
 from ._resume import already_resolved, restore, resume_state
 from ._state import RunState
-from .durable import Decision, Durable
 
 if TYPE_CHECKING:
     from ..memory._save import Memory

@@ -23,17 +23,17 @@ from pydantic import BaseModel, Field
 from pydantic_core import to_json
 
 from ..compaction._policy import CompactionRecord
+from ..durable.options import Approve, Decision, Deny, Durable
 from ..messages import Message, ToolCall, ToolMessage
-from ..observe.report import AgentReport, ResumeRecord, ToolCallReport, TripReport
+from ..observers.report import AgentReport, ResumeRecord, ToolCallReport, TripReport
 from ..usage import Usage
+from ._next_step import Progress
 from ._state import RunState, now
-from ._steps import Progress
-from .durable import Approve, Decision, Deny, Durable
 
 if TYPE_CHECKING:
     from raygent.stores.protocol import Scope
 
-    from ..observe.report import AgentResult
+    from ..observers.report import AgentResult
 
 __all__ = [
     "Entry",

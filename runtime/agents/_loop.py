@@ -24,13 +24,11 @@ from ..errors import (
 )
 from ..messages import AssistantMessage, Message, ToolCall, UserMessage
 from ..models.contract import ModelResponse
-from ..observe._delivery import deliver
-from ..observe.events import AgentCompleted, AgentErrored, AgentStarting
-from ..observe.report import AgentResult, RunStatus
+from ..observers.delivery import deliver
+from ..observers.events import AgentCompleted, AgentErrored, AgentStarting
+from ..observers.report import AgentResult, RunStatus
 from ._approval import AwaitingApproval, decide
-from ._continue import continue_stored, stored_answer
-from ._state import RunState, maybe_await, now
-from ._steps import (
+from ._next_step import (
     CONTINUE_PROMPT,
     Continue,
     Final,
@@ -41,6 +39,8 @@ from ._steps import (
     Step,
     next_step,
 )
+from ._retry_resume import continue_stored, stored_answer
+from ._state import RunState, maybe_await, now
 from ._tool_round import run_tool_round
 from ._toolsets import resolve_toolsets
 from ._trip import model_trip

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from raygent.stores import Scope
 
+from ..durable.options import Decision, Durable, decision_label
 from ..errors import (
     AbortedError,
     DriftError,
@@ -23,7 +24,7 @@ from ..errors import (
     RunNotFoundError,
 )
 from ..messages import Message
-from ..observe.report import AgentReport, AgentResult, ModelInfo, ResumeRecord
+from ..observers.report import AgentReport, AgentResult, ModelInfo, ResumeRecord
 from ..run_context import RunInfo
 from ..usage import Usage
 from ._journal import (
@@ -40,10 +41,9 @@ from ._journal import (
     with_outputs,
 )
 from ._loop import drive, lifecycle, settle, tool_step
+from ._next_step import Progress
 from ._state import RunState, now
-from ._steps import Progress
 from ._toolsets import resolve_toolsets
-from .durable import Decision, Durable, decision_label
 
 if TYPE_CHECKING:
     from raygent.stores.protocol import RunRecord

@@ -15,9 +15,9 @@ from ..attachments._load import load_parts, with_parts
 from ..attachments._parse import AttachmentLike, AttachmentPolicy, parse_attachments
 from ..errors import AbortedError, AttachmentError, RaygentError
 from ..messages import Message
-from ..observe.report import AgentResult
-from ._continue import with_trail
+from ..observers.report import AgentResult
 from ._loop import run_loop
+from ._retry_resume import with_trail
 from ._state import RunState
 
 __all__ = ["start_run"]

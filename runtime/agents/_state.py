@@ -12,11 +12,11 @@ from ..abort import AbortController
 from ..memory._save import RunSaver
 from ..messages import Message
 from ..models.contract import Model, ModelOptions
-from ..observe.events import Dispatcher, Event
-from ..observe.observers import Observer
-from ..observe.report import AgentReport, AgentResult, ModelInfo
+from ..observers._registry import Observer
+from ..observers.events import Dispatcher, Event
+from ..observers.report import AgentReport, AgentResult, ModelInfo
 from ..run_context import RunInfo
-from ..seams import Backend
+from ..seams.contract import Backend
 from ..usage import Usage
 from .middleware import Middleware
 from .output import OutputSpec, Repair
@@ -24,10 +24,10 @@ from .output import OutputSpec, Repair
 if TYPE_CHECKING:
     from ..attachments._parse import AttachmentPolicy
     from ..compaction._policy import Compaction
+    from ..durable.options import ApprovalHandler, Decision
     from ..tools import Tool
     from ..toolsets import Toolset
     from ._journal import Journal
-    from .durable import ApprovalHandler, Decision
 
 Phase = Literal["starting", "trip", "tools", "between_trips", "done"]
 

@@ -6,8 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..observe.events import Event
-from ..observe.report import AgentResult
+from ..observers.events import Event
+from ..observers.report import AgentResult
 from ._start import start_run
 from ._state import RunState
 

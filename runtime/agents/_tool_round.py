@@ -18,8 +18,8 @@ from ..abort import abortable
 from ..attachments._load import tool_parts
 from ..errors import AbortedError, RaygentError, ToolDeniedError, ToolExecutionError
 from ..messages import ToolCall, ToolMessage
-from ..observe.events import ToolCalled, ToolCalling, ToolFailed
-from ..observe.report import Timing, ToolCallReport
+from ..observers.events import ToolCalled, ToolCalling, ToolFailed
+from ..observers.report import Timing, ToolCallReport
 from ..tools import ToolContext, tool_result_content
 from ._state import RunState, maybe_await, now
 

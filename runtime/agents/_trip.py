@@ -15,7 +15,7 @@ from ..models.contract import (
     ToolCallDelta,
     UsageChunk,
 )
-from ..observe.events import (
+from ..observers.events import (
     ToolStreaming,
     TripCompleted,
     TripReasoning,
@@ -23,8 +23,8 @@ from ..observe.events import (
     TripStreaming,
     TripUsage,
 )
-from ..observe.report import Timing, TripReport
-from ..seams import closing_stream
+from ..observers.report import Timing, TripReport
+from ..seams.local import closing_stream
 from ._compact import compact_before_trip
 from ._guard import GuardBuffer, extract_tool_calls
 from ._state import RunState, maybe_await, now

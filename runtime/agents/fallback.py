@@ -17,7 +17,8 @@ from ..errors import (
 )
 from ..messages import Message
 from ..models.contract import Capabilities, Done, Model, ModelOptions, ModelResponse, StreamChunk
-from ..seams import ModelAccess, closing_stream
+from ..seams.contract import ModelAccess
+from ..seams.local import closing_stream
 from ..usage import Cost, Usage
 
 __all__ = ["FallbackModel", "fallback_model"]

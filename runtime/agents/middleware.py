@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..messages import Message, ToolCall
     from ..models.contract import ModelOptions, ModelResponse
-    from ..observe.report import AgentResult
+    from ..observers.report import AgentResult
     from ..run_context import RunInfo
 
 __all__ = ["Middleware"]

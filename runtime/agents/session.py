@@ -10,10 +10,10 @@ from typing_extensions import Unpack
 
 from .._message_input import MessageLike
 from .._sync import run_sync
-from ..backend import current_backend
 from ..memory._save import scope_of
 from ..messages import ContentPart, Message
-from ..observe.report import AgentResult
+from ..observers.report import AgentResult
+from ..seams.registry import current_backend
 
 if TYPE_CHECKING:
     from ._agent import Agent, AgentStream, RunOptions

@@ -35,7 +35,7 @@ from ..usage import Usage
 from ._transcript import render_transcript
 
 if TYPE_CHECKING:
-    from ..seams import ModelAccess
+    from ..seams.contract import ModelAccess
 
 __all__ = [
     "Compaction",

@@ -24,12 +24,11 @@ stage itself lives in raygent.actors (`data_map`), imported when `map` is called
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._batch.retry import Retry
-from ..backend import current_backend
+from ..seams import backend_plugin, current_backend
+from ..seams.retry import Retry
 
 if TYPE_CHECKING:
     from ..agents import RunOptions
@@ -68,23 +67,22 @@ def map(
     Model calls go through the executable's backend (else the current one): on Ray, its
     gateways, so provider bounds hold across the actors.
     """
+    backend = getattr(executable, "backend", None) or current_backend()
     try:
-        stage = importlib.import_module("raygent.actors.data_map")  # imports Ray Data
+        return backend_plugin("ray").map_dataset(
+            dataset,
+            executable,
+            input=input,
+            output_column=output_column,
+            concurrency=concurrency,
+            retry=retry or Retry(),
+            run_options=run_options,
+            actors=actors,
+            num_cpus=num_cpus,
+            batch_size=batch_size,
+            backend=backend,
+        )
     except ModuleNotFoundError as exc:  # Ray Data's pandas, without the extra
         raise ImportError(
             "raygent.data.map needs the data extra: pip install 'raygent[data]'"
         ) from exc
-    backend = getattr(executable, "backend", None) or current_backend()
-    return stage.map_dataset(
-        dataset,
-        executable,
-        input=input,
-        output_column=output_column,
-        concurrency=concurrency,
-        retry=retry or Retry(),
-        run_options=run_options,
-        actors=actors,
-        num_cpus=num_cpus,
-        batch_size=batch_size,
-        backend=backend,
-    )

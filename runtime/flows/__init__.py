@@ -5,7 +5,7 @@ May import the base, models, observe, agents (the routing agent, agents as steps
 batch (its `Retry`); batch and agents never import flows (they take any executable).
 """
 
-from ..observe.report import FlowReport, FlowResult, StepReport, StepRun
+from ..observers.report import FlowReport, FlowResult, StepReport, StepRun
 from ._flow import Flow, FlowStream
 from ._markers import END, Goto
 from ._state import WorkflowState

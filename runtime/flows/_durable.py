@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from raygent.stores import Scope
 
-from ..agents.durable import Durable
+from ..durable.options import Durable
 from ..errors import DriftError, RunNotFoundError
-from ..observe.report import FlowReport, StepReport
+from ..observers.report import FlowReport, StepReport
 from ..usage import Usage
 
 __all__ = ["FlowEntry", "FlowHeader", "FlowJournal", "FlowOutcome", "Restored", "scope_of"]

@@ -11,11 +11,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ValidationError
 
 from .._sync import run_sync
-from ..agents.durable import Durable
+from ..durable.options import Durable
 from ..errors import AbortedError, InvalidOptionsError, RaygentError, StepFailedError
-from ..observe.events import Event, EventHandler, Handlers, handler_list
-from ..observe.observers import Observe
-from ..observe.report import FlowResult
+from ..observers._registry import Observe
+from ..observers.events import Event, EventHandler, Handlers, handler_list
+from ..observers.report import FlowResult
 from ..tools import Tool
 from ._durable import FlowEntry, FlowHeader, FlowJournal
 from ._run import FlowRun

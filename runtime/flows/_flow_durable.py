@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..agents.durable import Durable
+from ..durable.options import Durable
 from ..errors import AbortedError, InvalidOptionsError, RaygentError
-from ..observe.report import FlowReport, FlowResult, FlowResume
+from ..observers.report import FlowReport, FlowResult, FlowResume
 from ..usage import Usage
 from ._durable import FlowEntry, FlowHeader, FlowJournal, FlowOutcome, scope_of
 from ._run import FlowRun, now

@@ -12,8 +12,9 @@ from typing import Any, Literal
 
 from ..abort import AbortController, AbortSignal
 from ..errors import AbortedError, RaygentError, error_dict
-from ..observe._delivery import deliver, observers_for
-from ..observe.events import (
+from ..observers._registry import Observe
+from ..observers.delivery import deliver, observers_for
+from ..observers.events import (
     Dispatcher,
     Event,
     EventHandler,
@@ -24,15 +25,7 @@ from ..observe.events import (
     StepStarted,
     handler_list,
 )
-from ..observe.observers import Observe
-from ..observe.report import (
-    FlowReport,
-    FlowResult,
-    RunStatus,
-    StepReport,
-    StepRun,
-    StepStatus,
-)
+from ..observers.report import FlowReport, FlowResult, RunStatus, StepReport, StepRun, StepStatus
 from ..run_context import RunInfo
 from ..usage import Usage
 

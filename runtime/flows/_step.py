@@ -7,8 +7,8 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel
 
-from .._batch.retry import Retry
 from ..executable import is_executable
+from ..seams.retry import Retry
 from ._markers import END, _End
 from ._state import WorkflowState
 

@@ -8,7 +8,7 @@ import inspect
 from typing import Any
 
 from ..abort import AbortController, abortable
-from ..observe.report import StepReport
+from ..observers.report import StepReport
 from ._run import FlowRun
 from ._state import WorkflowState
 from ._step import Step

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from ..errors import FlowOutputError
-from ..observe.report import FlowResult
+from ..observers.report import FlowResult
 from ._flow import Flow
 
 __all__ = ["as_text", "call_hook", "child_input", "result_value", "validated"]

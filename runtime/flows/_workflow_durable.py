@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidOptionsError
-from ..observe.report import FlowResult, StepReport
+from ..observers.report import FlowResult, StepReport
 from ._durable import FlowEntry, FlowHeader, FlowJournal
 from ._flow_durable import record_resume
 from ._run import FlowRun

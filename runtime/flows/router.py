@@ -13,7 +13,7 @@ from .._sync import run_sync
 from ..agents import Agent, AgentStream, agent
 from ..executable import executable_name
 from ..models.contract import Model
-from ..observe.report import AgentResult
+from ..observers.report import AgentResult
 from ._markers import END, _End
 from ._supervisor_state import END_NAME, SupervisorState, as_text
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
-from ..agents.durable import Durable
+from ..durable.options import Durable
 from ..errors import (
     AbortedError,
     MaxIterationsError,
@@ -23,9 +23,9 @@ from ..errors import (
     StepFailedError,
     error_dict,
 )
-from ..observe.events import Handlers
-from ..observe.observers import Observe
-from ..observe.report import FlowResult, StepReport
+from ..observers._registry import Observe
+from ..observers.events import Handlers
+from ..observers.report import FlowResult, StepReport
 from ._durable import FlowEntry, FlowHeader, FlowJournal
 from ._flow import Flow, _as_error
 from ._flow_durable import completed, start_journal

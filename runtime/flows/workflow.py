@@ -9,12 +9,12 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel
 
-from ..agents.durable import Durable
+from ..durable.options import Durable
 from ..errors import AbortedError, FlowOutputError, MaxStepsError, StepFailedError, error_dict
-from ..observe._delivery import own_observers
-from ..observe.events import Handlers
-from ..observe.observers import Observe
-from ..observe.report import FlowResult, StepReport
+from ..observers._registry import Observe
+from ..observers.delivery import own_observers
+from ..observers.events import Handlers
+from ..observers.report import FlowResult, StepReport
 from ._durable import FlowEntry, FlowHeader, FlowJournal
 from ._flow import Flow
 from ._flow_durable import completed, start_journal

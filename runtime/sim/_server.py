@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from pydantic_core import from_json, to_json
 
-from ._anthropic_wire import AnthropicWire
+from ._anthropic_messages import AnthropicWire
 from ._config import SimConfig
-from ._openai_wire import OpenAIWire
+from ._openai_chat import OpenAIWire
+from ._openai_responses import ResponsesWire
 from ._plan import plan_reply
 from ._respond import Exchange, fault_body, respond_plan, verbatim
-from ._responses_wire import ResponsesWire
 from ._rules import RuleBook
 from ._script import Fault, Reply, Script
 from ._stats import RecordedRequest, StatsRecorder, redact_headers

@@ -22,7 +22,7 @@ from raygent import (
 from raygent.messages import AssistantMessage, Message, ToolMessage
 from raygent.models._http import HTTPModel
 from raygent.models.contract import StreamChunk
-from raygent.observe.events import Event
+from raygent.observers.events import Event
 from raygent.sim import SimStats, Simulator
 
 KEY = "sk-test-key-000000"

@@ -15,7 +15,7 @@ from raygent import AbortController, AbortSignal, ModelOptions
 from raygent.errors import AgentCancelledError
 from raygent.messages import Message
 from raygent.models.contract import Done, ModelResponse, StreamChunk, TextDelta
-from raygent.observe.events import Event
+from raygent.observers.events import Event
 from raygent.testing import FunctionModel, ScriptedModel, call, reply
 from raygent.usage import Usage
 

@@ -33,7 +33,7 @@ async def test_tool_call_json_in_the_text_becomes_a_real_call(mode: str) -> None
     bot, model = _guarded([AS_JSON, "The sum is 7."])
     if mode == "execute":
         result = await bot.execute("2+5?")
-        events: list[raygent.observe.events.Event] = []
+        events: list[raygent.observers.events.Event] = []
     else:
         events, result = await drain(bot.stream("2+5?"))
     assert result.ok and result.text == "The sum is 7."

@@ -13,7 +13,7 @@ import raygent
 from raygent import AbortController, ModelOptions, ToolMessage
 from raygent.errors import ProviderResponseError
 from raygent.messages import Message
-from raygent.observe.events import Event
+from raygent.observers.events import Event
 from raygent.testing import FunctionModel, ScriptedModel, call, reply
 
 TWENTY = 20

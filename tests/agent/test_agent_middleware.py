@@ -10,7 +10,7 @@ import raygent
 from raygent import Middleware, ModelOptions, ModelResponse, ToolCall, ToolMessage
 from raygent.errors import ServerError
 from raygent.messages import Message
-from raygent.observe.report import AgentResult
+from raygent.observers.report import AgentResult
 from raygent.run_context import RunInfo
 from raygent.testing import ScriptedModel, call, reply
 from raygent.usage import Usage

@@ -10,7 +10,7 @@ from agent_support import City, Recorder, assert_wellformed, drain, make_model, 
 import raygent
 from raygent import AbortController, Pricing, Repair
 from raygent.errors import AgentCancelledError, AgentIncompleteError, RefusalError
-from raygent.observe.events import Event
+from raygent.observers.events import Event
 from raygent.sim import Fault, Match, Reply, Rule, ToolCallReply, serve
 from raygent.sim._plan import thinking_signature
 

@@ -10,7 +10,7 @@ from agent_support import City, Recorder, add, drain, outcome, search
 
 import raygent
 from raygent import Repair
-from raygent.observe.events import Event
+from raygent.observers.events import Event
 from raygent.testing import ScriptedModel, Step, call, reply
 
 TOOL_SCRIPT: list[Step] = [
@@ -156,7 +156,7 @@ async def test_events_can_be_read_after_the_result() -> None:
 async def test_handlers_fire_by_tier_factory_instance_call() -> None:
     order: list[str] = []
 
-    def tag(name: str) -> raygent.observe.events.EventHandler:
+    def tag(name: str) -> raygent.observers.events.EventHandler:
         def handler(event: Event) -> None:
             order.append(f"{name}:{event.type}")
 

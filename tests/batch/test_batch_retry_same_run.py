@@ -29,7 +29,8 @@ from raygent.errors import ServerError
 from raygent.memory import SavePolicy
 from raygent.messages import AssistantMessage, ToolMessage, UserMessage
 from raygent.models import OpenAIModel
-from raygent.seams import LOCAL, Backend
+from raygent.seams.contract import Backend
+from raygent.seams.local import LOCAL
 from raygent.sim import Fault, Match, Reply, Rule, Simulator, ToolCallReply, serve
 from raygent.stores import RedisStore, Scope, SQLiteStore, Store
 from raygent.testing import FunctionModel

@@ -35,7 +35,7 @@ import raygent
 from raygent._batch import BatchItem, batch
 from raygent.actors import RayOptions, batch_runners, ray_backend
 from raygent.messages import Message, ToolMessage
-from raygent.seams import Backend
+from raygent.seams.contract import Backend
 from raygent.testing import FunctionModel, ScriptedModel, call, reply
 
 NAMESPACE = "raygent-cluster-tests"

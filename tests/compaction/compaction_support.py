@@ -13,7 +13,7 @@ from typing import Any
 import raygent
 from raygent import AssistantMessage, CompactionResult, Message, ProviderBlock, TextPart
 from raygent.compaction import CompactionContext
-from raygent.seams import Backend
+from raygent.seams.contract import Backend
 from raygent.stores import SQLiteStore, Store
 from raygent.testing import FunctionModel, Reply, call, reply
 

@@ -27,7 +27,7 @@ from raygent import UserMessage
 from raygent.actors import RayOptions, ray_backend
 from raygent.actors.sessions import RaySessions
 from raygent.errors import RaygentError
-from raygent.seams import Backend
+from raygent.seams.contract import Backend
 from raygent.stores import RedisStore, Scope, SQLiteStore, Store
 
 pytestmark = pytest.mark.usefixtures("ray_session")

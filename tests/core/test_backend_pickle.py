@@ -7,7 +7,8 @@ import pickle
 import ray.cloudpickle
 
 import raygent
-from raygent.seams import LOCAL, Backend, LocalModelAccess
+from raygent.seams.contract import Backend
+from raygent.seams.local import LOCAL, LocalModelAccess
 from raygent.testing import FunctionModel, reply
 
 

@@ -1,4 +1,4 @@
-"""The local backend's per-endpoint bound (`raygent._endpoint_bound`): each request is
+"""The local backend's per-endpoint bound (`raygent.seams._endpoint_bound`): each request is
 admitted under its own model's limit, first come first served, and a waiter cancelled
 (before or after it was admitted) leaks no slot and holds no one back."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from raygent._endpoint_bound import EndpointBound
+from raygent.seams._endpoint_bound import EndpointBound
 
 
 async def _holder(

@@ -21,8 +21,8 @@ import redis
 import raygent
 from raygent import Memory
 from raygent.models.openai import OpenAIModel
-from raygent.observe.events import AgentCompleted, AgentErrored, Event
-from raygent.observe.report import AgentResult
+from raygent.observers.events import AgentCompleted, AgentErrored, Event
+from raygent.observers.report import AgentResult
 from raygent.sim import Latency, Match, Reply, Rule, Simulator, ToolCallReply, serve
 from raygent.stores import RedisStore, SQLiteStore
 

@@ -10,8 +10,8 @@ import pytest
 import raygent
 from raygent import AnthropicModel, OpenAIModel, Pricing
 from raygent.models._http import HTTPModel
-from raygent.observe.events import Event
-from raygent.observe.report import FlowReport
+from raygent.observers.events import Event
+from raygent.observers.report import FlowReport
 from raygent.sim import Simulator
 
 KEY = "sk-test-key-000000"

@@ -22,8 +22,8 @@ from raygent.errors import StepFailedError
 from raygent.flows import Flow, FlowResult
 from raygent.flows._run import FlowRun
 from raygent.models._http import HTTPModel
-from raygent.observe.observers import Observe
-from raygent.observe.report import StepReport
+from raygent.observers._registry import Observe
+from raygent.observers.report import StepReport
 from raygent.sim import Fault, Match, Reply, Rule, Simulator, ToolCallReply
 
 Stage = tuple[str, Any]

@@ -10,7 +10,7 @@ from raygent.agents import Agent
 from raygent.messages import Message
 from raygent.models._http import HTTPModel
 from raygent.models.contract import ModelOptions
-from raygent.observe.events import Event
+from raygent.observers.events import Event
 from raygent.sim import Simulator
 from raygent.testing import FunctionModel, ScriptedModel
 

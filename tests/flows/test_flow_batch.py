@@ -26,7 +26,7 @@ from raygent import FlowReport, FlowResult
 from raygent import eval as ev
 from raygent._batch import BatchItem
 from raygent.errors import StepFailedError
-from raygent.observe.report import RunReport
+from raygent.observers.report import RunReport
 from raygent.sim import Latency, Simulator, serve
 from raygent.usage import Usage
 

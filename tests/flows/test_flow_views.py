@@ -27,7 +27,7 @@ from opentelemetry.trace import StatusCode
 
 import raygent
 from raygent import AgentReport, FlowReport
-from raygent.observe.report import RunReport
+from raygent.observers.report import RunReport
 from raygent.sim import serve
 
 HOSTILE = "<script>alert('x')</script>"

@@ -11,7 +11,7 @@ from supervisor_support import PROVIDERS, sim_model
 
 import raygent
 from raygent.errors import StepFailedError
-from raygent.observe.report import AgentReport
+from raygent.observers.report import AgentReport
 from raygent.sim import Fault, Match, Reply, Rule, serve
 from raygent.usage import Usage
 

@@ -9,7 +9,7 @@ from typing import Any
 from supervisor_support import Recorder, echo, sim_model
 
 import raygent
-from raygent.observe.report import FlowReport, RunReport
+from raygent.observers.report import FlowReport, RunReport
 from raygent.sim import Match, Reply, Rule, serve
 from raygent.testing import ScriptedModel, hang, mock_router
 

@@ -15,7 +15,7 @@ from supervisor_support import echo, scripted
 import raygent
 from raygent import END
 from raygent.errors import ServerError
-from raygent.observe.report import (
+from raygent.observers.report import (
     AgentReport,
     FlowReport,
     ModelInfo,

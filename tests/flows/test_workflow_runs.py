@@ -10,7 +10,7 @@ from flows_support import Observed, Recorder, assert_usage_equal, sim_agent, ste
 import raygent
 from raygent import AbortController, FlowReport
 from raygent.errors import AbortedError
-from raygent.observe.report import AgentReport
+from raygent.observers.report import AgentReport
 from raygent.sim import Fault, Match, Reply, Rule, Simulator, serve
 
 SCRIPT = [

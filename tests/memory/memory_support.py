@@ -17,7 +17,7 @@ import redis
 import raygent
 from raygent import AgentResult, AgentStream, ModelOptions, OpenAIModel
 from raygent.messages import AssistantMessage, Message, ToolMessage
-from raygent.observe.events import Event
+from raygent.observers.events import Event
 from raygent.stores import InMemoryStore, RedisStore, SQLiteStore, Store, StoredMessage
 from raygent.testing import FunctionModel
 

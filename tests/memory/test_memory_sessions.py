@@ -29,7 +29,7 @@ from raygent import AbortController, Memory, ModelOptions
 from raygent.errors import AgentCancelledError, InvalidOptionsError, ServerError
 from raygent.memory import LocalSessions
 from raygent.messages import Message, ToolMessage
-from raygent.seams import LOCAL
+from raygent.seams.local import LOCAL
 from raygent.stores import InMemoryStore, Scope, SQLiteStore
 from raygent.testing import FunctionModel, ScriptedModel, call, reply
 

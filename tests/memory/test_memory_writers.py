@@ -37,7 +37,7 @@ from memory_support import (
 import raygent
 from raygent import Memory
 from raygent.memory import LocalSessions
-from raygent.seams import LOCAL
+from raygent.seams.local import LOCAL
 from raygent.stores import PositionConflictError, Scope
 from raygent.testing import FunctionModel, ScriptedModel, call, reply
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from raygent.observe.events import STREAM_ONLY, Dispatcher, Event, TripStarted
+from raygent.observers.events import STREAM_ONLY, Dispatcher, Event, TripStarted
 
 
 def _handler(event: Event) -> None:

@@ -18,7 +18,7 @@ import ray
 import raygent
 from raygent import AgentResult, OpenAIModel
 from raygent.actors import RayOptions, endpoint_digest, gateway_key, gateway_names, ray_backend
-from raygent.seams import Backend
+from raygent.seams.contract import Backend
 from raygent.sim import SimStats, Simulator
 
 KEY = "sk-ray-test-000000"

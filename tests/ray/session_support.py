@@ -22,7 +22,7 @@ from raygent import Memory, Message
 from raygent.actors import RayOptions, ray_backend
 from raygent.actors.sessions import RaySessions
 from raygent.memory import SavePolicy
-from raygent.seams import Backend
+from raygent.seams.contract import Backend
 from raygent.stores import RedisStore, SQLiteStore, Store, StoredMessage
 from raygent.testing import FunctionModel, call, reply
 

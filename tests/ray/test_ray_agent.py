@@ -143,7 +143,7 @@ async def test_an_in_process_model_runs_in_the_caller_on_ray() -> None:
 
 
 def test_init_chooses_the_default_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(raygent.backend, "_current", None)
+    monkeypatch.setattr(raygent.seams.registry, "_current", None)
     monkeypatch.setenv("RAYGENT_BACKEND", "local")
     assert raygent.current_backend().name == "local"
     monkeypatch.delenv("RAYGENT_BACKEND")

@@ -18,7 +18,7 @@ from ray_support import backend, wait_for_file, wait_until_dead, write_whole
 import raygent
 from raygent import AbortController, ToolContext, ToolMessage
 from raygent.errors import ToolExecutionError
-from raygent.seams import Backend
+from raygent.seams.contract import Backend
 from raygent.testing import ScriptedModel, call, reply
 from raygent.tools import ToolTimeoutError
 

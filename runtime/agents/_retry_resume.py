@@ -25,7 +25,7 @@ from ..abort import AbortSignal
 from ..memory._save import Memory, RunSaver
 from ..memory._sessions import SessionPersistence
 from ..messages import AssistantMessage, Message
-from ..observe.report import AgentResult, RunTrail
+from ..observers.report import AgentResult, RunTrail
 from ._state import RunState
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from pydantic_core import from_json, to_json
 
-from ._openai_wire import OpenAIWire
+from ._openai_chat import OpenAIWire
 from ._plan import thinking_signature
 from ._responses_stream import stream_events
 from ._tokens import (

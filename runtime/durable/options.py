@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 
 from raygent.stores import RunStore
 
-from ..observe.report import PendingCall
+from ..observers.report import PendingCall
 
 __all__ = ["ApprovalHandler", "Approve", "Decision", "Decisions", "Deny", "Durable"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterable
 
-from .observers import Observe, Observer, log, observing_all, registered
+from ._registry import Observe, Observer, log, observing_all, registered
 from .report import RunReport
 
 __all__ = ["deliver", "observers_for", "own_observers", "uses_global"]

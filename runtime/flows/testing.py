@@ -13,10 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import RoutingError
-from .flows._markers import END, _End
-from .flows._supervisor_state import END_NAME, SupervisorState
-from .observe.report import (
+from ..errors import RoutingError
+from ..observers.report import (
     AgentReport,
     AgentResult,
     FlowReport,
@@ -25,6 +23,8 @@ from .observe.report import (
     StepReport,
     ToolCallReport,
 )
+from ._markers import END, _End
+from ._supervisor_state import END_NAME, SupervisorState
 
 __all__ = [
     "MockRouter",

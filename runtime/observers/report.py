@@ -147,7 +147,7 @@ class AgentReport(BaseModel):
         return cls.model_validate_json(text)
 
     def _repr_html_(self) -> str:
-        from ._html import report_html
+        from .views import report_html
 
         return report_html(self)
 
@@ -237,7 +237,7 @@ class FlowReport(BaseModel):
         return cls.model_validate_json(text)
 
     def _repr_html_(self) -> str:
-        from ._html import report_html
+        from .views import report_html
 
         return report_html(self)
 
@@ -254,7 +254,7 @@ AgentReport.model_rebuild()
 class RunTrail:
     """What an unfinished run on a session handed its save policy: its new messages in
     order and the appends it numbered. A retry of the run continues from it (see
-    `raygent.agents._continue`)."""
+    `raygent.agents._retry_resume`)."""
 
     messages: tuple[Message, ...]
     turns: int
@@ -296,7 +296,7 @@ class AgentResult:
         return self.report.pending
 
     def _repr_html_(self) -> str:
-        from ._html import report_html
+        from .views import report_html
 
         return report_html(self.report, result=self)
 
@@ -331,6 +331,6 @@ class FlowResult:
         return self.report.run_id
 
     def _repr_html_(self) -> str:
-        from ._html import report_html
+        from .views import report_html
 
         return report_html(self.report, result=self)

@@ -1,0 +1,36 @@
+"""How runs are seen: events while a run goes, its result and report tree when it ends,
+and the observers that receive finished report trees (`raygent.observers`, public).
+
+events        typed run events and the handlers subscribed to them (`on=`)
+report        `AgentResult`, `AgentReport` and the trip and tool-call reports in it
+_registry     code that receives every finished report tree: `add`, `observe_all`
+delivery      which observers see a run, and handing them its report (the core's)
+_otel         `OpenTelemetry`: report trees as spans
+views         notebook views of results and reports (the batch and eval views build on it)
+
+May import the base and compaction (a report records its compactions).
+"""
+
+from ._registry import (
+    Observe,
+    ObserveAll,
+    Observer,
+    OpenTelemetry,
+    Registration,
+    add,
+    observe_all,
+    observing_all,
+    registered,
+)
+
+__all__ = [
+    "Observe",
+    "ObserveAll",
+    "Observer",
+    "OpenTelemetry",
+    "Registration",
+    "add",
+    "observe_all",
+    "observing_all",
+    "registered",
+]

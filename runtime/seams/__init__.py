@@ -1,0 +1,57 @@
+"""The seams between the core and where work runs, and the registry that picks a backend.
+
+contract      the protocols a backend implements (`Backend`, `ModelAccess`,
+              `ToolExecution`, `BatchExecution`, `BatchPool`, `PoolPlan`) and the plug-in
+              a backend package registers (`BackendPlugin`)
+batch         the shapes a batch seam carries: `Job`, `Outcome`, `BatchItem`, `Feed`...
+retry         `Retry`: how a batch item or a flow step is tried again
+local         the seams implemented in this process: `LOCAL`
+registry      `init`, `current_backend`, `use_backend`: the backend of this process, and
+              `backend_plugin`: a backend found through the entry-point group
+              `raygent.backends`, never imported by name
+_endpoint_bound  an endpoint's bound in this process (each request under its own limit)
+
+May import the base, models' contract and memory (session persistence). Never a backend:
+raygent.actors plugs in at run time through the registry.
+"""
+
+from .batch import EMPTY_USAGE, BatchItem, Deliver, Feed, ItemStatus, Job, Outcome
+from .contract import (
+    Backend,
+    BackendPlugin,
+    BatchExecution,
+    BatchPool,
+    ModelAccess,
+    PoolPlan,
+    ToolExecution,
+)
+from .local import LOCAL, LocalModelAccess, LocalToolExecution, closing_stream, routed
+from .registry import backend_plugin, current_backend, init, use_backend
+from .retry import Retry
+
+__all__ = [
+    "EMPTY_USAGE",
+    "LOCAL",
+    "Backend",
+    "BackendPlugin",
+    "BatchExecution",
+    "BatchItem",
+    "BatchPool",
+    "Deliver",
+    "Feed",
+    "ItemStatus",
+    "Job",
+    "LocalModelAccess",
+    "LocalToolExecution",
+    "ModelAccess",
+    "Outcome",
+    "PoolPlan",
+    "Retry",
+    "ToolExecution",
+    "backend_plugin",
+    "closing_stream",
+    "current_backend",
+    "init",
+    "routed",
+    "use_backend",
+]

@@ -1,0 +1,147 @@
+"""The seams between the core and where work runs: the protocols a backend implements.
+
+The loop never talks to Ray. It asks a `Backend` for model access, tool execution,
+session persistence and batch execution. `raygent.seams.local` implements them in this
+process (`LOCAL`); the Ray backend (raygent.actors) implements the same protocols with
+model gateways, tool executors, session hosts and batch runners, and the same scenario
+tests run on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from ..abort import AbortSignal
+from ..memory._sessions import LocalSessions, SessionPersistence
+from ..messages import Message
+from ..models.contract import Model, ModelOptions, ModelResponse, StreamChunk
+from .batch import Deliver, Feed
+from .retry import Retry
+
+if TYPE_CHECKING:
+    from ..tools import Tool, ToolContext
+
+T = TypeVar("T")
+
+__all__ = [
+    "Backend",
+    "BackendPlugin",
+    "BatchExecution",
+    "BatchPool",
+    "ModelAccess",
+    "PoolPlan",
+    "ToolExecution",
+]
+
+
+class ModelAccess(Protocol):
+    """Sends requests to a model inside the provider's concurrency bound."""
+
+    async def complete(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> ModelResponse: ...
+
+    def stream(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> AsyncIterator[StreamChunk]: ...
+
+
+class ToolExecution(Protocol):
+    """Runs one tool call (the loop runs the calls of a trip concurrently)."""
+
+    async def invoke(
+        self, tool: Tool[..., Any], arguments: dict[str, Any] | None, ctx: ToolContext
+    ) -> Any: ...
+
+
+class BatchPool(Protocol):
+    """Keeps a batch's attempts in flight and hands each item over as it ends:
+    `_batch.engine.InFlight` in this process, or a Ray backend's runner actors."""
+
+    feed_error: BaseException | None
+    deliver_error: BaseException | None
+    failure: str | None  # why the pool stopped on its own, when it did
+
+    @property
+    def signal(self) -> AbortSignal: ...
+
+    @property
+    def retries(self) -> int: ...
+
+    @property
+    def retrying(self) -> int: ...
+
+    def abort(self, reason: str | None = None) -> None: ...
+
+    async def run(self, feed: Feed) -> None: ...
+
+
+class BatchExecution(Protocol):
+    """Where a batch's attempts run (the backend's `batches`; None runs them here)."""
+
+    def check(self, executable: Any) -> None:
+        """Raise TypeError, before anything runs, if `executable` cannot run there."""
+
+    def pool(self, executable: Any, plan: PoolPlan) -> BatchPool: ...
+
+    async def start(self, concurrency: int, runners: int | None = None) -> None:
+        """Start now what a batch of this `concurrency` will run on (runner actors), so
+        that the next batch begins at once."""
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """What a batch pool is asked to do (the options of `raygent.batch` that concern
+    running, not reading or recording)."""
+
+    run_options: Mapping[str, Any] | None  # what each run is given (an agent's RunOptions)
+    concurrency: int
+    retry: Retry
+    deliver: Deliver
+    signal: AbortSignal | None
+    grace: float
+    runners: int | None
+
+
+class BackendPlugin(Protocol):
+    """What a backend package registers under the entry-point group `raygent.backends`
+    (raygent.actors registers `ray`); the core reaches a backend only through this."""
+
+    def default(self) -> Backend:
+        """The backend used until `raygent.init`: it starts or joins on first use."""
+
+    def connect(
+        self,
+        *,
+        address: str | None,
+        namespace: str,
+        options: Any,
+        init_kwargs: Mapping[str, Any],
+    ) -> Backend:
+        """Start or join now (`raygent.init(name, ...)`)."""
+
+    def map_dataset(self, dataset: Any, executable: Any, **options: Any) -> Any:
+        """`raygent.data.map`'s stage over `dataset` (see its docstring for options)."""
+
+    def ship_by_value(self, module: ModuleType) -> None:
+        """Send what `module` defines to the workers by value, not by reference."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    models: ModelAccess
+    tools: ToolExecution
+    sessions: SessionPersistence = field(default_factory=LocalSessions)
+    batches: BatchExecution | None = None
