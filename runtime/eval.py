@@ -33,6 +33,7 @@ from typing_extensions import Unpack
 from ._batch.call import BatchItem, BatchOptions, BatchReport, batch
 from ._batch.sinks import dumps, error_dict
 from .errors import RaygentError
+from .observers.views import ROWS, STYLE, badge, bar, clip, esc, more, secs, table, usage_line
 from .usage import Usage
 
 __all__ = [
@@ -127,8 +128,6 @@ class EvalReport(BaseModel):
         return to_junit(self)
 
     def _repr_html_(self) -> str:
-        from .observers.views import eval_html
-
         return eval_html(self)
 
 
@@ -473,3 +472,38 @@ def _plain(value: Any) -> Any:
 def _as_text(value: Any) -> str:
     value = _plain(value)
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def eval_html(report: EvalReport) -> str:
+    """An eval: pass rate, each scorer's rate, usage and cost, and the first cases."""
+    scorers = "".join(
+        f"<tr><td>{esc(name)}</td><td>{bar(0.0, rate, 'trip')}</td><td>{rate:.0%}</td></tr>"
+        for name, rate in report.scorers.items()
+    )
+    head = (
+        f"<div><b>eval {esc(report.name)}</b> · {report.passed_count}/{report.total} passed "
+        f"({report.pass_rate:.0%})</div>"
+        f"<div>runs: {usage_line(report.usage)}</div>"
+        f"<div>judges: {usage_line(report.judge_usage)}</div>"
+        f"{table(['scorer', 'pass rate', ''], [scorers])}"
+    )
+    rows = []
+    for case in report.cases[:ROWS]:
+        verdict = "passed" if case.passed else "failed"
+        scores = "<br>".join(
+            f"{'✓' if s.passed else '✗'} {esc(s.scorer)}"
+            + (f' <span class="meta">{esc(clip(s.reason))}</span>' if s.reason else "")
+            for s in case.scores
+        )
+        error = (case.error or {}).get("message")
+        shown = esc(clip(case.output))
+        if error:
+            shown = f'<span class="err">{esc(clip(error))}</span>'
+        rows.append(
+            f"<tr><td>{esc(clip(case.key))}</td><td>{badge(verdict, verdict)}</td>"
+            f"<td>{esc(clip(case.input))}</td><td>{shown}</td>"
+            f"<td>{esc(clip(case.expected))}</td><td>{scores}</td>"
+            f"<td>{secs(case.latency)}</td></tr>"
+        )
+    listed = table(["case", "", "input", "output", "expected", "scores", "latency"], rows)
+    return f'<div class="rg">{STYLE}{head}{listed}{more(len(report.cases))}</div>'

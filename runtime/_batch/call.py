@@ -23,7 +23,7 @@ import inspect
 import os
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from typing_extensions import Unpack
 
@@ -43,7 +43,6 @@ from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
 
 if TYPE_CHECKING:
-    from ..agents._agent import RunOptions
     from ..durable.options import Decision, Durable
 
 __all__ = [
@@ -94,7 +93,7 @@ class BatchOptions(TypedDict, total=False):
     resume: bool
     item_key: ItemKey | None
     progress: bool | None
-    run_options: RunOptions | None
+    run_options: Mapping[str, Any] | None
     runners: int | None
     durable: Durable | None
     approvals: Mapping[Any, Mapping[str, Decision]] | None
@@ -112,7 +111,7 @@ class _Plan:
     resume: bool
     item_key: ItemKey | None
     progress: bool
-    run_options: RunOptions | None
+    run_options: Mapping[str, Any] | None
     runners: int | None
     durable: Durable | None = None
     approvals: Mapping[Any, Mapping[str, Decision]] | None = None
@@ -134,14 +133,11 @@ class _Plan:
             raise ValueError("approvals= needs durable= (the runs that wait are stored)")
         if durable is not None:
             # The item's run id rides with the run options (to the Ray runners too).
-            run_options = cast(
-                "RunOptions",
-                {
-                    **(run_options or {}),
-                    "durable": durable,
-                    BATCH_RUNS: durable_items(sink, approvals),
-                },
-            )
+            run_options = {
+                **(run_options or {}),
+                "durable": durable,
+                BATCH_RUNS: durable_items(sink, approvals),
+            }
         return cls(
             concurrency=concurrency,
             retry=options.get("retry") or Retry(),
@@ -187,7 +183,7 @@ class BatchResult:
         return report.failed == 0 and report.cancelled == 0 and report.stopped is None
 
     def _repr_html_(self) -> str:
-        from ..observers.views import batch_html
+        from ._html import batch_html
 
         return batch_html(self)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import Any, TypeAlias, cast
 
 from .._message_input import as_messages
 from ..abort import AbortSignal
@@ -19,9 +19,6 @@ from ..observers.report import AgentResult
 from ..seams.batch import EMPTY_USAGE, Attempt, Job, Outcome
 from ..usage import Usage
 from .durable import BATCH_RUNS, DurableItems, attempt_usage
-
-if TYPE_CHECKING:
-    from ..agents._agent import RunOptions
 
 __all__ = [
     "InputError",
@@ -136,7 +133,7 @@ def _as_input(value: Any) -> Any:
     return value
 
 
-def attempt_for(executable: Any, run_options: RunOptions | None) -> Attempt:
+def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attempt:
     """One attempt of `executable` on a job; never raises (failures are outcomes)."""
     if is_runnable(executable):
         execute = executable.execute

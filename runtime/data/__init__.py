@@ -24,14 +24,11 @@ stage itself lives in raygent.actors (`data_map`), imported when `map` is called
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..seams import backend_plugin, current_backend
 from ..seams.retry import Retry
-
-if TYPE_CHECKING:
-    from ..agents import RunOptions
 
 __all__ = ["map"]
 
@@ -44,7 +41,7 @@ def map(
     output_column: str = "result",
     concurrency: int = 64,
     retry: Retry | None = None,
-    run_options: RunOptions | None = None,
+    run_options: Mapping[str, Any] | None = None,
     actors: int | None = None,
     num_cpus: float = 0.25,
     batch_size: int | None = None,

@@ -1,0 +1,52 @@
+"""The notebook view of a batch result (`BatchResult._repr_html_`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..observers.views import ROWS, STYLE, badge, bar, clip, esc, more, secs, table, usage_line
+
+if TYPE_CHECKING:
+    from .call import BatchResult
+
+__all__ = ["batch_html"]
+
+
+def batch_html(result: BatchResult) -> str:
+    """A batch: counts, usage and cost, throughput and latency, and the first items
+    with their latency as bars (a batch item keeps its duration, not its start)."""
+    report = result.report
+    counts = (
+        f"{badge('completed', f'{report.succeeded} completed')} "
+        f"{badge('failed', f'{report.failed} failed')} "
+        f"{badge('cancelled', f'{report.cancelled} cancelled')}"
+    )
+    if report.awaiting_approval:
+        counts += f" {badge('awaiting_approval', f'{report.awaiting_approval} awaiting approval')}"
+    latency = f"p50 {secs(report.latency_p50)} · p95 {secs(report.latency_p95)}"
+    head = (
+        f"<div><b>batch</b> · {report.total} items {counts}</div>"
+        f'<div class="meta">{secs(report.duration)} · {report.throughput:.1f} items/s · '
+        f"latency {latency} · {report.attempts} attempts ({report.retries} retries)</div>"
+        f"<div>{usage_line(result.usage)}</div>"
+    )
+    if report.stopped:
+        head += f'<div class="err">stopped: {esc(report.stopped)}</div>'
+    if report.errors:
+        listed = ", ".join(f"{esc(code)} × {n}" for code, n in report.errors.items())
+        head += f'<div class="err">errors: {listed}</div>'
+    longest = max((i.latency or 0.0 for i in result.items[:ROWS]), default=0.0)
+    rows = []
+    for item in result.items[:ROWS]:
+        if item.error is None:
+            cell = esc(clip(item.data))
+        else:
+            cell = f'<span class="err">{esc(clip(item.error))}</span>'
+        latency_bar = bar(0.0, (item.latency or 0.0) / longest if longest else 0.0, "item")
+        rows.append(
+            f"<tr><td>{item.index}</td><td>{esc(clip(item.key))}</td>"
+            f"<td>{badge(item.status, item.status)}</td><td>{item.attempts}</td>"
+            f"<td>{latency_bar}</td><td>{secs(item.latency)}</td><td>{cell}</td></tr>"
+        )
+    listed = table(["#", "key", "status", "attempts", "latency", "", "data / error"], rows)
+    return f'<div class="rg">{STYLE}{head}{listed}{more(len(result.items))}</div>'
