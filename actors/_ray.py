@@ -8,6 +8,7 @@ import functools
 import threading
 import warnings
 from collections.abc import Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import ray
@@ -42,8 +43,25 @@ def ensure_ray(address: str | None, namespace: str, init_kwargs: Mapping[str, An
     if ray.is_initialized():
         return
     with _init_lock:
-        if not ray.is_initialized():
-            ray.init(address=address, namespace=namespace, **dict(init_kwargs))
+        if ray.is_initialized():
+            return
+        start = functools.partial(ray.init, address=address, namespace=namespace, **init_kwargs)
+        if threading.current_thread() is threading.main_thread():
+            start()
+        else:
+            # Ray ties the processes it starts (GCS, raylet, workers) to the thread that
+            # starts them (their parent-death signal): started from a short-lived thread
+            # (`execute_sync` in a running loop, as in a notebook, runs on one), they die
+            # with it and take this process down at its next Ray call. So Ray is started
+            # on a thread that lasts as long as the process.
+            _lasting_thread().submit(start).result()
+
+
+@functools.cache
+def _lasting_thread() -> ThreadPoolExecutor:
+    """One worker thread, kept for the life of the process (held here, never shut down
+    before the interpreter's exit)."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="raygent-ray")
 
 
 def job_id() -> str:
