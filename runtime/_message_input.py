@@ -20,10 +20,10 @@ from pydantic import ValidationError
 from .errors import InvalidOptionsError
 from .messages import (
     MESSAGE_ADAPTER,
+    MESSAGE_TYPES,
     AssistantMessage,
     Message,
     ProviderBlock,
-    SystemMessage,
     ToolMessage,
     UserMessage,
     parse_arguments,
@@ -33,7 +33,6 @@ __all__ = ["MessageLike", "as_message", "as_messages", "given_messages"]
 
 MessageLike: TypeAlias = "Message | Mapping[str, Any]"
 
-_MESSAGE_TYPES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage)
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _TAGS = [(role,) for role in (*_ROLES, "tool")]  # the union's tag leading an error's loc
 # Fields the SDKs' own dumps carry that raygent has no use for, dropped when empty.
@@ -69,7 +68,7 @@ def as_messages(value: Any, option: str) -> list[Message]:
 def given_messages(value: Any, option: str = "messages") -> Sequence[Message]:
     """`value` as it is when it holds raygent messages only (the agent's own calls, on
     the hot path), else read by `as_messages`."""
-    if isinstance(value, (list, tuple)) and all(isinstance(m, _MESSAGE_TYPES) for m in value):
+    if isinstance(value, (list, tuple)) and all(isinstance(m, MESSAGE_TYPES) for m in value):
         return value
     return as_messages(value, option)
 
@@ -99,7 +98,7 @@ def as_message(value: Any, option: str) -> Message:
 
 
 def _read(item: Any, where: str, option: str, index: int | None) -> list[Message]:
-    if isinstance(item, _MESSAGE_TYPES):
+    if isinstance(item, MESSAGE_TYPES):
         return [item]
     try:
         if not isinstance(item, Mapping):

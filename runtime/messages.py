@@ -13,6 +13,7 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 __all__ = [
+    "MESSAGE_TYPES",
     "AssistantMessage",
     "ContentPart",
     "ImagePart",
@@ -173,6 +174,8 @@ Message = Annotated[
     Field(discriminator="role"),
 ]
 
+MESSAGE_TYPES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage)
+"""The classes of `Message`, for `isinstance`."""
 MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
 MESSAGES_ADAPTER: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 

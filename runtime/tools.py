@@ -29,7 +29,15 @@ from typing import (
 )
 
 import pydantic_core
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PydanticUserError,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+)
 from pydantic.fields import FieldInfo
 
 from .abort import AbortSignal
@@ -383,13 +391,33 @@ def _args_model(
             renamed.append((field_name, param.name))
         default = ... if param.default is param.empty else param.default
         fields[field_name] = (annotation, default)
-    model: type[BaseModel] = create_model(
-        tool_name,
-        __config__=_ARGS_CONFIG,
-        __module__=getattr(fn, "__module__", None) or __name__,
-        **fields,
-    )
+    try:
+        model: type[BaseModel] = create_model(
+            tool_name,
+            __config__=_ARGS_CONFIG,
+            __module__=getattr(fn, "__module__", None) or __name__,
+            **fields,
+        )
+        model.model_json_schema()  # what the model is shown: a type without one fails here
+    except PydanticUserError:
+        raise TypeError(_undescribable(where, fields, renamed)) from None
     return model, ctx_param, tuple(renamed)
+
+
+def _undescribable(where: str, fields: dict[str, Any], renamed: list[tuple[str, str]]) -> str:
+    """Which parameter's type pydantic can neither validate nor describe, in words."""
+    names = dict(renamed)
+    for field, (annotation, _default) in fields.items():
+        try:
+            TypeAdapter(annotation).json_schema()
+        except PydanticUserError as exc:
+            shown = getattr(annotation, "__name__", None) or repr(annotation)
+            return (
+                f"{where}: parameter {names.get(field, field)!r} has a type the model cannot "
+                f"be given a schema for ({shown}): use JSON-like types (str, int, float, "
+                f"bool, lists, dicts, pydantic models, dataclasses) ({type(exc).__name__})"
+            )
+    return f"{where}: its parameters cannot be described to a model"
 
 
 def _globals_of(fn: Callable[..., Any]) -> dict[str, Any]:

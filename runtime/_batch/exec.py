@@ -15,6 +15,7 @@ from typing import Any, TypeAlias, cast
 from .._message_input import as_messages
 from ..abort import AbortSignal
 from ..errors import AbortedError, RaygentError
+from ..messages import MESSAGE_TYPES, ImagePart, TextPart
 from ..observers.report import AgentResult
 from ..seams.batch import EMPTY_USAGE, Attempt, Job, Outcome
 from ..usage import Usage
@@ -104,7 +105,8 @@ class JobMaker:
 
 
 def _bad_item(index: int, exc: Exception) -> InputError:
-    error = InputError(f"item {index}: {type(exc).__name__}: {exc}")
+    said = str(exc) if isinstance(exc, _ItemShapeError) else f"{type(exc).__name__}: {exc}"
+    error = InputError(f"items[{index}]: {said}")
     error.__cause__ = exc
     return error
 
@@ -124,13 +126,28 @@ def agent_input(raw: Any) -> tuple[Any, dict[str, Any] | None]:
     return _as_input(raw), None
 
 
+_PIECES = (*MESSAGE_TYPES, TextPart, ImagePart)  # what a list an agent runs on holds
+
+
+class _ItemShapeError(TypeError):
+    """An item that is no input an agent runs on (said as it is, in raygent's words)."""
+
+
 def _as_input(value: Any) -> Any:
     if isinstance(value, Mapping) and "role" in value:
         return as_messages([value], "input")
     if isinstance(value, (list, tuple)) and any(isinstance(v, Mapping) for v in value):
         # Messages as read from JSON, CSV or Parquet (any shape raygent reads).
         return as_messages(value, "input")
-    return value
+    if isinstance(value, (str, *MESSAGE_TYPES)) or (
+        isinstance(value, (list, tuple))
+        and value
+        and all(isinstance(v, MESSAGE_TYPES) for v in value)
+    ):
+        return value
+    raise _ItemShapeError(
+        f'expected text, a message or a dict with "input", not {type(value).__name__}'
+    )
 
 
 def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attempt:

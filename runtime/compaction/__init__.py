@@ -12,6 +12,7 @@ May import the base and memory.
 """
 
 from ._policy import (
+    DEFAULT_INSTRUCTIONS,
     Compaction,
     CompactionContext,
     CompactionRecord,
@@ -22,8 +23,10 @@ from ._policy import (
     SummaryError,
     summarize,
 )
+from ._transcript import render_transcript
 
 __all__ = [
+    "DEFAULT_INSTRUCTIONS",
     "Compaction",
     "CompactionContext",
     "CompactionRecord",
@@ -32,5 +35,6 @@ __all__ = [
     "SkipReason",
     "Summarizer",
     "SummaryError",
+    "render_transcript",
     "summarize",
 ]

@@ -142,3 +142,15 @@ async def test_an_item_session_id_runs_it_in_that_session() -> None:
     alice = await bot.session("alice").history()
     assert [m.role for m in alice] == ["user", "assistant", "user", "assistant"]
     assert result.items[2].meta == {"id": "a2", "session_id": "alice"}
+
+
+@pytest.mark.parametrize("item", [42, None, 3.5, object()], ids=["int", "None", "float", "object"])
+async def test_an_item_that_is_no_input_is_named_in_raygents_words(item: Any) -> None:
+    result = await batch(shouting_agent(), ["a", "b", "c", item])
+    bad = result.items[3]
+    assert isinstance(bad.error, InputError) and bad.attempts == 0  # refused, never run
+    kind = type(item).__name__
+    assert (
+        str(bad.error) == f'items[3]: expected text, a message or a dict with "input", not {kind}'
+    )
+    assert result.data[:3] == ["A", "B", "C"]

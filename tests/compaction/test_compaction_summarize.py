@@ -162,3 +162,13 @@ async def test_a_compacting_run_against_the_simulator_over_http() -> None:
         assert SUMMARY in contents
         assert result.report.messages is not None
         assert AssistantMessage(content=SUMMARY, compaction="summary") in result.report.messages
+
+
+def test_the_default_instructions_and_the_transcript_renderer_are_exported() -> None:
+    # For custom summarisers, as the reference exports them.
+    from raygent.compaction import DEFAULT_INSTRUCTIONS, render_transcript
+    from raygent.messages import AssistantMessage, UserMessage
+
+    assert "<summary>" in DEFAULT_INSTRUCTIONS
+    shown = render_transcript([UserMessage(content="Owls?"), AssistantMessage(content="Hoot.")])
+    assert "Owls?" in shown and "Hoot." in shown

@@ -475,3 +475,16 @@ def test_a_result_with_no_json_form_is_a_tool_error_naming_its_type(value: Any, 
     assert f"tool 'fetch' returned {said} that cannot be sent as JSON" in message
     assert " at 0x" not in message and "opaque!" not in message
     assert raised.value.details["tool"] == "fetch"
+
+
+def test_a_parameter_type_without_a_schema_names_the_tool_and_the_parameter() -> None:
+    with pytest.raises(TypeError) as raised:
+
+        @tool
+        def guarded(count: int, lock: threading.Lock) -> str:  # type: ignore[valid-type]
+            """Count under a lock."""
+            return str(count)
+
+    said = str(raised.value)
+    assert said.startswith("tool 'guarded': parameter 'lock' has a type")
+    assert "PydanticSchemaGenerationError" in said and "count" not in said.split(":")[1]
