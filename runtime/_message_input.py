@@ -29,7 +29,7 @@ from .messages import (
     parse_arguments,
 )
 
-__all__ = ["MessageLike", "as_message", "as_messages", "given_messages"]
+__all__ = ["MessageLike", "as_message", "as_messages", "check_answered", "given_messages"]
 
 MessageLike: TypeAlias = "Message | Mapping[str, Any]"
 
@@ -63,6 +63,27 @@ def as_messages(value: Any, option: str) -> list[Message]:
     for index, item in enumerate(value):
         messages.extend(_read(item, f"{option}[{index}]", option, index))
     return _named_results(messages)
+
+
+def check_answered(messages: Sequence[Message], option: str, after: Sequence[Message] = ()) -> None:
+    """Raise InvalidOptionsError at the first assistant turn of `messages` with a tool call
+    that no tool result answers right after it (in `messages`, then `after`): the
+    providers refuse such a conversation (400), so it is said before any request."""
+    following = [*messages, *after]
+    for index, message in enumerate(messages):
+        if not isinstance(message, AssistantMessage) or not message.tool_calls:
+            continue
+        answered = set()
+        for later in following[index + 1 :]:
+            if not isinstance(later, ToolMessage):
+                break
+            answered.add(later.call_id)
+        for call in message.tool_calls:
+            if call.call_id not in answered:
+                raise InvalidOptionsError(
+                    f"{option}[{index}]: tool call {call.call_id!r} has no result",
+                    option=option,
+                )
 
 
 def given_messages(value: Any, option: str = "messages") -> Sequence[Message]:

@@ -407,13 +407,13 @@ def _args_model(
 def _undescribable(where: str, fields: dict[str, Any], renamed: list[tuple[str, str]]) -> str:
     """Which parameter's type pydantic can neither validate nor describe, in words."""
     names = dict(renamed)
-    for field, (annotation, _default) in fields.items():
+    for name, (annotation, _default) in fields.items():
         try:
             TypeAdapter(annotation).json_schema()
         except PydanticUserError as exc:
             shown = getattr(annotation, "__name__", None) or repr(annotation)
             return (
-                f"{where}: parameter {names.get(field, field)!r} has a type the model cannot "
+                f"{where}: parameter {names.get(name, name)!r} has a type the model cannot "
                 f"be given a schema for ({shown}): use JSON-like types (str, int, float, "
                 f"bool, lists, dicts, pydantic models, dataclasses) ({type(exc).__name__})"
             )

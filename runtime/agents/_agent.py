@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict
 
 from typing_extensions import Unpack
 
-from .._message_input import MessageLike, as_messages
+from .._message_input import MessageLike, as_messages, check_answered
 from .._sync import run_sync
 from ..abort import AbortController, AbortSignal
 from ..attachments._parse import AttachmentLike, AttachmentPolicy
@@ -304,9 +304,13 @@ class Agent(DurableRuns):
             config, system = self._config(options, streaming)
             messages: list[Message] = [SystemMessage(content=system)] if system else []
             history = options.get("history")
+            user_input = _as_messages(input)
             if history is not None:
-                messages.extend(as_messages(history, "history"))
-            return _Opening(config, system, messages, _as_messages(input))
+                given = as_messages(history, "history")
+                check_answered(given, "history", after=user_input)
+                messages.extend(given)
+            check_answered(user_input, "input")
+            return _Opening(config, system, messages, user_input)
         except Exception as exc:
             # execute() never raises: a run that cannot even start fails on its result.
             return _Opening(self._bare_config(streaming), "", [], [], _setup_error(exc))

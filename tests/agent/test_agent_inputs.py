@@ -298,3 +298,32 @@ async def test_a_tool_result_with_no_json_form_is_a_tool_error(mode: str) -> Non
     answer = [m for m in messages if isinstance(m, ToolMessage)]
     assert len(answer) == 1 and answer[0].is_error
     assert result.report.tool_calls[0].error is not None
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_history_with_an_unanswered_tool_call_is_refused_before_any_request(
+    provider: str,
+) -> None:
+    unanswered = [
+        {"role": "user", "content": "What is 2+3?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+            ],
+        },
+        {"role": "user", "content": "Never mind."},
+    ]
+    async with serve(OK) as sim:
+        bot = raygent.agent(model=make_model(provider, sim))
+        result = await bot.execute("And 3+4?", history=unanswered)
+        sent = len(sim.requests)
+    assert result.error is not None and result.error.code == "INVALID_OPTIONS"
+    assert str(result.error).endswith("history[1]: tool call 't1' has no result")
+    assert sent == 0
+    # Answered, the same history goes through.
+    answered = [*unanswered[:2], {"role": "tool", "tool_call_id": "t1", "content": "5"}]
+    async with serve(OK) as sim:
+        bot = raygent.agent(model=make_model(provider, sim))
+        assert (await bot.execute("And 3+4?", history=answered)).ok
