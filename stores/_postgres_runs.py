@@ -1,168 +1,88 @@
-"""PostgresStore's durable runs (the RunStore protocol): a row per run, keyed by ref,
-and a row per entry, keyed (ref, seq). Every write is one statement (its own
-transaction) whose UPDATE is conditional on the epoch, so a fenced-out writer changes
-nothing; when it changes nothing, a second read says why."""
+"""PostgresStore's durable runs: the primitives of BaseRunStore over the store's pool.
+
+Every write is one statement of _postgres_sql (RUN_*, its own transaction) whose
+UPDATE is conditional on the epoch, so a fenced-out writer changes nothing; when it
+changes nothing, a second read (RUN_STATE) says why.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._codec import to_datetime
-from ._postgres_pool import translated
-from .protocol import RunConflictError, RunRecord, Scope
+from ._postgres_pool import Pool, translated
+from ._runs import FIRST_EPOCH, BaseRunStore, RunState, held, run_conflict, takes_entry
+from .protocol import RunRecord
 
-if TYPE_CHECKING:
-    from ._postgres_pool import Pool
+__all__ = ["PostgresRuns"]
 
-FIRST_EPOCH = 1
-
-_LIVE = "updated_at >= %(since)s"
-_QUERIES = {
-    "RUN_DROP_EXPIRED": """
-        WITH old AS (DELETE FROM {s}.runs WHERE ref = %(ref)s AND updated_at < %(since)s
-                     RETURNING ref)
-        DELETE FROM {s}.run_entries WHERE ref IN (SELECT ref FROM old)""",
-    "RUN_START": """
-        INSERT INTO {s}.runs VALUES (%(ref)s, %(epoch)s, %(header)s, 0, NULL, %(now)s)
-        ON CONFLICT (ref) DO NOTHING RETURNING epoch""",
-    "RUN_APPEND": f"""
-        WITH up AS (
-            UPDATE {{s}}.runs SET entries = entries + 1, updated_at = %(now)s
-            WHERE ref = %(ref)s AND epoch = %(epoch)s AND entries = %(seq)s
-              AND outcome IS NULL AND {_LIVE}
-            RETURNING ref)
-        INSERT INTO {{s}}.run_entries SELECT ref, %(seq)s, %(entry)s FROM up RETURNING 1""",
-    "RUN_STATE": f"""
-        SELECT r.epoch, r.entries, r.outcome IS NOT NULL,
-               (SELECT e.entry FROM {{s}}.run_entries e WHERE e.ref = r.ref AND e.seq = %(seq)s)
-        FROM {{s}}.runs r WHERE r.ref = %(ref)s AND r.{_LIVE}""",
-    "RUN_CLAIM": f"""
-        UPDATE {{s}}.runs SET epoch = epoch + 1, updated_at = %(now)s
-        WHERE ref = %(ref)s AND epoch = %(epoch)s AND {_LIVE} RETURNING epoch""",
-    "RUN_LOAD": """
-        SELECT r.epoch, r.header, r.outcome, r.updated_at, e.entry
-        FROM {s}.runs r LEFT JOIN {s}.run_entries e ON e.ref = r.ref
-        WHERE r.ref = %(ref)s AND r.updated_at >= %(since)s ORDER BY e.seq""",
-    "RUN_FINISH": f"""
-        WITH up AS (
-            UPDATE {{s}}.runs SET outcome = %(outcome)s, updated_at = %(now)s,
-                entries = CASE WHEN %(drop)s THEN 0 ELSE entries END
-            WHERE ref = %(ref)s AND epoch = %(epoch)s AND {_LIVE} RETURNING ref),
-        d AS (DELETE FROM {{s}}.run_entries WHERE %(drop)s AND ref IN (SELECT ref FROM up))
-        SELECT count(*) FROM up""",
-    "RUN_DELETE": """
-        WITH d AS (DELETE FROM {s}.run_entries WHERE ref = %(ref)s)
-        DELETE FROM {s}.runs WHERE ref = %(ref)s""",
-}
-
-_TEXTS = {
-    "epoch": "is held by epoch {actual}, the writer holds epoch {expected}",
-    "sequence": "has {actual} entries, the writer sent entry {expected}",
-    "exists": "already exists (epoch {actual})",
-    "missing": "does not exist (or expired)",
-    "finished": "is finished; it takes no more entries",
-}
+_PRUNE_CHUNK = 500  # rows per prune statement: keeps row locks short
 
 
-def run_conflict(ref: str, reason: str, expected: int | None, actual: int | None) -> Exception:
-    text = _TEXTS[reason].format(expected=expected, actual=actual)
-    return RunConflictError(
-        f"run {ref!r} {text}", ref=ref, reason=reason, expected=expected, actual=actual
-    )
+class PostgresRuns(BaseRunStore):
+    """The run primitives of PostgresStore (which provides `_pool`, its statements `_q`
+    on its schema, and the DSN's `_password` to mask in errors)."""
 
+    _password: str | None
+    _q: dict[str, str]
 
-def _check(name: str, value: object, minimum: int | None = None) -> None:
-    if minimum is None:
-        if not isinstance(value, bytes):
-            raise TypeError(f"{name} must be bytes, not {type(value).__name__}")
-    elif not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, not {value!r}")
+    async def _pool(self) -> Pool:
+        raise NotImplementedError
 
-
-class RunsMixin:
-    """RunStore for PostgresStore (which supplies the pool, queries, keys and clock)."""
-
-    if TYPE_CHECKING:
-        _password: str | None
-        _q: dict[str, str]
-        clock: Callable[[], float]
-
-        def ref(self, scope: Scope) -> str: ...
-        def _live_since(self, now: float) -> float: ...
-        async def _pool(self) -> Pool: ...
-
-    @staticmethod
-    def _run_queries(quoted_schema: str) -> dict[str, str]:
-        return {name: q.replace("{s}", quoted_schema) for name, q in _QUERIES.items()}
-
-    def _run_args(self, scope: Scope, **more: Any) -> dict[str, Any]:
-        now = self.clock()
-        return {"ref": self.ref(scope), "now": now, "since": self._live_since(now), **more}
+    def _run_args(self, ref: str, now: float, **more: Any) -> dict[str, Any]:
+        return {"ref": ref, "now": now, "since": self._live_since(now), **more}
 
     async def _run_fetch(self, query: str, args: dict[str, Any]) -> list[tuple[Any, ...]]:
         pool = await self._pool()
-        with translated(args["ref"], self._password):
+        with translated(args.get("ref"), self._password):
             async with pool.connection() as conn:
                 cursor = await conn.execute(self._q[query], args)
                 return await cursor.fetchall() if cursor.description else []
 
-    async def start_run(self, scope: Scope, header: bytes) -> int:
-        _check("header", header)
-        args = self._run_args(scope, header=header, epoch=FIRST_EPOCH)
+    async def _run_state(self, args: dict[str, Any]) -> tuple[RunState | None, bytes | None]:
+        """The live run's state and its entry at args["seq"] (if given and stored)."""
+        rows = await self._run_fetch("RUN_STATE", {"seq": 0, **args})
+        if not rows:
+            return None, None
+        epoch, length, finished, stored = rows[0]
+        state = RunState(int(epoch), int(length), bool(finished))
+        return state, None if stored is None else bytes(stored)
+
+    async def _start_run(self, ref: str, header: bytes, now: float) -> None:
+        args = self._run_args(ref, now, header=header, epoch=FIRST_EPOCH)
         pool = await self._pool()
-        with translated(args["ref"], self._password):
+        with translated(ref, self._password):
             async with pool.connection() as conn, conn.transaction():
                 await conn.execute(self._q["RUN_DROP_EXPIRED"], args)
                 cursor = await conn.execute(self._q["RUN_START"], args)
                 started = await cursor.fetchall()
         if not started:
-            state = await self._run_fetch("RUN_STATE", {**args, "seq": 0})
-            raise run_conflict(args["ref"], "exists", None, int(state[0][0]) if state else None)
-        return FIRST_EPOCH
+            state, _ = await self._run_state(args)
+            raise run_conflict(ref, "exists", None, None if state is None else state.epoch)
 
-    async def _refused(self, args: dict[str, Any], entry: bytes | None = None) -> None:
-        """Why a fenced write changed nothing: raise the conflict (or return: a retry)."""
-        ref, epoch, seq = args["ref"], args["epoch"], args.get("seq", 0)
-        state = await self._run_fetch("RUN_STATE", {**args, "seq": seq})
-        if not state:
-            raise run_conflict(ref, "missing", epoch, None)
-        current, stored, finished, at_seq = state[0]
-        if current != epoch:
-            raise run_conflict(ref, "epoch", epoch, int(current))
-        if entry is None:
+    async def _append_run(self, ref: str, epoch: int, seq: int, entry: bytes, now: float) -> None:
+        args = self._run_args(ref, now, epoch=epoch, seq=seq, entry=entry)
+        if await self._run_fetch("RUN_APPEND", args):
             return
-        if finished:
-            raise run_conflict(ref, "finished", epoch, int(current))
-        if seq < stored and at_seq is not None and bytes(at_seq) == entry:
-            return  # a retry of a committed append
-        raise run_conflict(ref, "sequence", seq, int(stored))
+        state, stored = await self._run_state(args)
+        if takes_entry(ref, state, epoch, seq, entry, stored):  # not a retry: it moved
+            raise run_conflict(ref, "sequence", seq, None if state is None else state.length)
 
-    async def append_run(self, scope: Scope, epoch: int, seq: int, entry: bytes) -> None:
-        _check("epoch", epoch, FIRST_EPOCH)
-        _check("seq", seq, 0)
-        _check("entry", entry)
-        args = self._run_args(scope, epoch=epoch, seq=seq, entry=entry)
-        if not await self._run_fetch("RUN_APPEND", args):
-            await self._refused(args, entry)
-
-    async def claim_run(self, scope: Scope, epoch: int) -> int:
-        _check("epoch", epoch, FIRST_EPOCH)
-        args = self._run_args(scope, epoch=epoch)
+    async def _claim_run(self, ref: str, epoch: int, now: float) -> int:
+        args = self._run_args(ref, now, epoch=epoch)
         rows = await self._run_fetch("RUN_CLAIM", args)
         if not rows:
-            await self._refused(args)
-            raise run_conflict(args["ref"], "epoch", epoch, None)  # claimed meanwhile
+            held(ref, (await self._run_state(args))[0], epoch)
+            raise run_conflict(ref, "epoch", epoch, None)  # claimed meanwhile
         return int(rows[0][0])
 
-    async def load_run(self, scope: Scope) -> RunRecord | None:
-        args = self._run_args(scope)
-        rows = await self._run_fetch("RUN_LOAD", args)
+    async def _load_run(self, ref: str) -> RunRecord | None:
+        rows = await self._run_fetch("RUN_LOAD", self._run_args(ref, self.clock()))
         if not rows:
             return None
         epoch, header, outcome, updated_at, _ = rows[0]
         return RunRecord(
-            ref=args["ref"],
+            ref=ref,
             epoch=int(epoch),
             header=bytes(header),
             entries=[bytes(row[4]) for row in rows if row[4] is not None],
@@ -170,16 +90,28 @@ class RunsMixin:
             updated_at=to_datetime(updated_at),
         )
 
-    async def finish_run(
-        self, scope: Scope, epoch: int, outcome: bytes, *, drop_entries: bool = False
+    async def _finish_run(
+        self, ref: str, epoch: int, outcome: bytes, drop_entries: bool, now: float
     ) -> None:
-        _check("epoch", epoch, FIRST_EPOCH)
-        _check("outcome", outcome)
-        args = self._run_args(scope, epoch=epoch, outcome=outcome, drop=bool(drop_entries))
+        args = self._run_args(ref, now, epoch=epoch, outcome=outcome, drop=drop_entries)
         [(updated,)] = await self._run_fetch("RUN_FINISH", args)
         if not updated:
-            await self._refused(args)
-            raise run_conflict(args["ref"], "epoch", epoch, None)
+            held(ref, (await self._run_state(args))[0], epoch)
+            raise run_conflict(ref, "epoch", epoch, None)  # claimed meanwhile
 
-    async def delete_run(self, scope: Scope) -> None:
-        await self._run_fetch("RUN_DELETE", self._run_args(scope))
+    async def _delete_run(self, ref: str) -> None:
+        await self._run_fetch("RUN_DELETE", {"ref": ref})
+
+    async def _prune_runs(self, cutoff: float) -> int:
+        return await self._prune_chunks("PRUNE_RUNS", cutoff)
+
+    async def _prune_chunks(self, query: str, cutoff: float) -> int:
+        """Run the prune statement `query` (conversations or runs) a chunk at a time, so
+        row locks stay short; returns how many it removed."""
+        removed = 0
+        while True:
+            args = {"cutoff": cutoff, "chunk": _PRUNE_CHUNK}
+            [(done,)] = await self._run_fetch(query, args)
+            removed += int(done)
+            if done < _PRUNE_CHUNK:
+                return removed

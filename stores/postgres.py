@@ -28,7 +28,7 @@ from raygent.messages import Message
 from raygent.redaction import register_secret
 
 from . import _postgres_sql as sql
-from ._base import COMPACTED_TURN, MAX_ERRORS, BaseStore, Clock, check_messages
+from ._base import COMPACTED_TURN, MAX_ERRORS, Clock, check_messages
 from ._base import conflict as position_conflict
 from ._codec import (
     check_ref,
@@ -40,7 +40,7 @@ from ._codec import (
     to_datetime,
 )
 from ._postgres_pool import Pool, Pools, dsn_password, schema_error, translated
-from ._postgres_runs import RunsMixin
+from ._postgres_runs import PostgresRuns
 from .protocol import (
     AppendResult,
     ConversationInfo,
@@ -54,11 +54,10 @@ from .protocol import (
 __all__ = ["PostgresStore"]
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_PRUNE_CHUNK = 500  # conversations per prune statement: keeps row locks short
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
-class PostgresStore(RunsMixin, BaseStore):
+class PostgresStore(PostgresRuns):
     """Conversations (and durable runs) in `schema` of one PostgreSQL database.
 
     `dsn` is a libpq connection string or URL. Pickling drops the pools (each process
@@ -99,9 +98,8 @@ class PostgresStore(RunsMixin, BaseStore):
         self._q = {  # every statement of _postgres_sql, on this store's schema
             name: value.replace("{s}", quoted)
             for name, value in vars(sql).items()
-            if name.isupper() and isinstance(value, str)
+            if name.isupper() and not name.startswith("_") and isinstance(value, str)
         }
-        self._q.update(self._run_queries(quoted))
         self._pools = Pools(
             self.dsn,
             min_size=self.min_connections,
@@ -287,15 +285,7 @@ class PostgresStore(RunsMixin, BaseStore):
         cutoff = self._prune_cutoff(older_than)
         if cutoff is None:
             return 0
-        removed = 0
-        for query in ("PRUNE", "PRUNE_RUNS"):
-            while True:
-                params = {"cutoff": cutoff, "chunk": _PRUNE_CHUNK}
-                [(done,)] = await self._fetch(None, query, params)
-                removed += int(done)
-                if done < _PRUNE_CHUNK:
-                    break
-        return removed
+        return await self._prune_chunks("PRUNE", cutoff) + await self._prune_runs(cutoff)
 
 
 _PICKLED = frozenset(  # what a copy needs to reconnect; pools and the password are rebuilt
