@@ -27,10 +27,9 @@ from redis.commands.core import AsyncScript
 from raygent.errors import RaygentError
 from raygent.messages import Message
 
-from . import _redis_scripts as scripts
-from ._base import COMPACTED_TURN, MAX_BATCH_IDS, MAX_ERRORS, Clock, check_messages
-from ._base import conflict as position_conflict
-from ._codec import (
+from .._base import COMPACTED_TURN, MAX_BATCH_IDS, MAX_ERRORS, Clock, check_messages
+from .._base import conflict as position_conflict
+from .._codec import (
     check_ref,
     decode_envelopes,
     decode_error,
@@ -40,9 +39,7 @@ from ._codec import (
     envelope_header,
     to_datetime,
 )
-from ._redis_errors import translated as _translated
-from ._redis_runs import RedisRuns, RunScripts
-from .protocol import (
+from ..protocol import (
     AppendResult,
     ConversationInfo,
     ErrorRecord,
@@ -51,6 +48,9 @@ from .protocol import (
     StoreDataError,
     StoredMessage,
 )
+from . import _scripts as scripts
+from ._errors import translated as _translated
+from ._runs import RedisRuns, RunScripts
 
 __all__ = ["RedisStore"]
 
@@ -96,7 +96,7 @@ def _closer(client: aioredis.Redis, forget: Callable[[], None]) -> AsyncGenerato
 
 
 class RedisStore(RedisRuns):
-    """Conversations (and durable runs, see _redis_runs) under `prefix` in one Redis
+    """Conversations (and durable runs, see _runs) under `prefix` in one Redis
     database.
 
     A redis.asyncio client is bound to the event loop that created it, so the store

@@ -3,7 +3,7 @@
 A run is a hash (epoch, header, outcome, at) and a list of entries, under the hash tag
 of its ref but with their own suffixes, so a run and a conversation with one id never
 meet; a store-wide zset indexes runs by last write for prune. Each write is one
-EVALSHA (see _redis_scripts): the epoch and sequence checks and the write are atomic on
+EVALSHA (see _scripts): the epoch and sequence checks and the write are atomic on
 the server, an append pushes one element, and every write refreshes the run's TTL.
 """
 
@@ -15,11 +15,11 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-from . import _redis_scripts as scripts
-from ._codec import to_datetime
-from ._redis_errors import translated
-from ._runs import BaseRunStore, Reason, run_conflict
-from .protocol import RunRecord, StoreDataError
+from .._codec import to_datetime
+from .._runs import BaseRunStore, Reason, run_conflict
+from ..protocol import RunRecord, StoreDataError
+from . import _scripts as scripts
+from ._errors import translated
 
 __all__ = ["RedisRuns", "RunScripts"]
 

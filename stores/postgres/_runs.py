@@ -1,6 +1,6 @@
 """PostgresStore's durable runs: the primitives of BaseRunStore over the store's pool.
 
-Every write is one statement of _postgres_sql (RUN_*, its own transaction) whose
+Every write is one statement of _sql (RUN_*, its own transaction) whose
 UPDATE is conditional on the epoch, so a fenced-out writer changes nothing; when it
 changes nothing, a second read (RUN_STATE) says why.
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._codec import to_datetime
-from ._postgres_pool import Pool, translated
-from ._runs import FIRST_EPOCH, BaseRunStore, RunState, held, run_conflict, takes_entry
-from .protocol import RunRecord
+from .._codec import to_datetime
+from .._runs import FIRST_EPOCH, BaseRunStore, RunState, held, run_conflict, takes_entry
+from ..protocol import RunRecord
+from ._pool import Pool, translated
 
 __all__ = ["PostgresRuns"]
 

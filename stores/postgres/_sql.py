@@ -17,7 +17,7 @@ that every append changes: `touched`, the indexed write time, moves in 64 s step
 
 from __future__ import annotations
 
-from ._base import MAX_BATCH_IDS
+from .._base import MAX_BATCH_IDS
 
 SCHEMA_VERSION = 1  # the schema never shipped before this layout: still version 1
 TRIM_EVERY = 32  # batch ids are trimmed every 32 revisions, as SQLite does

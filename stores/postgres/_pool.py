@@ -20,7 +20,7 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from .protocol import StoreDataError, StoreError, StoreUnavailableError
+from ..protocol import StoreDataError, StoreError, StoreUnavailableError
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[object, ...]]]
 

@@ -16,10 +16,10 @@ import sqlite3
 from collections.abc import Callable
 from typing import TypeVar
 
-from ._codec import to_datetime
-from ._runs import FIRST_EPOCH, BaseRunStore, RunState, held, run_conflict, takes_entry
-from ._sqlite_db import immediate
-from .protocol import RunRecord, StoreDataError
+from .._codec import to_datetime
+from .._runs import FIRST_EPOCH, BaseRunStore, RunState, held, run_conflict, takes_entry
+from ..protocol import RunRecord, StoreDataError
+from ._db import immediate
 
 __all__ = ["SQLiteRuns"]
 
