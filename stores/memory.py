@@ -1,8 +1,9 @@
-"""InMemoryStore: conversations in a dict, for tests and single-process runs.
+"""InMemoryStore: conversations and durable runs in dicts, for tests and one process.
 
 Messages are kept encoded (JSON bytes) so that this store behaves like the durable
 ones: a message that cannot be stored fails here too, and callers never share mutable
-state with the store.
+state with the store. Its durable runs implement the primitives of BaseRunStore (see
+_runs), as every store does.
 """
 
 from __future__ import annotations
