@@ -10,8 +10,9 @@ What lives where:
   when first named);
 - what every store shares: `_base` (`BaseStore`: argument checks, keys, batch identity,
   time, expiry), `_runs` (`BaseRunStore`: the RunStore methods over each backend's
-  storage primitives, the fencing decisions and the run conflict) and `_codec`
-  (keys, payload encodings, error records).
+  storage primitives, the fencing decisions and the run conflict), `_codec` (keys,
+  payload encodings, error records) and `_closer` (what closes a loop's client when the
+  loop shuts down, for Redis and PostgreSQL).
 
 Each store implements all three protocols; a backend's subpackage holds its store
 (`_store`), its run primitives (`_runs`) and its plumbing, and exports the store.
