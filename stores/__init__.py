@@ -1,8 +1,25 @@
-"""Memory stores: where conversations live between runs.
+"""Memory stores: where conversations and durable runs live between runs.
 
-`Store` is the protocol; `InMemoryStore` (tests, one process), `SQLiteStore` (the
-embedded durable default), `RedisStore` and `PostgresStore` (shared by a cluster)
-implement it, and `CompactingStore` (snapshot / replace_prefix) as well.
+What lives where:
+- `protocol`: the contract: `Store`, `CompactingStore` (snapshot / replace_prefix),
+  `RunStore`, `Scope`, the result values and the store errors;
+- `memory`: `InMemoryStore` (tests, one process);
+- `sqlite/`: `SQLiteStore`, the embedded durable default;
+- `redis/`: `RedisStore`, shared by a cluster (imported when first named);
+- `postgres/`: `PostgresStore`, shared by a cluster (the `postgres` extra; imported
+  when first named);
+- what every store shares: `_base` (`BaseStore`: argument checks, keys, batch identity,
+  time, expiry), `_runs` (`BaseRunStore`: the RunStore methods over each backend's
+  storage primitives, the fencing decisions and the run conflict), `_codec` (keys,
+  payload encodings, error records) and `_closer` (what closes a loop's client when the
+  loop shuts down, for Redis and PostgreSQL).
+
+Each store implements all three protocols; a backend's subpackage holds its store
+(`_store`), its run primitives (`_runs`) and its plumbing, and exports the store.
+
+This package may import only the base of raygent's core (its flat top-level modules:
+raygent.errors, raygent.messages, raygent.redaction, ...) and its own protocol; never
+a subpackage of the core (raygent.memory, raygent.agents, ...), which import it.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -1,4 +1,8 @@
-"""What every store shares: validation, keys, encoding, batch identity, time."""
+"""What every store shares: validation, keys, encoding, batch identity, time.
+
+`BaseStore` is the conversation half's configuration and checks; the durable-run half
+builds on it in _runs (`BaseRunStore`), which every store extends.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""InMemoryStore: conversations in a dict, for tests and single-process runs.
+"""InMemoryStore: conversations and durable runs in dicts, for tests and one process.
 
 Messages are kept encoded (JSON bytes) so that this store behaves like the durable
 ones: a message that cannot be stored fails here too, and callers never share mutable
-state with the store.
+state with the store. Its durable runs implement the primitives of BaseRunStore (see
+_runs), as every store does.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from ._base import (
     COMPACTED_TURN,
     MAX_BATCH_IDS,
     MAX_ERRORS,
-    BaseStore,
     Clock,
     check_messages,
     conflict,
@@ -36,7 +36,7 @@ from ._codec import (
     encode_json,
     to_datetime,
 )
-from ._runs import FIRST_EPOCH, check_bytes, check_epoch, check_seq, run_conflict
+from ._runs import FIRST_EPOCH, BaseRunStore, RunState, held, run_conflict, takes_entry
 from .protocol import (
     AppendResult,
     ConversationInfo,
@@ -75,8 +75,12 @@ class _Run:
     entries: list[bytes] = field(default_factory=list)
     outcome: bytes | None = None
 
+    @property
+    def state(self) -> RunState:
+        return RunState(self.epoch, len(self.entries), self.outcome is not None)
 
-class InMemoryStore(BaseStore):
+
+class InMemoryStore(BaseRunStore):
     """A dict of conversations by key, and one of durable runs by key.
 
     One threading lock guards the dict: no operation awaits while holding it (there is
@@ -265,12 +269,9 @@ class InMemoryStore(BaseStore):
             old = [ref for ref, c in self._conversations.items() if c.updated_at < cutoff]
             for ref in old:
                 del self._conversations[ref]
-            old_runs = [ref for ref, r in self._runs.items() if r.updated_at < cutoff]
-            for ref in old_runs:
-                del self._runs[ref]
-        return len(old) + len(old_runs)
+        return len(old) + await self._prune_runs(cutoff)
 
-    # -- durable runs (RunStore) ---------------------------------------------------
+    # -- durable runs: the primitives of BaseRunStore -------------------------------
 
     def _live_run(self, ref: str, now: float) -> _Run | None:
         run = self._runs.get(ref)
@@ -282,50 +283,32 @@ class InMemoryStore(BaseStore):
     def _held_run(self, ref: str, epoch: int, now: float) -> _Run:
         """The run if `epoch` holds it (under the lock), else the conflict."""
         run = self._live_run(ref, now)
-        if run is None:
-            raise run_conflict(ref, "missing", epoch, None)
-        if run.epoch != epoch:
-            raise run_conflict(ref, "epoch", epoch, run.epoch)
-        return run
+        held(ref, None if run is None else run.state, epoch)
+        return self._runs[ref]  # there: held() raised otherwise
 
-    async def start_run(self, scope: Scope, header: bytes) -> int:
-        ref, now = self.ref(scope), self.clock()
-        check_bytes("header", header)
+    async def _start_run(self, ref: str, header: bytes, now: float) -> None:
         with self._lock:
             run = self._live_run(ref, now)
             if run is not None:
                 raise run_conflict(ref, "exists", None, run.epoch)
             self._runs[ref] = _Run(FIRST_EPOCH, header, now)
-        return FIRST_EPOCH
 
-    async def append_run(self, scope: Scope, epoch: int, seq: int, entry: bytes) -> None:
-        ref, now = self.ref(scope), self.clock()
-        check_epoch(epoch)
-        check_seq(seq)
-        check_bytes("entry", entry)
+    async def _append_run(self, ref: str, epoch: int, seq: int, entry: bytes, now: float) -> None:
         with self._lock:
             run = self._held_run(ref, epoch, now)
-            if run.outcome is not None:
-                raise run_conflict(ref, "finished", epoch, run.epoch)
-            stored = len(run.entries)
-            if seq < stored and run.entries[seq] == entry:
-                return  # a retry of a committed append
-            if seq != stored:
-                raise run_conflict(ref, "sequence", seq, stored)
-            run.entries.append(entry)
-            run.updated_at = now
+            stored = run.entries[seq] if seq < len(run.entries) else None
+            if takes_entry(ref, run.state, epoch, seq, entry, stored):
+                run.entries.append(entry)
+                run.updated_at = now
 
-    async def claim_run(self, scope: Scope, epoch: int) -> int:
-        ref, now = self.ref(scope), self.clock()
-        check_epoch(epoch)
+    async def _claim_run(self, ref: str, epoch: int, now: float) -> int:
         with self._lock:
             run = self._held_run(ref, epoch, now)
             run.epoch += 1
             run.updated_at = now
             return run.epoch
 
-    async def load_run(self, scope: Scope) -> RunRecord | None:
-        ref = self.ref(scope)
+    async def _load_run(self, ref: str) -> RunRecord | None:
         with self._lock:
             run = self._live_run(ref, self.clock())
             if run is None:
@@ -339,12 +322,9 @@ class InMemoryStore(BaseStore):
                 updated_at=to_datetime(run.updated_at),
             )
 
-    async def finish_run(
-        self, scope: Scope, epoch: int, outcome: bytes, *, drop_entries: bool = False
+    async def _finish_run(
+        self, ref: str, epoch: int, outcome: bytes, drop_entries: bool, now: float
     ) -> None:
-        ref, now = self.ref(scope), self.clock()
-        check_epoch(epoch)
-        check_bytes("outcome", outcome)
         with self._lock:
             run = self._held_run(ref, epoch, now)
             run.outcome = outcome
@@ -352,10 +332,16 @@ class InMemoryStore(BaseStore):
                 run.entries = []
             run.updated_at = now
 
-    async def delete_run(self, scope: Scope) -> None:
-        ref = self.ref(scope)
+    async def _delete_run(self, ref: str) -> None:
         with self._lock:
             self._runs.pop(ref, None)
+
+    async def _prune_runs(self, cutoff: float) -> int:
+        with self._lock:
+            old = [ref for ref, r in self._runs.items() if r.updated_at < cutoff]
+            for ref in old:
+                del self._runs[ref]
+        return len(old)
 
     async def ensure(self) -> None:
         """Nothing to create."""

@@ -1,7 +1,8 @@
 """The store contract: scopes, result values, store errors and the `Store` protocol.
 
-Every store (in-memory, SQLite, Redis) implements `Store` and `CompactingStore`, and the
-conformance suite in tests/stores runs the same tests against each of them.
+Every store (in-memory, SQLite, Redis, PostgreSQL) implements `Store`, `CompactingStore`
+and `RunStore`, and the conformance suite in tests/stores runs the same tests against
+each of them.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from raygent.stores import (
     StoreDataError,
     StoreUnavailableError,
 )
-from raygent.stores._sqlite_db import SCHEMA
+from raygent.stores.sqlite._db import SCHEMA
 
 SCOPE = Scope("shared-session", "user-1", {"tenant": "t"})
 
@@ -234,7 +234,7 @@ async def test_store_sqlite_in_memory_database() -> None:
 async def test_store_sqlite_lock_held_too_long_is_retryable(
     store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("raygent.stores._sqlite_db.BUSY_TIMEOUT_MS", 50)
+    monkeypatch.setattr("raygent.stores.sqlite._db.BUSY_TIMEOUT_MS", 50)
     await store.ensure()
     await store.aclose()  # the next connection gets the short timeout
     blocker = sqlite3.connect(store.path, isolation_level=None)

@@ -2,8 +2,8 @@
 
 A psycopg async pool is bound to the loop that opened it (its connections' sockets, its
 background tasks). The store keeps one per loop, opened on first use; `aclose()` closes
-the calling loop's, and a loop that shuts down (asyncio.run) closes its own, as
-RedisStore does with its clients.
+the calling loop's, and a loop that shuts down (asyncio.run) closes its own (_closer, as
+RedisStore does with its clients).
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from .protocol import StoreDataError, StoreError, StoreUnavailableError
+from .._closer import closer
+from ..protocol import StoreDataError, StoreError, StoreUnavailableError
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[tuple[object, ...]]]
 
@@ -78,32 +79,6 @@ class LoopPool:
     opening: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
-async def _close_when_finalised(
-    close: Callable[[], Awaitable[None]], forget: Callable[[], None]
-) -> AsyncGenerator[None, None]:
-    try:
-        yield
-    finally:
-        try:
-            await close()
-        finally:
-            forget()
-
-
-def _closer(
-    close: Callable[[], Awaitable[None]], forget: Callable[[], None]
-) -> AsyncGenerator[None, None]:
-    """An async generator started in the pool's loop: the loop's `shutdown_asyncgens()`
-    finalises it while the loop still runs, closing the pool (see RedisStore)."""
-    closer = _close_when_finalised(close, forget)
-    step = closer.asend(None)
-    try:
-        step.send(None)  # runs up to the `yield` (nothing there awaits)
-    except StopIteration:
-        return closer
-    raise AssertionError("the closer did not stop at its yield")
-
-
 class Pools:
     """The pools of one store, one per event loop."""
 
@@ -157,7 +132,7 @@ class Pools:
             if by_loop.get(loop) is entry:
                 del by_loop[loop]
 
-        entry = LoopPool(pool, _closer(pool.close, forget))
+        entry = LoopPool(pool, closer(pool.close, forget))
         by_loop[loop] = entry
         return entry
 

@@ -9,7 +9,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .protocol import StoreDataError, StoreUnavailableError
+from ..protocol import StoreDataError, StoreUnavailableError
 
 __all__ = ["translated"]
 

@@ -1,9 +1,9 @@
-"""RedisStore's durable runs (RunStore), as a mixin over the store's connections.
+"""RedisStore's durable runs: the primitives of BaseRunStore over the store's connections.
 
 A run is a hash (epoch, header, outcome, at) and a list of entries, under the hash tag
 of its ref but with their own suffixes, so a run and a conversation with one id never
 meet; a store-wide zset indexes runs by last write for prune. Each write is one
-EVALSHA (see _redis_scripts): the epoch and sequence checks and the write are atomic on
+EVALSHA (see _scripts): the epoch and sequence checks and the write are atomic on
 the server, an append pushes one element, and every write refreshes the run's TTL.
 """
 
@@ -15,12 +15,11 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-from . import _redis_scripts as scripts
-from ._base import BaseStore
-from ._codec import to_datetime
-from ._redis_errors import translated
-from ._runs import Reason, check_bytes, check_epoch, check_seq, run_conflict
-from .protocol import RunRecord, Scope, StoreDataError
+from .._codec import to_datetime
+from .._runs import BaseRunStore, Reason, run_conflict
+from ..protocol import RunRecord, StoreDataError
+from . import _scripts as scripts
+from ._errors import translated
 
 __all__ = ["RedisRuns", "RunScripts"]
 
@@ -46,8 +45,8 @@ class RunScripts:
         )
 
 
-class RedisRuns(BaseStore):
-    """The RunStore methods of RedisStore (which provides `prefix` and the connection)."""
+class RedisRuns(BaseRunStore):
+    """The run primitives of RedisStore (which provides `prefix` and the connection)."""
 
     prefix: str
 
@@ -96,37 +95,22 @@ class RedisRuns(BaseStore):
             f"run {ref!r}: unexpected script reply {code!r}", ref=ref, position=None, reason="reply"
         )
 
-    async def start_run(self, scope: Scope, header: bytes) -> int:
-        ref, now = self.ref(scope), self.clock()
-        return await self._script(
-            ref, self._scripts().start, [check_bytes("header", header), repr(now)], None
-        )
+    async def _start_run(self, ref: str, header: bytes, now: float) -> None:
+        await self._script(ref, self._scripts().start, [header, repr(now)], None)
 
-    async def append_run(self, scope: Scope, epoch: int, seq: int, entry: bytes) -> None:
-        ref, now = self.ref(scope), self.clock()
-        args = [check_epoch(epoch), check_seq(seq), check_bytes("entry", entry), repr(now)]
-        await self._script(ref, self._scripts().append, args, epoch, seq)
+    async def _append_run(self, ref: str, epoch: int, seq: int, entry: bytes, now: float) -> None:
+        await self._script(ref, self._scripts().append, [epoch, seq, entry, repr(now)], epoch, seq)
 
-    async def claim_run(self, scope: Scope, epoch: int) -> int:
-        ref, now = self.ref(scope), self.clock()
-        return await self._script(
-            ref, self._scripts().claim, [check_epoch(epoch), repr(now)], epoch
-        )
+    async def _claim_run(self, ref: str, epoch: int, now: float) -> int:
+        return await self._script(ref, self._scripts().claim, [epoch, repr(now)], epoch)
 
-    async def finish_run(
-        self, scope: Scope, epoch: int, outcome: bytes, *, drop_entries: bool = False
+    async def _finish_run(
+        self, ref: str, epoch: int, outcome: bytes, drop_entries: bool, now: float
     ) -> None:
-        ref, now = self.ref(scope), self.clock()
-        args = [
-            check_epoch(epoch),
-            check_bytes("outcome", outcome),
-            "1" if drop_entries else "0",
-            repr(now),
-        ]
+        args = [epoch, outcome, "1" if drop_entries else "0", repr(now)]
         await self._script(ref, self._scripts().finish, args, epoch)
 
-    async def load_run(self, scope: Scope) -> RunRecord | None:
-        ref = self.ref(scope)
+    async def _load_run(self, ref: str) -> RunRecord | None:
         run, entries, _ = self.run_keys(ref)
         client, _ = self._run_connection()
         with translated(ref):
@@ -150,8 +134,7 @@ class RedisRuns(BaseStore):
                 f"run {ref!r} has a malformed hash: {exc}", ref=ref, position=None, reason=str(exc)
             ) from None
 
-    async def delete_run(self, scope: Scope) -> None:
-        ref = self.ref(scope)
+    async def _delete_run(self, ref: str) -> None:
         run, entries, index = self.run_keys(ref)
         client, _ = self._run_connection()
         with translated(ref):

@@ -3,7 +3,7 @@
 Every call runs on the store's own worker thread with one connection (opened lazily,
 so an unused store pickles cleanly and each Ray worker opens its own), except small
 writes (appends, run writes), which run inline on the caller's thread when the write lock
-is free at once and nothing is queued (see _sqlite_db.Worker.inline). Writes are
+is free at once and nothing is queued (see _db.Worker.inline). Writes are
 `BEGIN IMMEDIATE` transactions (or one write statement, which takes the lock the same
 way), which makes several processes writing one file safe.
 """
@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar
 from raygent.errors import RaygentError
 from raygent.messages import Message
 
-from ._base import (
+from .._base import (
     COMPACTED_TURN,
     MAX_BATCH_IDS,
     MAX_ERRORS,
@@ -32,7 +32,7 @@ from ._base import (
     check_messages,
     conflict,
 )
-from ._codec import (
+from .._codec import (
     check_ref,
     decode_error,
     decode_json,
@@ -41,9 +41,7 @@ from ._codec import (
     encode_json,
     to_datetime,
 )
-from ._sqlite_db import Busy, Worker, immediate
-from ._sqlite_runs import SQLiteRuns
-from .protocol import (
+from ..protocol import (
     AppendResult,
     ConversationInfo,
     ErrorRecord,
@@ -52,6 +50,8 @@ from .protocol import (
     StoreDataError,
     StoredMessage,
 )
+from ._db import Busy, Worker, immediate
+from ._runs import SQLiteRuns
 
 __all__ = ["SQLiteStore"]
 
@@ -84,7 +84,7 @@ _TABLES = ("raygent_messages", "raygent_batches", "raygent_errors", "raygent_con
 
 
 class SQLiteStore(SQLiteRuns):
-    """Conversations (and durable runs, see _sqlite_runs) in one SQLite file (WAL mode),
+    """Conversations (and durable runs, see _runs) in one SQLite file (WAL mode),
     or `:memory:` for one process.
 
     Payloads are the messages' JSON: as fast as msgpack here (see _codec) and readable

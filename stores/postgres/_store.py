@@ -1,12 +1,12 @@
 """PostgresStore: conversations and durable runs in PostgreSQL, shared by a cluster.
 
 Each write is one round trip, one transaction (an append's uncommon cases two, and
-every 32nd a trim of its batch ids; see _postgres_sql), the conversation's row locked
+every 32nd a trim of its batch ids; see `_sql`), the conversation's row locked
 while the position, idempotency and revision checks run. Payloads are the messages'
 JSON in `bytea` columns. The schema is created on first use, in the store's own
 PostgreSQL schema, with a version row.
 
-Connections come from a psycopg pool per event loop (`_postgres_pool`): past
+Connections come from a psycopg pool per event loop (module `_pool`): past
 `max_connections` an operation waits up to `pool_timeout` for one, then fails with
 StoreUnavailableError. The DSN's password is masked in every error and in the repr.
 """
@@ -27,10 +27,9 @@ from raygent.errors import RaygentError
 from raygent.messages import Message
 from raygent.redaction import register_secret
 
-from . import _postgres_sql as sql
-from ._base import COMPACTED_TURN, MAX_ERRORS, BaseStore, Clock, check_messages
-from ._base import conflict as position_conflict
-from ._codec import (
+from .._base import COMPACTED_TURN, MAX_ERRORS, Clock, check_messages
+from .._base import conflict as position_conflict
+from .._codec import (
     check_ref,
     decode_error,
     decode_json,
@@ -39,9 +38,7 @@ from ._codec import (
     encode_json,
     to_datetime,
 )
-from ._postgres_pool import Pool, Pools, dsn_password, schema_error, translated
-from ._postgres_runs import RunsMixin
-from .protocol import (
+from ..protocol import (
     AppendResult,
     ConversationInfo,
     ErrorRecord,
@@ -50,15 +47,17 @@ from .protocol import (
     StoreDataError,
     StoredMessage,
 )
+from . import _sql as sql
+from ._pool import Pool, Pools, dsn_password, schema_error, translated
+from ._runs import PostgresRuns
 
 __all__ = ["PostgresStore"]
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-_PRUNE_CHUNK = 500  # conversations per prune statement: keeps row locks short
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
-class PostgresStore(RunsMixin, BaseStore):
+class PostgresStore(PostgresRuns):
     """Conversations (and durable runs) in `schema` of one PostgreSQL database.
 
     `dsn` is a libpq connection string or URL. Pickling drops the pools (each process
@@ -96,12 +95,11 @@ class PostgresStore(RunsMixin, BaseStore):
         if self._password:
             register_secret(self._password, self)  # logs and error reports mask it too
         quoted = '"' + self.schema + '"'
-        self._q = {  # every statement of _postgres_sql, on this store's schema
+        self._q = {  # every statement of _sql, on this store's schema
             name: value.replace("{s}", quoted)
             for name, value in vars(sql).items()
-            if name.isupper() and isinstance(value, str)
+            if name.isupper() and not name.startswith("_") and isinstance(value, str)
         }
-        self._q.update(self._run_queries(quoted))
         self._pools = Pools(
             self.dsn,
             min_size=self.min_connections,
@@ -287,15 +285,7 @@ class PostgresStore(RunsMixin, BaseStore):
         cutoff = self._prune_cutoff(older_than)
         if cutoff is None:
             return 0
-        removed = 0
-        for query in ("PRUNE", "PRUNE_RUNS"):
-            while True:
-                params = {"cutoff": cutoff, "chunk": _PRUNE_CHUNK}
-                [(done,)] = await self._fetch(None, query, params)
-                removed += int(done)
-                if done < _PRUNE_CHUNK:
-                    break
-        return removed
+        return await self._prune_chunks("PRUNE", cutoff) + await self._prune_runs(cutoff)
 
 
 _PICKLED = frozenset(  # what a copy needs to reconnect; pools and the password are rebuilt

@@ -17,7 +17,7 @@ that every append changes: `touched`, the indexed write time, moves in 64 s step
 
 from __future__ import annotations
 
-from ._base import MAX_BATCH_IDS
+from .._base import MAX_BATCH_IDS
 
 SCHEMA_VERSION = 1  # the schema never shipped before this layout: still version 1
 TRIM_EVERY = 32  # batch ids are trimmed every 32 revisions, as SQLite does
@@ -305,6 +305,50 @@ b AS (DELETE FROM {s}.batches WHERE ref IN (SELECT ref FROM gone)),
 e AS (DELETE FROM {s}.errors WHERE ref IN (SELECT ref FROM gone))
 SELECT count(*) FROM gone
 """
+
+# -- durable runs: a row per run, keyed by ref, and a row per entry, keyed (ref, seq).
+# Each write is one statement whose UPDATE is conditional on the epoch (and a live run).
+_LIVE = "updated_at >= %(since)s"
+RUN_DROP_EXPIRED = """
+WITH old AS (DELETE FROM {s}.runs WHERE ref = %(ref)s AND updated_at < %(since)s RETURNING ref)
+DELETE FROM {s}.run_entries WHERE ref IN (SELECT ref FROM old)
+"""
+RUN_START = """
+INSERT INTO {s}.runs VALUES (%(ref)s, %(epoch)s, %(header)s, 0, NULL, %(now)s)
+ON CONFLICT (ref) DO NOTHING RETURNING epoch
+"""
+RUN_APPEND = f"""
+WITH up AS (
+    UPDATE {{s}}.runs SET entries = entries + 1, updated_at = %(now)s
+    WHERE ref = %(ref)s AND epoch = %(epoch)s AND entries = %(seq)s
+      AND outcome IS NULL AND {_LIVE}
+    RETURNING ref)
+INSERT INTO {{s}}.run_entries SELECT ref, %(seq)s, %(entry)s FROM up RETURNING 1
+"""
+# A live run's epoch, entry count, whether finished, and its entry at %(seq)s.
+RUN_STATE = f"""
+SELECT r.epoch, r.entries, r.outcome IS NOT NULL,
+       (SELECT e.entry FROM {{s}}.run_entries e WHERE e.ref = r.ref AND e.seq = %(seq)s)
+FROM {{s}}.runs r WHERE r.ref = %(ref)s AND r.{_LIVE}
+"""
+RUN_CLAIM = f"""
+UPDATE {{s}}.runs SET epoch = epoch + 1, updated_at = %(now)s
+WHERE ref = %(ref)s AND epoch = %(epoch)s AND {_LIVE} RETURNING epoch
+"""
+RUN_LOAD = """
+SELECT r.epoch, r.header, r.outcome, r.updated_at, e.entry
+FROM {s}.runs r LEFT JOIN {s}.run_entries e ON e.ref = r.ref
+WHERE r.ref = %(ref)s AND r.updated_at >= %(since)s ORDER BY e.seq
+"""
+RUN_FINISH = f"""
+WITH up AS (
+    UPDATE {{s}}.runs SET outcome = %(outcome)s, updated_at = %(now)s,
+        entries = CASE WHEN %(drop)s THEN 0 ELSE entries END
+    WHERE ref = %(ref)s AND epoch = %(epoch)s AND {_LIVE} RETURNING ref),
+d AS (DELETE FROM {{s}}.run_entries WHERE %(drop)s AND ref IN (SELECT ref FROM up))
+SELECT count(*) FROM up
+"""
+# A chunk of runs last written before the cutoff, with their entries.
 PRUNE_RUNS = """
 WITH gone AS (
     DELETE FROM {s}.runs WHERE ref IN (
@@ -313,4 +357,8 @@ WITH gone AS (
     RETURNING ref),
 x AS (DELETE FROM {s}.run_entries WHERE ref IN (SELECT ref FROM gone))
 SELECT count(*) FROM gone
+"""
+RUN_DELETE = """
+WITH d AS (DELETE FROM {s}.run_entries WHERE ref = %(ref)s)
+DELETE FROM {s}.runs WHERE ref = %(ref)s
 """

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from .protocol import StoreDataError, StoreError, StoreUnavailableError
+from ..protocol import StoreDataError, StoreError, StoreUnavailableError
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""SQLiteStore's durable runs (RunStore), as a mixin over the store's worker.
+"""SQLiteStore's durable runs: the primitives of BaseRunStore over the store's worker.
 
 Tables raygent_runs (one row per run: epoch, outcome, updated_at) and
 raygent_run_entries ((ref, seq) -> bytes and its write time; the header is seq -1),
@@ -16,11 +16,10 @@ import sqlite3
 from collections.abc import Callable
 from typing import TypeVar
 
-from ._base import BaseStore
-from ._codec import to_datetime
-from ._runs import FIRST_EPOCH, check_bytes, check_epoch, check_seq, run_conflict
-from ._sqlite_db import immediate
-from .protocol import RunRecord, Scope, StoreDataError
+from .._codec import to_datetime
+from .._runs import FIRST_EPOCH, BaseRunStore, RunState, held, run_conflict, takes_entry
+from ..protocol import RunRecord, StoreDataError
+from ._db import immediate
 
 __all__ = ["SQLiteRuns"]
 
@@ -80,8 +79,8 @@ def _delete_run(db: Db, ref: str) -> None:
     db.execute("DELETE FROM raygent_runs WHERE ref = ?", (ref,))
 
 
-class SQLiteRuns(BaseStore):
-    """The RunStore methods of SQLiteStore (which provides `_run`)."""
+class SQLiteRuns(BaseRunStore):
+    """The run primitives of SQLiteStore (which provides `_run` and `_write`)."""
 
     async def _run(self, fn: Callable[[Db], T]) -> T:
         raise NotImplementedError
@@ -89,27 +88,15 @@ class SQLiteRuns(BaseStore):
     async def _write(self, fn: Callable[[Db], T]) -> T:
         raise NotImplementedError
 
-    def _run_row(self, db: Db, ref: str, now: float) -> tuple[int, int, bool] | None:
-        """(epoch, length, finished) of a live run; None when absent or expired."""
+    def _run_state(self, db: Db, ref: str, now: float) -> RunState | None:
+        """The state of a live run; None when absent or expired."""
         row = db.execute(_RUN, (ref,)).fetchone()
         if row is None or self._expired(row[2], now):
             return None
-        return int(row[0]), int(row[3]), bool(row[1])
+        return RunState(int(row[0]), int(row[3]), bool(row[1]))
 
-    def _held_run(self, db: Db, ref: str, epoch: int, now: float) -> tuple[int, bool]:
-        """(length, finished) if `epoch` holds the run, else the conflict."""
-        row = self._run_row(db, ref, now)
-        if row is None:
-            raise run_conflict(ref, "missing", epoch, None)
-        if row[0] != epoch:
-            raise run_conflict(ref, "epoch", epoch, row[0])
-        return row[1], row[2]
-
-    async def start_run(self, scope: Scope, header: bytes) -> int:
-        ref, now = self.ref(scope), self.clock()
-        check_bytes("header", header)
-
-        def write(db: Db) -> int:
+    async def _start_run(self, ref: str, header: bytes, now: float) -> None:
+        def write(db: Db) -> None:
             with immediate(db):
                 if db.execute(_START, (ref, FIRST_EPOCH, now)).rowcount == 0:
                     row = db.execute(_RUN, (ref,)).fetchone()
@@ -118,41 +105,27 @@ class SQLiteRuns(BaseStore):
                     _delete_run(db, ref)  # it expired: a new run takes its place
                     db.execute(_START, (ref, FIRST_EPOCH, now))
                 db.execute(_INSERT_ENTRY, (ref, HEADER_SEQ, header, now))
-            return FIRST_EPOCH
 
-        return await self._write(write)
+        await self._write(write)
 
-    async def append_run(self, scope: Scope, epoch: int, seq: int, entry: bytes) -> None:
-        ref, now = self.ref(scope), self.clock()
-        check_epoch(epoch)
-        check_seq(seq)
-        check_bytes("entry", entry)
-
+    async def _append_run(self, ref: str, epoch: int, seq: int, entry: bytes, now: float) -> None:
         def write(db: Db) -> None:
             since = self._live_since(now)
             if db.execute(_APPEND, (ref, seq, entry, now, epoch, since)).rowcount == 1:
                 return
             with immediate(db):
-                length, finished = self._held_run(db, ref, epoch, now)
-                if finished:
-                    raise run_conflict(ref, "finished", epoch, epoch)
-                if seq < length:
-                    stored = db.execute(_ENTRY, (ref, seq)).fetchone()
-                    if stored is not None and bytes(stored[0]) == entry:
-                        return  # a retry of a committed append
-                if seq != length:
-                    raise run_conflict(ref, "sequence", seq, length)
-                db.execute(_INSERT_ENTRY, (ref, seq, entry, now))
+                state = self._run_state(db, ref, now)
+                row = db.execute(_ENTRY, (ref, seq)).fetchone()
+                stored = None if row is None else bytes(row[0])
+                if takes_entry(ref, state, epoch, seq, entry, stored):
+                    db.execute(_INSERT_ENTRY, (ref, seq, entry, now))
 
         await self._write(write)
 
-    async def claim_run(self, scope: Scope, epoch: int) -> int:
-        ref, now = self.ref(scope), self.clock()
-        check_epoch(epoch)
-
+    async def _claim_run(self, ref: str, epoch: int, now: float) -> int:
         def write(db: Db) -> int:
             with immediate(db):
-                self._held_run(db, ref, epoch, now)
+                held(ref, self._run_state(db, ref, now), epoch)
                 db.execute(
                     "UPDATE raygent_runs SET epoch = ?, updated_at = ? WHERE ref = ?",
                     (epoch + 1, now, ref),
@@ -161,67 +134,59 @@ class SQLiteRuns(BaseStore):
 
         return await self._write(write)
 
-    async def finish_run(
-        self, scope: Scope, epoch: int, outcome: bytes, *, drop_entries: bool = False
+    async def _finish_run(
+        self, ref: str, epoch: int, outcome: bytes, drop_entries: bool, now: float
     ) -> None:
-        ref, now = self.ref(scope), self.clock()
-        check_epoch(epoch)
-        check_bytes("outcome", outcome)
-
         def write(db: Db) -> None:
             with immediate(db):
                 finished = (ref, epoch, self._live_since(now), outcome, now)
                 if db.execute(_FINISH, finished).rowcount == 0:
-                    self._held_run(db, ref, epoch, now)  # raises: no live run of `epoch`
+                    held(ref, self._run_state(db, ref, now), epoch)  # raises: not held
                 if drop_entries:
                     db.execute("DELETE FROM raygent_run_entries WHERE ref = ? AND seq >= 0", (ref,))
 
         await self._write(write)
 
-    async def load_run(self, scope: Scope) -> RunRecord | None:
-        ref = self.ref(scope)
+    async def _load_run(self, ref: str) -> RunRecord | None:
+        return await self._run(lambda db: self._read_run(db, ref))
 
-        def read(db: Db) -> RunRecord | None:
-            now = self.clock()
-            db.execute("BEGIN")  # one read transaction: the row and the entries agree
-            try:
-                row = db.execute(
-                    "SELECT epoch, outcome, updated_at FROM raygent_runs WHERE ref = ?", (ref,)
-                ).fetchone()
-                entries = db.execute(
-                    "SELECT seq, entry, at FROM raygent_run_entries WHERE ref = ? ORDER BY seq",
-                    (ref,),
-                ).fetchall()
-            finally:
-                db.execute("COMMIT")
-            if row is None:
-                return None
-            epoch, outcome, updated_at = row
-            updated_at = max([updated_at, *(at for _, _, at in entries if at is not None)])
-            if self._expired(updated_at, now):
-                return None
-            length = len(entries) - 1
-            if [seq for seq, _, _ in entries] != list(range(HEADER_SEQ, length)):
-                raise StoreDataError(
-                    f"run {ref!r} does not have its header and {length} entries in order",
-                    ref=ref,
-                    position=None,
-                    reason="gap",
-                )
-            return RunRecord(
+    def _read_run(self, db: Db, ref: str) -> RunRecord | None:
+        now = self.clock()
+        db.execute("BEGIN")  # one read transaction: the row and the entries agree
+        try:
+            row = db.execute(
+                "SELECT epoch, outcome, updated_at FROM raygent_runs WHERE ref = ?", (ref,)
+            ).fetchone()
+            entries = db.execute(
+                "SELECT seq, entry, at FROM raygent_run_entries WHERE ref = ? ORDER BY seq",
+                (ref,),
+            ).fetchall()
+        finally:
+            db.execute("COMMIT")
+        if row is None:
+            return None
+        epoch, outcome, updated_at = row
+        updated_at = max([updated_at, *(at for _, _, at in entries if at is not None)])
+        if self._expired(updated_at, now):
+            return None
+        length = len(entries) - 1
+        if [seq for seq, _, _ in entries] != list(range(HEADER_SEQ, length)):
+            raise StoreDataError(
+                f"run {ref!r} does not have its header and {length} entries in order",
                 ref=ref,
-                epoch=int(epoch),
-                header=bytes(entries[0][1]),
-                entries=[bytes(entry) for _, entry, _ in entries[1:]],
-                outcome=None if outcome is None else bytes(outcome),
-                updated_at=to_datetime(updated_at),
+                position=None,
+                reason="gap",
             )
+        return RunRecord(
+            ref=ref,
+            epoch=int(epoch),
+            header=bytes(entries[0][1]),
+            entries=[bytes(entry) for _, entry, _ in entries[1:]],
+            outcome=None if outcome is None else bytes(outcome),
+            updated_at=to_datetime(updated_at),
+        )
 
-        return await self._run(read)
-
-    async def delete_run(self, scope: Scope) -> None:
-        ref = self.ref(scope)
-
+    async def _delete_run(self, ref: str) -> None:
         def write(db: Db) -> None:
             with immediate(db):
                 _delete_run(db, ref)

@@ -16,7 +16,7 @@ import asyncio
 import json
 import time
 import weakref
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, cast
@@ -27,10 +27,10 @@ from redis.commands.core import AsyncScript
 from raygent.errors import RaygentError
 from raygent.messages import Message
 
-from . import _redis_scripts as scripts
-from ._base import COMPACTED_TURN, MAX_BATCH_IDS, MAX_ERRORS, Clock, check_messages
-from ._base import conflict as position_conflict
-from ._codec import (
+from .._base import COMPACTED_TURN, MAX_BATCH_IDS, MAX_ERRORS, Clock, check_messages
+from .._base import conflict as position_conflict
+from .._closer import closer
+from .._codec import (
     check_ref,
     decode_envelopes,
     decode_error,
@@ -40,9 +40,7 @@ from ._codec import (
     envelope_header,
     to_datetime,
 )
-from ._redis_errors import translated as _translated
-from ._redis_runs import RedisRuns, RunScripts
-from .protocol import (
+from ..protocol import (
     AppendResult,
     ConversationInfo,
     ErrorRecord,
@@ -51,6 +49,9 @@ from .protocol import (
     StoreDataError,
     StoredMessage,
 )
+from . import _scripts as scripts
+from ._errors import translated as _translated
+from ._runs import RedisRuns, RunScripts
 
 __all__ = ["RedisStore"]
 
@@ -68,35 +69,8 @@ class _Connection:
     closer: AsyncGenerator[None, None]  # closes the client when finalised (see _closer)
 
 
-async def _close_when_finalised(
-    client: aioredis.Redis, forget: Callable[[], None]
-) -> AsyncGenerator[None, None]:
-    try:
-        yield
-    finally:
-        try:
-            await client.aclose()  # its pool too (from_pool): every connection is closed
-        finally:
-            forget()
-
-
-def _closer(client: aioredis.Redis, forget: Callable[[], None]) -> AsyncGenerator[None, None]:
-    """An async generator, started here in the client's loop, whose `aclose()` closes the
-    client. The loop knows its started async generators, and `shutdown_asyncgens()`
-    (asyncio.run calls it before it closes the loop) finalises them while the loop still
-    runs: so a loop that ends without `store.aclose()` still closes its connections,
-    rather than leaving sockets open on a dead loop (ResourceWarning)."""
-    closer = _close_when_finalised(client, forget)
-    step = closer.asend(None)
-    try:
-        step.send(None)  # runs up to the `yield` (nothing there awaits)
-    except StopIteration:
-        return closer
-    raise AssertionError("the closer did not stop at its yield")
-
-
 class RedisStore(RedisRuns):
-    """Conversations (and durable runs, see _redis_runs) under `prefix` in one Redis
+    """Conversations (and durable runs, see _runs) under `prefix` in one Redis
     database.
 
     A redis.asyncio client is bound to the event loop that created it, so the store
@@ -173,7 +147,7 @@ class RedisStore(RedisRuns):
                 AsyncScript(client, scripts.REPLACE_PREFIX),
                 AsyncScript(client, scripts.PRUNE),
                 RunScripts.of(client),
-                _closer(client, forget),
+                closer(client.aclose, forget),  # its pool too (from_pool)
             )
         return connection
 
