@@ -197,12 +197,36 @@ def ensure_schema(db: sqlite3.Connection, path: str) -> None:
 
 
 def translate(exc: sqlite3.Error, path: str) -> StoreError:
-    """sqlite3 errors as store errors: lock and I/O trouble retryable, the rest data."""
+    """sqlite3 errors as store errors: lock and I/O trouble retryable, a file that can
+    never be opened or written (no such folder, a read-only file system) not, the rest
+    data."""
     text = str(exc)
+    lowered = text.lower()
+    if isinstance(exc, sqlite3.OperationalError) and (
+        "unable to open" in lowered or "readonly" in lowered
+    ):
+        why = never_writable(path)
+        if why is not None:
+            return StoreUnavailableError(f"{path}: {text} ({why})", retryable=False, path=path)
     transient = ("locked", "busy", "unable to open", "disk i/o")
-    if isinstance(exc, sqlite3.OperationalError) and any(t in text.lower() for t in transient):
+    if isinstance(exc, sqlite3.OperationalError) and any(t in lowered for t in transient):
         return StoreUnavailableError(f"{path}: {text}", path=path)
     return StoreDataError(f"{path}: {text}", ref=None, position=None, reason=text, path=path)
+
+
+def never_writable(path: str) -> str | None:
+    """Why the database file at `path` can never be opened for writing, if it cannot: a
+    retry would meet the same (a batch would try every item again for nothing)."""
+    if path == ":memory:" or path.startswith("file:"):
+        return None
+    file = os.path.abspath(path)
+    folder = os.path.dirname(file)
+    if not os.path.isdir(folder):
+        return f"the folder {folder} does not exist"
+    target = file if os.path.exists(file) else folder
+    if not os.access(target, os.W_OK):
+        return f"{target} is not writable (a read-only file system, or permissions)"
+    return None
 
 
 def connect_inline(path: str) -> sqlite3.Connection | None:
