@@ -28,8 +28,8 @@ from ray.exceptions import RayActorError, RayTaskError
 from raygent.backend import Message, RaygentError
 from raygent.stores import CompactingStore, Scope, Snapshot, Store
 
-from ._ray import spawn
-from ._session_wire import LeaseExpiredError, SessionHostError, checked, encode_messages
+from .._ray import spawn
+from .wire import LeaseExpiredError, SessionHostError, checked, encode_messages
 
 __all__ = ["HostLease", "unavailable"]
 
