@@ -4,18 +4,28 @@ Build it with `raygent.init(backend="ray")`, or `ray_backend(RayOptions(...))` f
 control; the core in `raygent` never imports Ray, nor this package: it finds `PLUGIN`
 through the entry-point group `raygent.backends` (pyproject.toml).
 
+plugin     `ray_backend`, `connect`, `ship_by_value` and `PLUGIN` (what the core loads):
+           the four seams below put together
+gateway/   model access: the detached gateway actors holding provider bounds, their
+           ledgers, the processes' leases, sends with 429 retries
+tools/     tool execution: inline, on the per-node tool executors, or as Ray tasks
+sessions/  session persistence: the session hosts, the runs' leases, the wire form
+batch/     batch execution: the runner actors, the driver's runner pool, the Ray Data stage
+_options   `RayOptions`, `RetryPolicy`;  `_ray`: small Ray glue the subpackages share
+
 Imports of the core: `raygent` (the public API), `raygent.backend` (the backend
-contract) and `raygent.stores`; nothing else (tests/test_layout.py).
+contract) and `raygent.stores`; nothing else (tests/test_layout.py). The subpackages
+import the shared helpers and never each other, except batch, which uses sessions;
+`plugin` imports them all, and nothing here imports `plugin`.
 """
 
-from ._gateway_actor import Gateway
-from ._ledger import Bounds
-from ._options import RayOptions
-from ._sends import RetryPolicy
-from .backend import PLUGIN, connect, ray_backend, ship_by_value
-from .gateway import RayModelAccess, endpoint_digest, gateway_key, gateway_names
-from .sessions import LeaseExpiredError, RaySessions, SessionHostError
-from .tools import RayToolExecution
+from ._options import RayOptions, RetryPolicy
+from .gateway.access import RayModelAccess, endpoint_digest, gateway_key, gateway_names
+from .gateway.actor import Gateway
+from .gateway.ledger import Bounds
+from .plugin import PLUGIN, connect, ray_backend, ship_by_value
+from .sessions.persistence import LeaseExpiredError, RaySessions, SessionHostError
+from .tools.execution import RayToolExecution
 
 __all__ = [
     "PLUGIN",

@@ -202,7 +202,8 @@ async def width(bench: Bench, base: str) -> None:
 async def units(bench: Bench, base: str) -> None:
     """Remote calls and bytes per item of one Ray batch, from the pool's own counters and
     the gateway's."""
-    from raygent.actors import batch_runners, gateway_names
+    from raygent.actors import gateway_names
+    from raygent.actors.batch import execution as batch_runners
 
     args, pools = bench.args, []
     run = batch_runners.RunnerPool.run

@@ -37,7 +37,7 @@ import redis
 
 from raygent import AssistantMessage, Memory, UserMessage
 from raygent.actors import RayOptions
-from raygent.actors.sessions import RaySessions
+from raygent.actors.sessions.persistence import RaySessions
 from raygent.stores import RedisStore, Scope
 
 TEXT = ("The quick brown fox jumps over the lazy dog; " * 24)[:1000]

@@ -26,7 +26,7 @@ from .errors import (
     ToolExecutionError,
     error_dict,
 )
-from .memory import LocalSessions, Memory, SessionLease, SessionPersistence
+from .memory import LocalSessions, Memory, PositionFence, SessionLease, SessionPersistence
 from .memory._save import scope_of
 from .messages import (
     AssistantMessage,
@@ -98,6 +98,7 @@ __all__ = [
     "ModelResponse",
     "Outcome",
     "PoolPlan",
+    "PositionFence",
     "ProviderConnectionError",
     "RateLimitError",
     "RaygentError",

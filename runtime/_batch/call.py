@@ -10,7 +10,7 @@ on items and in the report. The options are defined once (`BatchOptions`) and sh
 
 On the local backend the in-flight core (`_batch.engine.InFlight`) runs in this event
 loop. On the Ray backend, runner actors each run the same core over the chunks of items
-the driver feeds them (`raygent.actors.batch_runners`); the driver reads the items and
+the driver feeds them (`raygent.actors.batch`); the driver reads the items and
 records the results, so the sink, `on_item` and the progress bar stay here.
 """
 

@@ -2,7 +2,7 @@
 every row of a `ray.data.Dataset` as a Ray Data stage, and returns the dataset with each
 row's result.
 
-The stage is a `map_batches` over an actor pool (`raygent.actors.data_map`); Ray is
+The stage is a `map_batches` over an actor pool (`raygent.actors.batch.data_stage`); Ray is
 imported on demand, never by this module. Each row gains these columns, named
 `<output_column>_<field>` (`result_status`, `result_text`, ... by default):
 
@@ -19,7 +19,7 @@ A row that fails (its input cannot be read, the run fails after its retries) is 
 with its error: it never fails the job.
 
 May import the base, seams and batch (its engine, retry and input rules); the Ray Data
-stage itself lives in raygent.actors (`data_map`), imported when `map` is called.
+stage itself lives in raygent.actors (`batch.data_stage`), imported when `map` is called.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from raygent.stores import CompactingStore, Scope, Snapshot, SQLiteStore, Store
 
 from ..errors import RaygentError
 from ..messages import Message
+from ._fence import PositionFence
 
 if TYPE_CHECKING:
     from ._save import Memory
@@ -148,37 +149,26 @@ class _LocalLease:
     ) -> None:
         self.store, self.scope, self.run_id = store, scope, run_id
         self.history = history
-        self._position = len(history)
+        self._fence = PositionFence(store, scope, run_id, len(history))
         self._lock: _SessionLock | None = lock
         # Compaction rewrites the stored history under this lease (raygent.compaction).
         self.compacts = isinstance(store, CompactingStore)
 
     async def append(self, turn: int, messages: Sequence[Message]) -> None:
-        result = await self.store.append(
-            self.scope, self.run_id, turn, messages, expected_position=self._position
-        )
-        if not result.duplicate:  # a batch stored before (a resumed run's replay) stays put
-            self._position = result.first_position + result.count
+        await self._fence.append(turn, messages)
 
     async def record_error(self, error: RaygentError, messages: Sequence[Message]) -> None:
         await self.store.record_error(self.scope, self.run_id, error, messages)
 
     async def snapshot(self) -> Snapshot:
-        assert isinstance(self.store, CompactingStore)
-        return await self.store.snapshot(self.scope)
+        return await self._fence.compacting().snapshot(self.scope)
 
     async def replace_prefix(
         self, revision: int, count: int, replacement: Sequence[Message]
     ) -> bool:
         """Replace the stored prefix if `revision` still holds; the position fence moves
         by what the replacement changed, so this run's next append still lines up."""
-        assert isinstance(self.store, CompactingStore)
-        outcome = await self.store.replace_prefix(
-            self.scope, revision, count, replacement, self.run_id
-        )
-        if outcome == "committed":
-            self._position += len(replacement) - count
-        return outcome == "committed"
+        return await self._fence.replace_prefix(revision, count, replacement)
 
     async def release(self) -> None:
         if self._lock is not None:

@@ -33,7 +33,8 @@ from ray.cluster_utils import Cluster
 
 import raygent
 from raygent._batch import BatchItem, batch
-from raygent.actors import RayOptions, batch_runners, ray_backend
+from raygent.actors import RayOptions, ray_backend
+from raygent.actors.batch import execution as batch_runners
 from raygent.messages import Message, ToolMessage
 from raygent.seams.contract import Backend
 from raygent.testing import FunctionModel, ScriptedModel, call, reply

@@ -25,7 +25,7 @@ from compaction_support import (
 
 from raygent import UserMessage
 from raygent.actors import RayOptions, ray_backend
-from raygent.actors.sessions import RaySessions
+from raygent.actors.sessions.persistence import RaySessions
 from raygent.errors import RaygentError
 from raygent.seams.contract import Backend
 from raygent.stores import RedisStore, Scope, SQLiteStore, Store

@@ -14,8 +14,8 @@ from raygent import AbortController, Usage, errors
 from raygent._batch import InputError
 from raygent.abort import abortable
 from raygent.actors import LeaseExpiredError, SessionHostError
-from raygent.actors._batch_runner import UnsentResultError
-from raygent.actors.batch_runners import RunnerLostError
+from raygent.actors.batch.execution import RunnerLostError
+from raygent.actors.batch.runner import UnsentResultError
 from raygent.compaction import SummaryError
 from raygent.errors import (
     AbortedError,

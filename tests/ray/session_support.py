@@ -20,7 +20,7 @@ import redis
 import raygent
 from raygent import Memory, Message
 from raygent.actors import RayOptions, ray_backend
-from raygent.actors.sessions import RaySessions
+from raygent.actors.sessions.persistence import RaySessions
 from raygent.memory import SavePolicy
 from raygent.seams.contract import Backend
 from raygent.stores import RedisStore, SQLiteStore, Store, StoredMessage

@@ -13,8 +13,8 @@ from ray_support import sim_model
 
 from raygent import ModelOptions, UserMessage
 from raygent.actors import Bounds, Gateway, RetryPolicy
-from raygent.actors._ledger import Ledger, Report, partition, waterfill
-from raygent.actors._sends import send_complete
+from raygent.actors.gateway.ledger import Ledger, Report, partition, waterfill
+from raygent.actors.gateway.sends import send_complete
 from raygent.errors import InvalidRequestError, RateLimitError
 from raygent.sim import Fault, Match, Reply, Rule, serve
 

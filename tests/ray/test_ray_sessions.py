@@ -32,10 +32,10 @@ from session_support import (
 
 import raygent
 from raygent import AssistantMessage, Memory, Message, UserMessage
-from raygent.actors import sessions as sessions_module
-from raygent.actors._session_host import SessionHost
-from raygent.actors._session_lease import HostLease
-from raygent.actors.sessions import (
+from raygent.actors.sessions import persistence as sessions_module
+from raygent.actors.sessions.host import SessionHost
+from raygent.actors.sessions.lease import HostLease
+from raygent.actors.sessions.persistence import (
     LeaseExpiredError,
     RaySessions,
     SessionHostError,

@@ -16,9 +16,9 @@ import pytest
 
 import raygent
 from raygent import ToolContext
-from raygent.actors._tool_executor import Retiring, ToolCallSpec, ToolExecutor, UnknownTools
-from raygent.actors._tool_outcomes import Failed, TimedOut
-from raygent.actors.tool_executors import _pickled_tool
+from raygent.actors.tools.executor import Retiring, ToolCallSpec, ToolExecutor, UnknownTools
+from raygent.actors.tools.executor_pool import _pickled_tool
+from raygent.actors.tools.outcomes import Failed, TimedOut
 from raygent.errors import ToolExecutionError
 
 GRACE = 0.2

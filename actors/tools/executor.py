@@ -1,7 +1,7 @@
 """The tool executor: one process that runs many tool calls at once, for every caller on
 its node.
 
-`ToolExecutor` is a plain class; `raygent.actors.tool_executors` makes a pool of them per
+`ToolExecutor` is a plain class; `tools.executor_pool` makes a pool of them per
 node, named async Ray actors. It is usable in-process too, which is how its batching,
 timeouts, tool cache and retiring are unit-tested.
 
@@ -22,7 +22,7 @@ timeouts, tool cache and retiring are unit-tested.
   tool. The next caller creates the executor again by name.
 - After `idle_timeout` seconds without a call it exits the same way: it outlives the
   process that created it, but does not linger.
-- Outcomes go back pickled one by one (`_tool_outcomes.encode`): values, the tool's
+- Outcomes go back pickled one by one (`outcomes.encode`): values, the tool's
   exception as a value, typed errors. Nothing is raised for an ordinary tool failure.
 """
 
@@ -54,7 +54,7 @@ from raygent.backend import (
     redacting_logger,
 )
 
-from ._tool_outcomes import CANCELLED, TIMED_OUT, Failed, TimedOut, encode
+from .outcomes import CANCELLED, TIMED_OUT, Failed, TimedOut, encode
 
 __all__ = [
     "Answer",

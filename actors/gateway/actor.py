@@ -1,8 +1,8 @@
 """The model gateway: the owner of provider bounds, leasing slices of them.
 
-`Gateway` is a plain class; `raygent.actors.gateway` makes it a named, detached async
+`Gateway` is a plain class; `gateway.access` makes it a named, detached async
 Ray actor (`raygent-gw-<i>`), one for the whole cluster by default, hosting the bound
-of every endpoint it is asked about (a ledger each, `_ledger.Ledger`). It sends no HTTP:
+of every endpoint it is asked about (a ledger each, `ledger.Ledger`). It sends no HTTP:
 the processes that run agents do, each inside the slice it holds. It is usable
 in-process too, which is how the lease protocol is unit-tested.
 
@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ._ledger import Bounds, Grant, Ledger, Report
+from .ledger import Bounds, Grant, Ledger, Report
 
 __all__ = ["Gateway", "GatewayClosedError"]
 

@@ -34,24 +34,10 @@ from raygent.backend import (
     closing_stream,
 )
 
-from ._lease import EndpointLease, Ticket
+from .._options import RetryPolicy
+from .lease import EndpointLease, Ticket
 
-__all__ = ["RetryPolicy", "Send", "Sends", "send_complete", "send_stream"]
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How 429s are retried on Ray: at most `max_attempts` sends per request; a
-    Retry-After over `max_wait` seconds is not waited for (the error goes back at once);
-    without Retry-After, exponential backoff from `backoff` seconds, with jitter."""
-
-    max_attempts: int = 8
-    max_wait: float = 60.0
-    backoff: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, not {self.max_attempts}")
+__all__ = ["Send", "Sends", "send_complete", "send_stream"]
 
 
 @dataclass

@@ -13,10 +13,10 @@ import ray.cloudpickle
 from raygent.backend import Backend
 
 from ._options import RayOptions
-from .batch_runners import RayBatchRunners
-from .gateway import RayModelAccess
-from .sessions import RaySessions
-from .tools import RayToolExecution
+from .batch.execution import RayBatchRunners
+from .gateway.access import RayModelAccess
+from .sessions.persistence import RaySessions
+from .tools.execution import RayToolExecution
 
 __all__ = ["PLUGIN", "RayPlugin", "connect", "ray_backend", "ship_by_value"]
 
@@ -31,7 +31,7 @@ def ray_backend(options: RayOptions | None = None) -> Backend:
         RayModelAccess(options),
         RayToolExecution(options),
         RaySessions(options),
-        RayBatchRunners(options),
+        RayBatchRunners(options, ray_backend),
     )
 
 
@@ -80,7 +80,7 @@ class RayPlugin:
         return connect(address, namespace, options, init_kwargs)
 
     def map_dataset(self, dataset: Any, executable: Any, **options: Any) -> Any:
-        from .data_map import map_dataset  # imports Ray Data: only when a stage is built
+        from .batch.data_stage import map_dataset  # imports Ray Data: only when a stage is built
 
         return map_dataset(dataset, executable, **options)
 

@@ -2,11 +2,12 @@
 
 The host grants the lease (the run's turn on the conversation, FIFO across drivers) and
 the history it starts from: one call. The run then writes each batch of its save policy
-to the store itself, fenced by the position it knows (`expected_position`): a writer
-that went around the lease, or a run whose turn was taken after its host restarted,
-finds the position moved and fails typed; the history never forks. At the end the run
-hands the lease back with what it appended, so the host's cached history stays warm:
-one call. Long runs renew the lease meanwhile (every third of `lease_timeout`).
+to the store itself, fenced by the position it knows (`expected_position`, kept by the
+core's `PositionFence`, as for a local lease): a writer that went around the lease, or
+a run whose turn was taken after its host restarted, finds the position moved and
+fails typed; the history never forks. At the end the run hands the lease back with
+what it appended, so the host's cached history stays warm: one call. Long runs renew
+the lease meanwhile (every third of `lease_timeout`).
 
 The lease is valid by this process's clock until `lease_timeout` after the call that
 last renewed it was sent (so before the host would expire it); a write after that is
@@ -25,11 +26,11 @@ from typing import Any
 
 from ray.exceptions import RayActorError, RayTaskError
 
-from raygent.backend import Message, RaygentError
+from raygent.backend import Message, PositionFence, RaygentError
 from raygent.stores import CompactingStore, Scope, Snapshot, Store
 
-from ._ray import spawn
-from ._session_wire import LeaseExpiredError, SessionHostError, checked, encode_messages
+from .._ray import spawn
+from .wire import LeaseExpiredError, SessionHostError, checked, encode_messages
 
 __all__ = ["HostLease", "unavailable"]
 
@@ -54,10 +55,10 @@ class HostLease:
         self.lease_id = lease_id
         self._handle, self._host = handle, host
         self._store, self._scope, self._run_id = store, scope, run_id
+        self._fence = PositionFence(store, scope, run_id, len(history))
         self._lock: asyncio.Lock | None = lock
         self._timeout = timeout
         self._deadline = received + timeout * 2 / 3
-        self._position = len(history)
         self._appended: list[Message] = []
         self._changed = False  # the host's copy can no longer be extended: it forgets it
         self._keeper: asyncio.Task[None] | None = None
@@ -83,26 +84,23 @@ class HostLease:
     async def append(self, turn: int, messages: Sequence[Message]) -> None:
         batch = checked(messages)
         self._check()
+        position = self._fence.position
         try:
-            result = await self._store.append(
-                self._scope, self._run_id, turn, batch, expected_position=self._position
-            )
+            result = await self._fence.append(turn, batch)
         except BaseException:
             self._changed = True  # a conflict, or an outcome unknown: the host reloads
             raise
-        if result.duplicate or result.first_position != self._position:
+        if result.duplicate or result.first_position != position:
             self._changed = True
-        if result.duplicate:
-            return  # stored before (a resumed run's replay): the fence stays where it is
-        self._position = result.first_position + result.count
-        self._appended.extend(batch)
+        if not result.duplicate:  # stored before (a resumed run's replay): not new here
+            self._appended.extend(batch)
 
     async def record_error(self, error: RaygentError, messages: Sequence[Message]) -> None:
         # No fence: an error record is kept apart from history, whoever holds the turn.
         await self._store.record_error(self._scope, self._run_id, error, messages)
 
     async def snapshot(self) -> Snapshot:
-        return await self._compacting().snapshot(self._scope)
+        return await self._fence.compacting().snapshot(self._scope)
 
     async def replace_prefix(
         self, revision: int, count: int, replacement: Sequence[Message]
@@ -111,18 +109,7 @@ class HostLease:
         fence moves by what the replacement changed, so the next append lines up."""
         self._check()
         self._changed = True  # the host's cached history is not what is stored now
-        outcome = await self._compacting().replace_prefix(
-            self._scope, revision, count, checked(replacement), self._run_id
-        )
-        if outcome == "committed":
-            self._position += len(replacement) - count
-        return outcome == "committed"
-
-    def _compacting(self) -> CompactingStore:
-        store = self._store
-        if not isinstance(store, CompactingStore):  # `compacts` says so: it is not asked
-            raise TypeError(f"{type(store).__name__} cannot replace a prefix (compaction)")
-        return store
+        return await self._fence.replace_prefix(revision, count, checked(replacement))
 
     async def release(self) -> None:
         """Hand the lease back with what this run appended (the host extends its copy);
@@ -134,7 +121,7 @@ class HostLease:
             self._keeper.cancel()
         appended = None if self._changed else encode_messages(self._appended)
         try:
-            await self._handle.release.remote(self.lease_id, appended, self._position)
+            await self._handle.release.remote(self.lease_id, appended, self._fence.position)
         except (RayActorError, RayTaskError):
             pass  # the lease died with its host; what was written is stored
         finally:

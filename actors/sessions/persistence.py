@@ -9,7 +9,7 @@ history; the store stays the source of truth.
 A run costs two host calls: one to open (the lease and the history), one to close (the
 lease back, with what the run appended for the host's copy). In between the run writes
 each batch of its save policy to the store itself, fenced by its position
-(`_session_lease.HostLease`). Histories cross as their JSON. Ray does not keep the order
+(`lease.HostLease`). Histories cross as their JSON. Ray does not keep the order
 of one caller's calls to an async actor, so runs from one process first queue on a
 per-process FIFO lock for the conversation: runs from one driver go in arrival order,
 runs from several drivers are mutually exclusive at the host.
@@ -47,10 +47,10 @@ from raygent.backend import (
 )
 from raygent.stores import InMemoryStore, Scope, SQLiteStore, Store
 
-from ._options import RayOptions
-from ._ray import in_batch_runner, job_id, named_actor, spawn
-from ._session_lease import HostLease, unavailable
-from ._session_wire import (
+from .._options import RayOptions
+from .._ray import in_batch_runner, job_id, named_actor, spawn
+from .lease import HostLease, unavailable
+from .wire import (
     LeaseExpiredError,
     SessionHostError,
     encode_messages,
@@ -127,7 +127,7 @@ _local = LocalSessions()
 
 
 def _host_class() -> type:
-    from ._session_host import SessionHost
+    from .host import SessionHost
 
     return SessionHost
 

@@ -6,7 +6,7 @@ A provider endpoint's bound (`max_concurrency`, `requests_per_minute`,
 detached async actor (`raygent-gw-<i>` in the backend's namespace; one for the whole
 cluster unless `RayOptions.replicas` splits every bound over several). The gateway
 sends no requests. Each process that runs agents (drivers, batch runners) holds a lease
-per endpoint (`_lease.EndpointLease`), sends its requests itself through the shared
+per endpoint (`lease.EndpointLease`), sends its requests itself through the shared
 HTTP transport inside its slice, and hears from the gateway when its slice grows or
 shrinks, when every holder must pause for a Retry-After, and once per heartbeat. So a
 trip costs no remote call and no conversation crosses Ray, and the bound still holds
@@ -42,12 +42,12 @@ from raygent.backend import (
     routed,
 )
 
-from ._gateway_actor import Gateway
-from ._lease import EndpointLease, GatewayUnavailable
-from ._ledger import Bounds, Grant, Report, partition
-from ._options import RayOptions
-from ._ray import job_id, named_actor, reconstructed
-from ._sends import send_complete, send_stream
+from .._options import RayOptions
+from .._ray import job_id, named_actor, reconstructed
+from .actor import Gateway
+from .lease import EndpointLease, GatewayUnavailable
+from .ledger import Bounds, Grant, Report, partition
+from .sends import send_complete, send_stream
 
 __all__ = ["RayModelAccess", "endpoint_digest", "gateway_key", "gateway_names"]
 

@@ -44,9 +44,9 @@ from raygent.backend import (
     use_backend,
 )
 
-from ._batch_runner import _load_executable
-from ._options import RayOptions
-from .batch_runners import runner_count
+from .._options import RayOptions
+from .execution import runner_count
+from .runner import load_executable
 
 if TYPE_CHECKING:
     from raygent.backend import RunOptions
@@ -145,7 +145,7 @@ class _DataRunner:
     ) -> None:
         # Runs here use the driver's backend: the same gateways, the same bounds.
         use_backend(backend)
-        executable = _load_executable(payload)
+        executable = load_executable(payload)
         self._runnable = is_runnable(executable)
         self._attempt = attempt_for(executable, run_options)
         self._slots = slots

@@ -53,10 +53,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raygent.backend import Tool, ToolContext, ToolExecutionError
 
-from ._options import RayOptions
-from ._ray import job_id, named_actor, spawn
-from ._tool_executor import Retiring, ToolCallSpec, ToolExecutor, UnknownTools
-from ._tool_outcomes import decode, dumps, timed_out, worker_failed
+from .._options import RayOptions
+from .._ray import job_id, named_actor, spawn
+from .executor import Retiring, ToolCallSpec, ToolExecutor, UnknownTools
+from .outcomes import decode, dumps, timed_out, worker_failed
 
 __all__ = ["ToolExecutors", "executor_names"]
 

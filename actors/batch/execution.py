@@ -44,6 +44,7 @@ from raygent.backend import (
     AbortController,
     AbortSignal,
     AgentReport,
+    Backend,
     BatchItem,
     Feed,
     FlowReport,
@@ -61,10 +62,10 @@ from raygent.backend import (
 )
 from raygent.backend import deliver as observe
 
-from ._batch_runner import BatchRunner, UnsentResultError
-from ._options import RayOptions
-from ._ray import actor_class, job_id
-from .sessions import store_identity
+from .._options import RayOptions
+from .._ray import actor_class, job_id
+from ..sessions.persistence import store_identity
+from .runner import BatchRunner, UnsentResultError
 
 if TYPE_CHECKING:
     from raygent.backend import BatchPool, PoolPlan
@@ -78,6 +79,9 @@ _loads: Callable[[bytes], Any] = ray.cloudpickle.loads
 PER_RUNNER = 128  # attempts in flight one runner takes by default
 MAX_LOST = 3  # runners an item may take down before it fails
 
+# Builds the backend each runner runs with, from the options (`raygent.actors.ray_backend`).
+RunnerBackend = Callable[[RayOptions], Backend]
+
 
 class RunnerLostError(RaygentError):
     """A batch runner died holding this item. With `fatal=True` (a detail, like every
@@ -88,13 +92,17 @@ class RunnerLostError(RaygentError):
 
 
 class RayBatchRunners:
-    """`BatchExecution` on Ray: each batch gets its own runner actors."""
+    """`BatchExecution` on Ray: each batch gets its own runner actors.
 
-    def __init__(self, options: RayOptions | None = None) -> None:
+    `runner_backend` builds the backend the runners run with (`ray_backend`, which
+    builds these runners too: it is handed in, not imported)."""
+
+    def __init__(self, options: RayOptions | None, runner_backend: RunnerBackend) -> None:
         self.options = options or RayOptions()
+        self.runner_backend = runner_backend
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.options,))
+        return (type(self), (self.options, self.runner_backend))
 
     def check(self, executable: Any) -> None:
         memory = getattr(executable, "memory", None)
@@ -116,7 +124,7 @@ class RayBatchRunners:
             ) from exc
 
     def pool(self, executable: Any, plan: PoolPlan) -> BatchPool:
-        return RunnerPool(executable, plan, self.options)
+        return RunnerPool(executable, plan, self.options, self.runner_backend)
 
     async def start(self, concurrency: int, runners: int | None = None) -> None:
         """Start (or find) the runners a batch of this `concurrency` will use, and wait
@@ -125,7 +133,7 @@ class RayBatchRunners:
         self.options.connect()
         taken: list[Any] = []
         for _ in range(runner_count(concurrency, runners)):
-            taken.append(_fleet.take(self.options, taken)[0])
+            taken.append(_fleet.take(self.options, self.runner_backend, taken)[0])
         await asyncio.gather(*(handle.__ray_ready__.remote() for handle in taken))
 
 
@@ -195,10 +203,13 @@ class _Runner:
 class RunnerPool:
     """A `BatchPool` over runner actors (see the module docstring)."""
 
-    def __init__(self, executable: Any, plan: PoolPlan, options: RayOptions) -> None:
+    def __init__(
+        self, executable: Any, plan: PoolPlan, options: RayOptions, runner_backend: RunnerBackend
+    ) -> None:
         self._executable = executable
         self._plan = plan
         self._options = options
+        self._runner_backend = runner_backend
         self._controller = AbortController()
         self._runners: list[_Runner] = []  # every runner of the batch, dead ones too
         self._lanes: list[_Runner] = []  # the runner serving each lane now
@@ -265,7 +276,7 @@ class RunnerPool:
 
     def _spawn(self, lane: int, slots: int) -> None:
         busy = [r.handle for r in self._lanes if not r.ended]
-        handle, fresh = _fleet.take(self._options, busy)
+        handle, fresh = _fleet.take(self._options, self._runner_backend, busy)
         share = f"{self._id}-{len(self._runners)}"
         runner = _Runner(handle, slots, share, lane, fresh=fresh)
         self._runners.append(runner)
@@ -525,7 +536,9 @@ class _Fleet:
         self._runners: dict[tuple[str, str], list[Any]] = {}  # by _fleet_key
         self._ids = itertools.count()
 
-    def take(self, options: RayOptions, busy: list[Any]) -> tuple[Any, bool]:
+    def take(
+        self, options: RayOptions, runner_backend: RunnerBackend, busy: list[Any]
+    ) -> tuple[Any, bool]:
         """A runner not in `busy` (the batch's own), made if there is none (then the
         flag is True)."""
         key = _fleet_key(options)
@@ -533,8 +546,6 @@ class _Fleet:
         for handle in runners:
             if not any(handle is other for other in busy):
                 return handle, False
-        from .backend import ray_backend
-
         handle = (
             actor_class(BatchRunner)
             .options(
@@ -545,7 +556,7 @@ class _Fleet:
                 max_concurrency=1000,
                 max_restarts=0,
             )
-            .remote(ray_backend(options))
+            .remote(runner_backend(options))
         )
         runners.append(handle)
         return handle, True

@@ -24,8 +24,8 @@ from ray.exceptions import RayError
 
 from raygent.backend import AbortController, Tool, ToolContext
 
-from ._options import RayOptions
-from ._tool_outcomes import Failed, portable, timed_out, worker_failed
+from .._options import RayOptions
+from .outcomes import Failed, portable, timed_out, worker_failed
 
 __all__ = ["ToolTasks", "needs_placement"]
 

@@ -1,6 +1,6 @@
 """The session host: the leases and cached histories of many conversations, one process.
 
-`SessionHost` is a plain class; `raygent.actors.sessions` makes a fixed pool of them
+`SessionHost` is a plain class; `sessions.persistence` makes a fixed pool of them
 named async Ray actors (`raygent-sessions-<i>`), each hosting every conversation routed
 to it. It is usable in-process too, which is how its leases and cache are unit-tested.
 
@@ -34,7 +34,7 @@ from typing import Any
 from raygent.backend import RaygentError, redacting_logger
 from raygent.stores import Scope, Store
 
-from ._session_wire import LeaseExpiredError, SessionHostError, encode_messages
+from .wire import LeaseExpiredError, SessionHostError, encode_messages
 
 __all__ = ["Granted", "SessionHost"]
 

@@ -52,12 +52,12 @@ from raygent.backend import (
     use_backend,
 )
 
-from ._ray import in_batch_runner
+from .._ray import in_batch_runner
 
 if TYPE_CHECKING:
     from raygent.backend import RunOptions
 
-__all__ = ["BatchRunner", "ResultBatch", "UnsentResultError"]
+__all__ = ["BatchRunner", "ResultBatch", "UnsentResultError", "load_executable"]
 
 logger = redacting_logger(__name__)
 _dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps
@@ -88,7 +88,7 @@ class _ItemPickler(ray.cloudpickle.Pickler):
         return super().reducer_override(obj)  # type: ignore[no-untyped-call]
 
 
-def _load_executable(payload: bytes) -> Any:
+def load_executable(payload: bytes) -> Any:
     """The executable the driver sent; the classes it brought by value are noted."""
     executable = _loads(payload)
     for cls in list(_TRACKED):
@@ -167,7 +167,7 @@ class BatchRunner:
         """Take a share of a batch: `slots` attempts in flight."""
         state = _Batch(
             pool=InFlight(
-                attempt_for(_load_executable(executable), run_options),
+                attempt_for(load_executable(executable), run_options),
                 concurrency=slots,
                 retry=retry,
                 deliver=lambda item: self._deliver(batch_id, item),

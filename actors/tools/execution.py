@@ -2,13 +2,13 @@
 
 - `inline=True`: in the caller's process, as on the local backend.
 - A tool that declares `num_cpus`, `resources` or a `runtime_env` needs placement: each
-  call is one Ray task asking for them (`_tool_tasks`), with `retries` for idempotent
+  call is one Ray task asking for them (`tasks`), with `retries` for idempotent
   tools and `timeout` enforced by cancelling the task.
 - Every other tool, called from a batch runner (`RayOptions.tools_in_runners`, the
   default): in the runner's process, as in-process. A runner is already a worker of
   its own; another hop would cost a Ray call per tool call and buy little.
 - Every other tool, called from anywhere else (a driver, a notebook): the tool
-  executors of the caller's node (`tool_executors`), a small pool of long-lived actors
+  executors of the caller's node (`executor_pool`), a small pool of long-lived actors
   that runs many calls at once, the calls of one trip in one remote call per executor.
 
 Arguments are validated in the caller (an invalid call costs no remote call). The run's
@@ -24,10 +24,10 @@ from typing import Any
 
 from raygent.backend import Tool, ToolContext
 
-from ._options import RayOptions
-from ._ray import in_batch_runner
-from ._tool_tasks import ToolTasks, needs_placement
-from .tool_executors import ToolExecutors
+from .._options import RayOptions
+from .._ray import in_batch_runner
+from .executor_pool import ToolExecutors
+from .tasks import ToolTasks, needs_placement
 
 __all__ = ["RayToolExecution"]
 

@@ -1,0 +1,12 @@
+"""Model access on Ray: provider bounds held cluster-wide by model gateways.
+
+access     `RayModelAccess` (the `ModelAccess` seam): HTTP from the process that runs the
+           agent, inside a leased slice of the endpoint's bound; gateway names and keys
+actor      `Gateway`: the detached gateway actor that owns the bounds and leases slices
+ledger     one endpoint's bound as its gateway keeps it (`Ledger`, `Bounds`): plain Python
+lease      `EndpointLease`: a process's lease on one endpoint's bound, admitting requests
+sends      sending one request inside a lease: admission, 429 retries, the trip's record
+
+May import raygent, raygent.backend, raygent.stores, Ray and the shared helpers of
+raygent.actors (`_options`, `_ray`); nothing of the other subpackages.
+"""
