@@ -31,7 +31,7 @@ from ._pool import shared_transport
 from ._sse import SSE, iter_sse
 from .contract import Capabilities
 
-__all__ = ["HTTPModel"]
+__all__ = ["MALFORMED", "HTTPModel", "text_field"]
 
 DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 _LOOPBACK_HOSTS = ("localhost", "::1", "[::1]")
@@ -41,6 +41,17 @@ _SNIPPET_CHARS = 200
 
 
 _VERSION = "0.1.0"
+# What reading a reply of an unexpected shape raises (pydantic's ValidationError is a
+# ValueError; json nesting too deep for the stack a RecursionError): each parse path
+# turns these into a ProviderResponseError, so nothing a reply holds escapes untyped.
+MALFORMED: tuple[type[Exception], ...] = (
+    ValueError,
+    KeyError,
+    IndexError,
+    TypeError,
+    AttributeError,
+    RecursionError,
+)
 
 
 def _timeout_extension(timeout: httpx.Timeout) -> dict[str, float | None]:
@@ -50,6 +61,13 @@ def _timeout_extension(timeout: httpx.Timeout) -> dict[str, float | None]:
         "write": timeout.write,
         "pool": timeout.pool,
     }
+
+
+def text_field(value: object) -> str:
+    """A string field of a reply (TypeError otherwise: the reply is malformed)."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, not {type(value).__name__}")
+    return value
 
 
 def _timed_out(exc: httpx.TransportError) -> bool:
