@@ -282,9 +282,16 @@ class StreamState:
     usage: Usage | None = None
 
     def finished_blocks(self) -> list[dict[str, Any]]:
+        """The blocks as a non-streamed reply has them. A block that received
+        `input_json_delta`s gets its input: a client `tool_use` the raw text (parsed as
+        its call is), any other (`server_tool_use`, `mcp_tool_use`) the parsed object, to
+        go back verbatim next turn (ValueError when it is not JSON)."""
         out = []
         for index, block in sorted(self.blocks.items()):
+            fragments = self.partial_json.get(index)
             if block["type"] == "tool_use":
-                block = {**block, "input": "".join(self.partial_json.get(index, ()))}
+                block = {**block, "input": "".join(fragments or ())}
+            elif fragments is not None and "".join(fragments).strip():
+                block = {**block, "input": json.loads("".join(fragments))}
             out.append(block)
         return out

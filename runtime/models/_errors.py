@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import time
 from typing import Any
 
@@ -95,7 +96,7 @@ def _read_error_body(body: bytes, secrets: tuple[str, ...]) -> tuple[str | None,
     both redacted, then cut."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None, _clean(body.decode("utf-8", "replace").strip(), secrets, _RAW_CHARS)
     error = data.get("error") if isinstance(data, dict) else None
     if isinstance(error, dict):
@@ -129,11 +130,13 @@ def retry_after_seconds(headers: httpx.Headers) -> float | None:
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     return max(0.0, when.timestamp() - time.time())

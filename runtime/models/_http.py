@@ -15,6 +15,7 @@ from typing_extensions import Unpack
 
 from ..abort import AbortSignal, AbortWatch, abortable
 from ..errors import (
+    AuthenticationError,
     OfflineError,
     ProviderConnectionError,
     ProviderError,
@@ -30,7 +31,7 @@ from ._pool import shared_transport
 from ._sse import SSE, iter_sse
 from .contract import Capabilities
 
-__all__ = ["HTTPModel"]
+__all__ = ["MALFORMED", "HTTPModel", "text_field"]
 
 DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 _LOOPBACK_HOSTS = ("localhost", "::1", "[::1]")
@@ -40,6 +41,17 @@ _SNIPPET_CHARS = 200
 
 
 _VERSION = "0.1.0"
+# What reading a reply of an unexpected shape raises (pydantic's ValidationError is a
+# ValueError; json nesting too deep for the stack a RecursionError): each parse path
+# turns these into a ProviderResponseError, so nothing a reply holds escapes untyped.
+MALFORMED: tuple[type[Exception], ...] = (
+    ValueError,
+    KeyError,
+    IndexError,
+    TypeError,
+    AttributeError,
+    RecursionError,
+)
 
 
 def _timeout_extension(timeout: httpx.Timeout) -> dict[str, float | None]:
@@ -49,6 +61,23 @@ def _timeout_extension(timeout: httpx.Timeout) -> dict[str, float | None]:
         "write": timeout.write,
         "pool": timeout.pool,
     }
+
+
+def text_field(value: object) -> str:
+    """A string field of a reply (TypeError otherwise: the reply is malformed)."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, not {type(value).__name__}")
+    return value
+
+
+def _timed_out(exc: httpx.TransportError) -> bool:
+    """Whether a transport error is a timeout. httpx-aiohttp maps every aiohttp
+    connection error (a refused connection, a failed DNS lookup, a server that hung up)
+    to `httpx.ConnectTimeout`; what it wraps says what happened."""
+    if not isinstance(exc, httpx.TimeoutException):
+        return False
+    cause = exc.__cause__
+    return cause is None or isinstance(cause, TimeoutError)
 
 
 def _leaves_machine(url: str) -> bool:
@@ -102,6 +131,12 @@ class HTTPModel:
         self.tokens_per_minute = settings.get("tokens_per_minute")
         api_key = settings.get("api_key")
         self._api_key = api_key if api_key is not None else os.environ.get(self.env_key, "")
+        # A key is required unless the caller said none is needed: `api_key=None` given
+        # on purpose, or a base URL of their own (a local server, a gateway).
+        base_url = settings.get("base_url")
+        self._key_required = "api_key" not in settings and (
+            not base_url or base_url.rstrip("/") == self.default_base_url
+        )
         self._injected_client = settings.get("http_client")
         self._urls: dict[str, httpx.URL] = {}
         self._headers: dict[str, str] | None = None
@@ -168,6 +203,9 @@ class HTTPModel:
         self, path: str, body: dict[str, Any], signal: AbortSignal | None
     ) -> AsyncIterator[httpx.Response]:
         """POST `body`; yield the open response once its status is 2xx, else raise typed."""
+        if self._key_required and not self._api_key:
+            # Said before offline mode is: that would hide what the caller must fix.
+            raise self._missing_key()
         if os.environ.get("RAYGENT_OFFLINE") and self._remote:
             # The guard tests run under: a real provider call fails loudly, before any I/O.
             raise OfflineError(
@@ -187,11 +225,13 @@ class HTTPModel:
             else:
                 sending = (await shared_transport()).handle_async_request(request)
             response = await abortable(sending, signal)
-        except httpx.TimeoutException as exc:
-            raise ProviderTimeoutError(self._transport_text(exc), provider=self.provider) from None
         except httpx.TransportError as exc:
+            if _timed_out(exc):
+                raise ProviderTimeoutError(
+                    self._transport_text(exc), provider=self.provider
+                ) from None
             raise ProviderConnectionError(
-                self._transport_text(exc), provider=self.provider
+                self._connect_text(request.url, exc), provider=self.provider
             ) from None
         try:
             if response.status_code >= 400:
@@ -220,6 +260,26 @@ class HTTPModel:
             }
         return self._headers
 
+    def _missing_key(self) -> AuthenticationError:
+        return AuthenticationError(
+            f"{self.provider}: no API key: set {self.env_key} or pass api_key= to"
+            f" {type(self).__name__} (api_key=None, or a base_url of your own, for a"
+            " server that needs none)",
+            provider=self.provider,
+            status=None,
+            provider_code="missing_api_key",
+            env_key=self.env_key,
+        )
+
+    def _connect_text(self, url: httpx.URL, exc: Exception) -> str:
+        """Which host could not be reached, and why (the OS's reason, not the client
+        library's wording: aiohttp's says `ssl:default` even of a plain http:// URL)."""
+        cause = exc.__cause__
+        reason = getattr(cause, "os_error", None) or cause or exc
+        detail = redact(str(reason), self._secrets) or type(reason).__name__
+        port = url.port or (443 if url.scheme == "https" else 80)
+        return f"{self.provider}: cannot connect to {url.host}:{port}: {detail}"
+
     def _transport_text(self, exc: Exception) -> str:
         detail = redact(str(exc), self._secrets) or type(exc).__name__
         return f"{self.provider}: {type(exc).__name__}: {detail}"
@@ -227,9 +287,11 @@ class HTTPModel:
     async def _read(self, response: httpx.Response) -> bytes:
         try:
             return await response.aread()
-        except httpx.TimeoutException as exc:
-            raise ProviderTimeoutError(self._transport_text(exc), provider=self.provider) from None
         except httpx.TransportError as exc:
+            if _timed_out(exc):
+                raise ProviderTimeoutError(
+                    self._transport_text(exc), provider=self.provider
+                ) from None
             raise ProviderResponseError(
                 f"{self.provider}: the reply broke off: {self._transport_text(exc)}",
                 provider=self.provider,
@@ -271,11 +333,11 @@ class HTTPModel:
                         event = await watch.until(anext(events))
                     except StopAsyncIteration:
                         return
-                    except httpx.TimeoutException as exc:
-                        raise ProviderTimeoutError(
-                            self._transport_text(exc), provider=self.provider
-                        ) from None
                     except httpx.TransportError as exc:
+                        if _timed_out(exc):
+                            raise ProviderTimeoutError(
+                                self._transport_text(exc), provider=self.provider
+                            ) from None
                         raise ProviderResponseError(
                             f"{self.provider}: the stream broke off: {self._transport_text(exc)}",
                             provider=self.provider,

@@ -11,6 +11,7 @@ from ..messages import (
     ContentPart,
     ImagePart,
     Message,
+    ProviderBlock,
     SystemMessage,
     TextPart,
     ToolCall,
@@ -185,24 +186,66 @@ def finish_reason(raw: str | None, refusal: str | None) -> FinishReason:
 @dataclass
 class ParsedReply:
     text: str
+    reasoning: str
     tool_calls: list[ToolCall]
     finish_reason: FinishReason
     refusal: str | None
+
+
+def _string(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, not {type(value).__name__}")
+    return value
+
+
+def content_parts(content: object) -> tuple[str, str]:
+    """(text, reasoning) of a message's or a delta's `content`: a string, or a list of
+    parts as some compatible servers send (Mistral: a `thinking` part, whose `thinking`
+    is a string or a list of text parts, then `text` parts). Parts of other kinds (a
+    reference, an image) carry no text of the reply. TypeError on another shape."""
+    if content is None:
+        return "", ""
+    if isinstance(content, str):
+        return content, ""
+    if not isinstance(content, list):
+        raise TypeError("content is neither a string nor a list of parts")
+    text: list[str] = []
+    reasoning: list[str] = []
+    for part in content:
+        if isinstance(part, str):
+            text.append(part)
+            continue
+        kind = part["type"]
+        if kind == "text":
+            text.append(_string(part["text"]))
+        elif kind in ("thinking", "reasoning"):
+            reasoning.append(content_parts(part.get(kind) or part.get("text"))[0])
+    return "".join(text), "".join(reasoning)
+
+
+def reasoning_field(message: dict[str, Any]) -> str:
+    """`reasoning_content` (DeepSeek, vLLM) or `reasoning` (some others), when a string."""
+    value = message.get("reasoning_content") or message.get("reasoning")
+    return value if isinstance(value, str) else ""
 
 
 def parse_choice(choice: dict[str, Any]) -> ParsedReply:
     """The first choice of a non-streamed reply (KeyError/TypeError on a malformed one)."""
     message = choice["message"]
     refusal = message.get("refusal")
+    if refusal is not None:
+        _string(refusal)
     calls = [
         ToolCall.parse(c["id"], c["function"]["name"], c["function"].get("arguments") or "")
         for c in message.get("tool_calls") or ()
     ]
+    text, reasoning = content_parts(message.get("content"))
     return ParsedReply(
-        text=message.get("content") or "",
+        text=text,
+        reasoning=reasoning_field(message) + reasoning,
         tool_calls=calls,
         finish_reason=finish_reason(choice.get("finish_reason"), refusal),
-        refusal=refusal,
+        refusal=refusal or None,
     )
 
 
@@ -218,6 +261,7 @@ class StreamState:
     """Accumulates a streamed reply into what a non-streamed one would have said."""
 
     text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
     refusal: list[str] = field(default_factory=list)
     calls: dict[int, PendingCall] = field(default_factory=dict)
     finish: str | None = None
@@ -226,8 +270,17 @@ class StreamState:
     usage: Usage | None = None
 
     def content(self) -> list[ContentPart]:
+        """Reasoning a compatible server sent (kept as a `thinking` block: it is not
+        replayed on this wire), then the text."""
+        out: list[ContentPart] = []
+        reasoning = "".join(self.reasoning)
+        if reasoning:
+            block = {"type": "thinking", "thinking": reasoning}
+            out.append(ProviderBlock(provider=PROVIDER, kind="thinking", data=block))
         text = "".join(self.text)
-        return [TextPart(text=text)] if text else []
+        if text:
+            out.append(TextPart(text=text))
+        return out
 
     def tool_calls(self) -> list[ToolCall]:
         return [

@@ -137,7 +137,12 @@ def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
     providers' blocks (Anthropic thinking) cannot be replayed here: dropped."""
     items: list[dict[str, Any]] = []
     for part in message.content:
-        if isinstance(part, ProviderBlock) and part.provider == PROVIDER:
+        # A Chat Completions server's `thinking` (provider "openai" too) is no item here.
+        if (
+            isinstance(part, ProviderBlock)
+            and part.provider == PROVIDER
+            and part.kind != "thinking"
+        ):
             items.append(dict(part.data))
     if message.text:
         items.append({"role": "assistant", "content": message.text})

@@ -15,7 +15,7 @@ from .._message_input import MessageLike, given_messages
 from ..abort import AbortSignal
 from ..usage import Usage
 from . import _anthropic_wire as wire
-from ._http import HTTPModel, ModelSettings
+from ._http import MALFORMED, HTTPModel, ModelSettings, text_field
 from .contract import (
     Capabilities,
     Done,
@@ -93,11 +93,11 @@ class AnthropicModel(HTTPModel):
         data, response = await self._post_json("/v1/messages", body, signal)
         try:
             content, calls = wire.content_from(data["content"])
-            stop_reason = data.get("stop_reason")
-        except (KeyError, TypeError, AttributeError):
+            usage = wire.usage_from(data.get("usage"))
+            return self._response(content, calls, data.get("stop_reason"), data, usage)
+        except MALFORMED:
             raw = json.dumps(data).encode()
             raise self._bad_reply(response, "malformed message", raw) from None
-        return self._response(content, calls, stop_reason, data, wire.usage_from(data.get("usage")))
 
     async def count_tokens(
         self,
@@ -152,11 +152,13 @@ class AnthropicModel(HTTPModel):
             async for event in events:
                 try:
                     data = pydantic_core.from_json(event.data) if event.data else {}
+                    if not isinstance(data, dict):
+                        raise TypeError("an event that is not a JSON object")
                     kind = data.get("type") or event.event or ""
                     if kind == "error":
                         raise self._stream_error(data)
                     outs = self._feed(state, kind, data)
-                except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                except MALFORMED:
                     raise self._bad_reply(
                         response, "malformed stream event", event.data.encode()
                     ) from None
@@ -168,10 +170,12 @@ class AnthropicModel(HTTPModel):
             raise self._bad_reply(None, "the stream ended before the reply was complete")
         try:
             content, calls = wire.content_from(state.finished_blocks())
-        except (KeyError, TypeError, AttributeError):
+            meta = {"id": state.response_id, "model": state.model}
+            usage = state.usage or Usage()
+            done = self._response(content, calls, state.stop_reason, meta, usage)
+        except MALFORMED:
             raise self._bad_reply(None, "malformed content blocks in the stream") from None
-        meta = {"id": state.response_id, "model": state.model}
-        yield Done(self._response(content, calls, state.stop_reason, meta, state.usage or Usage()))
+        yield Done(done)
 
     def _feed(self, state: wire.StreamState, kind: str, data: dict[str, Any]) -> list[StreamChunk]:
         if kind == "message_start":
@@ -180,9 +184,10 @@ class AnthropicModel(HTTPModel):
             state.usage = wire.usage_from(message.get("usage"))
             return []
         if kind == "content_block_start":
-            state.blocks[data["index"]] = dict(data["content_block"])
-            if state.blocks[data["index"]]["type"] == "tool_use":
-                state.partial_json[data["index"]] = []
+            block = data["content_block"]
+            if not isinstance(block, dict) or not isinstance(block["type"], str):
+                raise TypeError("a content block is not an object with a type")
+            state.blocks[data["index"]] = dict(block)
             return []
         if kind == "content_block_delta":
             return self._delta(state, data["index"], data["delta"])
@@ -200,15 +205,28 @@ class AnthropicModel(HTTPModel):
         block = state.blocks[index]
         kind = delta["type"]
         if kind == "text_delta":
-            block["text"] = block.get("text", "") + delta["text"]
-            return [TextDelta(delta["text"])]
+            text = text_field(delta["text"])
+            block["text"] = block.get("text", "") + text
+            return [TextDelta(text)]
         if kind == "input_json_delta":
-            state.partial_json[index].append(delta["partial_json"])
-            fragment = delta["partial_json"]
-            return [ToolCallDelta(index, block["id"], block["name"], fragment)]
+            # Client tool_use, and server-side tool blocks (server_tool_use, mcp_tool_use):
+            # each is rebuilt with its input; only a client's call is a ToolCallDelta.
+            fragment = text_field(delta["partial_json"])
+            state.partial_json.setdefault(index, []).append(fragment)
+            if block["type"] != "tool_use":
+                return []
+            call_id, name = text_field(block["id"]), text_field(block["name"])
+            return [ToolCallDelta(index, call_id, name, fragment)]
+        if kind == "citations_delta":
+            citation = delta["citation"]
+            if not isinstance(citation, dict):
+                raise TypeError("a citation is not an object")
+            block["citations"] = [*(block.get("citations") or ()), citation]
+            return []
         if kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + delta["thinking"]
-            return [ReasoningDelta(delta["thinking"])]
+            text = text_field(delta["thinking"])
+            block["thinking"] = block.get("thinking", "") + text
+            return [ReasoningDelta(text)]
         if kind == "signature_delta":
-            block["signature"] = block.get("signature", "") + delta["signature"]
+            block["signature"] = block.get("signature", "") + text_field(delta["signature"])
         return []

@@ -15,12 +15,13 @@ from .._message_input import MessageLike, given_messages
 from ..abort import AbortSignal
 from ..usage import Usage
 from . import _openai_wire as wire
-from ._http import HTTPModel, ModelSettings
+from ._http import MALFORMED, HTTPModel, ModelSettings, text_field
 from .contract import (
     Capabilities,
     Done,
     ModelOptions,
     ModelResponse,
+    ReasoningDelta,
     StreamChunk,
     TextDelta,
     ToolCallDelta,
@@ -104,21 +105,21 @@ class OpenAIModel(HTTPModel):
         body = self.request_body(messages, options, stream=False)
         data, response = await self._post_json("/chat/completions", body, signal)
         try:
-            choice = data["choices"][0]
-            reply = wire.parse_choice(choice)
-        except (KeyError, IndexError, TypeError, AttributeError):
+            reply = wire.parse_choice(data["choices"][0])
+            state = wire.StreamState(text=[reply.text], reasoning=[reply.reasoning])
+            return ModelResponse(
+                content=state.content(),
+                tool_calls=reply.tool_calls,
+                finish_reason=reply.finish_reason,
+                usage=self._priced(wire.usage_from(data.get("usage"))),
+                response_id=data.get("id"),
+                model=data.get("model"),
+                provider=self.provider,
+                refusal=reply.refusal,
+            )
+        except MALFORMED:
             raw = json.dumps(data).encode()
             raise self._bad_reply(response, "malformed chat completion", raw) from None
-        return ModelResponse(
-            content=wire.StreamState(text=[reply.text]).content(),
-            tool_calls=reply.tool_calls,
-            finish_reason=reply.finish_reason,
-            usage=self._priced(wire.usage_from(data.get("usage"))),
-            response_id=data.get("id"),
-            model=data.get("model"),
-            provider=self.provider,
-            refusal=reply.refusal,
-        )
 
     async def stream(
         self,
@@ -140,10 +141,12 @@ class OpenAIModel(HTTPModel):
                     break
                 try:
                     chunk = pydantic_core.from_json(event.data)
-                    if "error" in chunk:
+                    if not isinstance(chunk, dict):
+                        raise TypeError("a chunk that is not a JSON object")
+                    if chunk.get("error") is not None:
                         raise self._stream_error(chunk)
                     outs = self._feed(state, chunk)
-                except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                except MALFORMED:
                     raise self._bad_reply(
                         response, "malformed stream chunk", event.data.encode()
                     ) from None
@@ -151,19 +154,21 @@ class OpenAIModel(HTTPModel):
                     yield out
         if not done and state.finish is None:
             raise self._bad_reply(None, "the stream ended before the reply was complete")
-        usage = self._priced(state.usage or Usage(requests=1))
-        yield Done(
-            ModelResponse(
+        try:
+            refusal = "".join(state.refusal) or None
+            whole = ModelResponse(
                 content=state.content(),
                 tool_calls=state.tool_calls(),
-                finish_reason=wire.finish_reason(state.finish, "".join(state.refusal) or None),
-                usage=usage,
+                finish_reason=wire.finish_reason(state.finish, refusal),
+                usage=self._priced(state.usage or Usage(requests=1)),
                 response_id=state.response_id,
                 model=state.model,
                 provider=self.provider,
-                refusal="".join(state.refusal) or None,
+                refusal=refusal,
             )
-        )
+        except MALFORMED:
+            raise self._bad_reply(None, "malformed chunks in the stream") from None
+        yield Done(whole)
 
     def _feed(self, state: wire.StreamState, chunk: dict[str, Any]) -> list[StreamChunk]:
         out: list[StreamChunk] = []
@@ -174,19 +179,27 @@ class OpenAIModel(HTTPModel):
             out.append(UsageChunk(self._priced(state.usage)))
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
-            if delta.get("content"):
-                state.text.append(delta["content"])
-                out.append(TextDelta(delta["content"]))
+            text, reasoning = wire.content_parts(delta.get("content"))
+            reasoning = wire.reasoning_field(delta) + reasoning
+            if reasoning:
+                state.reasoning.append(reasoning)
+                out.append(ReasoningDelta(reasoning))
+            if text:
+                state.text.append(text)
+                out.append(TextDelta(text))
             if delta.get("refusal"):
-                state.refusal.append(delta["refusal"])
+                state.refusal.append(text_field(delta["refusal"]))
             for call in delta.get("tool_calls") or ():
-                pending = state.calls.setdefault(call["index"], wire.PendingCall())
+                index = call["index"]
+                if not isinstance(index, int):
+                    raise TypeError("a tool call index that is not an integer")
+                pending = state.calls.setdefault(index, wire.PendingCall())
                 function = call.get("function") or {}
-                pending.call_id = call.get("id") or pending.call_id
-                pending.name = function.get("name") or pending.name
-                fragment = function.get("arguments") or ""
+                pending.call_id = text_field(call.get("id") or pending.call_id)
+                pending.name = text_field(function.get("name") or pending.name)
+                fragment = text_field(function.get("arguments") or "")
                 pending.arguments.append(fragment)
-                out.append(ToolCallDelta(call["index"], pending.call_id, pending.name, fragment))
+                out.append(ToolCallDelta(index, pending.call_id, pending.name, fragment))
             if choice.get("finish_reason"):
-                state.finish = choice["finish_reason"]
+                state.finish = text_field(choice["finish_reason"])
         return out

@@ -15,7 +15,7 @@ from .._message_input import MessageLike, given_messages
 from ..abort import AbortSignal
 from ..errors import ProviderError
 from . import _responses_wire as wire
-from ._http import HTTPModel, ModelSettings
+from ._http import MALFORMED, HTTPModel, ModelSettings, text_field
 from .contract import (
     Capabilities,
     Done,
@@ -114,7 +114,7 @@ class OpenAIResponsesModel(HTTPModel):
             raise self._failed(data)
         try:
             return self._response(data)
-        except (KeyError, IndexError, TypeError, AttributeError):
+        except MALFORMED:
             raw = json.dumps(data).encode()
             raise self._bad_reply(response, "malformed response", raw) from None
 
@@ -153,8 +153,10 @@ class OpenAIResponsesModel(HTTPModel):
                     continue
                 try:
                     data = pydantic_core.from_json(event.data) if event.data else {}
+                    if not isinstance(data, dict):
+                        raise TypeError("an event that is not a JSON object")
                     outs = self._feed(state, data.get("type") or event.event or "", data)
-                except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+                except MALFORMED:
                     raise self._bad_reply(
                         response, "malformed stream event", event.data.encode()
                     ) from None
@@ -166,26 +168,33 @@ class OpenAIResponsesModel(HTTPModel):
             raise self._bad_reply(None, "the stream ended before the reply was complete")
         try:
             done = self._response(state.final)
-        except (KeyError, IndexError, TypeError, AttributeError):
+        except MALFORMED:
             raise self._bad_reply(None, "malformed response in the stream") from None
         yield UsageChunk(done.usage)
         yield Done(done)
 
     def _feed(self, state: _Stream, kind: str, data: dict[str, Any]) -> list[StreamChunk]:
         if kind == "response.output_text.delta":
-            return [TextDelta(data["delta"])]
+            return [TextDelta(text_field(data["delta"]))]
         if kind == "response.function_call_arguments.delta":
             index = data["output_index"]
             call_id, name = state.calls[index]
-            return [ToolCallDelta(index, call_id, name, data["delta"])]
+            return [ToolCallDelta(index, call_id, name, text_field(data["delta"]))]
         if kind == "response.reasoning_summary_text.delta":
-            return [ReasoningDelta(data["delta"])]
+            return [ReasoningDelta(text_field(data["delta"]))]
         if kind == "response.output_item.added":
             item = data["item"]
             if item["type"] == "function_call":
-                state.calls[data["output_index"]] = (item["call_id"], item["name"])
+                index = data["output_index"]
+                if not isinstance(index, int):
+                    raise TypeError("an output index that is not an integer")
+                call = (text_field(item["call_id"]), text_field(item["name"]))
+                state.calls[index] = call
         elif kind in _FINAL_EVENTS:
-            state.final = data["response"]
+            final = data["response"]
+            if not isinstance(final, dict):
+                raise TypeError("a final response that is not an object")
+            state.final = final
         elif kind == "response.failed":
             raise self._failed(data["response"])
         elif kind == "error":

@@ -4,7 +4,17 @@ Responses and Anthropic Messages wires, scripted replies, latency, rate caps and
 It plays the provider, so it stands alone: it imports nothing else of raygent.
 """
 
-from ._script import Fault, Latency, Match, Reply, Rule, Script, ToolCallReply, UsageOverride
+from ._script import (
+    Fault,
+    Latency,
+    Match,
+    Reply,
+    Rule,
+    Script,
+    ServerToolReply,
+    ToolCallReply,
+    UsageOverride,
+)
 from ._serve import Simulator, serve
 from ._stats import RecordedRequest, SimStats
 
@@ -16,6 +26,7 @@ __all__ = [
     "Reply",
     "Rule",
     "Script",
+    "ServerToolReply",
     "SimStats",
     "Simulator",
     "ToolCallReply",

@@ -183,9 +183,15 @@ def _blocks(plan: Plan) -> list[tuple[dict[str, Any], str | None]]:
         )
     if plan.redacted_thinking is not None:
         blocks.append(({"type": "redacted_thinking", "data": plan.redacted_thinking}, None))
+    for use, result in plan.server_tools:
+        blocks.append((use, to_json(use["input"]).decode()))
+        blocks.append((result, None))
     text = plan.refusal if plan.refusal is not None else plan.text
     if text is not None:
-        blocks.append(({"type": "text", "text": text}, None))
+        block: dict[str, Any] = {"type": "text", "text": text}
+        if plan.citations:
+            block["citations"] = plan.citations
+        blocks.append((block, None))
     for call in plan.tool_calls:
         block = {"type": "tool_use", "id": call.id, "name": call.name}
         blocks.append(({**block, "input": _tool_input(call.arguments)}, call.arguments))
@@ -213,9 +219,13 @@ def _stream_block(out: _Events, index: int, block: dict[str, Any], arguments: st
         out.block_start(index, block)
     elif kind == "text":
         out.block_start(index, {"type": "text", "text": ""})
+        for citation in block.get("citations", ()):
+            out.block_delta(index, {"type": "citations_delta", "citation": citation})
         for piece in stream_pieces(block["text"]):
             out.block_delta(index, {"type": "text_delta", "text": piece}, piece)
-    else:
+    elif kind.endswith("_tool_result"):
+        out.block_start(index, block)  # a result block comes whole
+    else:  # tool_use, server_tool_use, mcp_tool_use: the input as input_json_delta
         out.block_start(index, {**block, "input": {}})
         out.block_delta(index, {"type": "input_json_delta", "partial_json": ""})
         for piece in stream_pieces(arguments or ""):

@@ -125,9 +125,12 @@ class OpenAIWire:
         return b"data: " + data + b"\n\n"
 
     def body(self, plan: Plan, req: ParsedRequest, response_id: str) -> bytes:
+        content: Any = plan.text
+        if plan.list_content:
+            content = _parts(plan.thinking, plan.text)
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": plan.text,
+            "content": content,
             "refusal": plan.refusal,
             "annotations": [],
         }
@@ -173,8 +176,12 @@ class OpenAIWire:
         out = _Chunks(base)
         if not plan.empty:
             out.delta({"role": "assistant", "content": "", "refusal": None}, 0)
+            if plan.list_content:
+                for piece in stream_pieces(plan.thinking or ""):
+                    out.delta({"content": _parts(piece, None)}, count_tokens(piece))
             for piece in stream_pieces(plan.text or ""):
-                out.delta({"content": piece}, count_tokens(piece))
+                content: Any = _parts(None, piece) if plan.list_content else piece
+                out.delta({"content": content}, count_tokens(piece))
             for piece in stream_pieces(plan.refusal or ""):
                 out.delta({"refusal": piece}, count_tokens(piece))
             for index, call in enumerate(plan.tool_calls):
@@ -206,6 +213,17 @@ class _Chunks:
     def delta(self, delta: dict[str, Any], tokens: int, finish: str | None = None) -> None:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         self.add({**self.base, "choices": [choice]}, tokens)
+
+
+def _parts(thinking: str | None, text: str | None) -> list[dict[str, Any]] | None:
+    """Content as Mistral sends it: a ``thinking`` part (a list of text parts), then a
+    ``text`` part."""
+    parts: list[dict[str, Any]] = []
+    if thinking is not None:
+        parts.append({"type": "thinking", "thinking": [{"type": "text", "text": thinking}]})
+    if text is not None:
+        parts.append({"type": "text", "text": text})
+    return parts or None
 
 
 def _function(name: str, arguments: str) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from typing import Any
 
 from pydantic_core import to_json
 
@@ -62,6 +63,8 @@ def plan_reply(
     cut, thinking, text, refusal, calls = _cut(req.max_tokens, thinking, text, refusal, calls)
     reasoning = _count(thinking) + _count(redacted)
     output = reasoning + _count(text) + _count(refusal) + sum(_count(c.arguments) for c in calls)
+    server_tools = [] if refusal is not None else _server_tools(reply)
+    output += sum(_count(json.dumps(use["input"])) for use, _ in server_tools)
     input_tokens = req.input_tokens
     override = reply.usage
     if override is not None:
@@ -82,7 +85,54 @@ def plan_reply(
         output_tokens=output,
         reasoning_tokens=reasoning,
         empty=kind == "empty_choices",
+        server_tools=server_tools,
+        citations=[] if text is None else list(reply.citations),
+        list_content=reply.list_content,
     )
+
+
+_DEFAULT_RESULTS: dict[str, Any] = {
+    "web_search_tool_result": [
+        {
+            "type": "web_search_result",
+            "url": "https://example.com/",
+            "title": "Example Domain",
+            "encrypted_content": "c2ltLXJlc3VsdA==",
+            "page_age": None,
+        }
+    ],
+    "code_execution_tool_result": {
+        "type": "code_execution_result",
+        "stdout": "",
+        "stderr": "",
+        "return_code": 0,
+        "content": [],
+    },
+    "mcp_tool_result": [{"type": "text", "text": "done"}],
+}
+
+
+def _server_tools(reply: Reply) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each server tool's use block and result block, as Anthropic sends them."""
+    out = []
+    for n, tool in enumerate(reply.server_tools, 1):
+        if tool.server_name is not None:
+            tool_id = tool.id or f"mcptoolu_{n}"
+            use: dict[str, Any] = {"type": "mcp_tool_use", "id": tool_id, "name": tool.name}
+            use["server_name"] = tool.server_name
+        else:
+            tool_id = tool.id or f"srvtoolu_{n}"
+            use = {"type": "server_tool_use", "id": tool_id, "name": tool.name}
+        use["input"] = dict(tool.input)
+        result: dict[str, Any] = {"type": tool.result_type, "tool_use_id": tool_id}
+        content = tool.result
+        if content is None:
+            content = _DEFAULT_RESULTS.get(tool.result_type, [])
+        result["content"] = content
+        if tool.server_name is not None:
+            result["is_error"] = False
+        out.append((use, result))
+    return out
 
 
 def malform(arguments: str) -> str:

@@ -95,6 +95,55 @@ class ToolCallReply(_Model):
         super().__init__(**data)
 
 
+_SERVER_RESULTS = {
+    "web_search": "web_search_tool_result",
+    "web_fetch": "web_fetch_tool_result",
+    "code_execution": "code_execution_tool_result",
+    "bash_code_execution": "bash_code_execution_tool_result",
+    "text_editor_code_execution": "text_editor_code_execution_tool_result",
+    "tool_search_tool_regex": "tool_search_tool_result",
+    "tool_search_tool_bm25": "tool_search_tool_result",
+}
+
+
+class ServerToolReply(_Model):
+    """A tool the provider runs itself (Anthropic wire only; the OpenAI wires leave it
+    out): a ``server_tool_use`` block (``mcp_tool_use`` when ``server_name`` names an
+    MCP server) whose ``input`` streams as ``input_json_delta`` events (the first one
+    empty, as Anthropic sends), then its result block. ``result`` is the result block's
+    ``content`` verbatim; absent, a web search gets one result, an MCP tool a text, a
+    code execution an empty run. An absent ``id`` becomes ``srvtoolu_<n>`` (``mcptoolu_``
+    for MCP), ``n`` counting the server tools of this reply from 1."""
+
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+    result: Any = None
+    server_name: str | None = None
+    id: str | None = None
+
+    def __init__(
+        self, name: str | None = None, input: dict[str, Any] | None = None, **data: Any
+    ) -> None:
+        if name is not None:
+            data["name"] = name
+        if input is not None:
+            data["input"] = input
+        super().__init__(**data)
+
+    @model_validator(mode="after")
+    def _known_result(self) -> ServerToolReply:
+        if self.server_name is None and self.name not in _SERVER_RESULTS:
+            raise ValueError(
+                f"unknown server tool {self.name!r}: one of {sorted(_SERVER_RESULTS)},"
+                " or give server_name for an MCP tool"
+            )
+        return self
+
+    @property
+    def result_type(self) -> str:
+        return "mcp_tool_result" if self.server_name else _SERVER_RESULTS[self.name]
+
+
 class UsageOverride(_Model):
     """Token numbers that replace the computed ones (``None`` keeps the computed value)."""
 
@@ -105,8 +154,16 @@ class UsageOverride(_Model):
 
 class Reply(_Model):
     """What the simulated model answers. Parts are emitted in the order thinking,
-    text (or ``json``), tool calls. On the Responses wire ``thinking`` is a reasoning
-    item (its summary; its ``encrypted_content`` when the request includes it)."""
+    server tools, text (or ``json``), tool calls. On the Responses wire ``thinking`` is a
+    reasoning item (its summary; its ``encrypted_content`` when the request includes
+    it); Chat Completions sends it only with ``list_content``.
+
+    ``server_tools`` and ``citations`` (the text block's citations, verbatim; streamed
+    as ``citations_delta`` events before its text) are Anthropic's. ``list_content``
+    makes Chat Completions send ``message.content`` (and each streamed
+    ``delta.content``) as a list of parts, as Mistral does: a ``thinking`` part holding
+    text parts, then a ``text`` part.
+    """
 
     text: str | None = None
     tool_calls: list[ToolCallReply] = Field(default_factory=list)
@@ -118,6 +175,9 @@ class Reply(_Model):
     fault: Fault | None = None
     latency_ms: float | None = Field(default=None, ge=0)
     usage: UsageOverride | None = None
+    server_tools: list[ServerToolReply] = Field(default_factory=list)
+    citations: list[dict[str, Any]] = Field(default_factory=list)
+    list_content: bool = False
 
     def __init__(
         self,
@@ -132,6 +192,9 @@ class Reply(_Model):
         fault: Fault | None = None,
         latency_ms: float | None = None,
         usage: UsageOverride | None = None,
+        server_tools: Sequence[ServerToolReply] = (),
+        citations: Sequence[dict[str, Any]] = (),
+        list_content: bool = False,
     ) -> None:
         # Spelled out so that ``Reply(json=...)`` type-checks: the field is ``json_value``
         # because ``json`` would shadow a BaseModel method.
@@ -146,6 +209,9 @@ class Reply(_Model):
             "fault": fault,
             "latency_ms": latency_ms,
             "usage": usage,
+            "server_tools": list(server_tools),
+            "citations": list(citations),
+            "list_content": list_content,
         }
         super().__init__(**data)
 

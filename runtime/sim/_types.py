@@ -81,6 +81,11 @@ class Plan:
     output_tokens: int
     reasoning_tokens: int
     empty: bool = False
+    # Anthropic's server tools: (use block, result block), and the text's citations.
+    server_tools: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    citations: list[dict[str, Any]] = field(default_factory=list)
+    # Chat Completions: content as a list of parts (Mistral), thinking included.
+    list_content: bool = False
 
 
 @dataclass(slots=True)

@@ -10,13 +10,15 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 from adapter_support import make_model
 from aiohttp import web
 
-from raygent import UserMessage
+from raygent import ModelOptions, ToolSpec, UserMessage
 from raygent.errors import ProviderError, ProviderResponseError
-from raygent.models import Done
+from raygent.models import Done, ReasoningDelta, ReasoningOptions, TextDelta, ToolCallDelta
+from raygent.sim import Reply, Rule, ServerToolReply, ToolCallReply, serve
 
 HELLO = [UserMessage(content="hello")]
 
@@ -200,3 +202,133 @@ async def test_a_responses_stream_without_event_lines_is_read(raw: Any) -> None:
     chunks = [c async for c in make_model("openai_responses", urls).stream(HELLO)]
     assert [c.type for c in chunks] == ["text", "usage", "done"]
     assert isinstance(chunks[-1], Done) and chunks[-1].response.text == "hi"
+
+
+# -- every field of a rich reply, replaced by a value of the wrong shape -------------------
+
+HOSTILE: list[Any] = [None, 12345, -1, 1.5, True, "text", [], {}, [{}], {"type": "text"}]
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path into a JSON value (the value itself included)."""
+    out = [path]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.extend(_paths(item, (*path, key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            out.extend(_paths(item, (*path, index)))
+    return out
+
+
+def _replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    if not path:
+        return new
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        return {**value, head: _replaced(value[head], rest, new)}
+    items = list(value)
+    items[head] = _replaced(items[head], rest, new)
+    return items
+
+
+def _sse(events: list[tuple[str | None, Any]]) -> bytes:
+    out = b""
+    for name, data in events:
+        head = b"event: " + name.encode() + b"\n" if name else b""
+        body = data if isinstance(data, str) else json.dumps(data)
+        out += head + b"data: " + body.encode() + b"\n\n"
+    return out
+
+
+def _parse_sse(raw: str) -> list[tuple[str | None, Any]]:
+    events: list[tuple[str | None, Any]] = []
+    for block in raw.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.split("\n"))
+        data = lines["data"]
+        events.append((lines.get("event"), data if data == "[DONE]" else json.loads(data)))
+    return events
+
+
+RICH = [
+    Rule(
+        reply=Reply(
+            thinking="Hmm.",
+            server_tools=[ServerToolReply("web_search", {"query": "q"})],
+            text="It is sunny.",
+            citations=[
+                {
+                    "type": "web_search_result_location",
+                    "cited_text": "Sunny.",
+                    "url": "https://example.com/",
+                    "title": "Example",
+                    "encrypted_index": "ZW5j",
+                }
+            ],
+            tool_calls=[ToolCallReply("get_weather", {"city": "Paris"})],
+            list_content=True,
+        )
+    )
+]
+_PATHS = {"openai": "/v1/chat/completions", "openai_responses": "/v1/responses"}
+
+
+async def _sample(provider: str, stream: bool) -> Any:
+    """What the simulator answers a rich reply with: the body, or the SSE events."""
+    async with serve(RICH) as sim:
+        model = make_model(provider, sim, api_key="sk-test")
+        options = ModelOptions(
+            tools=(ToolSpec(name="get_weather"),), reasoning=ReasoningOptions(effort="low")
+        )
+        body = model.request_body(HELLO, options, stream=stream)  # type: ignore[attr-defined]
+        path = _PATHS.get(provider, "/v1/messages")
+        async with httpx.AsyncClient(base_url=sim.url) as http:
+            resp = await http.post(path, json=body)
+    return _parse_sse(resp.text) if stream else resp.json()
+
+
+async def _only_typed(model: Any, stream: bool) -> None:
+    """The reply is read, or fails with ProviderResponseError; nothing else."""
+    try:
+        if stream:
+            async for chunk in model.stream(HELLO):
+                if isinstance(chunk, (TextDelta, ReasoningDelta)):
+                    assert isinstance(chunk.text, str)
+                elif isinstance(chunk, ToolCallDelta):
+                    assert isinstance(chunk.call_id, str) and isinstance(chunk.name, str)
+                    assert isinstance(chunk.arguments_delta, str)
+        else:
+            await model.complete(HELLO)
+    except ProviderResponseError:
+        pass
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_no_field_of_a_reply_raises_anything_untyped(
+    raw: Any, provider: str, stream: bool
+) -> None:
+    """Each field of a rich reply (thinking, server tools, citations, list content, tool
+    calls, usage) replaced by each of a set of wrong-shaped values: the adapter reads the
+    reply or raises ProviderResponseError; no TypeError, KeyError or ValidationError."""
+    server, urls = raw
+    sample = await _sample(provider, stream)
+    model = make_model(provider, urls)
+    tried = 0
+    if not stream:
+        for path in _paths(sample)[1:]:
+            for value in HOSTILE:
+                server.reply(_replaced(sample, path, value))
+                await _only_typed(model, stream)
+                tried += 1
+    else:
+        for index, (name, data) in enumerate(sample):
+            if data == "[DONE]":
+                continue
+            for path in _paths(data):
+                for value in HOSTILE:
+                    events = list(sample)
+                    events[index] = (name, _replaced(data, path, value))
+                    server.reply(_sse(events), content_type="text/event-stream")
+                    await _only_typed(model, stream)
+                    tried += 1
+    assert tried > 100

@@ -191,6 +191,7 @@ def test_public_exports() -> None:
         "Reply",
         "Rule",
         "Script",
+        "ServerToolReply",
         "SimStats",
         "Simulator",
         "ToolCallReply",
