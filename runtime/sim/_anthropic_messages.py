@@ -296,7 +296,8 @@ class _Walk:
             self.unit(block, _block_tokens(block) + (MESSAGE_OVERHEAD if i == 0 else 0))
 
     def messages(self, messages: list[Any]) -> None:
-        for msg in messages:
+        pending: list[str] = []  # the tool_use ids of the last assistant turn
+        for index, msg in enumerate(messages):
             if not isinstance(msg, dict):
                 raise WireError("messages: each message must be an object", param="messages")
             role, content = msg.get("role"), msg.get("content")
@@ -305,6 +306,8 @@ class _Walk:
                 raise WireError("messages: content must be a string or list", param="messages")
             self.unit(role, MESSAGE_OVERHEAD)
             texts, tool_results = [], False
+            answered: set[str] = set()
+            uses: list[str] = []
             for block in blocks:
                 self.unit(block, _block_tokens(block))
                 kind = block.get("type") if isinstance(block, dict) else None
@@ -312,12 +315,28 @@ class _Walk:
                     texts.append(str(block.get("text", "")))
                 elif kind == "tool_result":
                     tool_results = True
+                    answered.add(str(block.get("tool_use_id", "")))
                     _check_tool_result(block)
                 elif kind == "tool_use":
                     self.tool_uses += 1
+                    uses.append(str(block.get("id", "")))
+            missing = [use for use in pending if use not in answered]
+            if missing:
+                _unanswered(missing, index - 1)
+            pending = uses if role == "assistant" else []
             if role == "user" and texts:
                 self.last_user = "\n".join(texts)
             self.after_tool_result = role == "user" and tool_results
+
+
+def _unanswered(uses: list[str], index: int) -> None:
+    """What the API answers tool_use blocks with no tool_result right after them."""
+    raise WireError(
+        f"messages.{index}: `tool_use` ids were found without `tool_result` blocks "
+        f"immediately after: {', '.join(uses)}. Each `tool_use` block must have a "
+        "corresponding `tool_result` block in the next message.",
+        param="messages",
+    )
 
 
 _RESULT_BLOCKS = ("text", "image", "document", "search_result")

@@ -265,11 +265,23 @@ class _Facts:
 def _walk_messages(messages: list[Any]) -> _Facts:
     facts = _Facts()
     answered: list[str] = []  # the calls of the tool messages just before
+    pending: list[str] = []  # the calls of the last assistant turn not answered yet
     for index, msg in enumerate(messages):
         if not isinstance(msg, dict):
             raise WireError("Each message must be a JSON object.", param="messages")
         role = msg.get("role")
         content = msg.get("content")
+        if role == "tool":
+            call_id = str(msg.get("tool_call_id", ""))
+            pending = [p for p in pending if p != call_id]
+        elif pending and not (role == "user" and _tool_images(content, answered)):
+            _unanswered(pending, index)
+        if role == "assistant":
+            pending = [
+                str(call.get("id", ""))
+                for call in msg.get("tool_calls") or ()
+                if isinstance(call, dict)
+            ]
         if role == "tool" and isinstance(content, list):
             _text_only(content, index)
         text, tokens = _content(content)
@@ -290,7 +302,19 @@ def _walk_messages(messages: list[Any]) -> _Facts:
         elif role == "user":
             facts.last_user = text
         facts.last_role = role if isinstance(role, str) else None
+    if pending:
+        _unanswered(pending, len(messages))
     return facts
+
+
+def _unanswered(calls: list[str], index: int) -> None:
+    """What the API answers a conversation whose assistant tool calls lack results."""
+    raise WireError(
+        "An assistant message with 'tool_calls' must be followed by tool messages responding "
+        "to each 'tool_call_id'. The following tool_call_ids did not have response messages: "
+        + ", ".join(calls),
+        param=f"messages.[{index}].role",
+    )
 
 
 def _tool_images(content: object, answered: list[str]) -> bool:

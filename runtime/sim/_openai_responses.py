@@ -241,6 +241,8 @@ class _Walk:
         self.calls = 0
 
     def items(self, items: list[Any]) -> None:
+        calls: set[str] = set()
+        outputs: set[str] = set()
         for item in items:
             if not isinstance(item, dict):
                 raise WireError("Each input item must be a JSON object.", param="input")
@@ -256,9 +258,11 @@ class _Walk:
                     self.last_user = text
             elif kind == "function_call":
                 self.calls += 1
+                calls.add(str(item.get("call_id", "")))
                 tokens += count_tokens(str(item.get("name", "")))
                 tokens += count_tokens(str(item.get("arguments", "")))
             elif kind == "function_call_output":
+                outputs.add(str(item.get("call_id", "")))
                 tokens += _output_tokens(item.get("output", ""))
             elif kind == "reasoning":
                 tokens += _check_reasoning(item)
@@ -267,6 +271,9 @@ class _Walk:
             self.last_kind = kind
             self.units.append(item)
             self.tokens.append(tokens)
+        missing = sorted(calls - outputs)
+        if missing:
+            raise WireError(f"No tool output found for function call {missing[0]}.", param="input")
 
 
 _OUTPUT_PARTS = ("input_text", "input_image", "input_file")

@@ -11,7 +11,7 @@ import pytest
 from adapter_support import make_model
 
 import raygent
-from raygent import ModelOptions, ToolSpec, UserMessage
+from raygent import ModelOptions, ToolMessage, ToolSpec, UserMessage
 from raygent.errors import ProviderError, RateLimitError, ServerError
 from raygent.models import Done, ModelResponse, ReasoningDelta, TextDelta, ToolCallDelta
 from raygent.sim import Fault, Match, Reply, Rule, ServerToolReply, ToolCallReply, serve
@@ -57,8 +57,11 @@ async def test_anthropic_server_tools_stream_and_replay(tool: str) -> None:
         model = make_model("anthropic", sim)
         options = ModelOptions(tools=(WEATHER,))
         response, chunks = await both(model, options)
-        # The next turn sends the server tool's block back with its input.
-        await model.complete([*HELLO, response.message, UserMessage(content="more")])
+        # The next turn sends the server tool's block back with its input (and the
+        # client tool's result: the API refuses a tool_use left unanswered).
+        call = response.tool_calls[0]
+        answer = ToolMessage(call_id=call.call_id, name=call.name, content="sunny")
+        await model.complete([*HELLO, response.message, answer, UserMessage(content="more")])
         replayed = sim.requests[-1].body["messages"][1]["content"]
     use = response.blocks[0]
     assert use.kind == ("server_tool_use" if tool == "web_search" else "mcp_tool_use")
