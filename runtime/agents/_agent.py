@@ -21,9 +21,10 @@ from ..abort import AbortController, AbortSignal
 from ..attachments._parse import AttachmentLike, AttachmentPolicy
 from ..compaction._policy import Compaction
 from ..durable.options import ApprovalHandler, Durable
+from ..durable.scope import scope_of
 from ..errors import InvalidOptionsError, PromptError, RaygentError
 from ..executable import Executable
-from ..memory._save import Memory, RunSaver, default_memory, scope_of
+from ..memory._save import Memory, RunSaver, default_memory
 from ..messages import ContentPart, Message, SystemMessage, UserMessage
 from ..models.contract import Model, ModelOptions, ToolSpec
 from ..observers._registry import Observe, Observer

@@ -10,7 +10,7 @@ from typing_extensions import Unpack
 
 from .._message_input import MessageLike
 from .._sync import run_sync
-from ..memory._save import scope_of
+from ..durable.scope import scope_of
 from ..messages import ContentPart, Message
 from ..observers.report import AgentResult
 from ..seams.registry import current_backend

@@ -14,11 +14,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..durable.journal import is_stored as stored_under
+from ..durable.journal import load
 from ..durable.options import Durable
+from ..durable.scope import run_scope
 from ..errors import AbortedError, InvalidOptionsError, RaygentError
 from ..observers.report import FlowReport, FlowResult, FlowResume
 from ..usage import Usage
-from ._durable import FlowEntry, FlowHeader, FlowJournal, FlowOutcome, scope_of
+from ._durable import FlowEntry, FlowHeader, FlowJournal, FlowOutcome
 from ._run import FlowRun, now
 from ._values import validated
 
@@ -51,7 +54,7 @@ async def start_journal(
     durable = durable_for(flow, run, options)
     if durable is None:
         return None
-    journal = FlowJournal(durable, scope_of(run.info.run_id, options))
+    journal = FlowJournal(durable, run_scope(run.info.run_id, options))
     await journal.start(
         FlowHeader(
             kind=flow.kind,
@@ -91,7 +94,7 @@ def resumer(
             )
         current = flow.durable_signature()
         restored = await FlowJournal.restore(
-            durable, scope_of(run_id, options), current, force=force
+            durable, run_scope(run_id, options), current, force=force
         )
         stored = restored.header.signature
         drift = sorted(k for k in set(stored) | set(current) if stored.get(k) != current.get(k))
@@ -135,7 +138,7 @@ async def is_stored(flow: Flow, run_id: str, **options: Any) -> bool:
     durable = options.get("durable", flow.durable)
     if durable is None:
         return False
-    return await durable.store.load_run(scope_of(run_id, options)) is not None
+    return await stored_under(durable, run_scope(run_id, options))
 
 
 async def abandon(flow: Flow, run_id: str, reason: str = "abandoned", **options: Any) -> None:
@@ -143,11 +146,11 @@ async def abandon(flow: Flow, run_id: str, reason: str = "abandoned", **options:
     durable = options.get("durable", flow.durable)
     if durable is None:
         raise InvalidOptionsError(f"{flow.kind} {flow.name!r} is not durable")
-    scope = scope_of(run_id, options)
-    record = await durable.store.load_run(scope)
+    scope = run_scope(run_id, options)
+    record = await load(durable, scope)
     if record is None or record.outcome is not None:
         return
-    epoch = await durable.store.claim_run(scope, record.epoch)
+    journal = await FlowJournal.claim(durable, scope, record)
     entries = [FlowEntry.model_validate_json(e) for e in record.entries]
     header = FlowHeader.model_validate_json(record.header)
 
@@ -166,7 +169,6 @@ async def abandon(flow: Flow, run_id: str, reason: str = "abandoned", **options:
         error={"type": "AbortedError", "code": "ABORTED", "message": reason},
     )
     usage = entries[-1].usage if entries else Usage()
-    journal = FlowJournal(durable, scope, epoch, len(entries))
     await journal.finish(FlowOutcome(report=report, usage=usage))
 
 

@@ -19,7 +19,7 @@ import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from raygent.stores import Scope, SQLiteStore, Store
 
@@ -167,7 +167,3 @@ def default_memory() -> Memory:
     """The embedded default: an SQLite file `raygent.db` in the working directory (the
     one of now: a later chdir does not move the sessions)."""
     return Memory(store=SQLiteStore(os.path.abspath("raygent.db")))
-
-
-def scope_of(session_id: str, user_id: str | None, metadata: Any) -> Scope:
-    return Scope(session_id, user_id, dict(metadata or {}))
