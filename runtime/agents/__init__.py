@@ -20,8 +20,9 @@ never batch (batch runs agents, not the other way round). The one hand-off upwar
 """
 
 from ..durable.options import Approve, Deny, Durable
-from ._agent import Agent, RunOptions, SystemPrompt, agent
+from ._agent import Agent, agent
 from ._guard import StreamingToolGuard
+from ._options import RunOptions, SystemPrompt
 from ._stream import AgentStream
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
@@ -10,6 +10,7 @@ from typing_extensions import Unpack
 from raygent.stores import InMemoryStore
 
 from .._sync import run_sync
+from ..attachments._parse import AttachmentLike, AttachmentPolicy
 from ..durable.journal import encoded, is_stored, load
 from ..durable.options import Decision, Durable
 from ..durable.scope import run_scope, scope_of
@@ -21,14 +22,14 @@ from ..observers.events import Event
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
 from ._journal import Journal, Outcome
+from ._options import RunOptions
 from ._resume import already_resolved, restore, resume_state
 from ._state import RunState
+from ._stream import AgentStream
 
 if TYPE_CHECKING:
     from ..memory._save import Memory
     from ..tools import Tool
-    from ._agent import RunOptions
-    from ._stream import AgentStream
 
 __all__ = ["DurableRuns", "journal_for"]
 
@@ -82,6 +83,11 @@ class DurableRuns:
     ) -> tuple[RunState, list[Message]]:
         raise NotImplementedError
 
+    def _attachments(
+        self, options: RunOptions
+    ) -> tuple[Sequence[AttachmentLike] | None, AttachmentPolicy]:
+        raise NotImplementedError
+
     def _durable_for(self, options: RunOptions) -> Durable | None:
         durable = options.get("durable") or self.durable
         if durable is None and any(t.approval is not False for t in self.tools.values()):
@@ -132,12 +138,11 @@ class DurableRuns:
         **options: Unpack[RunOptions],
     ) -> AgentStream:
         """`resume`, yielding the run's events as `stream` does."""
-        from ._stream import AgentStream
 
         def resume(state: RunState) -> Any:
             return self._resume_into(state, run, approvals, force, options)
 
-        return AgentStream(self, [], _resume_options(options), resume)  # type: ignore[arg-type]
+        return AgentStream(self, [], _resume_options(options), resume)
 
     async def abandon(
         self, run: str, /, *, reason: str = "abandoned", **options: Unpack[RunOptions]

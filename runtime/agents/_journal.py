@@ -29,8 +29,7 @@ from ..durable.options import Approve, Decision, Deny
 from ..messages import Message, ToolCall, ToolMessage
 from ..observers.report import AgentReport, ResumeRecord, ToolCallReport, TripReport
 from ..usage import Usage
-from ._next_step import Progress
-from ._state import RunState, now
+from ._state import Progress, RunState, now
 
 if TYPE_CHECKING:
     from ..observers.report import AgentResult

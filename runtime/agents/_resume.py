@@ -41,8 +41,7 @@ from ._journal import (
     with_outputs,
 )
 from ._loop import drive, lifecycle, settle, tool_step
-from ._next_step import Progress
-from ._state import RunState, now
+from ._state import Progress, RunState, now
 from ._toolsets import resolve_toolsets
 
 if TYPE_CHECKING:
