@@ -24,7 +24,8 @@ from ..durable.options import ApprovalHandler, Durable
 from ..durable.scope import scope_of
 from ..errors import InvalidOptionsError, RaygentError
 from ..executable import Executable
-from ..memory._save import Memory, RunSaver, default_memory
+from ..memory._memory import Memory
+from ..memory._save import RunSaver, default_memory
 from ..messages import ContentPart, Message, SystemMessage, UserMessage
 from ..models.contract import Model, ModelOptions, ToolSpec
 from ..observers._registry import Observe, Observer

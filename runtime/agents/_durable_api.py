@@ -28,7 +28,7 @@ from ._state import RunState
 from ._stream import AgentStream
 
 if TYPE_CHECKING:
-    from ..memory._save import Memory
+    from ..memory._memory import Memory
     from ..tools import Tool
 
 __all__ = ["DurableRuns", "journal_for"]

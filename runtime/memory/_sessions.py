@@ -21,7 +21,7 @@ from ..errors import RaygentError
 from ..messages import Message
 
 if TYPE_CHECKING:
-    from ._save import Memory
+    from ._memory import Memory
 
 __all__ = ["LocalSessions", "SessionLease", "SessionPersistence"]
 
