@@ -208,10 +208,6 @@ class _Chunks:
         self.add({**self.base, "choices": [choice]}, tokens)
 
 
-def _function(name: str, arguments: str) -> dict[str, str]:
-    return {"name": name, "arguments": arguments}
-
-
 def _call_delta(index: int, function: dict[str, str], call_id: str | None = None) -> dict[str, Any]:
     if call_id is None:
         return {"index": index, "function": function}
