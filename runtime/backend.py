@@ -19,6 +19,7 @@ from ._batch.engine import InFlight
 from ._batch.exec import InputError, agent_input, attempt_for, is_runnable
 from ._batch.sinks import dumps
 from .abort import AbortController, AbortSignal, AbortWatch, abortable
+from .durable.scope import scope_of
 from .errors import (
     ProviderConnectionError,
     RateLimitError,
@@ -27,7 +28,6 @@ from .errors import (
     error_dict,
 )
 from .memory import LocalSessions, Memory, PositionFence, SessionLease, SessionPersistence
-from .memory._save import scope_of
 from .messages import (
     AssistantMessage,
     Message,

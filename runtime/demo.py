@@ -27,7 +27,7 @@ from raygent.stores import SQLiteStore
 
 from ._batch.call import BatchItem, BatchResult, batch
 from .agents._agent import Agent, agent
-from .memory._save import Memory
+from .memory._memory import Memory
 from .models import AnthropicModel, OpenAIModel
 from .pricing import Pricing
 from .seams.registry import current_backend, init

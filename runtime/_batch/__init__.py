@@ -1,17 +1,22 @@
-"""Batch: `raygent.batch` runs an agent (or any async callable) over many items.
+"""Batch: `raygent.batch` runs any executable (an agent, a flow, an async callable) over
+many items.
 
 call          `batch`, `batch_sync`, `BatchOptions`, `BatchResult`: reading, recording
 engine        the in-flight core: attempts in flight, retries, each item ended once
 exec          what a batch runs: items into jobs, one attempt of the executable
+durable       durable items: each item's run named by its key, so an attempt resumes it
+              (through the executable's `is_stored` / `resume`; the journal itself is
+              the executable's, on `raygent.durable.journal`)
 sources       where items come from (lists, iterables, JSONL / CSV / Parquet, datasets)
 sinks         where results go (JSONL, Parquet), and what `resume` skips
-retry         `Retry`; progress: the bar; report: `BatchReport`
+progress      the bar; report: `BatchReport`; _html: the notebook view of a result
 cli           `raygent batch MODULE:AGENT INPUT -o OUTPUT`
 
 A private name: `raygent.batch` is the public function, which a subpackage would shadow.
-May import the base, seams and backend, agents (what it runs) and observe. The Ray batch
-runners (raygent.actors) run engine's core; this package reaches them only through the
-backend (and cli, through importlib, to ship a target by value on Ray).
+May import the base, seams, observers and durable (the types of `durable=` and
+approvals); never agents or flows (it runs any executable, through its methods). The
+Ray batch runners (raygent.actors) run engine's core; this package reaches them only
+through the backend (and cli, through importlib, to ship a target by value on Ray).
 """
 
 from .call import (

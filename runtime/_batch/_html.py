@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..observers.views import ROWS, STYLE, badge, bar, clip, esc, more, secs, table, usage_line
-
-if TYPE_CHECKING:
-    from .call import BatchResult
+from ..seams.batch import BatchItem
+from ..usage import Usage
+from .report import BatchReport
 
 __all__ = ["batch_html"]
 
 
-def batch_html(result: BatchResult) -> str:
-    """A batch: counts, usage and cost, throughput and latency, and the first items
-    with their latency as bars (a batch item keeps its duration, not its start)."""
-    report = result.report
+def batch_html(report: BatchReport, items: list[BatchItem], usage: Usage) -> str:
+    """A batch (its result's report, items and usage): counts, usage and cost,
+    throughput and latency, and the first items with their latency as bars (a batch item
+    keeps its duration, not its start)."""
     counts = (
         f"{badge('completed', f'{report.succeeded} completed')} "
         f"{badge('failed', f'{report.failed} failed')} "
@@ -28,16 +26,16 @@ def batch_html(result: BatchResult) -> str:
         f"<div><b>batch</b> · {report.total} items {counts}</div>"
         f'<div class="meta">{secs(report.duration)} · {report.throughput:.1f} items/s · '
         f"latency {latency} · {report.attempts} attempts ({report.retries} retries)</div>"
-        f"<div>{usage_line(result.usage)}</div>"
+        f"<div>{usage_line(usage)}</div>"
     )
     if report.stopped:
         head += f'<div class="err">stopped: {esc(report.stopped)}</div>'
     if report.errors:
         listed = ", ".join(f"{esc(code)} × {n}" for code, n in report.errors.items())
         head += f'<div class="err">errors: {listed}</div>'
-    longest = max((i.latency or 0.0 for i in result.items[:ROWS]), default=0.0)
+    longest = max((i.latency or 0.0 for i in items[:ROWS]), default=0.0)
     rows = []
-    for item in result.items[:ROWS]:
+    for item in items[:ROWS]:
         if item.error is None:
             cell = esc(clip(item.data))
         else:
@@ -49,4 +47,4 @@ def batch_html(result: BatchResult) -> str:
             f"<td>{latency_bar}</td><td>{secs(item.latency)}</td><td>{cell}</td></tr>"
         )
     listed = table(["#", "key", "status", "attempts", "latency", "", "data / error"], rows)
-    return f'<div class="rg">{STYLE}{head}{listed}{more(len(result.items))}</div>'
+    return f'<div class="rg">{STYLE}{head}{listed}{more(len(items))}</div>'

@@ -34,6 +34,7 @@ from ..seams.contract import Backend, BatchExecution, BatchPool, PoolPlan
 from ..seams.registry import current_backend
 from ..seams.retry import Retry
 from ..usage import Usage
+from ._html import batch_html
 from .durable import BATCH_RUNS, durable_items
 from .engine import InFlight
 from .exec import InputError, ItemKey, JobMaker, attempt_for, grace_for, is_runnable
@@ -183,9 +184,7 @@ class BatchResult:
         return report.failed == 0 and report.cancelled == 0 and report.stopped is None
 
     def _repr_html_(self) -> str:
-        from ._html import batch_html
-
-        return batch_html(self)
+        return batch_html(self.report, self.items, self.usage)
 
 
 async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) -> BatchResult:

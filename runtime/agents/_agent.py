@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
+from pydantic import Field
 from typing_extensions import Unpack
 
 from .._message_input import MessageLike, as_messages, check_answered
@@ -21,9 +21,11 @@ from ..abort import AbortController, AbortSignal
 from ..attachments._parse import AttachmentLike, AttachmentPolicy
 from ..compaction._policy import Compaction
 from ..durable.options import ApprovalHandler, Durable
-from ..errors import InvalidOptionsError, PromptError, RaygentError
+from ..durable.scope import scope_of
+from ..errors import InvalidOptionsError, RaygentError
 from ..executable import Executable
-from ..memory._save import Memory, RunSaver, default_memory, scope_of
+from ..memory._memory import Memory
+from ..memory._save import RunSaver, default_memory
 from ..messages import ContentPart, Message, SystemMessage, UserMessage
 from ..models.contract import Model, ModelOptions, ToolSpec
 from ..observers._registry import Observe, Observer
@@ -33,79 +35,26 @@ from ..observers.report import AgentResult
 from ..run_context import RunInfo
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
-from ..tools import Tool
+from ..tools import Tool, ToolContext, tool
 from ..toolsets import Toolset
 from ._durable_api import DurableRuns, journal_for
 from ._guard import GuardSetting, guard_buffer
+from ._options import RunOptions, SystemPrompt
 from ._retry_resume import continued_run_id, saver_for
 from ._start import start_run
 from ._state import RunConfig, RunState
 from ._stream import AgentStream
 from .middleware import Middleware
-from .output import OutputSpec, Repair
+from .output import OutputSpec
+from .session import Session
 
 if TYPE_CHECKING:
     from .._batch.call import BatchOptions
     from ..eval import EvalReport, Scorer
-    from .session import Session
 
 __all__ = ["Agent", "AgentStream", "RunOptions", "SystemPrompt", "agent"]
 
-_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _IGNORED_MODEL_OPTIONS = ("tools", "signal", "response_schema")
-
-
-class SystemPrompt:
-    """A system prompt template with `{{name}}` placeholders; `from_file` reads once."""
-
-    def __init__(self, template: str) -> None:
-        self.template = template
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> SystemPrompt:
-        return cls(Path(path).read_text(encoding="utf-8"))
-
-    def render(self, values: Mapping[str, Any]) -> str:
-        def fill(match: re.Match[str]) -> str:
-            name = match.group(1)
-            if name not in values:
-                raise PromptError(f"the system prompt needs a value for {{{{{name}}}}}")
-            return str(values[name])
-
-        return _PLACEHOLDER.sub(fill, self.template)
-
-
-class RunOptions(TypedDict, total=False):
-    """Per-call options of `execute`, `execute_sync` and `stream`."""
-
-    history: Sequence[MessageLike] | None
-    placeholders: Mapping[str, Any] | None
-    output: Any
-    response_schema: dict[str, Any] | None
-    system_prompt: str | SystemPrompt | None
-    repair: Repair | None
-    signal: AbortSignal | None
-    session_id: str | None
-    user_id: str | None
-    metadata: Mapping[str, str] | None
-    model_options: Mapping[str, Any] | None
-    continue_on_output_limit: int | None
-    capture_messages: bool | None
-    tool_schemas: Literal["full", "compact"] | None
-    streaming_tool_guard: GuardSetting
-    on: Handlers | None
-    deps: Any
-    parent: RunInfo | None
-    attachments: Sequence[AttachmentLike] | None
-    attachment_policy: AttachmentPolicy | None
-    observe: Observe
-    # Durable runs (see raygent.Durable and Agent.resume).
-    durable: Durable | None
-    run_id: str | None
-    approval_handler: ApprovalHandler | None
-    resume: str | None
-    # Internal: a batch retry continues its failed attempt (its run id, what it stored).
-    continues: AgentResult | None
 
 
 class Agent(DurableRuns):
@@ -234,8 +183,6 @@ class Agent(DurableRuns):
         """A stored conversation: each run loads the history and saves by the memory's
         save policy; runs on one session go one after another, in arrival order. Without
         `memory=` on the agent, sessions use an SQLite file `raygent.db` here."""
-        from .session import Session
-
         if self.memory is None:
             self.memory = default_memory()
         return Session(self, session_id, user_id=user_id, metadata=metadata)
@@ -250,8 +197,6 @@ class Agent(DurableRuns):
 
     def as_tool(self, name: str | None = None, description: str | None = None) -> Tool[..., Any]:
         """This agent as a tool: the model gives it an input; it runs as a nested run."""
-        from ._agent_tool import agent_tool
-
         return agent_tool(self, name=name, description=description)
 
     # -- preparing a run -----------------------------------------------------------------
@@ -561,3 +506,35 @@ def _as_messages(input: Any) -> list[Message]:
     if items and all(hasattr(i, "role") or (isinstance(i, Mapping) and "role" in i) for i in items):
         return as_messages(items, "input")
     return [UserMessage(content=items)]
+
+
+def agent_tool(agent: Agent, *, name: str | None, description: str | None) -> Tool[..., Any]:
+    """A tool that runs `agent` with the parent's ids, session, deps and abort signal.
+
+    It returns the nested AgentResult; the tool round hangs the nested report under the
+    call, adds its usage to the parent's, and sends the model its data or text.
+    """
+
+    async def run_nested(
+        input: Annotated[str, Field(description="What to ask or tell the agent.")],
+        ctx: ToolContext,
+    ) -> AgentResult:
+        parent = RunInfo(
+            run_id=ctx.run_id,
+            root_run_id=ctx.root_run_id,
+            parent_run_id=None,
+            session_id=ctx.session_id,
+            agent_name="",
+            deps=ctx.deps,
+        )
+        return await agent.execute(input, parent=parent, signal=ctx.signal)
+
+    tool_name = name or re.sub(r"[^a-zA-Z0-9_-]", "_", agent.name)[:64]
+    # Inline: the nested run is itself a loop of awaits (it sends its own tools and model
+    # calls where they belong); as a remote task it would hold a worker and a CPU idle.
+    make = tool(
+        inline=True,
+        name=tool_name,
+        description=description or f"Ask the agent {agent.name!r}; it answers in text.",
+    )
+    return make(run_nested)

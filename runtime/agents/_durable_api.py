@@ -2,31 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Unpack
 
-from raygent.stores import InMemoryStore, Scope
+from raygent.stores import InMemoryStore
 
 from .._sync import run_sync
+from ..attachments._parse import AttachmentLike, AttachmentPolicy
+from ..durable.journal import encoded, is_stored, load
 from ..durable.options import Decision, Durable
+from ..durable.scope import run_scope, scope_of
 from ..errors import AgentCancelledError, InvalidOptionsError, PromptError, RaygentError
 from ..memory._hold import SessionHold
-from ..memory._save import RunSaver, default_memory, scope_of
+from ..memory._save import RunSaver, default_memory
 from ..messages import Message
 from ..observers.events import Event
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
-from ._journal import Journal, Outcome, encoded
+from ._journal import Journal, Outcome
+from ._options import RunOptions
 from ._resume import already_resolved, restore, resume_state
 from ._state import RunState
+from ._stream import AgentStream
 
 if TYPE_CHECKING:
-    from ..memory._save import Memory
+    from ..memory._memory import Memory
     from ..tools import Tool
-    from ._agent import RunOptions
-    from ._stream import AgentStream
 
 __all__ = ["DurableRuns", "journal_for"]
 
@@ -57,7 +60,7 @@ def journal_for(
     if durable is None:
         return None, None
     try:
-        scope = Scope(info.run_id, options.get("user_id"), dict(options.get("metadata") or {}))
+        scope = run_scope(info.run_id, options)
     except ValueError as exc:
         return None, InvalidOptionsError(f"invalid run options: {exc}")
     return Journal(durable, scope), None
@@ -78,6 +81,11 @@ class DurableRuns:
         streaming: bool,
         sink: Callable[[Event], None] | None,
     ) -> tuple[RunState, list[Message]]:
+        raise NotImplementedError
+
+    def _attachments(
+        self, options: RunOptions
+    ) -> tuple[Sequence[AttachmentLike] | None, AttachmentPolicy]:
         raise NotImplementedError
 
     def _durable_for(self, options: RunOptions) -> Durable | None:
@@ -130,12 +138,11 @@ class DurableRuns:
         **options: Unpack[RunOptions],
     ) -> AgentStream:
         """`resume`, yielding the run's events as `stream` does."""
-        from ._stream import AgentStream
 
         def resume(state: RunState) -> Any:
             return self._resume_into(state, run, approvals, force, options)
 
-        return AgentStream(self, [], _resume_options(options), resume)  # type: ignore[arg-type]
+        return AgentStream(self, [], _resume_options(options), resume)
 
     async def abandon(
         self, run: str, /, *, reason: str = "abandoned", **options: Unpack[RunOptions]
@@ -147,23 +154,21 @@ class DurableRuns:
         durable = self._durable_for(options)
         if durable is None:
             return await self._resume_into(state, run, None, False, options)
-        scope = Scope(run, options.get("user_id"), dict(options.get("metadata") or {}))
-        record = await durable.store.load_run(scope)
+        scope = run_scope(run, options)
+        record = await load(durable, scope)
         if record is None or record.outcome is not None:
             return await self._resume_into(state, run, None, True, options)
         restored = restore(record, state)
         error = AgentCancelledError(
             f"the run was abandoned: {reason}", cancelled_at="abandoned", reason=reason
         )
-        epoch = await durable.store.claim_run(scope, record.epoch)
+        journal = await Journal.claim(durable, scope, record)
         report = restored.report
         report.status, report.error = "cancelled", error.to_dict()
         outcome = Outcome(
             status="cancelled", text="", report=report, usage=restored.usage, error=error.to_dict()
         )
-        await durable.store.finish_run(
-            scope, epoch, encoded(outcome), drop_entries=durable.delete_on_complete
-        )
+        await journal.end(encoded(outcome))
         header = restored.header
         if header.session_id is not None:
             memory = self.memory or default_memory()
@@ -180,8 +185,7 @@ class DurableRuns:
         durable = self._durable_for(options)
         if durable is None:
             return False
-        scope = Scope(run, options.get("user_id"), dict(options.get("metadata") or {}))
-        return await durable.store.load_run(scope) is not None
+        return await is_stored(durable, run_scope(run, options))
 
     async def _resume_into(
         self,

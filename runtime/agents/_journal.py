@@ -8,7 +8,8 @@ the save policy stood before the step was handed to it (`saver`), so a resume ca
 it over again. Payloads are pydantic JSON; the store sees opaque bytes. They are
 written as plain dicts of the run's own models, encoded by pydantic_core in one call
 (no model is built or validated per trip); the models below describe them and read them
-back, and a field left out of an entry has its default.
+back, and a field left out of an entry has its default. The record's skeleton (the
+epoch fence, the claim, appending entries, the outcome) is `raygent.durable.journal`.
 """
 
 from __future__ import annotations
@@ -23,16 +24,14 @@ from pydantic import BaseModel, Field
 from pydantic_core import to_json
 
 from ..compaction._policy import CompactionRecord
-from ..durable.options import Approve, Decision, Deny, Durable
+from ..durable.journal import RunJournal
+from ..durable.options import Approve, Decision, Deny
 from ..messages import Message, ToolCall, ToolMessage
 from ..observers.report import AgentReport, ResumeRecord, ToolCallReport, TripReport
 from ..usage import Usage
-from ._next_step import Progress
-from ._state import RunState, now
+from ._state import Progress, RunState, now
 
 if TYPE_CHECKING:
-    from raygent.stores.protocol import Scope
-
     from ..observers.report import AgentResult
 
 __all__ = [
@@ -44,7 +43,6 @@ __all__ = [
     "SaverMark",
     "Signature",
     "decode_decisions",
-    "encoded",
     "signature_of",
     "with_outputs",
 ]
@@ -180,13 +178,9 @@ def decode_decisions(stored: dict[str, str]) -> dict[str, Decision]:
 
 
 @dataclass
-class Journal:
+class Journal(RunJournal):
     """Writes one run's state; `epoch` is the fencing token its writes carry."""
 
-    durable: Durable
-    scope: Scope
-    epoch: int = 0
-    seq: int = 0
     # How much of the run the entries written so far cover.
     _written: Covered = field(default_factory=lambda: Covered(0, 0, 0, 0, 0, 0))
     _alarm: _Alarm = field(default_factory=lambda: _Alarm())
@@ -208,7 +202,7 @@ class Journal:
             "new_from": len(run.messages) - len(run.new_messages),
             "saver": mark(run, "accepted"),
         }
-        self.epoch = await self.durable.store.start_run(self.scope, to_json(header))
+        await self.begin(to_json(header))
         self.caught_up(run)
         if run.saver is not None:
             await run.saver.hold.take()  # the session waits for this run until it ends
@@ -261,9 +255,7 @@ class Journal:
             "report": report,
             "usage": run.usage,
         }
-        await self.durable.store.finish_run(
-            self.scope, self.epoch, to_json(outcome), drop_entries=self.durable.delete_on_complete
-        )
+        await self.end(to_json(outcome))
 
     async def _write(
         self,
@@ -317,8 +309,7 @@ class Journal:
         return entry
 
     async def store_entry(self, entry: dict[str, Any], covered: Covered) -> None:
-        await self.durable.store.append_run(self.scope, self.epoch, self.seq, to_json(entry))
-        self.seq += 1
+        await self.append(to_json(entry))
         self._written = covered
 
     def caught_up(self, run: RunState) -> None:
@@ -488,8 +479,3 @@ def mark(run: RunState, kind: Literal["accepted", "turn"]) -> SaverMark | None:
 
 def _applied(run: RunState) -> int:
     return sum(1 for c in run.report.compactions if c.status == "applied")
-
-
-def encoded(model: BaseModel) -> bytes:
-    """A payload as the store keeps it: the model's JSON."""
-    return model.__pydantic_serializer__.to_json(model)

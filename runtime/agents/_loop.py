@@ -32,7 +32,6 @@ from ._next_step import (
     CONTINUE_PROMPT,
     Continue,
     Final,
-    Progress,
     Repair,
     Resume,
     RunTools,
@@ -40,7 +39,7 @@ from ._next_step import (
     next_step,
 )
 from ._retry_resume import continue_stored, stored_answer
-from ._state import RunState, maybe_await, now
+from ._state import Progress, RunState, maybe_await, now
 from ._tool_round import run_tool_round
 from ._toolsets import resolve_toolsets
 from ._trip import model_trip

@@ -1,4 +1,5 @@
-"""What a model reply means for a run, and what the loop carries from trip to trip.
+"""What a model reply means for a run (what the loop carries from trip to trip,
+`Progress`, is `_state`'s).
 
 next_step decides one of:
     RunTools      run the tool round, trip again
@@ -11,19 +12,18 @@ next_step decides one of:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AgentIncompleteError, RefusalError, SchemaValidationError
 from ..messages import ToolCall
 from ..models.contract import ModelResponse
-from ._state import RunState
+from ._state import Progress, RunState
 
 __all__ = [
     "CONTINUE_PROMPT",
     "Continue",
     "Final",
-    "Progress",
     "Repair",
     "Resume",
     "RunTools",
@@ -65,36 +65,6 @@ class Final:
 
 
 Step = RunTools | Resume | Continue | Repair | Final
-
-
-@dataclass
-class Progress:
-    """What the loop carries from trip to trip.
-
-    `segments` holds the text of earlier trips that the answer continues (a paused or
-    cut-off reply); `last` is the latest reply whose text is not in `segments` yet.
-    """
-
-    segments: list[str] = field(default_factory=list)
-    continuations: int = 0
-    repairs: int = 0
-    purpose: str = "answer"
-    last: ModelResponse | None = None
-
-    def text(self) -> str:
-        """The answer so far: the carried segments and the latest reply's text."""
-        tail = self.last.text if self.last is not None else ""
-        return "".join([*self.segments, tail])
-
-    def carry(self) -> None:
-        """The next reply continues the latest one: keep its text as a segment."""
-        if self.last is not None:
-            self.segments.append(self.last.text)
-            self.last = None
-
-    def restart(self) -> None:
-        """The next reply is a new answer (after tool results, or a repair)."""
-        self.segments.clear()
 
 
 def next_step(run: RunState, response: ModelResponse, progress: Progress) -> Step:

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raygent.stores import Scope
-
+from ..durable.journal import load
 from ..durable.options import Decision, Durable, decision_label
+from ..durable.scope import scope_of
 from ..errors import (
     AbortedError,
     DriftError,
@@ -41,8 +41,7 @@ from ._journal import (
     with_outputs,
 )
 from ._loop import drive, lifecycle, settle, tool_step
-from ._next_step import Progress
-from ._state import RunState, now
+from ._state import Progress, RunState, now
 from ._toolsets import resolve_toolsets
 
 if TYPE_CHECKING:
@@ -118,11 +117,11 @@ async def resume_state(
     if run.setup_error is not None:
         return await lifecycle(run, Progress(), _never)
     try:
-        scope = Scope(run_id, user_id, dict(metadata or {}))
+        scope = scope_of(run_id, user_id, metadata)
     except ValueError as exc:
         return await _refused(run, InvalidOptionsError(f"cannot resume: {exc}"))
     try:
-        record = await durable.store.load_run(scope)
+        record = await load(durable, scope)
     except RaygentError as exc:
         return await _refused(run, exc)
     if record is None:
@@ -158,10 +157,10 @@ async def resume_state(
     except (TypeError, ValueError) as exc:
         return await _refused(run, InvalidOptionsError(f"invalid approvals: {exc}"))
     try:
-        epoch = await durable.store.claim_run(scope, record.epoch)
+        journal = await Journal.claim(durable, scope, record)
     except RaygentError as exc:
         return await _refused(run, exc)
-    _hydrate(run, state, durable, scope, epoch, len(record.entries))
+    _hydrate(run, state, journal)
     run.report.resumes.append(
         ResumeRecord(
             at=now(),
@@ -208,9 +207,7 @@ async def resume_state(
     return await lifecycle(run, progress, body)
 
 
-def _hydrate(
-    run: RunState, state: Restored, durable: Durable, scope: Scope, epoch: int, seq: int
-) -> None:
+def _hydrate(run: RunState, state: Restored, journal: Journal) -> None:
     header = state.header
     run.info = RunInfo(
         run_id=header.run_id,
@@ -225,8 +222,8 @@ def _hydrate(
     run.saved_count = state.mark.upto if state.mark is not None else len(state.new_messages)
     run.report = state.report
     run.usage = state.usage
-    run.journal = Journal(durable, scope, epoch=epoch, seq=seq)
-    run.journal.caught_up(run)
+    run.journal = journal
+    journal.caught_up(run)
 
 
 async def _replay(run: RunState, saver: RunSaver, mark: SaverMark | None) -> None:

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..abort import AbortSignal
-from ..memory._save import Memory, RunSaver
+from ..memory._memory import Memory
+from ..memory._save import RunSaver
 from ..memory._sessions import SessionPersistence
 from ..messages import AssistantMessage, Message
 from ..observers.report import AgentResult, RunTrail

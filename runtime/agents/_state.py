@@ -6,12 +6,12 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..abort import AbortController
 from ..memory._save import RunSaver
-from ..messages import Message
-from ..models.contract import Model, ModelOptions
+from ..messages import Message, ToolCall
+from ..models.contract import Model, ModelOptions, ModelResponse
 from ..observers._registry import Observer
 from ..observers.events import Dispatcher, Event
 from ..observers.report import AgentReport, AgentResult, ModelInfo
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from ..durable.options import ApprovalHandler, Decision
     from ..tools import Tool
     from ..toolsets import Toolset
-    from ._journal import Journal
 
 Phase = Literal["starting", "trip", "tools", "between_trips", "done"]
 
@@ -63,6 +62,76 @@ class RunConfig:
 
 
 @dataclass
+class Progress:
+    """What the loop carries from trip to trip.
+
+    `segments` holds the text of earlier trips that the answer continues (a paused or
+    cut-off reply); `last` is the latest reply whose text is not in `segments` yet.
+    """
+
+    segments: list[str] = field(default_factory=list)
+    continuations: int = 0
+    repairs: int = 0
+    purpose: str = "answer"
+    last: ModelResponse | None = None
+
+    def text(self) -> str:
+        """The answer so far: the carried segments and the latest reply's text."""
+        tail = self.last.text if self.last is not None else ""
+        return "".join([*self.segments, tail])
+
+    def carry(self) -> None:
+        """The next reply continues the latest one: keep its text as a segment."""
+        if self.last is not None:
+            self.segments.append(self.last.text)
+            self.last = None
+
+    def restart(self) -> None:
+        """The next reply is a new answer (after tool results, or a repair)."""
+        self.segments.clear()
+
+
+class PendingWrite(Protocol):
+    """The write of a reply whose tool round is running (`JournalWriter.reply`)."""
+
+    async def done(self) -> None:
+        """The round is done: wait for the write if it started, else drop it."""
+
+    def cancel(self) -> None:
+        """The round failed: no write starts now."""
+
+
+class JournalWriter(Protocol):
+    """Where a durable run writes its state (`_journal.Journal`): the header when it
+    starts, an entry after every settled step, the outcome when it completes."""
+
+    async def start(self, run: RunState) -> None: ...
+
+    async def settled(self, run: RunState, progress: Progress) -> None: ...
+
+    def reply(
+        self,
+        run: RunState,
+        progress: Progress,
+        trip_index: int,
+        calls: list[ToolCall],
+        after: list[Message],
+        denied: dict[str, str],
+    ) -> PendingWrite: ...
+
+    async def awaiting(
+        self,
+        run: RunState,
+        progress: Progress,
+        trip_index: int,
+        calls: list[ToolCall],
+        after: list[Message],
+    ) -> None: ...
+
+    async def finish(self, run: RunState, result: AgentResult) -> None: ...
+
+
+@dataclass
 class RunState:
     info: RunInfo
     config: RunConfig
@@ -82,7 +151,7 @@ class RunState:
     # Who gets the finished report (raygent.observers); none for a nested run.
     observers: tuple[Observer, ...] = ()
     # A durable run writes its state here after every settled step (None: not durable).
-    journal: Journal | None = None
+    journal: JournalWriter | None = None
     # Decisions on calls awaiting approval, given to `resume(approvals=...)`.
     approvals: dict[str, Decision] = field(default_factory=dict)
     _saved: int = 0

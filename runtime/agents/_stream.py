@@ -3,18 +3,35 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Protocol
 
+from ..attachments._parse import AttachmentLike, AttachmentPolicy
+from ..messages import Message
 from ..observers.events import Event
 from ..observers.report import AgentResult
+from ._options import RunOptions
 from ._start import start_run
 from ._state import RunState
 
-if TYPE_CHECKING:
-    from ._agent import Agent, RunOptions
+__all__ = ["AgentStream", "Prepares"]
 
-__all__ = ["AgentStream"]
+
+class Prepares(Protocol):
+    """What a stream needs of its agent: a run prepared, and the call's attachments."""
+
+    def _prepare(
+        self,
+        input: Any,
+        options: RunOptions,
+        *,
+        streaming: bool,
+        sink: Callable[[Event], None] | None,
+    ) -> tuple[RunState, list[Message]]: ...
+
+    def _attachments(
+        self, options: RunOptions
+    ) -> tuple[Sequence[AttachmentLike] | None, AttachmentPolicy]: ...
 
 
 class AgentStream:
@@ -22,7 +39,7 @@ class AgentStream:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: Prepares,
         input: Any,
         options: RunOptions,
         resume: Callable[[RunState], Awaitable[AgentResult]] | None = None,

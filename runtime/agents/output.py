@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from ..errors import SchemaValidationError
 from ..models.contract import ResponseSchema
@@ -92,7 +92,3 @@ def _invalid(issues: list[str], text: str) -> SchemaValidationError:
         issues=issues,
         text=text[:2000],
     )
-
-
-def is_model_type(output: Any) -> bool:
-    return isinstance(output, type) and issubclass(output, BaseModel)

@@ -4,21 +4,42 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from typing_extensions import Unpack
 
 from .._message_input import MessageLike
 from .._sync import run_sync
-from ..memory._save import scope_of
+from ..durable.scope import scope_of
+from ..memory._memory import Memory
 from ..messages import ContentPart, Message
 from ..observers.report import AgentResult
+from ..seams.contract import Backend
 from ..seams.registry import current_backend
+from ._options import RunOptions
+from ._stream import AgentStream
 
-if TYPE_CHECKING:
-    from ._agent import Agent, AgentStream, RunOptions
+__all__ = ["Session", "SessionAgent"]
 
-__all__ = ["Session"]
+
+class SessionAgent(Protocol):
+    """What a session needs of its agent (`Agent`): its runs, its memory, its backend."""
+
+    name: str
+    memory: Memory | None
+    backend: Backend | None
+
+    async def execute(
+        self,
+        input: str | MessageLike | Sequence[ContentPart | MessageLike],
+        **options: Unpack[RunOptions],
+    ) -> AgentResult: ...
+
+    def stream(
+        self,
+        input: str | MessageLike | Sequence[ContentPart | MessageLike],
+        **options: Unpack[RunOptions],
+    ) -> AgentStream: ...
 
 
 class Session:
@@ -31,7 +52,7 @@ class Session:
 
     def __init__(
         self,
-        agent: Agent,
+        agent: SessionAgent,
         session_id: str,
         *,
         user_id: str | None = None,

@@ -4,8 +4,10 @@ far), and the outcome. A resume rebuilds the state from the entries and goes on 
 the step after the last settled one: settled steps (and the runs they made) are not run
 again; the step that had not settled runs again from its start.
 
-Outputs are kept as JSON: a step whose output is a model (`output=Model`) gets it back
-validated; other outputs come back as their JSON values (dicts, lists, str, numbers).
+The record's skeleton (epoch fence, claim, entries, outcome) is `raygent.durable.journal`;
+the scope is `raygent.durable.scope`. Outputs are kept as JSON: a step whose output is a
+model (`output=Model`) gets it back validated; other outputs come back as their JSON
+values (dicts, lists, str, numbers).
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from raygent.stores import Scope
 
+from ..durable.journal import RunJournal, encoded, load
 from ..durable.options import Durable
 from ..errors import DriftError, RunNotFoundError
 from ..observers.report import FlowReport, StepReport
 from ..usage import Usage
 
-__all__ = ["FlowEntry", "FlowHeader", "FlowJournal", "FlowOutcome", "Restored", "scope_of"]
+__all__ = ["FlowEntry", "FlowHeader", "FlowJournal", "FlowOutcome", "Restored"]
 
 
 class FlowHeader(BaseModel):
@@ -58,12 +61,8 @@ class FlowOutcome(BaseModel):
     usage: Usage = Field(default_factory=Usage)
 
 
-def scope_of(run_id: str, options: dict[str, Any]) -> Scope:
-    return Scope(run_id, options.get("user_id"), dict(options.get("metadata") or {}))
-
-
 def _json(model: BaseModel) -> bytes:
-    return model.__pydantic_serializer__.to_json(model, fallback=repr)
+    return encoded(model, fallback=repr)
 
 
 @dataclass
@@ -76,26 +75,17 @@ class Restored:
     journal: FlowJournal
 
 
-@dataclass
-class FlowJournal:
+class FlowJournal(RunJournal):
     """Writes one flow run's record; `epoch` is the fencing token its writes carry."""
 
-    durable: Durable
-    scope: Scope
-    epoch: int = 0
-    seq: int = 0
-
     async def start(self, header: FlowHeader) -> None:
-        self.epoch = await self.durable.store.start_run(self.scope, _json(header))
+        await self.begin(_json(header))
 
     async def settled(self, entry: FlowEntry) -> None:
-        await self.durable.store.append_run(self.scope, self.epoch, self.seq, _json(entry))
-        self.seq += 1
+        await self.append(_json(entry))
 
     async def finish(self, outcome: FlowOutcome) -> None:
-        await self.durable.store.finish_run(
-            self.scope, self.epoch, _json(outcome), drop_entries=self.durable.delete_on_complete
-        )
+        await self.end(_json(outcome))
 
     @classmethod
     async def restore(
@@ -103,7 +93,7 @@ class FlowJournal:
     ) -> Restored:
         """Load the run and take it over (its epoch goes up: an older writer is fenced
         off). A drifted signature raises DriftError before anything is claimed."""
-        record = await durable.store.load_run(scope)
+        record = await load(durable, scope)
         if record is None:
             raise RunNotFoundError(f"no durable run is stored under {scope.session_id!r}")
         header = FlowHeader.model_validate_json(record.header)
@@ -124,7 +114,8 @@ class FlowJournal:
             None if record.outcome is None else FlowOutcome.model_validate_json(record.outcome)
         )
         entries = [FlowEntry.model_validate_json(e) for e in record.entries]
-        journal = cls(durable, scope, record.epoch, len(record.entries))
         if outcome is None:
-            journal.epoch = await durable.store.claim_run(scope, record.epoch)
+            journal = await cls.claim(durable, scope, record)
+        else:
+            journal = cls.held(durable, scope, record)
         return Restored(header, entries, outcome, journal)

@@ -31,9 +31,6 @@ from ..usage import Usage
 
 __all__ = ["FlowRun", "now"]
 
-# The options a flow passes on to the runs it makes; anything else is the flow's own.
-CHILD_OPTIONS = ("deps",)
-
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
@@ -282,8 +279,3 @@ def _status_of(error: RaygentError) -> RunStatus:
     if error.category == "approval":
         return "awaiting_approval"
     return "failed"
-
-
-def child_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """What of a flow call's options its child runs get (besides parent and signal)."""
-    return {k: options[k] for k in CHILD_OPTIONS if k in options}

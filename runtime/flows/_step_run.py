@@ -9,10 +9,11 @@ from typing import Any
 
 from ..abort import AbortController, abortable
 from ..observers.report import StepReport
+from ._flow import child_input
 from ._run import FlowRun
 from ._state import WorkflowState
 from ._step import Step
-from ._values import call_hook, child_input, child_validated, result_value, validated
+from ._values import call_hook, child_validated, result_value, validated
 
 __all__ = ["StepFailure", "run_attempts"]
 

@@ -1,4 +1,4 @@
-"""The values that go between steps: a child's input, a step's output (extracted and
+"""The values that go between steps: a step's output (extracted and
 validated), a flow's text, and calling a hook that may be sync or async."""
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import FlowOutputError
 from ..observers.report import FlowResult
-from ._flow import Flow
 
-__all__ = ["as_text", "call_hook", "child_input", "result_value", "validated"]
+__all__ = ["as_text", "call_hook", "child_validated", "result_value", "validated"]
 
 
 async def call_hook(fn: Any, *args: Any) -> Any:
@@ -22,22 +21,6 @@ async def call_hook(fn: Any, *args: Any) -> Any:
     if inspect.isawaitable(value):
         value = await value
     return value
-
-
-def child_input(executable: Any, value: Any, *, given: bool) -> Any:
-    """What a child run gets: `value` as is for a flow (a workflow or supervisor: its
-    steps read `state.input`, its `input=` model validates it). An agent takes text or
-    messages: a model becomes its JSON; the previous step's output (not `given` by an
-    `input=` function, which may give messages) becomes text, a dict or list as JSON."""
-    if isinstance(value, str) or _is_flow(executable):
-        return value
-    if given and not isinstance(value, BaseModel):
-        return value
-    return as_text(value)
-
-
-def _is_flow(executable: Any) -> bool:
-    return isinstance(executable, Flow) or getattr(executable, "input_model", None) is not None
 
 
 def as_text(value: Any) -> str:

@@ -2,16 +2,20 @@
 
 _fence        `PositionFence`: the session position a lease's run writes at, and the writes
               that move it (one mechanism for every lease: local, Ray session hosts)
-_save         `Memory` (a store and a save policy), `RunSaver` applying the policy to a run
+_memory       `Memory` (a store and a save policy), `SavePolicy`
+_save         `RunSaver`: the save policy applied to one run; `default_memory`
+_hold         `SessionHold`: a durable run holds its session until it ends
 _sessions     session persistence: the lease a run holds on a session, the seam the Ray
               session hosts implement, and `LocalSessions` in this process
 
-The stores are in raygent.stores; `Session` (`agent.session(...)`) is the agent's.
+The stores are in raygent.stores; `Session` (`agent.session(...)`) is the agent's; the
+scope a session lives under (`scope_of`) is `raygent.durable.scope`'s.
 May import the base and raygent.stores.
 """
 
 from ._fence import PositionFence
-from ._save import Memory, RunSaver, SavePolicy
+from ._memory import Memory, SavePolicy
+from ._save import RunSaver
 from ._sessions import LocalSessions, SessionLease, SessionPersistence
 
 __all__ = [

@@ -18,35 +18,20 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
 
-from raygent.stores import Scope, SQLiteStore, Store
+from raygent.stores import Scope, SQLiteStore
 
 from ..abort import AbortSignal, abortable
 from ..errors import RaygentError
 from ..messages import Message
 from ..redaction import logger as redacting_logger
 from ._hold import SessionHold
+from ._memory import Memory, SavePolicy
 from ._sessions import SessionLease, SessionPersistence
 
 __all__ = ["Memory", "RunSaver", "SavePolicy"]
 
 log = redacting_logger("raygent.memory")
-
-SavePolicy = Literal["message", "turn", "run"]
-
-
-@dataclass(frozen=True)
-class Memory:
-    """A store and a save policy (default `message`)."""
-
-    store: Store
-    save_policy: SavePolicy = "message"
-
-    def __post_init__(self) -> None:
-        if self.save_policy not in ("message", "turn", "run"):
-            raise ValueError(f"save_policy must be message, turn or run, not {self.save_policy!r}")
 
 
 class RunSaver:
@@ -167,7 +152,3 @@ def default_memory() -> Memory:
     """The embedded default: an SQLite file `raygent.db` in the working directory (the
     one of now: a later chdir does not move the sessions)."""
     return Memory(store=SQLiteStore(os.path.abspath("raygent.db")))
-
-
-def scope_of(session_id: str, user_id: str | None, metadata: Any) -> Scope:
-    return Scope(session_id, user_id, dict(metadata or {}))

@@ -22,7 +22,7 @@ from ..messages import Message
 from ._fence import PositionFence
 
 if TYPE_CHECKING:
-    from ._save import Memory
+    from ._memory import Memory
 
 __all__ = ["LocalSessions", "SessionLease", "SessionPersistence"]
 

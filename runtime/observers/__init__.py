@@ -2,11 +2,12 @@
 and the observers that receive finished report trees (`raygent.observers`, public).
 
 events        typed run events and the handlers subscribed to them (`on=`)
-report        `AgentResult`, `AgentReport` and the trip and tool-call reports in it
+report        `AgentResult`, `AgentReport` and the trip and tool-call reports in it, and
+              their notebook views (`_repr_html_`)
 _registry     code that receives every finished report tree: `add`, `observe_all`
 delivery      which observers see a run, and handing them its report (the core's)
 _otel         `OpenTelemetry`: report trees as spans
-views         notebook views of results and reports (the batch and eval views build on it)
+views         the HTML pieces of the notebook views (report, batch and eval build on them)
 
 May import the base and compaction (a report records its compactions).
 """

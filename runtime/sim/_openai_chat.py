@@ -226,10 +226,6 @@ def _parts(thinking: str | None, text: str | None) -> list[dict[str, Any]] | Non
     return parts or None
 
 
-def _function(name: str, arguments: str) -> dict[str, str]:
-    return {"name": name, "arguments": arguments}
-
-
 def _call_delta(index: int, function: dict[str, str], call_id: str | None = None) -> dict[str, Any]:
     if call_id is None:
         return {"index": index, "function": function}

@@ -1,0 +1,78 @@
+"""What a call of an agent takes: `RunOptions` (the per-call options of `execute`,
+`execute_sync`, `stream`, `resume`), and `SystemPrompt` (a prompt template)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+from .._message_input import MessageLike
+from ..abort import AbortSignal
+from ..attachments._parse import AttachmentLike, AttachmentPolicy
+from ..durable.options import ApprovalHandler, Durable
+from ..errors import PromptError
+from ..observers._registry import Observe
+from ..observers.events import Handlers
+from ..observers.report import AgentResult
+from ..run_context import RunInfo
+from ._guard import GuardSetting
+from .output import Repair
+
+__all__ = ["RunOptions", "SystemPrompt"]
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+
+class SystemPrompt:
+    """A system prompt template with `{{name}}` placeholders; `from_file` reads once."""
+
+    def __init__(self, template: str) -> None:
+        self.template = template
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> SystemPrompt:
+        return cls(Path(path).read_text(encoding="utf-8"))
+
+    def render(self, values: Mapping[str, Any]) -> str:
+        def fill(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in values:
+                raise PromptError(f"the system prompt needs a value for {{{{{name}}}}}")
+            return str(values[name])
+
+        return _PLACEHOLDER.sub(fill, self.template)
+
+
+class RunOptions(TypedDict, total=False):
+    """Per-call options of `execute`, `execute_sync` and `stream`."""
+
+    history: Sequence[MessageLike] | None
+    placeholders: Mapping[str, Any] | None
+    output: Any
+    response_schema: dict[str, Any] | None
+    system_prompt: str | SystemPrompt | None
+    repair: Repair | None
+    signal: AbortSignal | None
+    session_id: str | None
+    user_id: str | None
+    metadata: Mapping[str, str] | None
+    model_options: Mapping[str, Any] | None
+    continue_on_output_limit: int | None
+    capture_messages: bool | None
+    tool_schemas: Literal["full", "compact"] | None
+    streaming_tool_guard: GuardSetting
+    on: Handlers | None
+    deps: Any
+    parent: RunInfo | None
+    attachments: Sequence[AttachmentLike] | None
+    attachment_policy: AttachmentPolicy | None
+    observe: Observe
+    # Durable runs (see raygent.Durable and Agent.resume).
+    durable: Durable | None
+    run_id: str | None
+    approval_handler: ApprovalHandler | None
+    resume: str | None
+    # Internal: a batch retry continues its failed attempt (its run id, what it stored).
+    continues: AgentResult | None
