@@ -26,8 +26,8 @@ from pydantic import BaseModel
 from raygent.stores import SQLiteStore
 
 from ._batch.call import BatchItem, BatchResult, batch
-from .agents._agent import Agent, agent
-from .memory._memory import Memory
+from .agents import Agent, agent
+from .memory import Memory
 from .models import AnthropicModel, OpenAIModel
 from .pricing import Pricing
 from .seams.registry import current_backend, init

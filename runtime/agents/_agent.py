@@ -18,17 +18,17 @@ from typing_extensions import Unpack
 from .._message_input import MessageLike, as_messages, check_answered
 from .._sync import run_sync
 from ..abort import AbortController, AbortSignal
-from ..attachments._parse import AttachmentLike, AttachmentPolicy
+from ..attachments import AttachmentLike, AttachmentPolicy
 from ..compaction._policy import Compaction
 from ..durable.options import ApprovalHandler, Durable
 from ..durable.scope import scope_of
 from ..errors import InvalidOptionsError, RaygentError
 from ..executable import Executable
-from ..memory._memory import Memory
+from ..memory import Memory
 from ..memory._save import RunSaver, default_memory
 from ..messages import ContentPart, Message, SystemMessage, UserMessage
 from ..models.contract import Model, ModelOptions, ToolSpec
-from ..observers._registry import Observe, Observer
+from ..observers import Observe, Observer
 from ..observers.delivery import observers_for, own_observers
 from ..observers.events import Dispatcher, Event, EventHandler, Handlers, handler_list
 from ..observers.report import AgentResult

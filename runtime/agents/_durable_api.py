@@ -10,7 +10,7 @@ from typing_extensions import Unpack
 from raygent.stores import InMemoryStore
 
 from .._sync import run_sync
-from ..attachments._parse import AttachmentLike, AttachmentPolicy
+from ..attachments import AttachmentLike, AttachmentPolicy
 from ..durable.journal import encoded, is_stored, load
 from ..durable.options import Decision, Durable
 from ..durable.scope import run_scope, scope_of
@@ -28,7 +28,7 @@ from ._state import RunState
 from ._stream import AgentStream
 
 if TYPE_CHECKING:
-    from ..memory._memory import Memory
+    from ..memory import Memory
     from ..tools import Tool
 
 __all__ = ["DurableRuns", "journal_for"]

@@ -10,10 +10,10 @@ from typing import Any, Literal, TypedDict
 
 from .._message_input import MessageLike
 from ..abort import AbortSignal
-from ..attachments._parse import AttachmentLike, AttachmentPolicy
+from ..attachments import AttachmentLike, AttachmentPolicy
 from ..durable.options import ApprovalHandler, Durable
 from ..errors import PromptError
-from ..observers._registry import Observe
+from ..observers import Observe
 from ..observers.events import Handlers
 from ..observers.report import AgentResult
 from ..run_context import RunInfo

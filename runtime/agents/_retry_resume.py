@@ -22,9 +22,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..abort import AbortSignal
-from ..memory._memory import Memory
+from ..memory import Memory, SessionPersistence
 from ..memory._save import RunSaver
-from ..memory._sessions import SessionPersistence
 from ..messages import AssistantMessage, Message
 from ..observers.report import AgentResult, RunTrail
 from ._state import RunState

@@ -12,7 +12,7 @@ from ..abort import AbortController
 from ..memory._save import RunSaver
 from ..messages import Message, ToolCall
 from ..models.contract import Model, ModelOptions, ModelResponse
-from ..observers._registry import Observer
+from ..observers import Observer
 from ..observers.events import Dispatcher, Event
 from ..observers.report import AgentReport, AgentResult, ModelInfo
 from ..run_context import RunInfo
@@ -22,7 +22,7 @@ from .middleware import Middleware
 from .output import OutputSpec, Repair
 
 if TYPE_CHECKING:
-    from ..attachments._parse import AttachmentPolicy
+    from ..attachments import AttachmentPolicy
     from ..compaction._policy import Compaction
     from ..durable.options import ApprovalHandler, Decision
     from ..tools import Tool

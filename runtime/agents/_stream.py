@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from ..attachments._parse import AttachmentLike, AttachmentPolicy
+from ..attachments import AttachmentLike, AttachmentPolicy
 from ..messages import Message
 from ..observers.events import Event
 from ..observers.report import AgentResult

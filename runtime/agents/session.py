@@ -11,7 +11,7 @@ from typing_extensions import Unpack
 from .._message_input import MessageLike
 from .._sync import run_sync
 from ..durable.scope import scope_of
-from ..memory._memory import Memory
+from ..memory import Memory
 from ..messages import ContentPart, Message
 from ..observers.report import AgentResult
 from ..seams.contract import Backend

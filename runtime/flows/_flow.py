@@ -27,7 +27,7 @@ from ..durable.journal import load
 from ..durable.options import Durable
 from ..durable.scope import run_scope
 from ..errors import AbortedError, InvalidOptionsError, RaygentError, StepFailedError
-from ..observers._registry import Observe
+from ..observers import Observe
 from ..observers.events import Event, EventHandler, Handlers, handler_list
 from ..observers.report import FlowReport, FlowResult, FlowResume
 from ..tools import Tool

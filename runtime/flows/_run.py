@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from ..abort import AbortController, AbortSignal
 from ..errors import AbortedError, RaygentError, error_dict
-from ..observers._registry import Observe
+from ..observers import Observe
 from ..observers.delivery import deliver, observers_for
 from ..observers.events import (
     Dispatcher,

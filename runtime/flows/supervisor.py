@@ -28,7 +28,7 @@ from ..errors import (
     StepFailedError,
     error_dict,
 )
-from ..observers._registry import Observe
+from ..observers import Observe
 from ..observers.events import Handlers
 from ..observers.report import FlowResult, StepReport
 from ._durable import FlowEntry, FlowHeader, FlowJournal

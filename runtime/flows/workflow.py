@@ -25,7 +25,7 @@ from ..errors import (
     StepFailedError,
     error_dict,
 )
-from ..observers._registry import Observe
+from ..observers import Observe
 from ..observers.delivery import own_observers
 from ..observers.events import Handlers
 from ..observers.report import FlowResult, StepReport

@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..abort import AbortSignal
-from ..memory._sessions import LocalSessions, SessionPersistence
+from ..memory import LocalSessions, SessionPersistence
 from ..messages import Message
 from ..models.contract import Model, ModelOptions, ModelResponse, StreamChunk
 from .batch import Deliver, Feed
