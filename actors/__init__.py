@@ -13,7 +13,7 @@ sessions/  session persistence: the session hosts, the runs' leases, the wire fo
 batch/     batch execution: the runner actors, the driver's runner pool, the Ray Data stage
 _options   `RayOptions`, `RetryPolicy`;  `_ray`: small Ray glue the subpackages share
 
-Imports of the core: `raygent` (the public API), `raygent.backend` (the backend
+May import, of the core: `raygent` (the public API), `raygent.backend` (the backend
 contract) and `raygent.stores`; nothing else (tests/test_layout.py). The subpackages
 import the shared helpers and never each other, except batch, which uses sessions;
 `plugin` imports them all, and nothing here imports `plugin`.

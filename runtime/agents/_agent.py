@@ -19,13 +19,13 @@ from .._message_input import MessageLike, as_messages, check_answered
 from .._sync import run_sync
 from ..abort import AbortController, AbortSignal
 from ..attachments import AttachmentLike, AttachmentPolicy
-from ..compaction._policy import Compaction
+from ..compaction.policy import Compaction
 from ..durable.options import ApprovalHandler, Durable
 from ..durable.scope import scope_of
 from ..errors import InvalidOptionsError, RaygentError
 from ..executable import Executable
 from ..memory import Memory
-from ..memory._save import RunSaver, default_memory
+from ..memory.save import RunSaver, default_memory
 from ..messages import ContentPart, Message, SystemMessage, UserMessage
 from ..models.contract import Model, ModelOptions, ToolSpec
 from ..observers import Observe, Observer

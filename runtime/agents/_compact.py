@@ -13,7 +13,7 @@ from itertools import takewhile
 from typing import Literal, TypeVar
 
 from ..abort import abortable
-from ..compaction._policy import (
+from ..compaction.policy import (
     CompactionContext,
     CompactionRecord,
     CompactionResult,
@@ -22,8 +22,8 @@ from ..compaction._policy import (
     SkipReason,
     check_result,
 )
-from ..compaction._range import has_signed_reasoning, safe_range
-from ..compaction._store import StoredView, stored_view
+from ..compaction.ranges import has_signed_reasoning, safe_range
+from ..compaction.stored import StoredView, stored_view
 from ..errors import error_dict
 from ..messages import MESSAGE_ADAPTER, AssistantMessage, Message, UserMessage
 from ._state import RunState

@@ -15,8 +15,8 @@ from ..durable.journal import encoded, is_stored, load
 from ..durable.options import Decision, Durable
 from ..durable.scope import run_scope, scope_of
 from ..errors import AgentCancelledError, InvalidOptionsError, PromptError, RaygentError
-from ..memory._hold import SessionHold
-from ..memory._save import RunSaver, default_memory
+from ..memory.hold import SessionHold
+from ..memory.save import RunSaver, default_memory
 from ..messages import Message
 from ..observers.events import Event
 from ..observers.report import AgentResult

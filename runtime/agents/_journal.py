@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from pydantic import BaseModel, Field
 from pydantic_core import to_json
 
-from ..compaction._policy import CompactionRecord
+from ..compaction.policy import CompactionRecord
 from ..durable.journal import RunJournal
 from ..durable.options import Approve, Decision, Deny
 from ..messages import Message, ToolCall, ToolMessage

@@ -47,7 +47,7 @@ from ._toolsets import resolve_toolsets
 if TYPE_CHECKING:
     from raygent.stores.protocol import RunRecord
 
-    from ..memory._save import RunSaver
+    from ..memory.save import RunSaver
 
 __all__ = ["Restored", "error_from_dict", "resume_state"]
 

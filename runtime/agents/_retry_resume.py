@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from ..abort import AbortSignal
 from ..memory import Memory, SessionPersistence
-from ..memory._save import RunSaver
+from ..memory.save import RunSaver
 from ..messages import AssistantMessage, Message
 from ..observers.report import AgentResult, RunTrail
 from ._state import RunState

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from ..abort import abortable
 from ..attachments import AttachmentLike, AttachmentPolicy, parse_attachments
-from ..attachments._load import load_parts, with_parts
+from ..attachments.load import load_parts, with_parts
 from ..errors import AbortedError, AttachmentError, RaygentError
 from ..messages import Message
 from ..observers.report import AgentResult

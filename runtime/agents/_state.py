@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..abort import AbortController
-from ..memory._save import RunSaver
+from ..memory.save import RunSaver
 from ..messages import Message, ToolCall
 from ..models.contract import Model, ModelOptions, ModelResponse
 from ..observers import Observer
@@ -23,7 +23,7 @@ from .output import OutputSpec, Repair
 
 if TYPE_CHECKING:
     from ..attachments import AttachmentPolicy
-    from ..compaction._policy import Compaction
+    from ..compaction.policy import Compaction
     from ..durable.options import ApprovalHandler, Decision
     from ..tools import Tool
     from ..toolsets import Toolset

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..abort import abortable
-from ..attachments._load import tool_parts
+from ..attachments.load import tool_parts
 from ..errors import AbortedError, RaygentError, ToolDeniedError, ToolExecutionError
 from ..messages import ToolCall, ToolMessage
 from ..observers.events import ToolCalled, ToolCalling, ToolFailed

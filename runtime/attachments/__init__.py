@@ -2,7 +2,7 @@
 
 _parse        the forms an attachment is given in, and `AttachmentPolicy`
 _outbound     `OutboundPolicy` and the guarded fetcher: what raygent itself may download
-_load         attachments into content parts, under the policy
+load          attachments into content parts, under the policy
 
 May import the base and models (a model's capabilities, media checks).
 """

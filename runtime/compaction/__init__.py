@@ -1,17 +1,18 @@
 """`raygent.compaction`: long runs stay inside a context window by summarising older
-messages (the whole story is in `_policy`).
+messages (the whole story is in `policy`).
 
-_policy       `Compaction`, the context and result of a summariser, the records in a
+policy        `Compaction`, the context and result of a summariser, the records in a
               report, `summarize(model=...)`
 _transcript   a slice of the conversation as a transcript for a summariser model
-_range        where a compaction may cut: the safe slice of older messages
-_store        compaction of a session's stored history, under the run's lease
+ranges        where a compaction may cut: the safe slice of older messages
+stored        compaction of a session's stored history, under the run's lease
 
 The step that compacts before each trip is the agent's (agents/_compact.py).
 May import the base and memory.
 """
 
-from ._policy import (
+from ._transcript import render_transcript
+from .policy import (
     DEFAULT_INSTRUCTIONS,
     Compaction,
     CompactionContext,
@@ -23,7 +24,6 @@ from ._policy import (
     SummaryError,
     summarize,
 )
-from ._transcript import render_transcript
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",

@@ -3,8 +3,8 @@
 _fence        `PositionFence`: the session position a lease's run writes at, and the writes
               that move it (one mechanism for every lease: local, Ray session hosts)
 _memory       `Memory` (a store and a save policy), `SavePolicy`
-_save         `RunSaver`: the save policy applied to one run; `default_memory`
-_hold         `SessionHold`: a durable run holds its session until it ends
+save          `RunSaver`: the save policy applied to one run; `default_memory`
+hold          `SessionHold`: a durable run holds its session until it ends
 _sessions     session persistence: the lease a run holds on a session, the seam the Ray
               session hosts implement, and `LocalSessions` in this process
 
@@ -15,8 +15,8 @@ May import the base and raygent.stores.
 
 from ._fence import PositionFence
 from ._memory import Memory, SavePolicy
-from ._save import RunSaver
 from ._sessions import LocalSessions, SessionLease, SessionPersistence
+from .save import RunSaver
 
 __all__ = [
     "LocalSessions",

@@ -19,8 +19,8 @@ from ..messages import (
     ToolMessage,
 )
 from ..usage import Usage
-from ._media import image_data, require_vision
 from .contract import CacheControl, Capabilities, FinishReason, ModelOptions, ToolSpec
+from .media import image_data, require_vision
 
 PROVIDER = "anthropic"
 API_VERSION = "2023-06-01"

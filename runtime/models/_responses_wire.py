@@ -19,8 +19,8 @@ from ..messages import (
     UserMessage,
 )
 from ..usage import Usage
-from ._media import image_url, require_vision
 from .contract import Capabilities, FinishReason, ModelOptions, ToolSpec
+from .media import image_url, require_vision
 
 PROVIDER = "openai"
 # The key of `ModelOptions.provider_options` this adapter merges into its bodies (not

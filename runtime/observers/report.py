@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..compaction._policy import CompactionRecord
+from ..compaction.policy import CompactionRecord
 from ..errors import RaygentError
 from ..messages import Message, ProviderBlock
 from ..usage import Usage

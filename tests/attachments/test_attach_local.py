@@ -11,7 +11,7 @@ from attach_support import PNG
 
 from raygent import AttachmentPolicy, ImagePart, TextPart
 from raygent.attachments import parse_attachments
-from raygent.attachments._load import load_parts
+from raygent.attachments.load import load_parts
 from raygent.errors import AttachmentError, InvalidRequestError, OutboundPolicyError
 from raygent.models import Capabilities
 

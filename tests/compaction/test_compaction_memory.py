@@ -25,7 +25,7 @@ from compaction_support import (
 
 import raygent
 from raygent import AssistantMessage, ToolMessage, UserMessage
-from raygent.compaction._range import has_signed_reasoning
+from raygent.compaction.ranges import has_signed_reasoning
 from raygent.errors import RaygentError
 from raygent.messages import messages_from_msgpack, messages_to_msgpack
 from raygent.stores import InMemoryStore, RedisStore, SQLiteStore, Store, StoreUnavailableError

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from raygent import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
-from raygent.compaction._range import safe_range
+from raygent.compaction.ranges import safe_range
 
 
 def group(n: int, calls: int = 1) -> list[Message]:

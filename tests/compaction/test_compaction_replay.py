@@ -14,7 +14,7 @@ from compaction_support import USER_FRAME, Recorder, is_summary, lookup, signed_
 
 import raygent
 from raygent import AssistantMessage, Message, UserMessage
-from raygent.compaction._range import has_signed_reasoning
+from raygent.compaction.ranges import has_signed_reasoning
 from raygent.sim import Match, Reply, Rule, ToolCallReply, serve
 from raygent.testing import FunctionModel, reply
 

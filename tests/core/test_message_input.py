@@ -9,7 +9,7 @@ import pytest
 
 from raygent._message_input import as_message, as_messages
 from raygent.compaction import CompactionResult
-from raygent.compaction._policy import check_result
+from raygent.compaction.policy import check_result
 from raygent.errors import InvalidOptionsError
 from raygent.messages import (
     MESSAGES_ADAPTER,

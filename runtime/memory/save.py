@@ -25,9 +25,9 @@ from ..abort import AbortSignal, abortable
 from ..errors import RaygentError
 from ..messages import Message
 from ..redaction import logger as redacting_logger
-from ._hold import SessionHold
 from ._memory import Memory, SavePolicy
 from ._sessions import SessionLease, SessionPersistence
+from .hold import SessionHold
 
 __all__ = ["Memory", "RunSaver", "SavePolicy"]
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from ..errors import AttachmentError, OutboundPolicyError
 from ..messages import ContentPart, ImagePart, Message, TextPart, UserMessage
-from ..models._media import require_vision
 from ..models.contract import Capabilities
+from ..models.media import require_vision
 from ._outbound import check_url_shape, fetch, literal_ip, refusal, shown_url
 from ._parse import (
     IMAGE_TYPES,

@@ -20,7 +20,7 @@ from ..redaction import logger as redacting_logger
 if TYPE_CHECKING:
     from raygent.stores.protocol import Snapshot
 
-    from ..memory._save import RunSaver
+    from ..memory.save import RunSaver
 
 __all__ = ["MAX_ATTEMPTS", "StoredView", "stored_view"]
 
