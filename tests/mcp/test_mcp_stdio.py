@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import logging
 import os
+import pickle
 import signal
 import sys
 from pathlib import Path
@@ -104,6 +107,7 @@ async def test_a_server_that_dies_mid_call_is_restarted_on_the_next_call() -> No
         with pytest.raises(MCPServerError) as caught:
             await tools["crash"].invoke({}, ctx("crash"))  # type: ignore[attr-defined]
         assert caught.value.code == "MCP_SERVER"
+        assert str(caught.value).endswith("during a call to 'crash': it exited with code 3")
         second = (await tools["pid"].invoke({}, ctx("pid"))).text  # type: ignore[attr-defined]
         assert second != first
     finally:
@@ -140,9 +144,64 @@ async def test_a_hanging_call_times_out_and_the_server_keeps_serving() -> None:
 
 async def test_a_server_that_cannot_start_is_a_typed_error() -> None:
     toolset = raygent.mcp.stdio(sys.executable, ["-c", "import sys; sys.exit(2)"], timeout=10)
-    with pytest.raises(MCPServerError, match="could not be started"):
+    with pytest.raises(MCPServerError, match=r"could not be started: it exited with code 2$"):
         await toolset.tools()
     await toolset.aclose()
+    missing = raygent.mcp.stdio("/nonexistent/mcp-server", timeout=10)
+    with pytest.raises(MCPServerError, match="could not be started: FileNotFoundError") as caught:
+        await missing.tools()
+    assert caught.value.retryable is False  # a bad command: trying again will not help
+    await missing.aclose()
+
+
+LEGACY_ERROR = "AttributeError: 'Server' object has no attribute 'list_resources'"
+
+
+async def test_a_server_that_dies_at_start_says_its_exit_code_and_last_stderr_lines() -> None:
+    # An mcp 1.x server under the 2.x SDK: the reason is on its stderr, not in the protocol.
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER, "--v1"], timeout=30, stderr=io.StringIO())
+    with pytest.raises(MCPServerError) as caught:
+        await toolset.tools()
+    message = str(caught.value)
+    assert "could not be started: it exited with code 1" in message
+    assert message.endswith(LEGACY_ERROR)  # the last line of its stderr
+    assert "starting the 1.x server" in message  # and the lines before
+    assert caught.value.retryable is False  # the server is broken: for its owner to fix
+    await toolset.aclose()
+
+
+async def test_the_servers_stderr_goes_to_a_file_a_logger_a_stream_or_ours(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    async def start(stderr: Any) -> None:
+        toolset = raygent.mcp.stdio(sys.executable, [SERVER, "--v1"], timeout=30, stderr=stderr)
+        with pytest.raises(MCPServerError, match="exited with code 1"):
+            await toolset.tools()
+        await toolset.aclose()
+
+    log = tmp_path / "server.log"
+    await start(log)
+    await start(str(log))  # appended
+    assert log.read_text().count(LEGACY_ERROR) == 2
+    assert log.read_text().startswith("starting the 1.x server\nTraceback")
+
+    logger = logging.getLogger("tests.mcp.server")
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        await start(logger)
+    lines = [r.getMessage() for r in caplog.records if r.name == logger.name]
+    assert lines[0] == "starting the 1.x server" and lines[-1] == LEGACY_ERROR
+
+    stream = io.StringIO()
+    await start(stream)
+    assert stream.getvalue().endswith(LEGACY_ERROR + "\n")
+
+    capfd.readouterr()
+    await start(None)  # the default: this process's stderr
+    assert LEGACY_ERROR in capfd.readouterr().err
+
+    # A path or a logger travels with the toolset (to a Ray worker).
+    copy = pickle.loads(pickle.dumps(raygent.mcp.stdio(sys.executable, [SERVER], stderr=logger)))
+    assert copy._transport.stderr is logger  # type: ignore[attr-defined]
 
 
 async def test_a_list_changed_notification_lists_the_tools_again() -> None:
