@@ -100,6 +100,21 @@ class Connection:
         await asyncio.wait([self.task], timeout=within)
         return self.peer.note()
 
+    def stop_from_anywhere(self) -> None:
+        """Stop from any thread, with or without a running loop (a finalizer): through
+        the loop when it runs (the graceful shutdown), else the server is killed."""
+        loop = self._loop
+        try:
+            if _running_loop() is loop:
+                self.close()
+                return
+            if loop.is_running():
+                loop.call_soon_threadsafe(self.close)
+                return
+        except RuntimeError:  # the loop closed in between
+            pass
+        self.peer.kill()
+
     async def _own(self, client: AbstractAsyncContextManager[Any]) -> None:
         try:
             async with client as streams:

@@ -57,13 +57,17 @@ class MCPToolset(Toolset):
         self._live: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Live] = (
             weakref.WeakKeyDictionary()
         )
+        # Every connection this toolset opened, on any loop: a toolset dropped without
+        # `aclose()` stops them (its servers) when it is collected, on whatever thread.
+        self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
+        weakref.finalize(self, _stop_all, self._connections)
 
     def __repr__(self) -> str:
         return f"MCPToolset({self.server})"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        del state["_live"]
+        del state["_live"], state["_connections"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -119,6 +123,7 @@ class MCPToolset(Toolset):
         if live.connection is None or not live.connection.alive:
             # Created before any await: concurrent first calls share one server.
             live.connection = Connection(self._transport, self.server, live.mark_stale)
+            self._connections.add(live.connection)
         return live.connection
 
     def _renew(self, live: _Live, lost: Connection) -> Connection:
@@ -216,6 +221,11 @@ class _Live:
 
     def mark_stale(self) -> None:
         self.stale = True
+
+
+def _stop_all(connections: weakref.WeakSet[Connection]) -> None:
+    for connection in list(connections):
+        connection.stop_from_anywhere()
 
 
 def _session_lost(exc: MCPError) -> bool:

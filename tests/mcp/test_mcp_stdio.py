@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import io
 import logging
 import os
 import pickle
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 import raygent.mcp
@@ -226,3 +230,51 @@ async def test_refresh_lists_the_tools_again() -> None:
         assert again[0] is not first[0]
     finally:
         await toolset.aclose()
+
+
+def servers() -> list[psutil.Process]:
+    """The test server processes this process started (zombies are gone already); not
+    the ones Ray's workers started, which are further down."""
+    found = []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if SERVER in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+    return found
+
+
+async def test_toolsets_dropped_without_aclose_stop_their_servers() -> None:
+    assert servers() == []
+    toolsets = [raygent.mcp.stdio(sys.executable, [SERVER], include=["pid"]) for _ in range(3)]
+    pids = set()
+    for toolset in toolsets:
+        [pid] = await toolset.tools()
+        pids.add(int((await pid.invoke({}, ctx("pid"))).text))  # type: ignore[attr-defined]
+        del pid
+    assert {p.pid for p in servers()} == pids and len(pids) == 3
+    del toolset, toolsets  # dropped, never closed
+    gc.collect()
+    deadline = asyncio.get_running_loop().time() + 20
+    while servers():
+        assert asyncio.get_running_loop().time() < deadline, servers()
+        await asyncio.sleep(0.05)
+
+
+def test_a_toolset_dropped_after_its_loop_ended_stops_its_server() -> None:
+    # asyncio.run cancels the connection's task at its end (that stops the server); a
+    # loop that is only stopped leaves it running, with no loop to run a shutdown: the
+    # finalizer stops the process itself.
+    loop = asyncio.new_event_loop()
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER], include=["pid"])
+    try:
+        [pid] = loop.run_until_complete(toolset.tools())
+        del pid
+        assert len(servers()) == 1
+        del toolset
+        gc.collect()
+        deadline = time.monotonic() + 20
+        while servers():
+            assert time.monotonic() < deadline, servers()
+            time.sleep(0.05)
+    finally:
+        loop.close()
