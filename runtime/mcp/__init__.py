@@ -5,7 +5,8 @@
 per connection, called with a timeout and the run's abort signal.
 
 _toolset      `MCPToolset`, `stdio`, `http`: configuration, one connection per event loop
-_connection   one SDK session, owned by a task of its own
+_connection   one SDK session, owned by a task of its own; why a start failed
+_stdio        the stdio transport: the server's process, its exit code and stderr
 _tools        `MCPTool` (the server's schema, validated here) and results as tool output
 
 May import the base, models and observe (and the `mcp` SDK); agents know toolsets only

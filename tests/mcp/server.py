@@ -1,5 +1,6 @@
 """The MCP server of the tests, with the SDK's server side: `python server.py` (stdio) or
-`python server.py http PORT` (streamable HTTP); `--extra` adds the tool `extra`."""
+`python server.py http PORT` (streamable HTTP); `--extra` adds the tool `extra`;
+`--v1` makes it an mcp 1.x server, which dies at start under the 2.x SDK."""
 
 from __future__ import annotations
 
@@ -10,6 +11,13 @@ import sys
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import AudioContent, CallToolResult, ImageContent, TextContent
+
+if "--v1" in sys.argv:  # 1.x code: the low-level Server has no decorators in 2.x
+    from mcp.server.lowlevel import Server
+
+    print("starting the 1.x server", file=sys.stderr, flush=True)
+    legacy = Server("raygent-tests-v1")
+    legacy.list_resources()  # AttributeError: exit code 1, the traceback on stderr
 
 app = MCPServer("raygent-tests")
 PNG = (  # a 1x1 PNG

@@ -106,6 +106,8 @@ async def test_a_server_that_cannot_start_fails_the_run_typed(backend_kind: str)
         result = await bot.execute("go")
         requests = len(sim.requests)
     assert result.error is not None and result.error.code == "MCP_SERVER"
+    assert "it exited with code 2" in result.error.message
+    assert result.error.retryable is False  # a broken server: a batch does not retry it
     assert requests == 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 
 import raygent
 import raygent.mcp
-from raygent import OpenAIModel
+from raygent import OpenAIModel, Retry
 from raygent.errors import MCPServerError
 from raygent.sim import Match, Reply, Rule, ToolCallReply, serve
 from raygent.tools import ToolContext
@@ -80,6 +81,7 @@ class Restartable:
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.process: subprocess.Popen[str] | None = None
         self.reader: threading.Thread | None = None
+        self.starts = 0
         self.start()
 
     @property
@@ -89,6 +91,7 @@ class Restartable:
 
     def start(self) -> None:
         self.stop()  # the process before (dead or alive) and its pipe
+        self.starts += 1
         process = subprocess.Popen(
             [sys.executable, SERVER, "http", str(self.port)], stderr=subprocess.PIPE, text=True
         )
@@ -150,19 +153,23 @@ async def test_a_server_that_dies_mid_call_fails_typed_and_the_next_call_reconne
         await toolset.aclose()
 
 
-async def test_a_server_restarted_while_idle_fails_one_call_typed_then_serves(
+async def test_a_server_restarted_while_idle_serves_the_next_call_on_a_new_session(
     restartable: Restartable,
 ) -> None:
     toolset = raygent.mcp.http(restartable.url, include=["pid"], timeout=30)
     try:
         [pid] = await toolset.tools()
-        await pid.invoke({}, ctx("pid"))  # type: ignore[attr-defined]
+        before = (await pid.invoke({}, ctx("pid"))).text  # type: ignore[attr-defined]
         restartable.stop()
         restartable.start()  # a new process: it knows no session
-        with pytest.raises(MCPServerError, match="no longer knows the session"):
-            await pid.invoke({}, ctx("pid"))  # type: ignore[attr-defined]
+        # The new server refuses the old session: that call never ran, so it is sent
+        # again on a new session, and answered by the new process.
         again = (await pid.invoke({}, ctx("pid"))).text  # type: ignore[attr-defined]
-        assert int(again) == restartable.pid
+        assert int(again) == restartable.pid != int(before)
+        restartable.stop()
+        restartable.start()
+        # Listing again (a refresh) after a restart opens a new session the same way.
+        assert [t.name for t in await toolset.refresh()] == ["pid"]
     finally:
         await toolset.aclose()
 
@@ -186,5 +193,57 @@ async def test_a_hanging_call_over_http_times_out_and_the_server_keeps_serving(
         assert (result.report.tool_calls[0].error or {}).get("code") == "TOOL_TIMEOUT"
         [add] = [t for t in await toolset.tools() if t.name == "add"]
         assert (await add.invoke({"a": 1, "b": 2}, ctx("add"))).text == "3"  # type: ignore[attr-defined]
+    finally:
+        await toolset.aclose()
+
+
+async def test_a_server_that_cannot_be_reached_at_start_fails_retryable(
+    restartable: Restartable,
+) -> None:
+    restartable.stop()  # nothing listens on its port: refused, a brief outage maybe
+    toolset = raygent.mcp.http(restartable.url, timeout=10)
+    with pytest.raises(MCPServerError, match="could not be started: ConnectError") as caught:
+        await toolset.tools()
+    assert caught.value.retryable is True
+    await toolset.aclose()
+
+
+async def test_a_wrong_url_fails_for_good(mcp_url: str) -> None:
+    toolset = raygent.mcp.http(mcp_url.replace("/mcp", "/nothing-here"), timeout=10)
+    with pytest.raises(MCPServerError, match="could not be started: HTTP 404") as caught:
+        await toolset.tools()
+    assert caught.value.retryable is False  # no retry finds what is not there
+    await toolset.aclose()
+
+
+async def test_a_batch_retries_an_item_whose_server_was_briefly_down(
+    restartable: Restartable,
+) -> None:
+    # On the local backend: the retry's wait starts the server from this process.
+    restartable.stop()
+    toolset = raygent.mcp.http(restartable.url, include=["add"], timeout=10)
+    rules = [
+        Rule(
+            match=Match(after_tool_result=False),
+            reply=Reply(tool_calls=[ToolCallReply("add", {"a": 1, "b": 2})]),
+        ),
+        Rule(match=Match(after_tool_result=True), reply=Reply(text="3")),
+    ]
+
+    async def back_up(delay: float) -> None:  # the retry's wait: the server comes back
+        await asyncio.to_thread(restartable.start)
+
+    try:
+        async with serve(rules) as sim:
+            model = OpenAIModel("sim-gpt", base_url=sim.openai_base_url, api_key="sk-test")
+            bot = raygent.agent(model=model, tools=[toolset])
+            down = await bot.execute("add")
+            assert down.error is not None and down.error.code == "MCP_SERVER"
+            assert down.error.retryable and len(sim.requests) == 0  # before any request
+            result = await raygent.batch(bot, ["add"], retry=Retry(attempts=3, sleep=back_up))
+        assert result.ok, [str(i.error) for i in result.items]
+        [item] = result.items
+        assert item.attempts == 2 and restartable.starts == 2
+        assert item.result.report.tool_calls[0].output == "3"
     finally:
         await toolset.aclose()

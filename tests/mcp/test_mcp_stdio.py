@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
+import io
+import logging
 import os
+import pickle
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 import raygent.mcp
@@ -104,6 +111,7 @@ async def test_a_server_that_dies_mid_call_is_restarted_on_the_next_call() -> No
         with pytest.raises(MCPServerError) as caught:
             await tools["crash"].invoke({}, ctx("crash"))  # type: ignore[attr-defined]
         assert caught.value.code == "MCP_SERVER"
+        assert str(caught.value).endswith("during a call to 'crash': it exited with code 3")
         second = (await tools["pid"].invoke({}, ctx("pid"))).text  # type: ignore[attr-defined]
         assert second != first
     finally:
@@ -140,9 +148,64 @@ async def test_a_hanging_call_times_out_and_the_server_keeps_serving() -> None:
 
 async def test_a_server_that_cannot_start_is_a_typed_error() -> None:
     toolset = raygent.mcp.stdio(sys.executable, ["-c", "import sys; sys.exit(2)"], timeout=10)
-    with pytest.raises(MCPServerError, match="could not be started"):
+    with pytest.raises(MCPServerError, match=r"could not be started: it exited with code 2$"):
         await toolset.tools()
     await toolset.aclose()
+    missing = raygent.mcp.stdio("/nonexistent/mcp-server", timeout=10)
+    with pytest.raises(MCPServerError, match="could not be started: FileNotFoundError") as caught:
+        await missing.tools()
+    assert caught.value.retryable is False  # a bad command: trying again will not help
+    await missing.aclose()
+
+
+LEGACY_ERROR = "AttributeError: 'Server' object has no attribute 'list_resources'"
+
+
+async def test_a_server_that_dies_at_start_says_its_exit_code_and_last_stderr_lines() -> None:
+    # An mcp 1.x server under the 2.x SDK: the reason is on its stderr, not in the protocol.
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER, "--v1"], timeout=30, stderr=io.StringIO())
+    with pytest.raises(MCPServerError) as caught:
+        await toolset.tools()
+    message = str(caught.value)
+    assert "could not be started: it exited with code 1" in message
+    assert message.endswith(LEGACY_ERROR)  # the last line of its stderr
+    assert "starting the 1.x server" in message  # and the lines before
+    assert caught.value.retryable is False  # the server is broken: for its owner to fix
+    await toolset.aclose()
+
+
+async def test_the_servers_stderr_goes_to_a_file_a_logger_a_stream_or_ours(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    async def start(stderr: Any) -> None:
+        toolset = raygent.mcp.stdio(sys.executable, [SERVER, "--v1"], timeout=30, stderr=stderr)
+        with pytest.raises(MCPServerError, match="exited with code 1"):
+            await toolset.tools()
+        await toolset.aclose()
+
+    log = tmp_path / "server.log"
+    await start(log)
+    await start(str(log))  # appended
+    assert log.read_text().count(LEGACY_ERROR) == 2
+    assert log.read_text().startswith("starting the 1.x server\nTraceback")
+
+    logger = logging.getLogger("tests.mcp.server")
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        await start(logger)
+    lines = [r.getMessage() for r in caplog.records if r.name == logger.name]
+    assert lines[0] == "starting the 1.x server" and lines[-1] == LEGACY_ERROR
+
+    stream = io.StringIO()
+    await start(stream)
+    assert stream.getvalue().endswith(LEGACY_ERROR + "\n")
+
+    capfd.readouterr()
+    await start(None)  # the default: this process's stderr
+    assert LEGACY_ERROR in capfd.readouterr().err
+
+    # A path or a logger travels with the toolset (to a Ray worker).
+    copy = pickle.loads(pickle.dumps(raygent.mcp.stdio(sys.executable, [SERVER], stderr=logger)))
+    assert copy._transport.stderr is logger  # type: ignore[attr-defined]
 
 
 async def test_a_list_changed_notification_lists_the_tools_again() -> None:
@@ -167,3 +230,51 @@ async def test_refresh_lists_the_tools_again() -> None:
         assert again[0] is not first[0]
     finally:
         await toolset.aclose()
+
+
+def servers() -> list[psutil.Process]:
+    """The test server processes this process started (zombies are gone already); not
+    the ones Ray's workers started, which are further down."""
+    found = []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if SERVER in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+    return found
+
+
+async def test_toolsets_dropped_without_aclose_stop_their_servers() -> None:
+    assert servers() == []
+    toolsets = [raygent.mcp.stdio(sys.executable, [SERVER], include=["pid"]) for _ in range(3)]
+    pids = set()
+    for toolset in toolsets:
+        [pid] = await toolset.tools()
+        pids.add(int((await pid.invoke({}, ctx("pid"))).text))  # type: ignore[attr-defined]
+        del pid
+    assert {p.pid for p in servers()} == pids and len(pids) == 3
+    del toolset, toolsets  # dropped, never closed
+    gc.collect()
+    deadline = asyncio.get_running_loop().time() + 20
+    while servers():
+        assert asyncio.get_running_loop().time() < deadline, servers()
+        await asyncio.sleep(0.05)
+
+
+def test_a_toolset_dropped_after_its_loop_ended_stops_its_server() -> None:
+    # asyncio.run cancels the connection's task at its end (that stops the server); a
+    # loop that is only stopped leaves it running, with no loop to run a shutdown: the
+    # finalizer stops the process itself.
+    loop = asyncio.new_event_loop()
+    toolset = raygent.mcp.stdio(sys.executable, [SERVER], include=["pid"])
+    try:
+        [pid] = loop.run_until_complete(toolset.tools())
+        del pid
+        assert len(servers()) == 1
+        del toolset
+        gc.collect()
+        deadline = time.monotonic() + 20
+        while servers():
+            assert time.monotonic() < deadline, servers()
+            time.sleep(0.05)
+    finally:
+        loop.close()
