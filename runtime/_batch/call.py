@@ -35,7 +35,7 @@ from ..seams.registry import current_backend
 from ..seams.retry import Retry
 from ..usage import Usage
 from ._html import batch_html
-from .durable import BATCH_RUNS, durable_items
+from .durable import BATCH_ITEMS, BATCH_RUNS, durable_items, item_runs
 from .engine import InFlight
 from .exec import InputError, ItemKey, JobMaker, attempt_for, grace_for, is_runnable
 from .progress import Progress, wants_progress
@@ -139,6 +139,9 @@ class _Plan:
                 "durable": durable,
                 BATCH_RUNS: durable_items(sink, approvals),
             }
+        else:
+            # So does the naming of its runs on sessions (one run per item, all attempts).
+            run_options = {**(run_options or {}), BATCH_ITEMS: item_runs(sink, resume)}
         return cls(
             concurrency=concurrency,
             retry=options.get("retry") or Retry(),

@@ -19,7 +19,55 @@ from typing import Any
 from ..abort import AbortSignal
 from ..usage import Usage
 
-__all__ = ["BATCH_RUNS", "DurableItems", "attempt_usage", "durable_items"]
+__all__ = [
+    "BATCH_ITEMS",
+    "BATCH_RUNS",
+    "DurableItems",
+    "ItemRuns",
+    "attempt_usage",
+    "durable_items",
+    "item_runs",
+]
+
+
+def _namespace(sink: str | os.PathLike[str] | None) -> str:
+    """A batch's name for its items' runs: by its sink (a resumed batch finds its runs
+    again), else new."""
+    if sink is not None:
+        return hashlib.sha256(os.path.abspath(sink).encode()).hexdigest()[:12]
+    return uuid.uuid4().hex[:12]
+
+
+def _run_id(namespace: str, key: Any) -> str:
+    # repr tells 1 from "1"; a key is a str, an int or a field value read back alike.
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+    return f"batch-{namespace}-{digest}"
+
+
+@dataclass(frozen=True)
+class ItemRuns:
+    """How a batch names the runs of its items on sessions, and whether an attempt may
+    find its run's messages stored already: an item's attempts are one run on its
+    session, whichever process died and whenever (a retry after its runner died, or a
+    resumed batch, goes on after what the run stored, or returns its stored answer)."""
+
+    namespace: str
+    resumed: bool = False
+
+    def run_id(self, key: Any) -> str:
+        return _run_id(self.namespace, key)
+
+    def recovers(self, attempts: int) -> bool:
+        """Whether an attempt (the `attempts`-th) looks in its session for its run."""
+        return attempts > 1 or self.resumed
+
+
+def item_runs(sink: str | os.PathLike[str] | None, resume: bool) -> ItemRuns:
+    return ItemRuns(_namespace(sink), resumed=resume)
+
+
+# The run option that carries a batch's ItemRuns to each attempt (popped there).
+BATCH_ITEMS = "batch_items"
 
 
 @dataclass(frozen=True)
@@ -31,9 +79,7 @@ class DurableItems:
     approvals: Mapping[Any, Mapping[str, Any]] | None = None
 
     def run_id(self, key: Any) -> str:
-        # repr tells 1 from "1"; a key is a str, an int or a field value read back alike.
-        digest = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
-        return f"batch-{self.namespace}-{digest}"
+        return _run_id(self.namespace, key)
 
     async def attempt(
         self, executable: Any, key: Any, input: Any, options: dict[str, Any], signal: AbortSignal
@@ -55,11 +101,7 @@ def durable_items(
     sink: str | os.PathLike[str] | None, approvals: Mapping[Any, Mapping[str, Any]] | None
 ) -> DurableItems:
     """The batch's naming: by its sink (a resumed batch finds its runs again), else new."""
-    if sink is not None:
-        namespace = hashlib.sha256(os.path.abspath(sink).encode()).hexdigest()[:12]
-    else:
-        namespace = uuid.uuid4().hex[:12]
-    return DurableItems(namespace, approvals)
+    return DurableItems(_namespace(sink), approvals)
 
 
 def attempt_usage(result: Any) -> Usage:

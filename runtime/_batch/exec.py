@@ -19,7 +19,7 @@ from ..messages import MESSAGE_TYPES, ImagePart, TextPart
 from ..observers.report import AgentResult
 from ..seams.batch import EMPTY_USAGE, Attempt, Job, Outcome
 from ..usage import Usage
-from .durable import BATCH_RUNS, DurableItems, attempt_usage
+from .durable import BATCH_ITEMS, BATCH_RUNS, DurableItems, ItemRuns, attempt_usage
 
 __all__ = [
     "InputError",
@@ -157,6 +157,9 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
         # The batch's signal is the one that stops runs.
         options = {k: v for k, v in (run_options or {}).items() if k != "signal"}
         durable_runs = cast("DurableItems | None", options.pop(BATCH_RUNS, None))
+        item_runs = cast("ItemRuns | None", options.pop(BATCH_ITEMS, None))
+        # Only an agent with memory writes its item's session (the others ignore it).
+        on_sessions = item_runs is not None and getattr(executable, "memory", None) is not None
 
         async def run(job: Job, signal: AbortSignal) -> Outcome:
             meta = job.meta
@@ -164,6 +167,12 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
             if meta is not None and not SESSION_FIELDS.isdisjoint(meta):
                 # An item's own session: its runs load and save that conversation.
                 item_options = {**options, **{k: meta[k] for k in SESSION_FIELDS & set(meta)}}
+                if on_sessions:
+                    # One run per item, across attempts and processes: named by its key.
+                    assert item_runs is not None
+                    item_options["run_id"] = item_runs.run_id(job.key)
+                    if job.previous is None and item_runs.recovers(job.attempts):
+                        item_options["recover"] = True  # what it stored, the store says
             if job.previous is not None:
                 # A retry is the same run: it continues what its failed attempt stored.
                 item_options = {**item_options, "continues": job.previous}

@@ -283,7 +283,14 @@ class Agent(DurableRuns):
         except Exception as exc:
             return None, _setup_error(exc)
         persistence = config.backend.sessions
-        saver = saver_for(self.memory, scope, persistence, info.run_id, options.get("continues"))
+        saver = saver_for(
+            self.memory,
+            scope,
+            persistence,
+            info.run_id,
+            options.get("continues"),
+            recover=bool(options.get("recover")),
+        )
         return saver, None
 
     def _attachments(

@@ -41,6 +41,7 @@ _STORED_OPTIONS = (
     "run_id",
     "resume",
     "continues",
+    "recover",
 )
 _default: Durable | None = None
 

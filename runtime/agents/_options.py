@@ -76,3 +76,6 @@ class RunOptions(TypedDict, total=False):
     resume: str | None
     # Internal: a batch retry continues its failed attempt (its run id, what it stored).
     continues: AgentResult | None
+    # Internal: this run's id may have written to its session before (a batch item
+    # tried again after its runner died, or a resumed batch): go on after what it wrote.
+    recover: bool | None

@@ -29,7 +29,7 @@ from ..observers.report import AgentResult, RunTrail
 from ._state import RunState
 
 if TYPE_CHECKING:
-    from raygent.stores.protocol import Scope
+    from raygent.stores.protocol import Scope, StoredMessage
 
 __all__ = [
     "ContinuingSaver",
@@ -56,9 +56,17 @@ def continued_run_id(continues: AgentResult | None) -> str | None:
 
 
 class ContinuingSaver(RunSaver):
-    """The saver of a retry: numbers its appends after the failed attempt's, and splits
-    the stored history into what was there before (returned by `open`) and the tail
-    that is the attempt's own (`stored`)."""
+    """The saver of a retry: splits the stored history into what was there before
+    (returned by `open`) and the tail that is its earlier attempts' own (`stored`), and
+    numbers its appends right after theirs.
+
+    With the failed attempt's `trail` (a retry in the same process), the tail is the
+    longest start of the trail's messages the history ends with. Without one (the
+    process that ran the attempt died with its result), the store says it: the
+    messages at the end of the history written under this run's id. Either way the
+    next append's number follows the last one the store holds for the run, so the
+    run's turns stay contiguous even when an append failed without committing.
+    """
 
     def __init__(
         self,
@@ -66,20 +74,45 @@ class ContinuingSaver(RunSaver):
         scope: Scope,
         persistence: SessionPersistence,
         run_id: str,
-        trail: RunTrail,
+        trail: RunTrail | None,
     ) -> None:
-        super().__init__(memory, scope, persistence, run_id, first_turn=trail.turns)
+        super().__init__(
+            memory, scope, persistence, run_id, first_turn=0 if trail is None else trail.turns
+        )
         self.trail = trail
         self.stored: list[Message] = []
         self.opened = False
 
     async def open(self, signal: AbortSignal | None = None) -> list[Message]:
         history = await super().open(signal)
-        k = stored_count(history, self.trail.messages)
+        written = await _written_by(self.memory, self.scope, self.run_id)
+        if self.trail is None:
+            k = _tail_of(written, len(history), self.run_id)
+        else:
+            k = stored_count(history, self.trail.messages)
+        turns = [w.turn for w in written if w.run_id == self.run_id and w.turn >= 0]
+        self.restore(max(turns, default=-1) + 1, ())
         cut = len(history) - k
         self.stored = history[cut:]
         self.opened = True
         return history[:cut]
+
+
+async def _written_by(memory: Memory, scope: Scope, run_id: str) -> list[StoredMessage]:
+    """The session's messages with who wrote them (read once, by a retry only)."""
+    store = memory.store
+    return list(await store.get_conversation(store.ref(scope)))
+
+
+def _tail_of(written: Sequence[StoredMessage], length: int, run_id: str) -> int:
+    """How many messages at the end of the history (the first `length` of `written`)
+    the run `run_id` wrote."""
+    count = 0
+    for message in reversed(written[:length]):
+        if message.run_id != run_id or message.turn < 0:
+            break
+        count += 1
+    return count
 
 
 def saver_for(
@@ -88,10 +121,13 @@ def saver_for(
     persistence: SessionPersistence,
     run_id: str,
     continues: AgentResult | None,
+    *,
+    recover: bool = False,
 ) -> RunSaver:
-    """A run's saver: a continuing one for a retry whose attempt left a trail."""
+    """A run's saver: a continuing one for a retry whose attempt left a trail, or for a
+    run whose id may have written before (`recover`: the store says what)."""
     trail = None if continues is None else continues.trail
-    if trail is None:
+    if trail is None and not recover:
         return RunSaver(memory, scope, persistence, run_id)
     return ContinuingSaver(memory, scope, persistence, run_id, trail)
 
@@ -129,6 +165,6 @@ def with_trail(run: RunState, result: AgentResult) -> AgentResult:
         if isinstance(saver, ContinuingSaver) and not saver.opened:
             # It failed before it saw the store (the session could not be opened): what
             # the store may hold is still the earlier attempts' doing.
-            messages = saver.trail.messages
+            messages = () if saver.trail is None else saver.trail.messages
         result.trail = RunTrail(messages, saver.turns)
     return result
