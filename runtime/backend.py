@@ -64,6 +64,7 @@ from .seams import (
 )
 from .seams.batch import cancelled, ended, session_of
 from .tools import Tool, ToolContext, ToolTimeoutError
+from .toolsets import close_toolsets, owning_toolsets
 from .usage import Cost, Usage
 
 if TYPE_CHECKING:
@@ -120,6 +121,7 @@ __all__ = [
     "agent_input",
     "attempt_for",
     "cancelled",
+    "close_toolsets",
     "closing_stream",
     "current_backend",
     "deliver",
@@ -129,6 +131,7 @@ __all__ = [
     "is_runnable",
     "messages_from_json",
     "messages_to_json",
+    "owning_toolsets",
     "redacting_logger",
     "registered",
     "routed",

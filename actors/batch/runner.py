@@ -48,11 +48,13 @@ from raygent.backend import (
     RaygentError,
     Retry,
     attempt_for,
+    close_toolsets,
+    owning_toolsets,
     redacting_logger,
     use_backend,
 )
 
-from .._ray import in_batch_runner
+from .._ray import in_batch_runner, spawn
 
 if TYPE_CHECKING:
     from raygent.backend import RunOptions
@@ -180,10 +182,14 @@ class BatchRunner:
         # run their unplaced tools here.
         hosted = in_batch_runner.set(True)
         try:
-            state.task = asyncio.ensure_future(state.pool.run(_feed(state.jobs)))
+            # The servers its runs open (an MCP toolset's) are the batch's: they close
+            # when it ends, however it ends (each batch loads its executable anew).
+            with owning_toolsets() as opened:
+                state.task = asyncio.ensure_future(state.pool.run(_feed(state.jobs)))
         finally:
             in_batch_runner.reset(hosted)
         state.task.add_done_callback(lambda _: state.wake())
+        state.task.add_done_callback(lambda _: spawn(close_toolsets(opened)))
         self._batches[batch_id] = state
 
     async def _deliver(self, batch_id: str, item: BatchItem) -> None:

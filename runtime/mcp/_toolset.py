@@ -16,7 +16,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, INVALID_REQUEST
 from ..abort import abortable
 from ..errors import MCPServerError, ToolExecutionError
 from ..tools import Tool, ToolContext, ToolTimeoutError
-from ..toolsets import Toolset
+from ..toolsets import Toolset, connected
 from ._connection import Connection, Transport
 from ._stdio import Stderr, StdioPeer, stdio_client
 from ._tools import MCPTool, make_tool, result_value
@@ -124,6 +124,7 @@ class MCPToolset(Toolset):
             # Created before any await: concurrent first calls share one server.
             live.connection = Connection(self._transport, self.server, live.mark_stale)
             self._connections.add(live.connection)
+            connected(self)  # a job that owns this context closes it when it ends
         return live.connection
 
     def _renew(self, live: _Live, lost: Connection) -> Connection:
