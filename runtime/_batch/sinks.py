@@ -6,9 +6,11 @@ Both stay consistent when the driver is killed at any moment, and both resume:
   most one torn last line, in the OS's hands, not a buffer's). On resume a torn or
   unreadable line is dropped.
 - Parquet: a directory of part files (`part-000001-….parquet`), each written to a
-  temporary name and renamed into place, so every part present is whole; a kill loses
-  at most the rows still buffered, and those items simply run again on resume. (A single
-  Parquet file is unreadable until its footer is written: one kill would lose it all.)
+  temporary name and renamed into place, so every part present is whole. A part is
+  written at 5,000 rows or 10 s after its first row, whichever comes first (a timer on
+  the batch's loop, so a stalled batch writes too); a kill loses at most the rows still
+  buffered, and those items simply run again on resume. (A single Parquet file is
+  unreadable until its footer is written: one kill would lose it all.)
 
 Resume keeps completed items and drops the records of failed and cancelled ones (which
 run again), so the sink ends with each key once. Keys compare as text.
@@ -16,6 +18,7 @@ run again), so the sink ends with each key once. Keys compare as text.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -204,6 +207,7 @@ class ParquetSink:
         self._seq = len(self._parts())
         self._buffer: list[dict[str, Any]] = []
         self._since = 0.0
+        self._timer: asyncio.TimerHandle | None = None
 
     def write(self, item: BatchItem) -> None:
         record = record_of(item)
@@ -216,12 +220,30 @@ class ParquetSink:
         }
         if not self._buffer:
             self._since = time.monotonic()
+            self._due_in(self._seconds_per_part)
         self._buffer.append(row)
         full = len(self._buffer) >= self._rows_per_part
         if full or time.monotonic() - self._since >= self._seconds_per_part:
             self.flush()
 
+    def _due_in(self, seconds: float) -> None:
+        """Flush by then even if no other result comes (a stalled batch): a row reaches
+        the disk within `seconds_per_part` of being recorded, whatever follows."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # written from no loop: the next write or close flushes
+        self._timer = loop.call_later(seconds, self._when_due)
+
+    def _when_due(self) -> None:
+        self._timer = None
+        if self._buffer:
+            self.flush()
+
     def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if not self._buffer:
             return
         import pyarrow as pa

@@ -230,3 +230,21 @@ def test_a_driver_stopped_mid_batch_resumes_with_every_item_once(
     assert keys_once(records) == Counter(f"k{n}" for n in range(total))
     assert all(r["status"] == "completed" for r in records)
     assert all(r["data"] == {"double": int(r["key"][1:]) * 2} for r in records)
+
+
+async def test_a_parquet_part_is_written_within_its_window_even_if_nothing_follows(
+    tmp_path: Path,
+) -> None:
+    # A stalled batch: one row, then nothing; the part still reaches the disk in time.
+    from raygent._batch import BatchItem
+    from raygent._batch.sinks import ParquetSink
+
+    sink = ParquetSink(tmp_path / "out", resume=False, seconds_per_part=0.05)
+    sink.write(BatchItem(index=0, key=0, status="completed", data="a"))
+    parts = tmp_path / "out"
+    deadline = asyncio.get_running_loop().time() + 5
+    while not list(parts.glob("part-*.parquet")):
+        assert asyncio.get_running_loop().time() < deadline, "no part written"
+        await asyncio.sleep(0.01)
+    sink.close()
+    assert len(list(parts.glob("part-*.parquet"))) == 1

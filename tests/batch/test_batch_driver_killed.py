@@ -1,0 +1,117 @@
+"""A driver SIGKILLed mid-job, then resumed from its sink (`resume=True`, no `durable=`):
+every item once in the sink, and the resume pays again at most for the runs that were in
+flight when the driver died (issue #27.3): a finished result reaches the sink, written
+and flushed to the OS, within a bounded window, so results a driver had received are
+never paid twice.
+
+The driver is a process of its own (this test kills it); the simulator runs here and
+counts every request over both runs. Each item is two trips (a tool call, then the
+answer), so a run in flight when the driver dies costs at most its two requests again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from raygent.sim import Latency, Match, Reply, Rule, ToolCallReply, serve
+
+ITEMS, CONCURRENCY = 600, 32
+DRIVER = f"""
+import asyncio, sys
+import raygent
+from raygent.models import OpenAIModel
+
+@raygent.tool
+def lookup(q: str) -> str:
+    '''Look a question up.'''
+    return "found " + q
+
+async def main(url, sink, resume):
+    model = OpenAIModel("sim-gpt", base_url=url, api_key="sk-test", max_concurrency=64)
+    bot = raygent.agent(model=model, tools=[lookup])
+    items = [{{"input": f"q{{i}}", "key": i}} for i in range({ITEMS})]
+    result = await raygent.batch(
+        bot, items, concurrency={CONCURRENCY}, sink=sink, resume=resume, progress=False
+    )
+    print("done", result.report.succeeded, result.report.skipped, flush=True)
+
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3] == "resume"))
+"""
+RULES = [
+    Rule(
+        match=Match(after_tool_result=False),
+        reply=Reply(tool_calls=[ToolCallReply("lookup", {"q": "x"})]),
+    ),
+    Rule(match=Match(after_tool_result=True), reply=Reply(text="answered")),
+]
+
+
+def _env(backend: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAYGENT_BACKEND"] = backend
+    if backend == "ray":
+        import ray
+
+        env["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    return env
+
+
+def _lines(sink: Path) -> list[str]:
+    if not sink.exists():
+        return []
+    return [line for line in sink.read_text().splitlines() if line.endswith("}")]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("backend", ["local", "ray"])
+async def test_a_resume_after_the_driver_was_killed_pays_again_only_for_runs_in_flight(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    sink = tmp_path / "out.jsonl"
+    with serve(RULES, latency=Latency(fixed_ms=2, jitter_ms=2)) as sim:
+        command = [sys.executable, str(script), sim.openai_base_url, str(sink)]
+        driver = await asyncio.create_subprocess_exec(*command, "new", env=_env(backend))
+        try:
+            await _until(lambda: len(_lines(sink)) >= ITEMS // 3 or driver.returncode is not None)
+            assert driver.returncode is None, "the driver ended before it could be killed"
+            driver.send_signal(signal.SIGKILL)
+            await asyncio.wait_for(driver.wait(), 30)
+        finally:
+            if driver.returncode is None:
+                driver.kill()
+                await driver.wait()
+        written = len(_lines(sink))
+        resumed = await asyncio.create_subprocess_exec(
+            *command,
+            "resume",
+            env=_env(backend),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        said, _ = await asyncio.wait_for(resumed.communicate(), 300)
+        assert resumed.returncode == 0, said.decode()
+        paid = sim.stats().requests
+    keys = sorted(json.loads(line)["key"] for line in _lines(sink))
+    assert keys == list(range(ITEMS))  # every item once
+    again = paid - 2 * ITEMS
+    print(f"\n{backend}: {written} items sunk before the kill, {again} requests paid twice")
+    assert 0 <= again <= 2 * CONCURRENCY, again
+
+
+async def _until(condition: object, timeout: float = 120.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():  # type: ignore[operator]
+        assert loop.time() < deadline, "not reached in time"
+        await asyncio.sleep(0.01)
