@@ -32,7 +32,9 @@ from raygent.models import OpenAIModel
 from raygent.sim import Latency, Match, Reply, Rule, ToolCallReply, serve
 from raygent.stores import RedisStore, Scope
 
-SESSIONS, PER_SESSION = 12, 10
+# The scenario is 100 sessions of 10 items; the suite runs a tenth of it
+# (RAYGENT_KILLS_SESSIONS=100 runs the whole).
+SESSIONS, PER_SESSION = int(os.environ.get("RAYGENT_KILLS_SESSIONS", "12")), 10
 POLICIES: tuple[SavePolicy, ...] = ("message", "turn", "run")
 
 
