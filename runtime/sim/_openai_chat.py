@@ -132,7 +132,7 @@ class OpenAIWire:
             "role": "assistant",
             "content": content,
             "refusal": plan.refusal,
-            "annotations": [],
+            "annotations": chat_annotations(plan),
         }
         if plan.tool_calls:
             message["tool_calls"] = [
@@ -182,6 +182,9 @@ class OpenAIWire:
             for piece in stream_pieces(plan.text or ""):
                 content: Any = _parts(None, piece) if plan.list_content else piece
                 out.delta({"content": content}, count_tokens(piece))
+            annotations = chat_annotations(plan)
+            if annotations:  # after the text, as the search models send them
+                out.delta({"annotations": annotations}, 0)
             for piece in stream_pieces(plan.refusal or ""):
                 out.delta({"refusal": piece}, count_tokens(piece))
             for index, call in enumerate(plan.tool_calls):
@@ -198,6 +201,49 @@ class OpenAIWire:
         out.events.append(b"data: [DONE]\n\n")
         out.tokens.append(0)
         return SSEStream(out.events, out.tokens, body_end)
+
+
+# The Responses API's annotation kinds: a citation of one of these is sent verbatim.
+RESPONSES_ANNOTATIONS = frozenset(
+    {"url_citation", "file_citation", "container_file_citation", "file_path"}
+)
+
+
+def url_citations(text: str | None, citations: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The reply's citations as the Responses API's annotations: one of its kinds
+    verbatim; any other (Anthropic's) a ``url_citation`` spanning its ``cited_text`` in
+    the text (the whole text when absent), its ``url`` (else ``source``) and ``title``."""
+    if text is None:
+        return []
+    out: list[dict[str, Any]] = []
+    for citation in citations:
+        if citation.get("type") in RESPONSES_ANNOTATIONS:
+            out.append(dict(citation))
+            continue
+        cited = citation.get("cited_text")
+        start = text.find(cited) if isinstance(cited, str) and cited else -1
+        end = start + len(cited) if start >= 0 and isinstance(cited, str) else len(text)
+        title = citation.get("title") or citation.get("document_title") or ""
+        out.append(
+            {
+                "type": "url_citation",
+                "start_index": max(start, 0),
+                "end_index": end,
+                "url": str(citation.get("url") or citation.get("source") or ""),
+                "title": str(title),
+            }
+        )
+    return out
+
+
+def chat_annotations(plan: Plan) -> list[dict[str, Any]]:
+    """``message.annotations`` of Chat Completions: the url citations, each nested under
+    its type (the other kinds have no Chat form and are left out)."""
+    return [
+        {"type": "url_citation", "url_citation": {k: v for k, v in a.items() if k != "type"}}
+        for a in url_citations(plan.text, plan.citations)
+        if a["type"] == "url_citation"
+    ]
 
 
 class _Chunks:

@@ -9,7 +9,7 @@ from typing import Any, Final
 
 from pydantic_core import from_json, to_json
 
-from ._openai_chat import OpenAIWire
+from ._openai_chat import OpenAIWire, url_citations
 from ._plan import thinking_signature
 from ._responses_stream import stream_events
 from ._tokens import (
@@ -151,7 +151,8 @@ class ResponsesWire:
 
 def output_items(plan: Plan, req: ParsedRequest, response_id: str) -> list[dict[str, Any]]:
     """The output items in order: reasoning (its encrypted content when the request
-    includes it), the message, function calls."""
+    includes it), the built-in tool calls of the server tools, the message (citations
+    as its text's annotations), function calls."""
     if plan.empty:
         return []
     suffix = response_id.removeprefix("resp_")
@@ -167,11 +168,15 @@ def output_items(plan: Plan, req: ParsedRequest, response_id: str) -> list[dict[
                 ),
             }
         )
+    for n, (use, result) in enumerate(plan.server_tools, 1):
+        items.append(server_tool_item(use, result, f"{suffix}_{n}"))
     part: dict[str, Any] | None = None
     if plan.refusal is not None:
         part = {"type": "refusal", "refusal": plan.refusal}
     elif plan.text is not None:
-        part = {"type": "output_text", "text": plan.text, "annotations": [], "logprobs": []}
+        annotations = url_citations(plan.text, plan.citations)
+        part = {"type": "output_text", "text": plan.text, "annotations": annotations}
+        part["logprobs"] = []
     if part is not None:
         items.append(
             {
@@ -194,6 +199,65 @@ def output_items(plan: Plan, req: ParsedRequest, response_id: str) -> list[dict[
             }
         )
     return items
+
+
+_CODE_EXECUTION = ("code_execution", "bash_code_execution", "text_editor_code_execution")
+
+
+def server_tool_item(use: dict[str, Any], result: dict[str, Any], tag: str) -> dict[str, Any]:
+    """A server tool as the Responses API's built-in tool call item: an MCP tool an
+    ``mcp_call`` (its output the result's text), a web search a ``web_search_call``
+    (``search``; a web fetch ``open_page``), a code execution a ``code_interpreter_call``
+    (its stdout as logs), a tool search a ``tool_search_call``. ``tag`` makes the id."""
+    args: dict[str, Any] = use["input"]
+    content = result.get("content")
+    if use["type"] == "mcp_tool_use":
+        return {
+            "id": f"mcp_{tag}",
+            "type": "mcp_call",
+            "status": "completed",
+            "server_label": use["server_name"],
+            "name": use["name"],
+            "arguments": to_json(args).decode(),
+            "output": _result_text(content),
+            "error": None,
+        }
+    name = use["name"]
+    if name in _CODE_EXECUTION:
+        code = args.get("code") or args.get("command") or to_json(args).decode()
+        stdout = content.get("stdout") if isinstance(content, dict) else None
+        return {
+            "id": f"ci_{tag}",
+            "type": "code_interpreter_call",
+            "status": "completed",
+            "code": str(code),
+            "container_id": "cntr_sim",
+            "outputs": [{"type": "logs", "logs": stdout}] if isinstance(stdout, str) else [],
+        }
+    if name.startswith("tool_search"):
+        return {
+            "id": f"tsc_{tag}",
+            "type": "tool_search_call",
+            "status": "completed",
+            "execution": "server",
+            "call_id": None,
+            "arguments": args,
+        }
+    if name == "web_fetch":
+        action: dict[str, Any] = {"type": "open_page", "url": args.get("url")}
+    else:
+        action = {"type": "search", "query": str(args.get("query", ""))}
+    return {"id": f"ws_{tag}", "type": "web_search_call", "status": "completed", "action": action}
+
+
+def _result_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" for p in content
+    ):
+        return "".join(str(p.get("text", "")) for p in content)
+    return to_json(content).decode()
 
 
 def response_object(
@@ -266,6 +330,8 @@ class _Walk:
                 tokens += _output_tokens(item.get("output", ""))
             elif kind == "reasoning":
                 tokens += _check_reasoning(item)
+            elif kind in BUILTIN_ITEMS:  # a built-in tool's item, replayed
+                tokens += count_tokens(to_json(item).decode())
             else:
                 raise WireError(f"Invalid input item type: {kind!r}.", param="input")
             self.last_kind = kind
@@ -277,6 +343,33 @@ class _Walk:
 
 
 _OUTPUT_PARTS = ("input_text", "input_image", "input_file")
+# The input item kinds of the built-in tools (and references to stored items) that the
+# API takes back as they came out.
+BUILTIN_ITEMS = frozenset(
+    {
+        "web_search_call",
+        "file_search_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "computer_call",
+        "computer_call_output",
+        "local_shell_call",
+        "local_shell_call_output",
+        "shell_call",
+        "shell_call_output",
+        "apply_patch_call",
+        "apply_patch_call_output",
+        "tool_search_call",
+        "tool_search_output",
+        "mcp_call",
+        "mcp_list_tools",
+        "mcp_approval_request",
+        "mcp_approval_response",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "item_reference",
+    }
+)
 
 
 def _output_tokens(output: object) -> int:

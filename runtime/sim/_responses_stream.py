@@ -36,8 +36,10 @@ def stream_events(plan: Plan, final: dict[str, Any], items: list[dict[str, Any]]
             _reasoning(out, index, item)
         elif kind == "message":
             _message(out, index, item)
-        else:
+        elif kind == "function_call":
             _call(out, index, item)
+        else:
+            _builtin(out, index, item)
     body_end = len(out.events)
     done = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
     out.add(done, {"response": final})
@@ -71,10 +73,14 @@ def _message(out: _Events, index: int, item: dict[str, Any]) -> None:
                 out.add("response.refusal.delta", {**here, "delta": piece}, piece)
             out.add("response.refusal.done", {**here, "refusal": part["refusal"]})
         else:
-            out.add("response.content_part.added", {**here, "part": {**part, "text": ""}})
+            start = {**part, "text": "", "annotations": []}
+            out.add("response.content_part.added", {**here, "part": start})
             for piece in stream_pieces(part["text"]):
                 delta = {**here, "delta": piece, "logprobs": []}
                 out.add("response.output_text.delta", delta, piece)
+            for n_note, note in enumerate(part["annotations"]):
+                added = {**here, "annotation_index": n_note, "annotation": note}
+                out.add("response.output_text.annotation.added", added)
             done = {**here, "text": part["text"], "logprobs": []}
             out.add("response.output_text.done", done)
         out.add("response.content_part.done", {**here, "part": part})
@@ -89,4 +95,33 @@ def _call(out: _Events, index: int, item: dict[str, Any]) -> None:
         out.add("response.function_call_arguments.delta", {**at, "delta": piece}, piece)
     done = {**at, "arguments": item["arguments"]}
     out.add("response.function_call_arguments.done", done)
+    out.add("response.output_item.done", {"output_index": index, "item": item})
+
+
+def _builtin(out: _Events, index: int, item: dict[str, Any]) -> None:
+    """A built-in tool call: added in progress, the tool's own events, done."""
+    at = {"item_id": item["id"], "output_index": index}
+    kind = item["type"]
+    added = {**item, "status": "in_progress"}
+    if kind == "mcp_call":
+        added.update(arguments="", output=None)
+    elif kind == "code_interpreter_call":
+        added.update(code="", outputs=None)
+    out.add("response.output_item.added", {"output_index": index, "item": added})
+    if kind == "web_search_call":
+        for step in ("in_progress", "searching", "completed"):
+            out.add(f"response.web_search_call.{step}", at)
+    elif kind == "mcp_call":
+        out.add("response.mcp_call.in_progress", at)
+        for piece in stream_pieces(item["arguments"]):
+            out.add("response.mcp_call_arguments.delta", {**at, "delta": piece}, piece)
+        out.add("response.mcp_call_arguments.done", {**at, "arguments": item["arguments"]})
+        out.add("response.mcp_call.completed", at)
+    elif kind == "code_interpreter_call":
+        out.add("response.code_interpreter_call.in_progress", at)
+        for piece in stream_pieces(item["code"]):
+            out.add("response.code_interpreter_call_code.delta", {**at, "delta": piece}, piece)
+        out.add("response.code_interpreter_call_code.done", {**at, "code": item["code"]})
+        out.add("response.code_interpreter_call.interpreting", at)
+        out.add("response.code_interpreter_call.completed", at)
     out.add("response.output_item.done", {"output_index": index, "item": item})

@@ -107,13 +107,21 @@ _SERVER_RESULTS = {
 
 
 class ServerToolReply(_Model):
-    """A tool the provider runs itself (Anthropic wire only; the OpenAI wires leave it
-    out): a ``server_tool_use`` block (``mcp_tool_use`` when ``server_name`` names an
-    MCP server) whose ``input`` streams as ``input_json_delta`` events (the first one
-    empty, as Anthropic sends), then its result block. ``result`` is the result block's
-    ``content`` verbatim; absent, a web search gets one result, an MCP tool a text, a
-    code execution an empty run. An absent ``id`` becomes ``srvtoolu_<n>`` (``mcptoolu_``
-    for MCP), ``n`` counting the server tools of this reply from 1."""
+    """A tool the provider runs itself. Anthropic: a ``server_tool_use`` block
+    (``mcp_tool_use`` when ``server_name`` names an MCP server) whose ``input`` streams
+    as ``input_json_delta`` events (the first one empty, as Anthropic sends), then its
+    result block. ``result`` is the result block's ``content`` verbatim; absent, a web
+    search gets one result, an MCP tool a text, a code execution an empty run. An absent
+    ``id`` becomes ``srvtoolu_<n>`` (``mcptoolu_`` for MCP), ``n`` counting the server
+    tools of this reply from 1.
+
+    Responses: the matching built-in tool call item before the message, streamed with
+    its own events: ``mcp_call`` (``server_label`` the server name, ``arguments`` the
+    input as JSON, ``output`` the result's text), ``web_search_call`` (a ``search`` of
+    ``input["query"]``; ``web_fetch`` an ``open_page`` of ``input["url"]``),
+    ``code_interpreter_call`` (``input["code"]``, the result's stdout as logs),
+    ``tool_search_call``; its id is ``ws_`` / ``mcp_`` / ``ci_`` / ``tsc_`` and the
+    response's id and ``n``. Chat Completions has no such items: left out there."""
 
     name: str
     input: dict[str, Any] = Field(default_factory=dict)
@@ -158,8 +166,15 @@ class Reply(_Model):
     reasoning item (its summary; its ``encrypted_content`` when the request includes
     it); Chat Completions sends it only with ``list_content``.
 
-    ``server_tools`` and ``citations`` (the text block's citations, verbatim; streamed
-    as ``citations_delta`` events before its text) are Anthropic's. ``list_content``
+    ``server_tools``: see :class:`ServerToolReply`. ``citations`` are the text's:
+    Anthropic's text block carries them verbatim (streamed as ``citations_delta``
+    events before its text); the OpenAI wires send them as ``url_citation``
+    annotations spanning the ``cited_text`` (the whole text when it is not found), with
+    the citation's ``url`` and ``title``; a citation already of a Responses annotation
+    kind (``url_citation``, ``file_citation``, ...) goes verbatim to the Responses wire.
+    Responses streams them as ``response.output_text.annotation.added`` events after the
+    text; Chat Completions puts them in ``message.annotations`` (streamed as a delta
+    of its own after the text). ``list_content``
     makes Chat Completions send ``message.content`` (and each streamed
     ``delta.content``) as a list of parts, as Mistral does: a ``thinking`` part holding
     text parts, then a ``text`` part.

@@ -115,7 +115,7 @@ async def test_chat_content_as_a_list_of_parts(clients: Clients) -> None:
     assert (thinking, text) == ("Let me think.", "Hello!")
 
 
-async def test_server_tools_are_anthropic_only(clients: Clients) -> None:
+async def test_server_tools_have_no_chat_form(clients: Clients) -> None:
     async with serve([Rule(reply=SEARCH)]) as sim:
         client = clients.openai(sim)
         reply = await client.chat.completions.create(model="gpt-4o", messages=USER)  # type: ignore[arg-type]
