@@ -194,13 +194,16 @@ def parse_response(data: dict[str, Any]) -> ParsedReply:
         kind = item["type"]
         if kind == "message":
             for part in item["content"]:
-                if part["type"] == "output_text":
+                if part["type"] == "output_text":  # its annotations are not read
                     text.append(part["text"])
                 elif part["type"] == "refusal":
                     refusal.append(part["refusal"])
         elif kind == "function_call":
             calls.append(ToolCall.parse(item["call_id"], item["name"], item["arguments"] or ""))
-        else:  # reasoning, and any item kind we do not read: kept for replay
+        else:
+            # Reasoning, the built-in tools' calls (web_search_call, mcp_call,
+            # code_interpreter_call...: run by OpenAI, never a client tool call) and any
+            # item kind we do not read: kept verbatim, replayed on the next trip.
             content.append(ProviderBlock(provider=PROVIDER, kind=kind, data=item))
     if text:
         content.append(TextPart(text="".join(text)))

@@ -49,6 +49,25 @@ _SKIPPED = frozenset(
         "response.reasoning_summary_part.done",
         "response.reasoning_summary_text.done",
         "response.function_call_arguments.done",
+        # Built-in tools (kept whole, as provider blocks, from the final response) and
+        # the text's annotations: never a client tool call, never text.
+        "response.output_text.annotation.added",
+        "response.web_search_call.in_progress",
+        "response.web_search_call.searching",
+        "response.web_search_call.completed",
+        "response.file_search_call.in_progress",
+        "response.file_search_call.searching",
+        "response.file_search_call.completed",
+        "response.mcp_call.in_progress",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.completed",
+        "response.mcp_call.failed",
+        "response.code_interpreter_call.in_progress",
+        "response.code_interpreter_call_code.delta",
+        "response.code_interpreter_call_code.done",
+        "response.code_interpreter_call.interpreting",
+        "response.code_interpreter_call.completed",
     }
 )
 

@@ -254,7 +254,10 @@ RICH = [
     Rule(
         reply=Reply(
             thinking="Hmm.",
-            server_tools=[ServerToolReply("web_search", {"query": "q"})],
+            server_tools=[
+                ServerToolReply("web_search", {"query": "q"}),
+                ServerToolReply("lookup", {"id": 7}, server_name="docs"),
+            ],
             text="It is sunny.",
             citations=[
                 {

@@ -30,14 +30,21 @@ WEATHER = ToolSpec(name="get_weather", parameters={"type": "object"})
 
 async def both(model: Any, options: ModelOptions | None = None) -> tuple[ModelResponse, list[Any]]:
     """The reply not streamed, and the chunks of the same reply streamed; the streamed
-    reply equals the other (ids aside)."""
+    reply equals the other (ids aside: the response's, and its items' on Responses)."""
     complete = await model.complete(HELLO, options)
     chunks = [c async for c in model.stream(HELLO, options)]
     done = chunks[-1]
     assert isinstance(done, Done)
-    ignore = {"response_id"}
-    assert done.response.model_dump(exclude=ignore) == complete.model_dump(exclude=ignore)
+    assert _without_ids(done.response) == _without_ids(complete)
     return complete, chunks
+
+
+def _without_ids(response: ModelResponse) -> dict[str, Any]:
+    dumped = response.model_dump(exclude={"response_id"})
+    for part in dumped["content"]:
+        if part["type"] == "provider" and "id" in part["data"]:
+            part["data"] = {**part["data"], "id": None}
+    return dumped
 
 
 @pytest.mark.parametrize("tool", ["web_search", "mcp"])
@@ -166,3 +173,58 @@ async def test_error_shapes_on_each_wire(
         assert info.value.retryable
         if isinstance(info.value, RateLimitError):
             assert info.value.retry_after == 3.0
+
+
+BUILT_IN = {
+    "web_search": (SEARCH, "web_search_call"),
+    "mcp": (ServerToolReply("lookup", {"id": 7}, server_name="docs"), "mcp_call"),
+    "code": (ServerToolReply("code_execution", {"code": "print(1)"}), "code_interpreter_call"),
+}
+
+
+@pytest.mark.parametrize("tool", sorted(BUILT_IN))
+async def test_responses_built_in_tools_stream_and_replay(tool: str) -> None:
+    """A Responses built-in tool call is a provider block kept verbatim (never a client
+    tool call), streamed and not alike; the text's annotations do not get in the way;
+    the next turn sends the item back as it came."""
+    server_tool, kind = BUILT_IN[tool]
+    reply = Reply(
+        server_tools=[server_tool],
+        text="It is sunny in Paris.",
+        citations=[CITATION],
+        tool_calls=[ToolCallReply("get_weather", {"city": "Paris"})],
+    )
+    async with serve([Rule(reply=reply)]) as sim:
+        model = make_model("openai_responses", sim)
+        options = ModelOptions(tools=(WEATHER,))
+        response, chunks = await both(model, options)
+        call = response.tool_calls[0]
+        answer = ToolMessage(call_id=call.call_id, name=call.name, content="sunny")
+        await model.complete([*HELLO, response.message, answer, UserMessage(content="more")])
+        replayed = sim.requests[-1].body["input"]
+    assert [b.kind for b in response.blocks] == [kind]
+    item = response.blocks[0].data
+    assert item["type"] == kind and item["status"] == "completed"
+    if kind == "mcp_call":
+        assert (item["server_label"], item["name"]) == ("docs", "lookup")
+    assert response.text == "It is sunny in Paris."
+    assert [c.name for c in response.tool_calls] == ["get_weather"]
+    assert response.finish_reason == "tool_calls"
+    calls = [c for c in chunks if isinstance(c, ToolCallDelta)]
+    assert calls and {c.name for c in calls} == {"get_weather"}  # only the client's tool
+    text = "".join(c.text for c in chunks if isinstance(c, TextDelta))
+    assert text == "It is sunny in Paris."
+    assert replayed[1] == item  # verbatim, before the text and the call
+    assert [i.get("type") for i in replayed[2:4]] == [None, "function_call"]
+
+
+async def test_citations_and_server_tools_are_read_on_each_wire(provider: str) -> None:
+    """A reply with server tools and citations: read on each wire, streamed and not,
+    the text kept whole."""
+    reply = Reply(server_tools=[SEARCH], text="It is sunny in Paris.", citations=[CITATION])
+    async with serve([Rule(reply=reply)]) as sim:
+        response, chunks = await both(make_model(provider, sim))
+    assert response.text == "It is sunny in Paris."
+    assert "".join(c.text for c in chunks if isinstance(c, TextDelta)) == response.text
+    assert not response.tool_calls and response.finish_reason == "stop"
+    assert not any(isinstance(c, ToolCallDelta) for c in chunks)
