@@ -32,9 +32,7 @@ from raygent.models import OpenAIModel
 from raygent.sim import Latency, Match, Reply, Rule, ToolCallReply, serve
 from raygent.stores import RedisStore, Scope
 
-# The scenario is 100 sessions of 10 items; the suite runs a tenth of it
-# (RAYGENT_KILLS_SESSIONS=100 runs the whole).
-SESSIONS, PER_SESSION = int(os.environ.get("RAYGENT_KILLS_SESSIONS", "12")), 10
+SESSIONS, PER_SESSION = 100, 10  # the scenario: 1,000 items on 100 sessions
 POLICIES: tuple[SavePolicy, ...] = ("message", "turn", "run")
 
 
