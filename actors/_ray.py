@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
+import os
 import threading
 import warnings
 from collections.abc import Coroutine, Mapping
@@ -25,6 +27,7 @@ __all__ = [
 ]
 
 _init_lock = threading.Lock()
+SHOW_RAY_LOGS = "RAYGENT_RAY_LOGS"  # set (to anything): Ray's start-up lines show
 
 # Set by a batch runner for the runs it hosts. Their sessions were routed to it, so it
 # serialises them in-process and writes to the store fenced, with no session-host call;
@@ -45,7 +48,13 @@ def ensure_ray(address: str | None, namespace: str, init_kwargs: Mapping[str, An
     with _init_lock:
         if ray.is_initialized():
             return
-        start = functools.partial(ray.init, address=address, namespace=namespace, **init_kwargs)
+        options = {**init_kwargs}
+        quiet = "logging_level" not in options and not os.environ.get(SHOW_RAY_LOGS)
+        if quiet:
+            # Ray's start-up lines (INFO, the token-authentication warning) are not the
+            # user's business when raygent starts Ray for them: asked for, they show.
+            options["logging_level"] = logging.ERROR
+        start = functools.partial(ray.init, address=address, namespace=namespace, **options)
         if threading.current_thread() is threading.main_thread():
             start()
         else:
@@ -55,6 +64,8 @@ def ensure_ray(address: str | None, namespace: str, init_kwargs: Mapping[str, An
             # with it and take this process down at its next Ray call. So Ray is started
             # on a thread that lasts as long as the process.
             _lasting_thread().submit(start).result()
+        if quiet:
+            logging.getLogger("ray").setLevel(logging.INFO)  # what Ray says from now on
 
 
 @functools.cache

@@ -55,7 +55,9 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.add_argument("--items", type=int, default=None, help="only the first N questions")
     demo.add_argument("--concurrency", type=int, default=64, help="questions at a time")
     demo.add_argument(
-        "--out", default="raygent-demo", help="folder for results.jsonl and sessions.db"
+        "--out",
+        default=None,
+        help="folder for results.jsonl and sessions.db (default: a new temporary folder)",
     )
     demo.set_defaults(run=_run_demo)
 

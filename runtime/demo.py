@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import tempfile
 import time
 from importlib import resources
 from pathlib import Path
@@ -97,13 +98,17 @@ DEMO_PRICING = Pricing(input_per_mtok=0.15, output_per_mtok=0.60)
 async def run_demo(
     latency_ms: float = 50.0,
     items: int | None = None,
-    out: str | Path = "raygent-demo",
+    out: str | Path | None = None,
     concurrency: int = 64,
 ) -> BatchResult:
-    """Run the demo against an in-process simulator; return the batch's result."""
+    """Run the demo against an in-process simulator; return the batch's result. It writes
+    under `out` (a new temporary folder by default), and says where."""
     print("raygent demo: the model here is the built-in provider SIMULATOR, not a real LLM.")
+    folder = (
+        _fresh(Path(out)) if out is not None else Path(tempfile.mkdtemp(prefix="raygent-demo-"))
+    )
+    print(f"  writing to {folder} (results.jsonl, sessions.db); --out DIR names the folder")
     _start_backend()
-    folder = _fresh(Path(out))
     rows = dataset(items)
     cities = {"Paris", "Rome", *(row["city"] for row in rows)}
     latency = Latency(fixed_ms=latency_ms, per_token_ms=1, jitter_ms=latency_ms / 5)

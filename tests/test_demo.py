@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,24 @@ def test_demo_runs_the_bundled_dataset_and_says_the_model_is_the_simulator(
     assert all(row["status"] == "completed" and row["data"]["city"] for row in rows)
     assert "traveller-001 holds 20 messages" in text  # five questions, four messages each
     assert (out / "sessions.db").exists()
+    assert f"writing to {out}" in text  # it says where it writes
+    assert "Token authentication" not in result.stderr  # nor Ray's start-up lines
+
+
+def test_the_demo_writes_under_a_new_temporary_folder_by_default(tmp_path: Path) -> None:
+    env = {**os.environ, "RAYGENT_OFFLINE": "1", "RAYGENT_BACKEND": "local"}
+    result = subprocess.run(
+        [sys.executable, "-m", "raygent", "demo", "--latency-ms", "0", "--items", "5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    said = re.search(r"writing to (\S+) ", result.stdout)
+    assert said is not None, result.stdout
+    folder = Path(said[1])
+    assert (folder / "results.jsonl").exists() and folder.parent != tmp_path
+    assert list(tmp_path.iterdir()) == []  # nothing left in the working directory
+    shutil.rmtree(folder)
