@@ -22,6 +22,8 @@ class SimConfig:
     fault_kinds: tuple[FaultKind | Fault, ...] = ("status",)
     seed: int = 0
     api_key: str | None = None
+    batch_seconds: float = 0.0
+    batch_expire_after: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fault_rate <= 1.0:
@@ -32,6 +34,11 @@ class SimConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1")
+
+        if self.batch_seconds < 0:
+            raise ValueError("batch_seconds must be at least 0")
+        if self.batch_expire_after is not None and self.batch_expire_after < 0:
+            raise ValueError("batch_expire_after must be at least 0")
 
     def faults(self) -> tuple[Fault, ...]:
         """``fault_kinds`` as :class:`Fault` values (a bare kind uses the defaults)."""

@@ -190,6 +190,8 @@ def serve(
     fault_kinds: tuple[FaultKind | Fault, ...] = ("status",),
     seed: int = 0,
     api_key: str | None = None,
+    batch_seconds: float = 0.0,
+    batch_expire_after: int | None = None,
 ) -> Simulator:
     """A provider simulator speaking the OpenAI Chat Completions and Anthropic Messages
     wires; enter it (``with`` / ``async with``) to run it.
@@ -200,6 +202,18 @@ def serve(
     a slot frees. ``context_window``: prompts over it get the provider's 400.
     ``fault_rate``: the probability that a request gets a fault drawn from
     ``fault_kinds`` (seeded by ``seed``). ``api_key``: if set, other keys get 401.
+
+    The batch APIs: OpenAI's Files (``/v1/files``) and Batch (``/v1/batches``, for the
+    ``/v1/chat/completions`` and ``/v1/responses`` endpoints) and Anthropic's Message
+    Batches (``/v1/messages/batches``). Each batch line is answered as the online
+    endpoint would answer it unstreamed (same rules, scripted and rate-drawn faults,
+    context window; no caps or latency); error statuses become error lines, faults with
+    no JSON answer (``not_json``, ``hang``, ``truncate``) a ``server_error`` line.
+    ``batch_seconds``: how long a batch takes, its lines answered evenly over it (0:
+    at once, in the background; a batch is never complete in its create response).
+    ``batch_expire_after``: after that many answered lines a batch expires, the rest
+    answered as expired (``None``: never). An OpenAI batch may override both with the
+    metadata keys ``sim_batch_seconds`` and ``sim_expire_after``.
     """
     config = SimConfig(
         host=host,
@@ -213,5 +227,7 @@ def serve(
         fault_kinds=tuple(fault_kinds),
         seed=seed,
         api_key=api_key,
+        batch_seconds=batch_seconds,
+        batch_expire_after=batch_expire_after,
     )
     return Simulator(SimCore(load_script(script), config))

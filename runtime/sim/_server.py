@@ -10,12 +10,16 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 from pydantic_core import from_json, to_json
 
+from ._anthropic_batches import AnthropicBatches
 from ._anthropic_messages import AnthropicWire
+from ._batch_common import Timing
 from ._config import SimConfig
+from ._openai_batches import OpenAIBatches
 from ._openai_chat import OpenAIWire
 from ._openai_responses import ResponsesWire
 from ._plan import plan_reply
@@ -24,7 +28,7 @@ from ._rules import RuleBook
 from ._script import Fault, Reply, Script
 from ._stats import RecordedRequest, StatsRecorder, redact_headers
 from ._tokens import PromptCache
-from ._types import ParsedRequest, Wire, WireError
+from ._types import ParsedRequest, Plan, Wire, WireError
 
 OPENAI = OpenAIWire()
 ANTHROPIC = AnthropicWire()
@@ -37,6 +41,16 @@ _NOT_JSON = (
 _ERROR_FAULTS = frozenset({"status", "context_exceeded", "not_json"})
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _Serve = Callable[[web.Request, Wire, Exchange], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True, slots=True)
+class JsonAnswer:
+    """An online endpoint's answer to one request: HTTP status and JSON body (``None``
+    when a transport fault means there is no JSON answer) and the request id."""
+
+    status: int
+    body: bytes | None
+    request_id: str
 
 
 class SimCore:
@@ -57,6 +71,10 @@ class SimCore:
         self._tasks: set[asyncio.Task[object]] = set()
         self._closing = False
         self._runner: web.AppRunner | None = None
+        timing = Timing(config.batch_seconds, config.batch_expire_after)
+        wires: dict[str, Wire] = {"/v1/chat/completions": OPENAI, "/v1/responses": RESPONSES}
+        self.openai_batches = OpenAIBatches(self, wires, timing)
+        self.anthropic_batches = AnthropicBatches(self, ANTHROPIC, timing)
 
     async def start(self) -> None:
         """Listen on the configured host and port; :attr:`port` is the real port."""
@@ -66,6 +84,8 @@ class SimCore:
         app.router.add_post("/v1/responses", self._handler(RESPONSES, self._chat))
         app.router.add_post("/v1/messages", self._handler(ANTHROPIC, self._chat))
         app.router.add_post("/v1/messages/count_tokens", self._handler(ANTHROPIC, self._count))
+        self.openai_batches.add_routes(app)
+        self.anthropic_batches.add_routes(app)
         app.router.add_get("/sim/stats", self._stats_endpoint)
         app.router.add_post("/sim/reset", self._reset_endpoint)
         app.router.add_get("/health", self._health)
@@ -89,6 +109,8 @@ class SimCore:
         self._closing = True
         for task in list(self._tasks):
             task.cancel()
+        self.openai_batches.cancel_all()
+        self.anthropic_batches.cancel_all()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -164,16 +186,73 @@ class SimCore:
         if refused is not None:
             return refused
         ex.admitted = True
+        refusal = self._context_refusal(wire, req, ex.request_id)
+        if refusal is not None:
+            return ex.response(400, refusal)
+        reply, fault = self._choose(req)
+        return await self._answer(ex, req, reply, fault)
+
+    def answer_json(self, wire: Wire, body: object) -> JsonAnswer:
+        """What the online endpoint of `wire` would answer the JSON `body` with, answered
+        at once and never streamed (for batch lines): the same parsing, context check,
+        rules, scripted and rate-drawn faults and prompt cache, but no auth, caps or
+        latency. A fault that yields no JSON answer (``not_json``, ``hang``,
+        ``truncate``) gives ``body=None``."""
+        rid = self._request_id()
+        try:
+            req = wire.parse(body)
+        except WireError as exc:
+            error = wire.error(400, exc.message, request_id=rid, code=exc.code, param=exc.param)
+            return JsonAnswer(400, error, rid)
+        req.stream = False
+        refusal = self._context_refusal(wire, req, rid)
+        if refusal is not None:
+            return JsonAnswer(400, refusal, rid)
+        reply, fault = self._choose(req)
+        if fault is not None and fault.kind in ("not_json", "hang", "truncate"):
+            return JsonAnswer(502, None, rid)
+        if fault is not None and fault.kind in _ERROR_FAULTS | {"stream_error"}:
+            if fault.kind == "context_exceeded":
+                return JsonAnswer(400, self._context_fault(wire, req, rid), rid)
+            error = wire.error(fault.status, fault.message, request_id=rid)
+            if fault.body is not None:
+                error = verbatim(fault.body)
+            return JsonAnswer(fault.status, error, rid)
+        plan = self._plan(wire, req, reply, fault)
+        response_id = wire.response_id_prefix + f"{next(self._response_ids):024x}"
+        return JsonAnswer(200, wire.body(plan, req, response_id), rid)
+
+    def _context_refusal(self, wire: Wire, req: ParsedRequest, rid: str) -> bytes | None:
         limit = self.config.context_window
         if limit is not None and req.input_tokens > limit:
-            body = wire.context_error(limit, req.input_tokens, request_id=ex.request_id)
-            return ex.response(400, body)
+            return wire.context_error(limit, req.input_tokens, request_id=rid)
+        return None
+
+    def _choose(self, req: ParsedRequest) -> tuple[Reply, Fault | None]:
         reply = self._rules.choose(req)
         drawn = self._rate_fault()  # drawn for every request: keeps the sequence seeded
         fault = reply.fault or drawn
         if fault is not None:
             self.stats.fault()
-        return await self._answer(ex, req, reply, fault)
+        return reply, fault
+
+    def _plan(self, wire: Wire, req: ParsedRequest, reply: Reply, fault: Fault | None) -> Plan:
+        read = self._cache.longest_hit(req.cache_candidates) if req.cache_candidates else 0
+        if req.cache_writes:
+            self._cache.store(req.cache_writes)
+        return plan_reply(
+            reply,
+            req,
+            id_prefix=wire.tool_id_prefix,
+            fault=fault,
+            cache_read=read,
+            cache_write=max(req.cache_breakpoint_tokens - read, 0),
+        )
+
+    def _context_fault(self, wire: Wire, req: ParsedRequest, rid: str) -> bytes:
+        limit = self.config.context_window or max(req.input_tokens - 1, 1)
+        tokens = max(req.input_tokens, limit + 1)
+        return wire.context_error(limit, tokens, request_id=rid)
 
     async def _answer(
         self, ex: Exchange, req: ParsedRequest, reply: Reply, fault: Fault | None
@@ -184,17 +263,7 @@ class SimCore:
         if fault is not None and (fault.kind in _ERROR_FAULTS or unstreamed_error):
             await ex.sleep(ex.ttfb)
             return self._error_fault(ex, req, fault)
-        read = self._cache.longest_hit(req.cache_candidates) if req.cache_candidates else 0
-        if req.cache_writes:
-            self._cache.store(req.cache_writes)
-        plan = plan_reply(
-            reply,
-            req,
-            id_prefix=ex.wire.tool_id_prefix,
-            fault=fault,
-            cache_read=read,
-            cache_write=max(req.cache_breakpoint_tokens - read, 0),
-        )
+        plan = self._plan(ex.wire, req, reply, fault)
         if req.stream:
             self.stats.stream_started()
         return await respond_plan(ex, req, plan, fault, f"{next(self._response_ids):024x}")
@@ -213,9 +282,7 @@ class SimCore:
             html = _NOT_JSON if fault.body is None else verbatim(fault.body)
             return ex.response(200, html, content_type="text/html", headers=fault.headers)
         if fault.kind == "context_exceeded":
-            limit = self.config.context_window or max(req.input_tokens - 1, 1)
-            tokens = max(req.input_tokens, limit + 1)
-            return ex.response(400, wire.context_error(limit, tokens, request_id=rid))
+            return ex.response(400, self._context_fault(wire, req, rid))
         kind = "text/plain" if isinstance(fault.body, str) else "application/json"
         return ex.response(
             fault.status,
@@ -249,6 +316,10 @@ class SimCore:
 
     def _request_id(self) -> str:
         return f"req_sim{next(self._request_ids):012x}"
+
+    def next_request_id(self) -> str:
+        """A fresh request id (for the batch APIs and their lines)."""
+        return self._request_id()
 
     def _rate_fault(self) -> Fault | None:
         rate = self.config.fault_rate

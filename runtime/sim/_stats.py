@@ -33,6 +33,8 @@ class SimStats(BaseModel):
     streams: int = 0
     by_api: dict[str, int] = Field(default_factory=dict)
     faults: int = 0
+    batch_calls: int = 0
+    batch_lines: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +71,13 @@ class StatsRecorder:
         self._streams = 0
         self._by_api: dict[str, int] = {}
         self._faults = 0
+        self._batch_calls = 0
+        self._batch_lines = 0
 
-    def received(self, record: RecordedRequest) -> None:
+    def received(self, record: RecordedRequest, *, batch_call: bool = False) -> None:
         with self._lock:
             self._requests += 1
+            self._batch_calls += batch_call
             if record.api is not None:
                 self._by_api[record.api] = self._by_api.get(record.api, 0) + 1
             self._records.append(record)
@@ -106,6 +111,10 @@ class StatsRecorder:
         with self._lock:
             self._faults += 1
 
+    def batch_line(self) -> None:
+        with self._lock:
+            self._batch_lines += 1
+
     def snapshot(self) -> SimStats:
         with self._lock:
             return SimStats(
@@ -117,6 +126,8 @@ class StatsRecorder:
                 streams=self._streams,
                 by_api=dict(self._by_api),
                 faults=self._faults,
+                batch_calls=self._batch_calls,
+                batch_lines=self._batch_lines,
             )
 
     def records(self) -> list[RecordedRequest]:

@@ -118,7 +118,7 @@ async def test_stats_reset_and_health_endpoints(clients: Clients) -> None:
         ("/v1/messages", b'{"model": "c", "messages": []}', 400, "max_tokens: Field required"),
         ("/v1/messages", b'{"max_tokens": 5, "messages": []}', 400, "model: Field required"),
         ("/v1/embeddings", b"{}", 404, "Invalid URL (POST /v1/embeddings)"),
-        ("/v1/messages/batches", b"{}", 404, "Not found"),
+        ("/v1/messages/nope", b"{}", 404, "Not found"),
     ],
 )
 async def test_malformed_requests(
