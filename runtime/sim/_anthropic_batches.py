@@ -8,16 +8,13 @@ import itertools
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from pydantic_core import from_json, to_json
 
-from ._batch_common import BatchCalls, LineClock, Timing, json_response, parse_limit
+from ._batch_common import BatchCalls, Core, LineClock, Timing, json_response, parse_limit
 from ._types import Wire
-
-if TYPE_CHECKING:
-    from ._server import SimCore
 
 _CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _NO_JSON = {"type": "api_error", "message": "Internal server error"}
@@ -64,7 +61,7 @@ class AnthropicBatches:
     :meth:`SimCore.answer_json` with the Messages wire, paced and expired by the
     server's :class:`Timing`."""
 
-    def __init__(self, core: SimCore, wire: Wire, timing: Timing) -> None:
+    def __init__(self, core: Core, wire: Wire, timing: Timing) -> None:
         self.core = core
         self.wire = wire
         self.timing = timing

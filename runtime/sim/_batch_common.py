@@ -8,7 +8,7 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
@@ -16,9 +16,31 @@ from ._stats import RecordedRequest, redact_headers
 from ._types import Wire
 
 if TYPE_CHECKING:
-    from ._server import SimCore
+    from ._config import SimConfig
+    from ._stats import StatsRecorder
 
 BatchHandler = Callable[[web.Request, str], Awaitable[web.Response]]
+
+
+@dataclass(frozen=True, slots=True)
+class JsonAnswer:
+    """An online endpoint's answer to one request: HTTP status and JSON body (``None``
+    when a transport fault means there is no JSON answer) and the request id."""
+
+    status: int
+    body: bytes | None
+    request_id: str
+
+
+class Core(Protocol):
+    """What the batch APIs use of the simulator's core (`_server.SimCore`)."""
+
+    config: SimConfig
+    stats: StatsRecorder
+
+    def next_request_id(self) -> str: ...
+
+    def answer_json(self, wire: Wire, body: object) -> JsonAnswer: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +61,7 @@ class BatchCalls:
     """Wraps the batch API handlers: records the call (as ``api``), checks the key,
     counts the finished status."""
 
-    def __init__(self, core: SimCore, wire: Wire, api: str) -> None:
+    def __init__(self, core: Core, wire: Wire, api: str) -> None:
         self.core = core
         self.wire = wire
         self.api = api

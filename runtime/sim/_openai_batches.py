@@ -6,17 +6,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
 from aiohttp.web_request import FileField
 from pydantic_core import from_json, to_json
 
-from ._batch_common import BatchCalls, LineClock, Timing, json_response, now, parse_limit
+from ._batch_common import BatchCalls, Core, LineClock, Timing, json_response, now, parse_limit
 from ._types import Wire
-
-if TYPE_CHECKING:
-    from ._server import SimCore
 
 _PURPOSES = frozenset(
     {"assistants", "batch", "fine-tune", "vision", "user_data", "evals", "batch_output"}
@@ -112,7 +109,7 @@ class OpenAIBatches:
     and expiry come from the server's :class:`Timing`, overridden per batch by the
     metadata keys ``sim_batch_seconds`` and ``sim_expire_after``."""
 
-    def __init__(self, core: SimCore, wires: dict[str, Wire], timing: Timing) -> None:
+    def __init__(self, core: Core, wires: dict[str, Wire], timing: Timing) -> None:
         self.core = core
         self.wires = wires  # endpoint -> wire
         self.timing = timing

@@ -10,14 +10,13 @@ import random
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from aiohttp import web
 from pydantic_core import from_json, to_json
 
 from ._anthropic_batches import AnthropicBatches
 from ._anthropic_messages import AnthropicWire
-from ._batch_common import Timing
+from ._batch_common import JsonAnswer, Timing
 from ._config import SimConfig
 from ._openai_batches import OpenAIBatches
 from ._openai_chat import OpenAIWire
@@ -41,16 +40,6 @@ _NOT_JSON = (
 _ERROR_FAULTS = frozenset({"status", "context_exceeded", "not_json"})
 _Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _Serve = Callable[[web.Request, Wire, Exchange], Awaitable[web.StreamResponse]]
-
-
-@dataclass(frozen=True, slots=True)
-class JsonAnswer:
-    """An online endpoint's answer to one request: HTTP status and JSON body (``None``
-    when a transport fault means there is no JSON answer) and the request id."""
-
-    status: int
-    body: bytes | None
-    request_id: str
 
 
 class SimCore:
