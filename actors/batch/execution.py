@@ -311,8 +311,11 @@ class RunnerPool:
         for runner in self._lanes:
             if runner.ended or runner.closed or not runner.opened:
                 continue
-            room = 2 * runner.slots - len(runner.held)
-            if room < max(1, runner.slots // 2):
+            # A runner holds at most its slots: the jobs it runs, and the results on their
+            # way back. So a driver killed mid-batch loses (and a resume pays again for)
+            # at most the runs in flight, never finished results queued behind them.
+            room = runner.slots - len(runner.held)
+            if room < max(1, runner.slots // 4):
                 continue
             chunk = [job async for job in self._take(feed, runner.lane, room)]
             if chunk:
