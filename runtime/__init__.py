@@ -4,7 +4,7 @@ The public API is what this module exports; everything else is internal.
 """
 
 from . import compaction, data, errors, eval, observers
-from ._batch import BatchResult, Retry, batch, batch_sync
+from ._batch import BatchResult, ProviderBatch, Retry, batch, batch_sync
 from ._version import __version__
 from .abort import AbortController, AbortSignal
 from .agents import Agent, AgentStream, Approve, Deny, Durable, SystemPrompt, agent
@@ -98,6 +98,7 @@ __all__ = [
     "OutboundPolicy",
     "PendingCall",
     "Pricing",
+    "ProviderBatch",
     "ProviderBlock",
     "Repair",
     "ResponseSchema",

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from ._batch.engine import InFlight
 from ._batch.exec import InputError, agent_input, attempt_for, is_runnable
+from ._batch.item_lines import RelayedLines
+from ._batch.provider_job import with_lines
 from ._batch.sinks import dumps
 from .abort import AbortController, AbortSignal, AbortWatch, abortable
 from .durable.scope import scope_of
@@ -103,6 +105,7 @@ __all__ = [
     "ProviderConnectionError",
     "RateLimitError",
     "RaygentError",
+    "RelayedLines",
     "Retry",
     "RunOptions",
     "SessionLease",
@@ -139,4 +142,5 @@ __all__ = [
     "session_of",
     "use_backend",
     "uses_global",
+    "with_lines",
 ]

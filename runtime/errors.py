@@ -26,6 +26,8 @@ __all__ = [
     "OfflineError",
     "OutboundPolicyError",
     "PromptError",
+    "ProviderBatchError",
+    "ProviderBatchExpiredError",
     "ProviderConnectionError",
     "ProviderError",
     "ProviderResponseError",
@@ -184,6 +186,26 @@ class ProviderResponseError(ProviderError):
 
     code = "PROVIDER_BAD_RESPONSE"
     default_retryable = True
+
+
+class ProviderBatchError(ProviderError):
+    """A provider batch failed as a whole: the provider refused its file (the first bad
+    line is named) or it could not be submitted. Its lines' trips fail with it.
+
+    details: provider, batch_id, line (1-based, of the first bad line), provider_code.
+    """
+
+    code = "PROVIDER_BATCH"
+
+
+class ProviderBatchExpiredError(ProviderError):
+    """A batch line the provider did not answer: its batch expired (24 h) or was
+    cancelled, and `ProviderBatch(on_expired="fail")` said not to send it again.
+
+    details: provider, batch_id, custom_id, outcome ("expired" or "cancelled").
+    """
+
+    code = "PROVIDER_BATCH_EXPIRED"
 
 
 class AgentCancelledError(RaygentError):

@@ -13,10 +13,17 @@ from .usage import Cost, Usage
 __all__ = ["Pricing", "lookup_pricing", "price_usage"]
 
 _PER_MTOK = 1_000_000
+# What OpenAI's Batch API and Anthropic's Message Batches charge of the online rates.
+BATCH_DISCOUNT = 0.5
 
 
 class Pricing(BaseModel):
-    """USD per million tokens, per channel; unset cache/reasoning rates fall back."""
+    """USD per million tokens, per channel; unset cache/reasoning rates fall back.
+
+    `batch_input_per_mtok` / `batch_output_per_mtok`: the rates of the provider's batch
+    API (OpenAI Batch, Anthropic Message Batches); unset, half the online ones (what
+    both providers charge). The other channels move with them.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     input_per_mtok: float
@@ -25,6 +32,21 @@ class Pricing(BaseModel):
     cache_write_per_mtok: float | None = None
     cache_write_1h_per_mtok: float | None = None
     reasoning_per_mtok: float | None = None
+    batch_input_per_mtok: float | None = None
+    batch_output_per_mtok: float | None = None
+
+    def for_batch(self) -> Pricing:
+        """The rates a provider batch API charges: the declared batch rates, else half."""
+        in_ratio = _ratio(self.batch_input_per_mtok, self.input_per_mtok)
+        out_ratio = _ratio(self.batch_output_per_mtok, self.output_per_mtok)
+        return Pricing(
+            input_per_mtok=self.input_per_mtok * in_ratio,
+            output_per_mtok=self.output_per_mtok * out_ratio,
+            cached_input_per_mtok=_times(self.cached_input_per_mtok, in_ratio),
+            cache_write_per_mtok=_times(self.cache_write_per_mtok, in_ratio),
+            cache_write_1h_per_mtok=_times(self.cache_write_1h_per_mtok, in_ratio),
+            reasoning_per_mtok=_times(self.reasoning_per_mtok, out_ratio),
+        )
 
     def cost(self, usage: Usage) -> Cost:
         """The per-channel cost of `usage` at these rates."""
@@ -44,25 +66,53 @@ class Pricing(BaseModel):
         )
 
 
+def _ratio(batch: float | None, online: float) -> float:
+    if batch is None:
+        return BATCH_DISCOUNT
+    return batch / online if online else 0.0
+
+
+def _times(value: float | None, ratio: float) -> float | None:
+    return None if value is None else value * ratio
+
+
 def _or(value: float | None, fallback: float) -> float:
     return fallback if value is None else value
 
 
 def price_usage(
-    usage: Usage, *, provider: str, model: str, declared: Pricing | None = None
+    usage: Usage,
+    *,
+    provider: str,
+    model: str,
+    declared: Pricing | None = None,
+    batch: bool = False,
 ) -> Usage:
-    """Return `usage` with its cost fixed: the declared pricing wins, else genai-prices."""
-    pricing = declared or lookup_pricing(provider, model, usage.total_input_tokens)
+    """Return `usage` with its cost fixed: the declared pricing wins, else genai-prices.
+    `batch`: the request went through the provider's batch API (its rates)."""
+    if declared is not None:
+        pricing: Pricing | None = declared.for_batch() if batch else declared
+    else:
+        pricing = lookup_pricing(provider, model, usage.total_input_tokens, batch=batch)
     if pricing is None:
         return usage if usage.cost is None else usage.model_copy(update={"cost": None})
     return usage.model_copy(update={"cost": pricing.cost(usage)})
 
 
-def lookup_pricing(provider: str, model: str, input_tokens: int = 0) -> Pricing | None:
-    """Rates for a provider's model from genai-prices, with tiers chosen by input size."""
-    prices = _model_prices(provider, model)
+def lookup_pricing(
+    provider: str, model: str, input_tokens: int = 0, *, batch: bool = False
+) -> Pricing | None:
+    """Rates for a provider's model from genai-prices, with tiers chosen by input size;
+    `batch`: its batch-API rates (genai-prices' where it has them, else half)."""
+    prices = _model_prices(provider, model, False)
     if prices is None:
         return None
+    if batch:
+        batch_prices = _model_prices(provider, model, True)
+        if batch_prices is None or batch_prices == prices:  # no batch variant known
+            online = lookup_pricing(provider, model, input_tokens)
+            return None if online is None else online.for_batch()
+        prices = batch_prices
     rates = {key: _tiered(value, input_tokens) for key, value in prices.items()}
     input_rate, output_rate = rates.get("input_mtok"), rates.get("output_mtok")
     if input_rate is None or output_rate is None:
@@ -77,13 +127,18 @@ def lookup_pricing(provider: str, model: str, input_tokens: int = 0) -> Pricing 
 
 
 @functools.lru_cache(maxsize=256)
-def _model_prices(provider: str, model: str) -> dict[str, Any] | None:
+def _model_prices(provider: str, model: str, batch: bool) -> dict[str, Any] | None:
     # Looking a model up in genai-prices costs ~130 us; prices are cached per process.
     from genai_prices import Usage as PriceUsage
     from genai_prices import calc_price
 
     try:
-        found = calc_price(PriceUsage(input_tokens=0, output_tokens=0), model, provider_id=provider)
+        found = calc_price(
+            PriceUsage(input_tokens=0, output_tokens=0),
+            model,
+            provider_id=provider,
+            price_context={"processing": "batch"} if batch else None,
+        )
     except LookupError:
         return None
     return {k: v for k, v in vars(found.model_price).items() if not k.startswith("_")}

@@ -70,6 +70,7 @@ PUBLIC_API = {
     "OpenAIResponsesModel",
     "OutboundPolicy",
     "Pricing",
+    "ProviderBatch",
     "ProviderBlock",
     "Repair",
     "ResponseSchema",

@@ -93,7 +93,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "observers": {"base", "compaction"},
     "mcp": {"base", "models", "observers"},
     "durable": {"base", "memory", "observers", "stores"},
-    "batch": {"base", "seams", "observers", "durable"},
+    "batch": {"base", "models", "seams", "observers", "durable"},
     "eval": {"base", "batch", "observers"},
     "agents": {
         *("base", "models", "memory", "attachments", "compaction", "observers"),

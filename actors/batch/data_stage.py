@@ -45,8 +45,8 @@ from raygent.backend import (
 )
 
 from .._options import RayOptions
-from .execution import runner_count
 from .runner import load_executable
+from .sizing import runner_count
 
 if TYPE_CHECKING:
     from raygent.backend import RunOptions

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
-import math
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -65,7 +64,9 @@ from raygent.backend import deliver as observe
 from .._options import RayOptions
 from .._ray import actor_class, job_id
 from ..sessions.persistence import store_identity
+from .line_relay import LineRelay
 from .runner import BatchRunner, UnsentResultError
+from .sizing import runner_count, split_slots
 
 if TYPE_CHECKING:
     from raygent.backend import BatchPool, PoolPlan
@@ -76,7 +77,6 @@ logger = redacting_logger(__name__)
 _dumps: Callable[[Any], bytes] = ray.cloudpickle.dumps
 _loads: Callable[[bytes], Any] = ray.cloudpickle.loads
 
-PER_RUNNER = 128  # attempts in flight one runner takes by default
 MAX_LOST = 3  # runners an item may take down before it fails
 
 # Builds the backend each runner runs with, from the options (`raygent.actors.ray_backend`).
@@ -223,6 +223,7 @@ class RunnerPool:
         self._barren = 0  # runners that died before giving anything back
         self._payload: Any = None
         self._id = uuid.uuid4().hex
+        self._relay = LineRelay(plan.lines)
         # The driver's global observers see the runners' runs by the usual rule.
         self._observed = uses_global(
             getattr(executable, "observe", None), (plan.run_options or {}).get("observe")
@@ -259,7 +260,7 @@ class RunnerPool:
             self._options.connect()
             self._payload = ray.put(_dumps(self._executable))
             count = runner_count(self._plan.concurrency, self._plan.runners)
-            for lane, slots in enumerate(_split(self._plan.concurrency, count)):
+            for lane, slots in enumerate(split_slots(self._plan.concurrency, count)):
                 self._backlog.add_lane()
                 self._spawn(lane, slots)
             await self._drive(feed)
@@ -374,8 +375,15 @@ class RunnerPool:
         died: BaseException | None = None
         try:
             plan = self._plan
+            lines = plan.lines
             opening = runner.handle.open.remote(
-                runner.share, self._payload, plan.run_options, runner.slots, plan.retry, plan.grace
+                runner.share,
+                self._payload,
+                plan.run_options,
+                runner.slots,
+                plan.retry,
+                plan.grace,
+                None if lines is None else (lines.options, lines.job, plan.deadline),
             )
             try:
                 await opening
@@ -392,7 +400,9 @@ class RunnerPool:
             self._changed.set()
             stream = runner.handle.results.options(num_returns="streaming").remote(runner.share)
             async for ref in stream:
-                pickled, runner.retries, runner.retrying = await ref
+                pickled, runner.retries, runner.retrying, relayed = await ref
+                if relayed is not None:
+                    self._relay.take(runner.handle, runner.share, relayed)
                 runner.answers += 1
                 runner.received += sum(len(data) for _, data in pickled)
                 await self._receive(runner, pickled)
@@ -498,6 +508,7 @@ class RunnerPool:
 
     def _shutdown(self) -> None:
         self._stopping = True  # a consumer still ending gives back what it held cancelled
+        self._relay.close()
         for task in list(self._consumers):
             task.cancel()
         # Runners stay up for the driver's next batch; one still running this batch's
@@ -575,21 +586,3 @@ def _fleet_key(options: RayOptions) -> tuple[str, str]:
 
 
 _fleet = _Fleet()
-
-
-def runner_count(concurrency: int, runners: int | None) -> int:
-    """How many runners a batch uses: `runners`, else one per `PER_RUNNER` of
-    concurrency, at most one per CPU of the cluster; never more than `concurrency`."""
-    if runners:
-        wanted = runners
-    else:
-        resources: dict[str, float] = ray.cluster_resources()  # type: ignore[no-untyped-call]
-        cpus = int(resources.get("CPU", 1)) or 1
-        wanted = min(math.ceil(concurrency / PER_RUNNER), cpus)
-    return max(1, min(wanted, concurrency))
-
-
-def _split(total: int, parts: int) -> list[int]:
-    """`total` slots over `parts` runners, floor/ceil: never more than `total` in all."""
-    base, extra = divmod(total, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]

@@ -46,12 +46,14 @@ from raygent.backend import (
     InFlight,
     Job,
     RaygentError,
+    RelayedLines,
     Retry,
     attempt_for,
     close_toolsets,
     owning_toolsets,
     redacting_logger,
     use_backend,
+    with_lines,
 )
 
 from .._ray import in_batch_runner, spawn
@@ -116,8 +118,10 @@ class UnsentResultError(RaygentError):
     category = "batch"
 
 
-ResultBatch = tuple[list[tuple[int, bytes]], int, int]
-"""((index, pickled BatchItem) of each item, retries so far, items waiting to retry)."""
+ResultBatch = tuple[list[tuple[int, bytes]], int, int, Any]
+"""((index, pickled BatchItem) of each item, retries so far, items waiting to retry,
+and with `provider_batch=` the lines the runs sent since, with their spend: see
+`RelayedLines.take`; else None)."""
 
 
 @dataclass
@@ -132,6 +136,7 @@ class _Batch:
     received: int = 0  # chunks fed to the pool, in their numbers' order
     early: dict[int, list[Job]] = field(default_factory=dict)  # chunks ahead of their turn
     expected: int | None = None
+    lines: RelayedLines | None = None  # provider_batch=: the runs' lines, to the driver
 
     def wake(self) -> None:
         self.ready.set()
@@ -165,11 +170,20 @@ class BatchRunner:
         slots: int,
         retry: Retry,
         grace: float,
+        lines: tuple[Any, str, float | None] | None = None,
     ) -> None:
-        """Take a share of a batch: `slots` attempts in flight."""
+        """Take a share of a batch: `slots` attempts in flight. `lines`: with
+        `provider_batch=`, (its options, the job's name, its deadline): the runs' trips
+        go as lines to the driver's pool, in the results stream, answered by `answer`."""
+        attempt = attempt_for(load_executable(executable), run_options)
+        relay: RelayedLines | None = None
+        if lines is not None:
+            relay = RelayedLines(lambda: self._wake(batch_id))
+            options, job_name, deadline = lines
+            attempt = with_lines(attempt, relay, options, job_name, deadline)
         state = _Batch(
             pool=InFlight(
-                attempt_for(load_executable(executable), run_options),
+                attempt,
                 concurrency=slots,
                 retry=retry,
                 deliver=lambda item: self._deliver(batch_id, item),
@@ -177,6 +191,7 @@ class BatchRunner:
             ),
             jobs=asyncio.Queue(),
             ready=asyncio.Event(),
+            lines=relay,
         )
         # The runs of this batch own their sessions (the driver routed them here) and
         # run their unplaced tools here.
@@ -191,6 +206,17 @@ class BatchRunner:
         state.task.add_done_callback(lambda _: state.wake())
         state.task.add_done_callback(lambda _: spawn(close_toolsets(opened)))
         self._batches[batch_id] = state
+
+    def _wake(self, batch_id: str) -> None:
+        state = self._batches.get(batch_id)
+        if state is not None:
+            state.wake()
+
+    async def answer(self, batch_id: str, answers: list[Any]) -> None:
+        """Replies to lines this runner's runs sent: (custom_id, LineResult, batch id)."""
+        state = self._batches.get(batch_id)
+        if state is not None and state.lines is not None:
+            state.lines.answer(answers)
 
     async def _deliver(self, batch_id: str, item: BatchItem) -> None:
         state = self._batches[batch_id]
@@ -227,8 +253,11 @@ class BatchRunner:
                     await asyncio.sleep(FLUSH_INTERVAL)  # let neighbours join the batch
                 state.ready.clear()
                 ended, state.ended = state.ended, []
-                if ended:
-                    yield _pickled(ended), state.pool.retries, state.pool.retrying
+                relayed = None
+                if state.lines is not None and state.lines.pending:
+                    relayed = state.lines.take()
+                if ended or relayed is not None:
+                    yield _pickled(ended), state.pool.retries, state.pool.retrying, relayed
                 if task.done() and not state.ended:
                     if not task.cancelled() and task.exception() is not None:
                         raise task.exception()  # type: ignore[misc]

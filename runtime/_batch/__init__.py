@@ -11,12 +11,18 @@ sources       where items come from (lists, iterables, JSONL / CSV / Parquet, da
 sinks         where results go (JSONL, Parquet), and what `resume` skips
 progress      the bar; report: `BatchReport`; _html: the notebook view of a result
 cli           `raygent batch MODULE:AGENT INPUT -o OUTPUT`
+provider      `ProviderBatch`: trips through the providers' batch APIs (half price);
+provider_job  such a job's checks, ledger, pool, and the lines set around each attempt
+lines         the pool of a job's lines (gathered, submitted, polled, routed back)
+item_lines    each attempt's trips as lines (to the pool, or a Ray runner's relay)
+ledger        what a job sent by batch, beside its sink, for a resume after a crash
 
 A private name: `raygent.batch` is the public function, which a subpackage would shadow.
-May import the base, seams, observers and durable (the types of `durable=` and
-approvals); never agents or flows (it runs any executable, through its methods). The
-Ray batch runners (raygent.actors) run engine's core; this package reaches them only
-through the backend (and cli, through importlib, to ship a target by value on Ray).
+May import the base, models (the providers' batch APIs), seams, observers and
+durable (the types of `durable=` and approvals); never agents or flows (it runs any
+executable, through its methods). The Ray batch runners (raygent.actors) run engine's
+core; this package reaches them only through the backend (and cli, through importlib,
+to ship a target by value on Ray).
 """
 
 from .call import (
@@ -29,6 +35,7 @@ from .call import (
     batch,
     batch_sync,
 )
+from .provider import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
 
 __all__ = [
     "BatchItem",
@@ -36,6 +43,9 @@ __all__ = [
     "BatchReport",
     "BatchResult",
     "InputError",
+    "ProviderBatch",
+    "ProviderBatchInfo",
+    "ProviderBatchSummary",
     "Retry",
     "batch",
     "batch_sync",

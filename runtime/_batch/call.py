@@ -23,6 +23,7 @@ import inspect
 import os
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from typing_extensions import Unpack
@@ -38,7 +39,10 @@ from ._html import batch_html
 from .durable import BATCH_ITEMS, BATCH_RUNS, durable_items, item_runs
 from .engine import InFlight
 from .exec import InputError, ItemKey, JobMaker, attempt_for, grace_for, is_runnable
+from .lines import LinePool
 from .progress import Progress, wants_progress
+from .provider import ProviderBatch
+from .provider_job import check_batchable, deadline_of, line_pool, with_lines
 from .report import BatchReport, Tally
 from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
@@ -58,6 +62,8 @@ __all__ = [
 ]
 
 DEFAULT_CONCURRENCY = 16
+# With provider_batch: a run waiting for its line holds no connection, only memory.
+PROVIDER_BATCH_CONCURRENCY = 10_000
 # With a sink, results live in the sink; the failures kept in memory are a sample.
 KEPT_FAILURES = 1000
 
@@ -84,6 +90,14 @@ class BatchOptions(TypedDict, total=False):
         continues it from its last settled step.
     approvals: with `durable`, decisions for items awaiting approval: item key ->
         {call_id: Approve() | Deny(reason)}; a resumed batch continues those items.
+    provider_batch: True or a `raygent.ProviderBatch(...)`: the runs' model trips go
+        through the providers' batch APIs, at half the price, answered within 24 hours
+        (concurrency then defaults to 10,000: a run waiting for its line costs memory
+        only). With a sink and `resume=True`, a job whose driver died collects the
+        batches it had sent instead of sending them again.
+    deadline: with `provider_batch`, when the job (or an item, by its `deadline` field)
+        must be done: seconds from now, or a datetime. A trip that could not wait for a
+        batch any more goes online.
     """
 
     concurrency: int
@@ -98,6 +112,8 @@ class BatchOptions(TypedDict, total=False):
     runners: int | None
     durable: Durable | None
     approvals: Mapping[Any, Mapping[str, Decision]] | None
+    provider_batch: bool | ProviderBatch | None
+    deadline: float | datetime | None
 
 
 @dataclass(frozen=True)
@@ -116,13 +132,17 @@ class _Plan:
     runners: int | None
     durable: Durable | None = None
     approvals: Mapping[Any, Mapping[str, Decision]] | None = None
+    provider_batch: ProviderBatch | None = None
+    deadline: float | None = None  # time.time() by which the job must be done
 
     @classmethod
     def of(cls, options: BatchOptions) -> _Plan:
         unknown = set(options) - set(BatchOptions.__annotations__)
         if unknown:
             raise TypeError(f"unknown batch options: {', '.join(sorted(unknown))}")
-        concurrency = options.get("concurrency", DEFAULT_CONCURRENCY)
+        provider_batch = _provider_batch(options.get("provider_batch"))
+        default = DEFAULT_CONCURRENCY if provider_batch is None else PROVIDER_BATCH_CONCURRENCY
+        concurrency = options.get("concurrency", default)
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive int, not {concurrency!r}")
         sink, resume = options.get("sink"), bool(options.get("resume", False))
@@ -155,7 +175,27 @@ class _Plan:
             runners=_runners(options.get("runners")),
             durable=durable,
             approvals=approvals,
+            provider_batch=provider_batch,
+            deadline=_deadline(options.get("deadline"), provider_batch),
         )
+
+
+def _provider_batch(value: bool | ProviderBatch | None) -> ProviderBatch | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return ProviderBatch()
+    if not isinstance(value, ProviderBatch):
+        raise TypeError(f"provider_batch must be True or a ProviderBatch, not {value!r}")
+    return value
+
+
+def _deadline(value: float | datetime | None, provider_batch: ProviderBatch | None) -> float | None:
+    if value is None:
+        return None
+    if provider_batch is None:
+        raise ValueError("deadline= is for provider_batch= jobs (what cannot wait goes online)")
+    return deadline_of(value)
 
 
 def _runners(runners: int | None) -> int | None:
@@ -241,13 +281,20 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     if plan.durable is not None and not callable(getattr(executable, "is_stored", None)):
         raise TypeError("durable= needs an agent (something with resume(run_id))")
     attempt = attempt_for(executable, plan.run_options)
+    lines: LinePool | None = None
+    if plan.provider_batch is not None:
+        check_batchable(executable)
     runners = _runners_for(executable, plan)
     if runners is not None:
         runners.check(executable)
     source = open_items(items)
     sink = open_sink(plan.sink, plan.resume) if plan.sink is not None else None
     collector = _Collector(plan, sink, source.total)
-    pool = _pool(executable, attempt, plan, collector.deliver, runners)
+    if plan.provider_batch is not None:
+        lines = line_pool(plan.provider_batch, plan.sink, plan.resume)
+        if runners is None:
+            attempt = with_lines(attempt, lines, lines.options, lines.job, plan.deadline)
+    pool = _pool(executable, attempt, plan, collector.deliver, runners, lines)
     collector.pool = pool
     make = JobMaker(runnable=is_runnable(executable), item_key=plan.item_key)
     jobs = feed(source, make, collector.skip if sink is not None and sink.done else None)
@@ -257,8 +304,13 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
             await collector.cancel_unread(jobs, pool.signal)
     finally:
         await _close(jobs, source)
+        if lines is not None:
+            await lines.close(interrupted=pool.signal.aborted)
         collector.close()
-    return collector.result()
+    result = collector.result()
+    if lines is not None:
+        result.report.provider_batch = lines.summary
+    return result
 
 
 _interruptible: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -283,6 +335,7 @@ def _pool(
     plan: _Plan,
     deliver: Deliver,
     runners: BatchExecution | None,
+    lines: LinePool | None,
 ) -> BatchPool:
     """The backend's runners (Ray), else an in-flight pool in this process."""
     grace = grace_for(executable)
@@ -297,6 +350,8 @@ def _pool(
                 signal=plan.signal,
                 grace=grace,
                 runners=plan.runners,
+                lines=lines,
+                deadline=plan.deadline,
             ),
         )
     return InFlight(

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..seams.batch import BatchItem
 from ..usage import Usage
+from .provider import ProviderBatchSummary
 
 __all__ = ["BatchReport", "Tally"]
 
@@ -46,6 +47,8 @@ class BatchReport(BaseModel):
     first_on_item_error: str | None = None
     stopped: str | None = None
     sink: str | None = None
+    # With `provider_batch=`: every provider batch sent, and the cost beside online's.
+    provider_batch: ProviderBatchSummary | None = None
 
 
 class Tally:

@@ -24,6 +24,7 @@ from ..observers.events import (
     TripUsage,
 )
 from ..observers.report import Timing, TripReport
+from ..seams.lines import current_lines
 from ..seams.local import closing_stream
 from ._compact import compact_before_trip
 from ._guard import GuardBuffer, extract_tool_calls
@@ -65,6 +66,8 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
     trip.usage = response.usage
     trip.tool_calls = [c.call_id for c in response.tool_calls]
     trip.attempts = list(response.attempts)
+    if response.via is not None:
+        trip.via, trip.provider_batch, trip.batch_wait = response.via
     run.phase = "between_trips"  # the reply is in: what follows is not mid-trip
     await run.emit(
         TripCompleted,
@@ -83,6 +86,10 @@ async def _send(run: RunState, index: int) -> ModelResponse:
         if short is not None:
             return short  # type: ignore[no-any-return]
     try:
+        lines = current_lines.get()
+        if lines is not None:  # a provider-batch job: the reply comes whole, later
+            access = lines.access(config.backend.models, index)
+            return await access.complete(config.model, run.messages, config.options, run.signal)
         if config.streaming:
             return await _streamed(run, index)
         return await config.backend.models.complete(

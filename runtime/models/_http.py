@@ -54,6 +54,15 @@ MALFORMED: tuple[type[Exception], ...] = (
 )
 
 
+_LARGE_BODY = 1 << 20
+
+
+async def _chunks(content: bytes) -> AsyncIterator[bytes]:
+    view = memoryview(content)
+    for start in range(0, len(content), _LARGE_BODY):
+        yield bytes(view[start : start + _LARGE_BODY])
+
+
 def _timeout_extension(timeout: httpx.Timeout) -> dict[str, float | None]:
     return {
         "connect": timeout.connect,
@@ -297,6 +306,87 @@ class HTTPModel:
                 provider=self.provider,
             ) from None
 
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        files: Mapping[str, tuple[str, bytes, str]] | None = None,
+        form: Mapping[str, str] | None = None,
+        signal: AbortSignal | None = None,
+    ) -> tuple[bytes, httpx.Response]:
+        """A request besides a model call (a batch API's files and jobs): the reply read
+        whole; a status of 400 or more raises typed, as a model call's does."""
+        if self._key_required and not self._api_key:
+            raise self._missing_key()
+        if os.environ.get("RAYGENT_OFFLINE") and self._remote:
+            raise OfflineError(
+                f"RAYGENT_OFFLINE is set: refusing to call {self.base_url}", provider=self.provider
+            )
+        headers = dict(self._request_headers())
+        if files is not None:
+            headers.pop("content-type")  # multipart: httpx sets it, with the boundary
+            request = httpx.Request(
+                method, self._url(path), files=files, data=form, headers=headers,
+                extensions={"timeout": self._timeouts},
+            )  # fmt: skip
+        else:
+            content: bytes | AsyncIterator[bytes] | None = None
+            if body is not None:
+                content = pydantic_core.to_json(body)
+                if len(content) > _LARGE_BODY:
+                    # A large body goes in chunks: sent whole, it would hold the loop.
+                    headers["content-length"] = str(len(content))
+                    content = _chunks(content)
+            request = httpx.Request(
+                method, self._url(path), content=content, headers=headers,
+                extensions={"timeout": self._timeouts},
+            )  # fmt: skip
+        client = self._injected_client
+        try:
+            if client is not None:
+                sending = client.send(request, stream=True)
+            else:
+                sending = (await shared_transport()).handle_async_request(request)
+            response = await abortable(sending, signal)
+        except httpx.TransportError as exc:
+            if _timed_out(exc):
+                raise ProviderTimeoutError(
+                    self._transport_text(exc), provider=self.provider
+                ) from None
+            raise ProviderConnectionError(
+                self._connect_text(request.url, exc), provider=self.provider
+            ) from None
+        try:
+            raw = await abortable(self._read(response), signal)
+        finally:
+            await response.aclose()
+        if response.status_code >= 400:
+            raise error_from_response(response, raw, provider=self.provider, secrets=self._secrets)
+        return raw, response
+
+    async def _call_json(
+        self, method: str, path: str, body: Any = None, **kw: Any
+    ) -> dict[str, Any]:
+        raw, response = await self._call(method, path, body=body, **kw)
+        try:
+            data = pydantic_core.from_json(raw)
+        except ValueError:
+            raise self._bad_reply(response, "the reply is not JSON", raw) from None
+        if not isinstance(data, dict):
+            raise self._bad_reply(response, "the reply is not a JSON object", raw)
+        return data
+
+    def line_error(self, status: int, body: Any, request_id: str | None = None) -> ProviderError:
+        """The typed error of a batch line the provider answered with `status` and `body`
+        (as an online request answered so would raise)."""
+        response = httpx.Response(
+            status, headers={"x-request-id": request_id} if request_id else None
+        )
+        raw = body if isinstance(body, bytes) else pydantic_core.to_json(body)
+        return error_from_response(response, raw, provider=self.provider, secrets=self._secrets)
+
     async def _post_json(
         self, path: str, body: dict[str, Any], signal: AbortSignal | None
     ) -> tuple[dict[str, Any], httpx.Response]:
@@ -350,5 +440,7 @@ class HTTPModel:
     def _stream_error(self, data: dict[str, Any]) -> ProviderError:
         return error_from_stream_event(data, provider=self.provider, secrets=self._secrets)
 
-    def _priced(self, usage: Usage) -> Usage:
-        return price_usage(usage, provider=self.provider, model=self.name, declared=self.pricing)
+    def _priced(self, usage: Usage, *, batch: bool = False) -> Usage:
+        return price_usage(
+            usage, provider=self.provider, model=self.name, declared=self.pricing, batch=batch
+        )

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any
 
+import httpx
 import pydantic_core
 from typing_extensions import Unpack
 
@@ -16,6 +17,7 @@ from ..abort import AbortSignal
 from ..usage import Usage
 from . import _anthropic_wire as wire
 from ._http import MALFORMED, HTTPModel, ModelSettings, text_field
+from .batch_api import AnthropicBatchAPI, BatchAPI
 from .contract import (
     Capabilities,
     Done,
@@ -91,10 +93,23 @@ class AnthropicModel(HTTPModel):
     ) -> ModelResponse:
         body = self.request_body(messages, options, stream=False)
         data, response = await self._post_json("/v1/messages", body, signal)
+        return self._reply(data, response)
+
+    def batch_api(self) -> BatchAPI | None:
+        """Anthropic's Message Batches API for this model's requests."""
+        return AnthropicBatchAPI(self)
+
+    def batch_reply(self, data: dict[str, Any]) -> ModelResponse:
+        """A batch line's message, read as `complete` reads one, priced at batch rates."""
+        return self._reply(data, None, batch=True)
+
+    def _reply(
+        self, data: dict[str, Any], response: httpx.Response | None, *, batch: bool = False
+    ) -> ModelResponse:
         try:
             content, calls = wire.content_from(data["content"])
             usage = wire.usage_from(data.get("usage"))
-            return self._response(content, calls, data.get("stop_reason"), data, usage)
+            return self._response(content, calls, data.get("stop_reason"), data, usage, batch)
         except MALFORMED:
             raw = json.dumps(data).encode()
             raise self._bad_reply(response, "malformed message", raw) from None
@@ -123,13 +138,14 @@ class AnthropicModel(HTTPModel):
         stop_reason: str | None,
         data: Mapping[str, Any],
         usage: Usage,
+        batch: bool = False,
     ) -> ModelResponse:
         finish = wire.finish_reason(stop_reason)
         return ModelResponse(
             content=content,
             tool_calls=calls,
             finish_reason=finish,
-            usage=self._priced(usage),
+            usage=self._priced(usage, batch=batch),
             response_id=data.get("id"),
             model=data.get("model"),
             provider=self.provider,

@@ -144,6 +144,8 @@ class ModelResponse(BaseModel):
     provider: str
     refusal: str | None = None
     attempts: list[dict[str, Any]] = Field(default_factory=list)
+    # How it came: None online; ("batch", provider batch id, seconds waited) by batch.
+    via: tuple[Literal["batch"], str, float] | None = None
 
     @property
     def text(self) -> str:

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import Any
 
+import httpx
 import pydantic_core
 from typing_extensions import Unpack
 
@@ -16,6 +17,7 @@ from ..abort import AbortSignal
 from ..usage import Usage
 from . import _openai_wire as wire
 from ._http import MALFORMED, HTTPModel, ModelSettings, text_field
+from .batch_api import BatchAPI, OpenAIBatchAPI
 from .contract import (
     Capabilities,
     Done,
@@ -104,6 +106,23 @@ class OpenAIModel(HTTPModel):
     ) -> ModelResponse:
         body = self.request_body(messages, options, stream=False)
         data, response = await self._post_json("/chat/completions", body, signal)
+        return self._reply(data, response)
+
+    def batch_api(self) -> BatchAPI | None:
+        """The OpenAI Batch API for this model's requests (None where its base URL is
+        not an OpenAI-style `/v1` root: no batch endpoint to name). Every reply shape
+        `complete` reads, a batch line's reply is read as (`batch_reply`)."""
+        if not self.base_url.endswith("/v1"):
+            return None
+        return OpenAIBatchAPI(self, "/v1/chat/completions")
+
+    def batch_reply(self, data: dict[str, Any]) -> ModelResponse:
+        """A batch line's reply body, read as `complete` reads one, priced at batch rates."""
+        return self._reply(data, None, batch=True)
+
+    def _reply(
+        self, data: dict[str, Any], response: httpx.Response | None, *, batch: bool = False
+    ) -> ModelResponse:
         try:
             reply = wire.parse_choice(data["choices"][0])
             state = wire.StreamState(text=[reply.text], reasoning=[reply.reasoning])
@@ -111,7 +130,7 @@ class OpenAIModel(HTTPModel):
                 content=state.content(),
                 tool_calls=reply.tool_calls,
                 finish_reason=reply.finish_reason,
-                usage=self._priced(wire.usage_from(data.get("usage"))),
+                usage=self._priced(wire.usage_from(data.get("usage")), batch=batch),
                 response_id=data.get("id"),
                 model=data.get("model"),
                 provider=self.provider,

@@ -8,6 +8,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pydantic_core
 from typing_extensions import Unpack
 
@@ -16,6 +17,7 @@ from ..abort import AbortSignal
 from ..errors import ProviderError
 from . import _responses_wire as wire
 from ._http import MALFORMED, HTTPModel, ModelSettings, text_field
+from .batch_api import BatchAPI, OpenAIBatchAPI
 from .contract import (
     Capabilities,
     Done,
@@ -129,21 +131,35 @@ class OpenAIResponsesModel(HTTPModel):
     ) -> ModelResponse:
         body = self.request_body(messages, options, stream=False)
         data, response = await self._post_json("/responses", body, signal)
+        return self._reply(data, response)
+
+    def batch_api(self) -> BatchAPI | None:
+        if not self.base_url.endswith("/v1"):
+            return None
+        return OpenAIBatchAPI(self, "/v1/responses")
+
+    def batch_reply(self, data: dict[str, Any]) -> ModelResponse:
+        """A batch line's response body, read as `complete` reads one, at batch rates."""
+        return self._reply(data, None, batch=True)
+
+    def _reply(
+        self, data: dict[str, Any], response: httpx.Response | None, *, batch: bool = False
+    ) -> ModelResponse:
         if data.get("status") == "failed":
             raise self._failed(data)
         try:
-            return self._response(data)
+            return self._response(data, batch=batch)
         except MALFORMED:
             raw = json.dumps(data).encode()
             raise self._bad_reply(response, "malformed response", raw) from None
 
-    def _response(self, data: dict[str, Any]) -> ModelResponse:
+    def _response(self, data: dict[str, Any], *, batch: bool = False) -> ModelResponse:
         reply = wire.parse_response(data)
         return ModelResponse(
             content=reply.content,
             tool_calls=reply.tool_calls,
             finish_reason=reply.finish_reason,
-            usage=self._priced(reply.usage),
+            usage=self._priced(reply.usage, batch=batch),
             response_id=data.get("id"),
             model=data.get("model"),
             provider=self.provider,

@@ -84,6 +84,11 @@ class TripReport(BaseModel):
     truncated_tool_calls: list[str] = Field(default_factory=list)
     attempts: list[dict[str, Any]] = Field(default_factory=list)
     session_id: str | None = None
+    # "batch": sent as a line of a provider batch (`provider_batch=`), which took
+    # `batch_wait` seconds from the line's sending to its answer.
+    via: Literal["online", "batch"] = "online"
+    provider_batch: str | None = None
+    batch_wait: float | None = None
 
 
 class PendingCall(BaseModel):

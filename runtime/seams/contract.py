@@ -112,6 +112,11 @@ class PoolPlan:
     signal: AbortSignal | None
     grace: float
     runners: int | None
+    # provider_batch=: the job's pool of provider-batch lines (a `raygent._batch.lines.
+    # LinePool`, in the driver), whose lines the runners' runs send through the driver;
+    # and the job's deadline (time.time()), past which a trip goes online.
+    lines: Any = None
+    deadline: float | None = None
 
 
 class BackendPlugin(Protocol):

@@ -1,0 +1,51 @@
+"""provider_batch= on Ray: the lines the runners' runs send reach the job's pool in the
+driver (one process polls the provider for the whole job), and their replies go back.
+
+Lines come in the runners' result streams, a batch at a time; the replies that arrive
+within `REPLY_INTERVAL` of each other go back to a runner in one `answer` call. Nothing
+crosses Ray per line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+__all__ = ["LineRelay"]
+
+# Replies to lines that come within this many seconds go back to a runner in one call.
+REPLY_INTERVAL = 0.02
+
+
+class LineRelay:
+    """Between the runners and the job's pool (`raygent._batch.lines.LinePool`)."""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+        self._replies: dict[str, tuple[Any, list[Any]]] = {}  # share -> (runner, replies)
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def take(self, handle: Any, share: str, relayed: Any) -> None:
+        """A runner's lines (custom_id, model, body) and the spend it counted since."""
+        lines, spend = relayed
+        self._pool.add_spend(spend)
+        for custom_id, model, body in lines:
+            task = asyncio.ensure_future(self._line(handle, share, custom_id, model, body))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _line(self, handle: Any, share: str, custom_id: str, model: Any, body: Any) -> None:
+        result, batch_id = await self._pool.line(model, custom_id, body, None)
+        _, replies = self._replies.setdefault(share, (handle, []))
+        replies.append((custom_id, result, batch_id))
+        if len(replies) == 1:  # the first of a batch of replies: send them soon
+            asyncio.get_running_loop().call_later(REPLY_INTERVAL, self._reply, share)
+
+    def _reply(self, share: str) -> None:
+        handle, replies = self._replies.pop(share, (None, []))
+        if replies:
+            handle.answer.remote(share, replies)
+
+    def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()

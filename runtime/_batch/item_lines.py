@@ -1,0 +1,248 @@
+"""Each attempt's way into its job's provider batches: its trips as lines
+(`ItemLines`, set around the attempt), sent to the job's pool or, in a process that does
+not hold it (a Ray batch runner), to a relay (`RelayedLines`); and what lines cost
+(`Spend`).
+
+A line's `custom_id` names the job's item, the attempt, the trip and the request itself
+(a digest of its body): the same run made again (a resumed job) asks by the same id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pydantic_core
+
+from ..abort import AbortSignal, abortable
+from ..errors import ProviderBatchExpiredError
+from ..messages import Message
+from ..models.batch_api import BatchAPI, LineResult
+from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+from ..pricing import price_usage
+from ..seams.contract import ModelAccess
+from ..seams.local import routed
+from .provider import ProviderBatch
+
+__all__ = [
+    "ItemLines",
+    "LineSender",
+    "RelayedLines",
+    "Spend",
+    "batch_api_of",
+    "line_token",
+    "spend_of",
+]
+
+# A line the provider did not answer (expired, cancelled) is sent again this many times
+# under on_expired="retry", then fails as "fail" would.
+MAX_RESENDS = 3
+
+
+def batch_api_of(model: Any) -> BatchAPI | None:
+    """The batch API of a model, or None (a model or endpoint without one)."""
+    api = getattr(model, "batch_api", None)
+    return api() if callable(api) else None
+
+
+def line_token(job: str, key: str) -> str:
+    """The part of an item's lines' `custom_id`s that names the job and the item."""
+    return hashlib.blake2b(f"{job}\0{key}".encode(), digest_size=8).hexdigest()
+
+
+def _digest(body: dict[str, Any]) -> str:
+    return hashlib.blake2b(pydantic_core.to_json(body), digest_size=6).hexdigest()
+
+
+class LineSender(Protocol):
+    """Where an attempt sends its lines: the pool itself, or (on Ray) a runner's way
+    to the driver's pool. Returns the line's result and the provider batch id."""
+
+    async def line(
+        self,
+        model: Any,
+        custom_id: str,
+        body: dict[str, Any],
+        signal: AbortSignal | None,
+    ) -> tuple[LineResult, str]: ...
+
+
+@dataclass(slots=True)
+class Spend:
+    """What lines cost (USD, at batch rates), what they would have online, and how
+    many trips went online instead."""
+
+    cost: float | None = None
+    online_cost: float | None = None
+    online_lines: int = 0
+
+    def add(self, other: Spend) -> None:
+        if other.cost is not None:
+            self.cost = (self.cost or 0.0) + other.cost
+        if other.online_cost is not None:
+            self.online_cost = (self.online_cost or 0.0) + other.online_cost
+        self.online_lines += other.online_lines
+
+
+def spend_of(model: Any, response: ModelResponse) -> Spend:
+    cost = response.usage.cost
+    if cost is None:
+        return Spend()
+    online = price_usage(
+        response.usage,
+        provider=model.provider,
+        model=model.name,
+        declared=getattr(model, "pricing", None),
+    ).cost
+    return Spend(cost.total, None if online is None else online.total)
+
+
+class RelayedLines:
+    """Where the runs of a process that does not hold the job's pool (a Ray batch
+    runner) send their lines: they wait in an outbox until its relay takes them (a
+    batch at a time, to the pool in the driver), and come back by `answer`."""
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self._wake = wake
+        self._outbox: list[tuple[str, Any, dict[str, Any]]] = []
+        self._waiting: dict[str, asyncio.Future[tuple[LineResult, str]]] = {}
+        self._spend = Spend()
+
+    async def line(
+        self, model: Any, custom_id: str, body: dict[str, Any], signal: AbortSignal | None
+    ) -> tuple[LineResult, str]:
+        future = self._waiting.get(custom_id)
+        if future is None:
+            future = self._waiting[custom_id] = asyncio.get_running_loop().create_future()
+            self._outbox.append((custom_id, model, body))
+            self._wake()
+        try:
+            return await abortable(asyncio.shield(future), signal)
+        finally:
+            if future.done():
+                self._waiting.pop(custom_id, None)
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._outbox) or self._spend != Spend()
+
+    def take(self) -> tuple[list[tuple[str, Any, dict[str, Any]]], Spend]:
+        """The lines not yet relayed, and the spend counted since the last take."""
+        lines, self._outbox = self._outbox, []
+        spend, self._spend = self._spend, Spend()
+        return lines, spend
+
+    def answer(self, answers: Sequence[tuple[str, LineResult, str]]) -> None:
+        for custom_id, result, batch_id in answers:
+            future = self._waiting.get(custom_id)
+            if future is not None and not future.done():
+                future.set_result((result, batch_id))
+
+    def count(self, model: Any, response: ModelResponse) -> None:
+        self._spend.add(spend_of(model, response))
+
+    def note_online(self) -> None:
+        self._spend.online_lines += 1
+        self._wake()
+
+
+class ItemLines:
+    """One attempt of an item: its trips as lines (`TripLines`, set around the attempt)."""
+
+    __slots__ = ("attempt", "deadline", "online_within", "pool", "sender", "token")
+
+    def __init__(
+        self,
+        sender: LineSender,
+        pool_options: ProviderBatch,
+        token: str,
+        attempt: int,
+        deadline: float | None = None,
+    ) -> None:
+        self.sender = sender
+        self.pool = pool_options
+        self.token = token
+        self.attempt = attempt
+        self.deadline = deadline  # time.time() by which the item must be done
+        # A trip this close to its deadline cannot wait for a batch: it goes online.
+        self.online_within = pool_options.gather_seconds + 2 * pool_options.poll_seconds
+
+    def access(self, online: ModelAccess, trip: int) -> ModelAccess:
+        return _LineAccess(self, online, trip)
+
+    def must_go_online(self) -> bool:
+        return self.deadline is not None and self.deadline - time.time() < self.online_within
+
+
+class _LineAccess:
+    """A trip's model access: by batch where the model has a batch API, else online."""
+
+    __slots__ = ("lines", "online", "trip")
+
+    def __init__(self, lines: ItemLines, online: ModelAccess, trip: int) -> None:
+        self.lines, self.online, self.trip = lines, online, trip
+
+    async def complete(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> ModelResponse:
+        model = routed(model, self)
+        lines = self.lines
+        if batch_api_of(model) is None or lines.must_go_online():
+            _note_online(lines)
+            return await self.online.complete(model, messages, options, signal)
+        body = model.request_body(messages, options, stream=False)  # type: ignore[attr-defined]
+        body.pop("stream", None)
+        base = f"{lines.token}-a{lines.attempt}-t{self.trip}-{_digest(body)}"
+        for resend in range(MAX_RESENDS + 1):
+            custom_id = base if resend == 0 else f"{base}-r{resend}"
+            started = time.monotonic()
+            result, batch_id = await lines.sender.line(model, custom_id, body, signal)
+            if result.outcome == "succeeded":
+                assert result.body is not None
+                response: ModelResponse = model.batch_reply(result.body)  # type: ignore[attr-defined]
+                counter = getattr(lines.sender, "count", None)
+                if counter is not None:
+                    counter(model, response)
+                waited = time.monotonic() - started
+                return response.model_copy(update={"via": ("batch", batch_id, waited)})
+            if result.outcome == "errored":
+                assert result.error is not None
+                raise result.error
+            mode = lines.pool.on_expired
+            if mode == "online":
+                _note_online(lines)
+                return await self.online.complete(model, messages, options, signal)
+            if mode == "fail" or resend == MAX_RESENDS:
+                raise ProviderBatchExpiredError(
+                    f"{model.provider}: line {custom_id} of batch {batch_id} was"
+                    f" {result.outcome} before it was answered",
+                    provider=model.provider,
+                    batch_id=batch_id,
+                    custom_id=custom_id,
+                    outcome=result.outcome,
+                )
+        raise AssertionError("unreachable")
+
+    async def stream(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> AsyncIterator[StreamChunk]:
+        # A batch line's reply comes whole: its stream is that reply.
+        yield Done(await self.complete(model, messages, options, signal))
+
+
+def _note_online(lines: ItemLines) -> None:
+    note = getattr(lines.sender, "note_online", None)
+    if note is not None:
+        note()

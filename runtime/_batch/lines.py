@@ -1,0 +1,350 @@
+"""A job's model trips as lines of provider batches: the pool that gathers, submits,
+polls and routes them (`LinePool`; each attempt's way into it: `item_lines`).
+
+A run's trip asks for its reply by a `custom_id` (see `item_lines`): the same run made
+again (a resumed job) asks by the same id, so a line the ledger knows was sent is waited
+for or read back, never sent again. Lines are grouped per endpoint and model, sent once
+`gather_seconds` have passed since the first one waited (or the group is full), and
+every batch that is out is polled every `poll_seconds`.
+
+The pool lives where the job is driven (the driver's event loop); on Ray the runners'
+runs reach it through their runner (see raygent.actors.batch), a batch of lines a call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ..abort import AbortSignal, abortable
+from ..errors import (
+    ProviderBatchError,
+    ProviderConnectionError,
+    ProviderError,
+    ProviderTimeoutError,
+    ServerError,
+)
+from ..models.batch_api import BatchAPI, LineResult
+from ..models.contract import ModelResponse
+from .item_lines import Spend, batch_api_of, spend_of
+from .ledger import Ledger, SentBatch
+from .provider import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
+
+__all__ = ["LinePool"]
+
+logger = logging.getLogger(__name__)
+# Polls of a batch that fail (a 5xx, a 429, the network) back off up to this many periods.
+MAX_BACKOFF = 8.0
+_UNCERTAIN = (ProviderTimeoutError, ProviderConnectionError, ServerError)
+
+
+def _stamp(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, timezone.utc)
+
+
+@dataclass(slots=True)
+class _Group:
+    api: BatchAPI
+    lines: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    size: int = 0
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(slots=True)
+class _Out:
+    sent: SentBatch
+    api: BatchAPI
+    info: ProviderBatchInfo
+    failures: int = 0
+    next_poll: float = 0.0
+
+
+class LinePool:
+    """The provider batches of one job (see the module's docstring)."""
+
+    def __init__(self, options: ProviderBatch, ledger: Ledger, job: str) -> None:
+        self.options = options
+        self.ledger = ledger
+        self.job = job
+        self.summary = ProviderBatchSummary()
+        self._results: dict[str, tuple[LineResult, str]] = {}  # answered, not yet asked for
+        self._futures: dict[str, asyncio.Future[tuple[LineResult, str]]] = {}
+        self._groups: dict[tuple[Any, ...], _Group] = {}
+        self._out: dict[str, _Out] = {}
+        self._adopted: dict[tuple[str, str], asyncio.Future[None]] = {}
+        self._tags = itertools.count(len(ledger.batches))
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._poller: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._closed = False
+
+    # -- asking for a line ----------------------------------------------------------
+
+    async def line(
+        self, model: Any, custom_id: str, body: dict[str, Any], signal: AbortSignal | None
+    ) -> tuple[LineResult, str]:
+        api = batch_api_of(model)
+        if api is None:
+            raise ProviderBatchError(f"{model!r} has no batch API", provider=model.provider)
+        await self._adopt(model, api)
+        found = self._results.pop(custom_id, None)
+        if found is not None:
+            return found
+        future = self._futures.get(custom_id)
+        if future is None:
+            future = self._futures[custom_id] = asyncio.get_running_loop().create_future()
+            self._add(model, api, custom_id, body)
+        return await abortable(asyncio.shield(future), signal)
+
+    def _add(self, model: Any, api: BatchAPI, custom_id: str, body: dict[str, Any]) -> None:
+        key = (api.provider, model.base_url, model.key_fingerprint, api.endpoint, model.name)
+        cap = min(self.options.max_lines or api.max_lines, api.max_lines)
+        size = api.line_size(custom_id, body)
+        group = self._groups.get(key)
+        if group is not None and group.size + size > api.max_bytes:
+            self._flush(key)
+            group = None
+        if group is None:
+            group = self._groups[key] = _Group(api)
+            group.timer = asyncio.get_running_loop().call_later(
+                self.options.gather_seconds, self._flush, key
+            )
+        group.lines.append((custom_id, body))
+        group.size += size
+        if len(group.lines) >= cap:
+            self._flush(key)
+
+    def _flush(self, key: tuple[Any, ...]) -> None:
+        group = self._groups.pop(key, None)
+        if group is None or not group.lines:
+            return
+        if group.timer is not None:
+            group.timer.cancel()
+        self._spawn(self._submit(key, group))
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- submitting -----------------------------------------------------------------
+
+    async def _submit(self, key: tuple[Any, ...], group: _Group) -> None:
+        api = group.api
+        tag = f"rg-{self.job[:12]}-{next(self._tags)}"
+        ids = [custom_id for custom_id, _ in group.lines]
+        sent = SentBatch(tag, api.provider, key[1], api.endpoint, ids, time.time())
+        self.ledger.submitting(sent)
+        try:
+            batch_id = await api.submit(group.lines, tag)
+        except ProviderError as exc:
+            found: str | None = None
+            if isinstance(exc, _UNCERTAIN):  # it may have been made: look before failing
+                with contextlib.suppress(ProviderError):
+                    found = await api.find(tag, sent.at, len(ids))
+            if found is None:
+                logger.warning("%s batch %s not submitted: %s", api.provider, tag, exc)
+                self._fail(ids, tag, _refused(exc, api.provider, tag))
+                return
+            batch_id = found
+        except Exception as exc:
+            logger.warning("%s batch %s not submitted: %r", api.provider, tag, exc)
+            error = ProviderBatchError(
+                f"{api.provider}: could not submit batch {tag}: {type(exc).__name__}: {exc}",
+                provider=api.provider,
+            )
+            self._fail(ids, tag, error)
+            return
+        self._track(sent, api, batch_id)
+
+    def _track(self, sent: SentBatch, api: BatchAPI, batch_id: str) -> None:
+        if sent.id != batch_id:
+            self.ledger.submitted(sent, batch_id)
+        info = ProviderBatchInfo(
+            id=batch_id,
+            provider=api.provider,
+            lines=len(sent.lines),
+            status="in_progress",
+            created=_stamp(sent.at) or datetime.now(timezone.utc),
+        )
+        self.summary.batches.append(info)
+        self.summary.lines += len(sent.lines)
+        out = _Out(sent, api, info, next_poll=time.monotonic() + self._period())
+        self._out[batch_id] = out
+        for custom_id in sent.lines:
+            if custom_id not in self._futures:  # a resumed job's line, not asked for yet
+                self._futures[custom_id] = asyncio.get_running_loop().create_future()
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+        self._wake.set()
+
+    def _fail(self, ids: Sequence[str], where: str, error: ProviderError) -> None:
+        for custom_id in ids:
+            self._settle(LineResult(custom_id, "errored", error=error), where)
+
+    def _settle(self, result: LineResult, batch_id: str) -> None:
+        future = self._futures.pop(result.custom_id, None)
+        if future is not None and not future.done():
+            future.set_result((result, batch_id))
+        else:  # nobody waits yet (a resumed job): kept until its run asks
+            self._results[result.custom_id] = (result, batch_id)
+
+    # -- polling --------------------------------------------------------------------
+
+    def _period(self, failures: int = 0) -> float:
+        base = self.options.poll_seconds * min(2.0**failures, MAX_BACKOFF)
+        return base * random.uniform(0.9, 1.1)
+
+    async def _poll(self) -> None:
+        while self._out and not self._closed:
+            due = min(out.next_poll for out in self._out.values())
+            delay = due - time.monotonic()
+            if delay > 0:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                continue
+            now = time.monotonic()
+            for batch_id, out in list(self._out.items()):
+                if out.next_poll <= now:
+                    await self._poll_one(batch_id, out)
+
+    async def _poll_one(self, batch_id: str, out: _Out) -> None:
+        try:
+            state = await out.api.state(batch_id)
+            if state.ended:
+                raw = b"" if state.failure is not None else await out.api.results(state)
+        except ProviderError as exc:
+            out.failures += 1
+            wait = getattr(exc, "details", {}).get("retry_after")
+            period = self._period(out.failures)
+            out.next_poll = time.monotonic() + max(period, wait or 0.0)
+            logger.warning("polling %s batch %s: %s", out.api.provider, batch_id, exc)
+            return
+        out.failures = 0
+        out.info.status = state.status
+        if not state.ended:
+            out.next_poll = time.monotonic() + self._period()
+            return
+        failure = state.failure
+        self.ledger.ended(out.sent, state.status, raw, None if failure is None else str(failure))
+        del self._out[batch_id]
+        out.info.ended = _stamp(state.ended_at) or datetime.now(timezone.utc)
+        self._route(out.sent, out.api, raw, failure, batch_id)
+
+    def _route(
+        self,
+        sent: SentBatch,
+        api: BatchAPI,
+        raw: bytes,
+        failure: ProviderBatchError | None,
+        batch_id: str,
+    ) -> None:
+        expected = set(sent.lines)
+        for result in api.read_results(raw):
+            if result.custom_id in expected:
+                expected.discard(result.custom_id)
+                self._settle(result, batch_id)
+        if expected:
+            error = failure or ProviderBatchError(
+                f"{api.provider} batch {batch_id} ended without a result for"
+                f" {len(expected)} of its lines",
+                provider=api.provider,
+                batch_id=batch_id,
+            )
+            self._fail(sorted(expected), batch_id, error)
+
+    # -- a resumed job: the batches its ledger knows ----------------------------------
+
+    async def _adopt(self, model: Any, api: BatchAPI) -> None:
+        endpoint = (api.provider, model.base_url)
+        adopted = self._adopted.get(endpoint)
+        if adopted is None:
+            adopted = self._adopted[endpoint] = asyncio.get_running_loop().create_future()
+            try:
+                await self._adopt_endpoint(endpoint, api)
+            finally:
+                adopted.set_result(None)
+        elif not adopted.done():
+            await asyncio.shield(adopted)
+
+    async def _adopt_endpoint(self, endpoint: tuple[str, str], api: BatchAPI) -> None:
+        for sent in list(self.ledger.batches.values()):
+            if (sent.provider, sent.base_url) != endpoint:
+                continue
+            if sent.results is not None:  # ended before: read back, no request
+                failure = None
+                if sent.failure is not None:
+                    failure = ProviderBatchError(sent.failure, provider=api.provider)
+                self._route(sent, api, sent.results, failure, sent.id or sent.tag)
+                continue
+            batch_id = sent.id
+            if batch_id is None:  # killed mid-submission: was it made?
+                try:
+                    batch_id = await api.find(sent.tag, sent.at, len(sent.lines))
+                except ProviderError as exc:
+                    logger.warning("looking for batch %s: %s", sent.tag, exc)
+                if batch_id is None:
+                    continue  # never made: its lines go out again when asked for
+            self._track(sent, api, batch_id)
+
+    # -- the end --------------------------------------------------------------------
+
+    async def close(self, *, interrupted: bool) -> None:
+        """Stop: on an interruption, cancel what is out (`cancel_on_interrupt`); the
+        ledger keeps what was sent either way."""
+        self._closed = True
+        for group in self._groups.values():
+            if group.timer is not None:
+                group.timer.cancel()
+        self._groups.clear()
+        if interrupted and self.options.cancel_on_interrupt:
+            for batch_id, out in list(self._out.items()):
+                try:
+                    await out.api.cancel(batch_id)
+                    out.info.status = "cancelling"
+                except ProviderError as exc:
+                    logger.warning("cancelling %s batch %s: %s", out.api.provider, batch_id, exc)
+        for task in [self._poller, *self._tasks]:
+            if task is not None and not task.done():
+                task.cancel()
+        for future in self._futures.values():
+            future.cancel()
+        self.ledger.close()
+
+    def note_online(self) -> None:
+        self.summary.online_lines += 1
+
+    def count(self, model: Any, response: ModelResponse) -> None:
+        """Adds a line's reply to the job's cost, and what it would have cost online."""
+        self.add_spend(spend_of(model, response))
+
+    def add_spend(self, spend: Spend) -> None:
+        summary = self.summary
+        if spend.cost is not None:
+            summary.cost = (summary.cost or 0.0) + spend.cost
+        if spend.online_cost is not None:
+            summary.online_cost = (summary.online_cost or 0.0) + spend.online_cost
+        summary.online_lines += spend.online_lines
+
+
+def _refused(exc: ProviderError, provider: str, tag: str) -> ProviderError:
+    if isinstance(exc, ProviderBatchError):
+        return exc
+    error = ProviderBatchError(
+        f"{provider}: batch {tag} could not be submitted: {exc}",
+        provider=provider,
+        retryable=exc.retryable,
+        status=exc.details.get("status"),
+        provider_code=exc.details.get("provider_code"),
+    )
+    error.__cause__ = exc
+    return error

@@ -1,0 +1,64 @@
+"""`ProviderBatch`: the options of a job whose model trips go through the providers'
+batch APIs (half the price, answered within 24 hours), and what its report lists."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ProviderBatch", "ProviderBatchInfo", "ProviderBatchSummary"]
+
+
+class ProviderBatch(BaseModel):
+    """How a batch job sends its runs' model trips through the providers' batch APIs.
+
+    `raygent.batch(agent, items, provider_batch=True)` uses the defaults. Each in-flight
+    run's next trip becomes one line of the current provider batch (its `custom_id`
+    names the item, the attempt and the trip); the reply goes back to that run, whose
+    next trip goes into a following batch. Models: `OpenAIModel` (`/v1/chat/completions`),
+    `OpenAIResponsesModel` (`/v1/responses`), `AnthropicModel` (Message Batches).
+
+    max_lines: the most lines of one provider batch (default: the provider's own
+        limits, OpenAI 50,000 lines and 200 MB a file, Anthropic 100,000 requests and
+        256 MB; a bigger group is split).
+    gather_seconds: how long trips are gathered, from the first one waiting, before a
+        partial batch is sent.
+    poll_seconds: how often a batch that is out is polled (with jitter; backing off on
+        errors, a Retry-After honoured).
+    on_expired: what a line the provider did not answer (its batch expired or was
+        cancelled) becomes: "retry" sends it again in a later batch, "online" sends it
+        online now, "fail" ends its trip with `ProviderBatchExpiredError`.
+    cancel_on_interrupt: on Ctrl-C (or the job's signal) cancel the batches that are
+        out; else they are left for a resumed job to collect.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    max_lines: int | None = Field(default=None, ge=1)
+    gather_seconds: float = Field(default=5.0, ge=0)
+    poll_seconds: float = Field(default=30.0, gt=0)
+    on_expired: Literal["retry", "online", "fail"] = "retry"
+    cancel_on_interrupt: bool = True
+
+
+class ProviderBatchInfo(BaseModel):
+    """One provider batch a job sent."""
+
+    id: str
+    provider: str
+    lines: int
+    status: str
+    created: datetime
+    ended: datetime | None = None
+
+
+class ProviderBatchSummary(BaseModel):
+    """What a job sent by batch: every provider batch, and its cost beside what the same
+    replies would have cost online (both in USD; None where a model's price is unknown)."""
+
+    batches: list[ProviderBatchInfo] = Field(default_factory=list)
+    lines: int = 0
+    online_lines: int = 0  # trips that went online instead (a deadline, on_expired)
+    cost: float | None = None
+    online_cost: float | None = None

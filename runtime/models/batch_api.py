@@ -1,0 +1,342 @@
+"""The providers' batch APIs: OpenAI's Files + Batch API and Anthropic's Message Batches.
+
+A `BatchAPI` submits lines (a `custom_id` and the request body an online call would
+send), reads a batch's state, downloads its results as the provider's own JSONL, and
+cancels; `read_results` turns that JSONL into one `LineResult` per line. The raw JSONL is
+what a job's ledger keeps, so a resumed job reads its results the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import pydantic_core
+
+from ..errors import ProviderBatchError, ProviderError, ServerError
+
+if TYPE_CHECKING:
+    from ._http import HTTPModel
+
+__all__ = [
+    "AnthropicBatchAPI",
+    "BatchAPI",
+    "BatchState",
+    "LineResult",
+    "OpenAIBatchAPI",
+]
+
+LineOutcome = Literal["succeeded", "errored", "expired", "cancelled"]
+_PAGE = 100
+_MAX_PAGES = 20  # how far back a lost submission is looked for (2,000 batches)
+# Anthropic's error types, as the HTTP status an online call would have had.
+_ANTHROPIC_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchState:
+    """A provider batch as its provider last described it."""
+
+    id: str
+    status: str  # the provider's own word ("in_progress", "ended", "completed", ...)
+    ended: bool
+    created_at: float | None = None
+    ended_at: float | None = None
+    # The batch as a whole was refused (validation of its file): every line fails so.
+    failure: ProviderBatchError | None = None
+    files: tuple[str, ...] = ()  # OpenAI: its output and error file ids
+
+
+@dataclass(frozen=True, slots=True)
+class LineResult:
+    """One line's outcome: the reply body, or the typed error an online call would raise."""
+
+    custom_id: str
+    outcome: LineOutcome
+    body: dict[str, Any] | None = None
+    error: ProviderError | None = None
+
+
+class BatchAPI(Protocol):
+    """What the provider-batch pool needs of a provider."""
+
+    provider: str
+    endpoint: str  # the URL lines name ("/v1/chat/completions", "/v1/messages")
+    max_lines: int
+    max_bytes: int
+
+    def line_size(self, custom_id: str, body: dict[str, Any]) -> int: ...
+
+    async def submit(self, lines: Sequence[tuple[str, dict[str, Any]]], tag: str) -> str: ...
+
+    async def find(self, tag: str, since: float, lines: int) -> str | None: ...
+
+    async def state(self, batch_id: str) -> BatchState: ...
+
+    async def results(self, state: BatchState) -> bytes: ...
+
+    async def cancel(self, batch_id: str) -> None: ...
+
+    def read_results(self, raw: bytes) -> Iterator[LineResult]: ...
+
+
+def _jsonl(raw: bytes) -> Iterator[dict[str, Any]]:
+    for line in raw.splitlines():
+        if line.strip():
+            data = pydantic_core.from_json(line)
+            if isinstance(data, dict):
+                yield data
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _timestamp(value: Any) -> float | None:
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+class OpenAIBatchAPI:
+    """`/v1/files` + `/v1/batches` (a 24 h window; 50,000 lines and 200 MB a file).
+
+    A batch carries its tag in `metadata.raygent_batch` and its file is named after it,
+    so a submission cut off between the upload and the batch is found again.
+    """
+
+    provider = "openai"
+    max_lines = 50_000
+    max_bytes = 200 * 1024 * 1024
+
+    def __init__(self, model: HTTPModel, endpoint: str) -> None:
+        self.model = model
+        self.endpoint = endpoint
+
+    def _line(self, custom_id: str, body: dict[str, Any]) -> bytes:
+        line = {"custom_id": custom_id, "method": "POST", "url": self.endpoint, "body": body}
+        return pydantic_core.to_json(line) + b"\n"
+
+    def line_size(self, custom_id: str, body: dict[str, Any]) -> int:
+        return len(self._line(custom_id, body))
+
+    async def submit(self, lines: Sequence[tuple[str, dict[str, Any]]], tag: str) -> str:
+        content = b"".join(self._line(custom_id, body) for custom_id, body in lines)
+        upload = await self.model._call_json(
+            "POST",
+            "/files",
+            files={"file": (f"{tag}.jsonl", content, "application/jsonl")},
+            form={"purpose": "batch"},
+        )
+        return await self._create(str(upload["id"]), tag)
+
+    async def _create(self, file_id: str, tag: str) -> str:
+        body = {
+            "input_file_id": file_id,
+            "endpoint": self.endpoint,
+            "completion_window": "24h",
+            "metadata": {"raygent_batch": tag},
+        }
+        created = await self.model._call_json("POST", "/batches", body)
+        return str(created["id"])
+
+    async def find(self, tag: str, since: float, lines: int) -> str | None:
+        async for batch in self._pages("/batches", since):
+            if (batch.get("metadata") or {}).get("raygent_batch") == tag:
+                return str(batch["id"])
+        async for file in self._pages("/files?purpose=batch", since):
+            if file.get("filename") == f"{tag}.jsonl":  # uploaded, never made a batch
+                return await self._create(str(file["id"]), tag)
+        return None
+
+    async def _pages(self, path: str, since: float) -> Any:
+        after: str | None = None
+        joiner = "&" if "?" in path else "?"
+        for _ in range(_MAX_PAGES):
+            query = f"{joiner}limit={_PAGE}" + (f"&after={after}" if after else "")
+            page = await self.model._call_json("GET", path + query)
+            data = page.get("data") or []
+            for item in data:
+                yield item
+            created = [_timestamp(i.get("created_at")) or 0.0 for i in data]
+            if not page.get("has_more") or not data or min(created) < since - 60:
+                return
+            after = str(data[-1]["id"])
+
+    async def state(self, batch_id: str) -> BatchState:
+        data = await self.model._call_json("GET", f"/batches/{batch_id}")
+        status = str(data.get("status"))
+        failure = None
+        if status == "failed":
+            errors = (data.get("errors") or {}).get("data") or [{}]
+            first = errors[0] if isinstance(errors[0], dict) else {}
+            line, message = first.get("line"), first.get("message") or "the batch failed"
+            failure = ProviderBatchError(
+                f"openai refused batch {batch_id}"
+                + (f": line {line}" if line is not None else "")
+                + f": {message}",
+                provider=self.provider,
+                batch_id=batch_id,
+                line=line,
+                provider_code=first.get("code"),
+            )
+        ended_at = next(
+            (
+                _timestamp(data.get(k))
+                for k in ("completed_at", "failed_at", "expired_at", "cancelled_at")
+                if data.get(k)
+            ),
+            None,
+        )
+        files = tuple(str(f) for f in (data.get("output_file_id"), data.get("error_file_id")) if f)
+        return BatchState(
+            id=batch_id,
+            status=status,
+            ended=status in ("completed", "failed", "expired", "cancelled"),
+            created_at=_timestamp(data.get("created_at")),
+            ended_at=ended_at,
+            failure=failure,
+            files=files,
+        )
+
+    async def results(self, state: BatchState) -> bytes:
+        parts = [(await self.model._call("GET", f"/files/{f}/content"))[0] for f in state.files]
+        return b"".join(p if p.endswith(b"\n") or not p else p + b"\n" for p in parts)
+
+    async def cancel(self, batch_id: str) -> None:
+        await self.model._call_json("POST", f"/batches/{batch_id}/cancel")
+
+    def read_results(self, raw: bytes) -> Iterator[LineResult]:
+        for line in _jsonl(raw):
+            custom_id = str(line.get("custom_id"))
+            response, error = line.get("response"), line.get("error")
+            if isinstance(response, dict) and response.get("status_code") == 200:
+                body = response.get("body")
+                if isinstance(body, dict):
+                    yield LineResult(custom_id, "succeeded", body=body)
+                    continue
+            if isinstance(error, dict) and error.get("code") == "batch_expired":
+                yield LineResult(custom_id, "expired")
+            elif isinstance(error, dict) and error.get("code") == "batch_cancelled":
+                yield LineResult(custom_id, "cancelled")
+            elif isinstance(response, dict):
+                status = response.get("status_code")
+                failure = self.model.line_error(
+                    status if isinstance(status, int) else 500,
+                    response.get("body") or {},
+                    response.get("request_id"),
+                )
+                yield LineResult(custom_id, "errored", error=failure)
+            else:
+                said = error if isinstance(error, dict) else {}
+                yield LineResult(
+                    custom_id,
+                    "errored",
+                    error=ServerError(
+                        f"openai batch line failed: {said.get('code')}: {said.get('message')}",
+                        provider=self.provider,
+                        status=None,
+                        provider_code=said.get("code"),
+                    ),
+                )
+
+
+class AnthropicBatchAPI:
+    """`/v1/messages/batches` (a 24 h window; 100,000 requests and 256 MB a batch).
+
+    Message Batches carry no metadata: a creation cut off before its reply is found
+    again among the batches created since it was recorded, by its number of requests
+    (only when exactly one matches; its lines are checked by `custom_id` when its
+    results arrive).
+    """
+
+    provider = "anthropic"
+    endpoint = "/v1/messages"
+    max_lines = 100_000
+    max_bytes = 256 * 1024 * 1024
+
+    def __init__(self, model: HTTPModel) -> None:
+        self.model = model
+
+    def line_size(self, custom_id: str, body: dict[str, Any]) -> int:
+        return len(pydantic_core.to_json({"custom_id": custom_id, "params": body})) + 1
+
+    async def submit(self, lines: Sequence[tuple[str, dict[str, Any]]], tag: str) -> str:
+        requests = [{"custom_id": custom_id, "params": body} for custom_id, body in lines]
+        created = await self.model._call_json(
+            "POST", "/v1/messages/batches", {"requests": requests}
+        )
+        return str(created["id"])
+
+    async def find(self, tag: str, since: float, lines: int) -> str | None:
+        found: list[str] = []
+        after: str | None = None
+        for _ in range(_MAX_PAGES):
+            query = f"?limit={_PAGE}" + (f"&after_id={after}" if after else "")
+            page = await self.model._call_json("GET", "/v1/messages/batches" + query)
+            data = page.get("data") or []
+            for batch in data:
+                created = _timestamp(batch.get("created_at")) or 0.0
+                counts = batch.get("request_counts") or {}
+                total = sum(v for v in counts.values() if isinstance(v, int))
+                if created >= since - 60 and total == lines:
+                    found.append(str(batch["id"]))
+            oldest = min((_timestamp(b.get("created_at")) or 0.0 for b in data), default=0.0)
+            if not page.get("has_more") or not data or oldest < since - 60:
+                break
+            after = page.get("last_id")
+        return found[0] if len(found) == 1 else None
+
+    async def state(self, batch_id: str) -> BatchState:
+        data = await self.model._call_json("GET", f"/v1/messages/batches/{batch_id}")
+        status = str(data.get("processing_status"))
+        return BatchState(
+            id=batch_id,
+            status=status,
+            ended=status == "ended",
+            created_at=_timestamp(data.get("created_at")),
+            ended_at=_timestamp(data.get("ended_at")),
+        )
+
+    async def results(self, state: BatchState) -> bytes:
+        raw, _ = await self.model._call("GET", f"/v1/messages/batches/{state.id}/results")
+        return raw if raw.endswith(b"\n") or not raw else raw + b"\n"
+
+    async def cancel(self, batch_id: str) -> None:
+        await self.model._call_json("POST", f"/v1/messages/batches/{batch_id}/cancel")
+
+    def read_results(self, raw: bytes) -> Iterator[LineResult]:
+        for line in _jsonl(raw):
+            custom_id = str(line.get("custom_id"))
+            result = _dict(line.get("result"))
+            kind = result.get("type")
+            if kind == "succeeded" and isinstance(result.get("message"), dict):
+                yield LineResult(custom_id, "succeeded", body=result["message"])
+            elif kind == "expired":
+                yield LineResult(custom_id, "expired")
+            elif kind == "canceled":
+                yield LineResult(custom_id, "cancelled")
+            else:
+                body = _dict(result.get("error"))
+                inner = _dict(body.get("error")) or body
+                status = _ANTHROPIC_STATUS.get(str(inner.get("type")), 500)
+                failure = self.model.line_error(status, body or {"error": inner})
+                yield LineResult(custom_id, "errored", error=failure)
