@@ -56,9 +56,7 @@ class Block:
 
 
 def blocks_of(page: Path) -> list[Block]:
-    return [
-        Block(i, m["code"], m["why"]) for i, m in enumerate(BLOCK.finditer(page.read_text()))
-    ]
+    return [Block(i, m["code"], m["why"]) for i, m in enumerate(BLOCK.finditer(page.read_text()))]
 
 
 def _name(page: Path) -> str:
@@ -116,9 +114,7 @@ def test_the_readme_and_the_manual_have_python_examples() -> None:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(
-    ("page", "index"), CASES, ids=[f"{_name(p)}:{i}" for p, i in CASES]
-)
+@pytest.mark.parametrize(("page", "index"), CASES, ids=[f"{_name(p)}:{i}" for p, i in CASES])
 def test_docs_python_block_runs(
     page: Path, index: int, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
@@ -170,9 +166,8 @@ def test_relative_links_point_at_a_file_and_heading(page: Path) -> None:
             continue  # http(s), mailto: not checked here
         path, _, anchor = target.partition("#")
         file = (page.parent / path).resolve() if path else page
-        if not file.exists():
-            broken.append(target)
-        elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
+        missing_anchor = bool(anchor) and file.suffix == ".md" and anchor not in _anchors(file)
+        if not file.exists() or missing_anchor:
             broken.append(target)
     assert not broken, broken
 
