@@ -39,7 +39,9 @@ def _add_sim(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sim.add_argument("--context-window", type=int, default=None, help="400 beyond N tokens")
     sim.add_argument("--fault-rate", type=float, default=0.0, help="share of 500 responses")
     sim.add_argument("--seed", type=int, default=0)
-    sim.add_argument("--script", default=None, help="YAML or JSON script file")
+    sim.add_argument(
+        "--script", default=None, help="YAML or JSON script file (format: docs/simulator.md)"
+    )
     sim.set_defaults(run=_run_sim)
 
 
