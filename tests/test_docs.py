@@ -234,3 +234,15 @@ def test_the_manual_builds_with_mkdocs_strict(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "index.html").exists()
+
+
+def test_the_simulators_yaml_examples_are_scripts_it_loads() -> None:
+    import yaml
+
+    from raygent.sim import Script
+
+    page = (DOCS / "simulator.md").read_text()
+    examples = re.findall(r"```yaml\n(.*?)```", page, re.DOTALL)
+    assert examples
+    for example in examples:
+        assert Script.model_validate(yaml.safe_load(example)).rules
