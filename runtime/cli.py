@@ -39,7 +39,9 @@ def _add_sim(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sim.add_argument("--context-window", type=int, default=None, help="400 beyond N tokens")
     sim.add_argument("--fault-rate", type=float, default=0.0, help="share of 500 responses")
     sim.add_argument("--seed", type=int, default=0)
-    sim.add_argument("--script", default=None, help="YAML or JSON script file")
+    sim.add_argument(
+        "--script", default=None, help="YAML or JSON script file (format: docs/simulator.md)"
+    )
     sim.set_defaults(run=_run_sim)
 
 
@@ -69,7 +71,8 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Run MODULE:AGENT (an agent, or an async callable) on each item of INPUT "
         "and write each result to OUTPUT as it completes. Ctrl-C cancels cleanly; --resume "
         "then runs only what is not completed yet. Exit status: 0 if every item completed, "
-        "1 if some failed, 130 if interrupted.",
+        "1 if some failed, 130 if interrupted. An agent's item is a string, a message, or an "
+        'object with "input" (and "session_id", "user_id", "key" or "id"): docs/batch.md.',
     )
     batch.add_argument("target", metavar="MODULE:AGENT", help="e.g. mypackage.bots:summariser")
     batch.add_argument("input", metavar="INPUT", help="a .jsonl, .csv or .parquet file")

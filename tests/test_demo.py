@@ -66,3 +66,23 @@ def test_the_demo_writes_under_a_new_temporary_folder_by_default(tmp_path: Path)
     assert (folder / "results.jsonl").exists() and folder.parent != tmp_path
     assert list(tmp_path.iterdir()) == []  # nothing left in the working directory
     shutil.rmtree(folder)
+
+
+@pytest.mark.timeout(300)
+def test_ray_start_up_lines_show_when_asked(tmp_path: Path) -> None:
+    # The demo's test above holds that a Ray raygent starts keeps its start-up lines
+    # (INFO, the token-authentication warning) out of the output; RAYGENT_RAY_LOGS=1
+    # shows them, as the manual says (getting-started, on a cluster).
+    script = "import ray, raygent\nraygent.init('ray')\nprint('connected')\nray.shutdown()\n"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env={**env, "RAYGENT_RAY_LOGS": "1"},
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "connected"
+    assert "INFO" in result.stderr, result.stderr

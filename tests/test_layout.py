@@ -1,5 +1,5 @@
 """The layout of the package as a test: the part each module belongs to, which way the
-imports between parts point, and what each folder may reach (README "Layout").
+imports between parts point, and what each folder may reach (docs/layout.md).
 
 Three folders make one package: `runtime/` is `raygent` (the core), `actors/` is
 `raygent.actors` (the Ray backend), `stores/` is `raygent.stores`. Every module is in one

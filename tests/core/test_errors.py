@@ -37,8 +37,8 @@ from raygent.stores import (
 )
 from raygent.tools import ToolArgumentsError, ToolTimeoutError
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-# Every error class outside raygent.errors, by the name the README's table gives it.
+ERRORS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
+# Every error class outside raygent.errors, by the name the manual's table gives it.
 ELSEWHERE: dict[str, type[RaygentError]] = {
     "raygent.tools.ToolArgumentsError": ToolArgumentsError,
     "raygent.tools.ToolTimeoutError": ToolTimeoutError,
@@ -124,9 +124,9 @@ def test_codes_and_categories_are_the_references() -> None:
         assert (error.to_dict()["code"], error.to_dict()["category"]) == expected[:2]
 
 
-def test_the_readme_table_lists_the_whole_hierarchy() -> None:
-    """One table in the README: class, code, category, retryable by default, when."""
-    section = README.read_text().split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+def test_the_manuals_table_lists_the_whole_hierarchy() -> None:
+    """One table in docs/errors.md: class, code, category, retryable by default, when."""
+    section = ERRORS_PAGE.read_text()
     rows = re.findall(
         r"^\| `?([^|`]+?)`?(?: \(([^)]*)\))? \| `(\w+)` \| (\w+) \| (yes|no) \|", section, re.M
     )
