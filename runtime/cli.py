@@ -85,6 +85,24 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     batch.add_argument("--item-key", default=None, help="the field that keys an item")
     batch.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     batch.add_argument(
+        "--provider-batch",
+        action="store_true",
+        help="send the model requests through the providers' batch APIs (half the price,"
+        " answered within 24 h; OUTPUT keeps the batches for --resume)",
+    )
+    batch.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=None,
+        help="with --provider-batch: how often batches are polled (default 30)",
+    )
+    batch.add_argument(
+        "--gather-seconds",
+        type=float,
+        default=None,
+        help="with --provider-batch: how long requests are gathered into a batch (default 5)",
+    )
+    batch.add_argument(
         "--backend",
         choices=["ray", "local"],
         default=None,

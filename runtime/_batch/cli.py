@@ -8,8 +8,10 @@ import os
 import sys
 from typing import Any
 
+from ..errors import InvalidOptionsError
 from ..seams import backend_plugin, current_backend, init
 from .call import BatchOptions, BatchResult, Retry, batch_sync
+from .provider import ProviderBatch
 
 __all__ = ["load_target", "run_batch_command"]
 
@@ -24,13 +26,27 @@ def run_batch_command(args: argparse.Namespace) -> int:
         options["retry"] = Retry(attempts=args.retries + 1)
     if args.item_key is not None:
         options["item_key"] = args.item_key
+    if args.provider_batch:
+        timing = {
+            name: value
+            for name in ("poll_seconds", "gather_seconds")
+            if (value := getattr(args, name, None)) is not None
+        }
+        options["provider_batch"] = ProviderBatch(**timing)
     try:
         if args.backend is not None:
             init(args.backend)
         executable = load_target(args.target)
         _ship_by_value(args.target)
         result = batch_sync(executable, args.input, **options)
-    except (ImportError, AttributeError, TypeError, ValueError, OSError) as exc:
+    except (
+        ImportError,
+        AttributeError,
+        TypeError,
+        ValueError,
+        OSError,
+        InvalidOptionsError,
+    ) as exc:
         print(f"raygent batch: {exc}", file=sys.stderr)
         return 2
     print(summary(result), file=sys.stderr)
@@ -81,4 +97,9 @@ def summary(result: BatchResult) -> str:
         line += "\nerrors: " + ", ".join(f"{code} x{n}" for code, n in sorted(r.errors.items()))
     if r.stopped:
         line += f"\nstopped: {r.stopped}"
+    spent = r.provider_batch
+    if spent is not None:
+        line += f"\nprovider batches: {len(spent.batches)}, {spent.lines} lines"
+        if spent.cost is not None and spent.online_cost is not None:
+            line += f", ${spent.cost:.4f} (online: ${spent.online_cost:.4f})"
     return line

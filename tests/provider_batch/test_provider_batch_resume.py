@@ -1,0 +1,191 @@
+"""A provider-batch job whose driver is SIGKILLed while its batches are out, started again
+with `resume=True`: it polls the batches it had sent instead of sending them again, no
+line is sent twice, every item is once in the sink (issue #29).
+
+The driver is a process of its own (this test kills it); the simulator runs here, takes
+a few seconds per batch (so the first batch is out when the driver dies) and counts
+every call and every line over both drivers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from pb_support import TOOL_ROUND, online_requests
+
+import raygent
+import raygent.sim
+from raygent.models.batch_api import OpenAIBatchAPI
+from raygent.sim import serve
+
+ITEMS = 300
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER = f"""
+import asyncio, sys
+import raygent
+import raygent.sim
+from raygent.models import AnthropicModel, OpenAIModel
+
+@raygent.tool
+def lookup(q: str) -> str:
+    '''Look a question up.'''
+    return "found " + q
+
+async def main(api, url, sink, resume):
+    if api == "anthropic":
+        model = AnthropicModel("claude-sonnet-4-5", base_url=url, api_key="sk-test")
+    else:
+        model = OpenAIModel("gpt-4o-mini", base_url=url, api_key="sk-test")
+    bot = raygent.agent(model=model, tools=[lookup])
+    items = [{{"input": f"q{{i}}", "key": i}} for i in range({ITEMS})]
+    options = raygent.ProviderBatch(gather_seconds=0.5, poll_seconds=0.1)
+    result = await raygent.batch(
+        bot, items, provider_batch=options, sink=sink, resume=resume, progress=False
+    )
+    print("done", result.report.succeeded, result.report.skipped, flush=True)
+
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "resume"))
+"""
+
+
+def _env(backend: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAYGENT_BACKEND"] = backend
+    if backend == "ray":
+        import ray
+
+        env["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    return env
+
+
+def _submitted(ledger: Path) -> int:
+    log = ledger / "batches.jsonl"
+    if not log.exists():
+        return 0
+    return sum(1 for line in log.read_text().splitlines() if '"submitted"' in line)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.local_only("the driver is a process of its own, on the backend of the parameter")
+@pytest.mark.parametrize(
+    ("backend", "api"), [("local", "chat"), ("local", "anthropic"), ("ray", "chat")]
+)
+async def test_a_driver_killed_while_batches_are_out_resumes_them_without_sending_again(
+    backend: str, api: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    sink = tmp_path / "out.jsonl"
+    ledger = tmp_path / "out.jsonl.provider-batches"
+    async with serve(TOOL_ROUND, batch_seconds=3.0) as sim:
+        url = sim.anthropic_base_url if api == "anthropic" else sim.openai_base_url
+        command = [sys.executable, str(script), api, url, str(sink)]
+        driver = await asyncio.create_subprocess_exec(*command, "new", env=_env(backend))
+        try:
+            await _until(lambda: _submitted(ledger) >= 1 or driver.returncode is not None)
+            assert driver.returncode is None, "the driver ended before it could be killed"
+            driver.send_signal(signal.SIGKILL)
+            await asyncio.wait_for(driver.wait(), 30)
+        finally:
+            if driver.returncode is None:
+                driver.kill()
+                await driver.wait()
+        out_at_kill = sim.stats()
+        resumed = await asyncio.create_subprocess_exec(
+            *command,
+            "resume",
+            env=_env(backend),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        said, _ = await asyncio.wait_for(resumed.communicate(), 300)
+        assert resumed.returncode == 0, said.decode()
+        stats = sim.stats()
+        creates = [r for r in sim.requests if r.method == "POST" and _creates(r.path)]
+    keys = sorted(json.loads(line)["key"] for line in sink.read_text().splitlines())
+    assert keys == list(range(ITEMS))  # every item once
+    assert b"done 300 0" in said
+    records = [json.loads(line) for line in (ledger / "batches.jsonl").read_text().splitlines()]
+    # A batch the kill cut off before it was made has no "submitted" record: its lines
+    # went out (once) in a later batch.
+    made = {r["submitted"] for r in records if "submitted" in r}
+    submits = [r for r in records if r.get("submit") in made]
+    sent = [custom_id for r in submits for custom_id in r["lines"]]
+    assert out_at_kill.batch_calls >= 1  # the first batch was out when the driver died
+    assert len(creates) == len(submits)  # no batch submitted twice
+    assert len(sent) == len(set(sent)) == 2 * ITEMS  # no line in two batches
+    assert stats.batch_lines == 2 * ITEMS  # no line sent twice
+    assert online_requests(stats) == 0
+
+
+def _creates(path: str) -> bool:
+    return path in ("/v1/batches", "/v1/messages/batches")
+
+
+async def _until(condition: object, timeout: float = 120.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():  # type: ignore[operator]
+        assert loop.time() < deadline, "not reached in time"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.local_only("the provider's API, seen from the pool: no backend involved")
+async def test_a_submission_cut_off_after_the_upload_is_found_again_by_its_tag() -> None:
+    async with serve(TOOL_ROUND) as sim:
+        model = raygent.OpenAIModel("gpt-4o-mini", base_url=sim.openai_base_url, api_key="k")
+        api = model.batch_api()
+        assert isinstance(api, OpenAIBatchAPI)
+        body = model.request_body([raygent.UserMessage(content="hi")], None, stream=False)
+        line = json.dumps({"custom_id": "c1", "method": "POST", "url": api.endpoint, "body": body})
+        # The file went up, then the driver died before the batch was made.
+        await model._call_json(
+            "POST",
+            "/files",
+            files={"file": ("rg-job-0.jsonl", line.encode() + b"\n", "application/jsonl")},
+            form={"purpose": "batch"},
+        )
+        found = await api.find("rg-job-0", 0.0, 1)
+        assert found is not None  # made now, from the file found by its name
+        again = await api.find("rg-job-0", 0.0, 1)
+        assert again == found  # and found by its metadata from then on
+        assert await api.find("rg-job-1", 0.0, 1) is None
+        creates = [r for r in sim.requests if r.path == "/v1/batches" and r.method == "POST"]
+    assert len(creates) == 1
+
+
+@pytest.mark.local_only("the command runs in a process of its own, on the local backend")
+async def test_the_cli_sends_a_job_by_batch(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"input": f"q{i}", "key": i}) + "\n" for i in range(5)))
+    sink = tmp_path / "out.jsonl"
+    async with serve([raygent.sim.Rule(reply="short")]) as sim:
+        env = {**_env("local"), "RAYGENT_TEST_SIM_URL": sim.openai_base_url}
+        command = [
+            sys.executable,
+            "-m",
+            "raygent",
+            "batch",
+            "tests.provider_batch.pb_cli_agent:bot",
+        ]
+        options = ["--provider-batch", "--gather-seconds", "0.1", "--poll-seconds", "0.02"]
+        done = await asyncio.create_subprocess_exec(
+            *command, str(source), "-o", str(sink), *options, "--no-progress",
+            env=env, cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        said, _ = await asyncio.wait_for(done.communicate(), 120)
+        stats = sim.stats()
+    text = said.decode()
+    assert done.returncode == 0, text
+    assert "provider batches: 1, 5 lines" in text and "(online: $" in text
+    assert [json.loads(line)["text"] for line in sink.read_text().splitlines()] == ["short"] * 5
+    assert online_requests(stats) == 0 and stats.batch_lines == 5
