@@ -9,6 +9,7 @@ crosses Ray per line.
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import Any
 
 __all__ = ["LineRelay"]
@@ -23,19 +24,22 @@ class LineRelay:
     def __init__(self, pool: Any) -> None:
         self._pool = pool
         self._replies: dict[str, tuple[Any, list[Any]]] = {}  # share -> (runner, replies)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._waiting: set[asyncio.Future[Any]] = set()
 
     def take(self, handle: Any, share: str, relayed: Any) -> None:
         """A runner's lines (custom_id, model, body) and the spend it counted since."""
         lines, spend = relayed
         self._pool.add_spend(spend)
         for custom_id, model, body in lines:
-            task = asyncio.ensure_future(self._line(handle, share, custom_id, model, body))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            future = self._pool.line_future(model, custom_id, body)
+            self._waiting.add(future)
+            future.add_done_callback(functools.partial(self._answered, handle, share, custom_id))
 
-    async def _line(self, handle: Any, share: str, custom_id: str, model: Any, body: Any) -> None:
-        result, batch_id = await self._pool.line(model, custom_id, body, None)
+    def _answered(self, handle: Any, share: str, custom_id: str, future: Any) -> None:
+        self._waiting.discard(future)
+        if future.cancelled():
+            return
+        result, batch_id = future.result()
         _, replies = self._replies.setdefault(share, (handle, []))
         replies.append((custom_id, result, batch_id))
         if len(replies) == 1:  # the first of a batch of replies: send them soon
@@ -47,5 +51,5 @@ class LineRelay:
             handle.answer.remote(share, replies)
 
     def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        for future in list(self._waiting):
+            future.cancel()

@@ -95,14 +95,31 @@ class LinePool:
         if api is None:
             raise ProviderBatchError(f"{model!r} has no batch API", provider=model.provider)
         await self._adopt(model, api)
-        found = self._results.pop(custom_id, None)
-        if found is not None:
-            return found
+        return await abortable(asyncio.shield(self._ask(model, api, custom_id, body)), signal)
+
+    def line_future(
+        self, model: Any, custom_id: str, body: dict[str, Any]
+    ) -> asyncio.Future[tuple[LineResult, str]]:
+        """`line`, for a caller that waits by callback (the Ray relay: no task a line)."""
+        api = batch_api_of(model)
+        adopted = self._adopted.get((getattr(api, "provider", ""), model.base_url))
+        if api is None or adopted is None or not adopted.done():
+            return asyncio.ensure_future(self.line(model, custom_id, body, None))
+        return self._ask(model, api, custom_id, body)
+
+    def _ask(
+        self, model: Any, api: BatchAPI, custom_id: str, body: dict[str, Any]
+    ) -> asyncio.Future[tuple[LineResult, str]]:
         future = self._futures.get(custom_id)
         if future is None:
             future = self._futures[custom_id] = asyncio.get_running_loop().create_future()
-            self._add(model, api, custom_id, body)
-        return await abortable(asyncio.shield(future), signal)
+            found = self._results.pop(custom_id, None)
+            if found is not None:
+                self._futures.pop(custom_id)
+                future.set_result(found)
+            else:
+                self._add(model, api, custom_id, body)
+        return future
 
     def _add(self, model: Any, api: BatchAPI, custom_id: str, body: dict[str, Any]) -> None:
         key = (api.provider, model.base_url, model.key_fingerprint, api.endpoint, model.name)

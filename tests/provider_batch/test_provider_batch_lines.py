@@ -1,0 +1,97 @@
+"""The lines raygent sends to the batch APIs, read by the official SDKs' request types:
+every request body a run can make (tools, structured output, images, reasoning), as a
+line of each API; and the batch create requests."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from anthropic.types.messages.batch_create_params import (
+    MessageCreateParamsNonStreaming,
+)
+from anthropic.types.messages.batch_create_params import Request as AnthropicLine
+from openai.types import BatchCreateParams
+from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+from openai.types.responses.response_create_params import ResponseCreateParamsNonStreaming
+from pb_support import APIS, model_for
+from pydantic import BaseModel, TypeAdapter
+
+from raygent.messages import ImagePart, TextPart, UserMessage
+from raygent.models import ModelOptions, ResponseSchema, ToolSpec
+from raygent.sim import serve
+
+BODY_TYPES: dict[str, Any] = {
+    "chat": CompletionCreateParamsNonStreaming,
+    "responses": ResponseCreateParamsNonStreaming,
+}
+PIXEL = (
+    "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"
+    "YPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+)
+
+
+class City(BaseModel):
+    name: str
+
+
+OPTIONS = [
+    ModelOptions(),
+    ModelOptions(
+        max_tokens=100,
+        tools=[
+            ToolSpec(
+                name="lookup",
+                description="Look up.",
+                parameters={"type": "object", "properties": {"q": {"type": "string"}}},
+            )
+        ],
+    ),
+    ModelOptions(
+        response_schema=ResponseSchema(
+            name="City", schema=City.model_json_schema() | {"additionalProperties": False}
+        )
+    ),
+]
+MESSAGES = [
+    [UserMessage(content="hi")],
+    [UserMessage(content=[TextPart(text="what is this?"), ImagePart(url=PIXEL)])],
+]
+
+
+@pytest.mark.local_only("the lines' shapes: no backend involved")
+@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("options", OPTIONS, ids=["plain", "tools", "schema"])
+@pytest.mark.parametrize("messages", MESSAGES, ids=["text", "image"])
+async def test_each_line_is_a_request_the_sdk_types(
+    api: str, options: ModelOptions, messages: list[Any]
+) -> None:
+    async with serve() as sim:
+        model = model_for(api, sim)
+        batch_api = model.batch_api()
+        body = model.request_body(messages, options, stream=False)
+        body.pop("stream", None)
+        if api == "anthropic":
+            line = {"custom_id": "rg-0-a0-t0-abc", "params": body}
+            _typed(AnthropicLine, line)
+            _typed(MessageCreateParamsNonStreaming, body)
+        else:
+            line = json.loads(batch_api._line("rg-0-a0-t0-abc", body))
+            assert set(line) == {"custom_id", "method", "url", "body"}
+            assert (line["method"], line["url"]) == ("POST", batch_api.endpoint)
+            _typed(BODY_TYPES[api], line["body"])
+            create = {
+                "input_file_id": "file-1",
+                "endpoint": batch_api.endpoint,
+                "completion_window": "24h",
+                "metadata": {"raygent_batch": "rg-x-0"},
+            }
+            _typed(BatchCreateParams, create)
+
+
+def _typed(kind: Any, value: dict[str, Any]) -> None:
+    """`value` is a `kind` (a TypedDict of the SDK): its fields valid, none unknown."""
+    TypeAdapter(kind).validate_python(value)
+    known = kind.__required_keys__ | kind.__optional_keys__
+    assert set(value) <= known, set(value) - known
