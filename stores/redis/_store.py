@@ -28,6 +28,7 @@ from raygent.errors import RaygentError
 from raygent.messages import Message
 
 from .._base import COMPACTED_TURN, MAX_BATCH_IDS, MAX_ERRORS, Clock, check_messages
+from .._cache import BaseCacheStore
 from .._base import conflict as position_conflict
 from .._closer import closer
 from .._codec import (
@@ -69,9 +70,9 @@ class _Connection:
     closer: AsyncGenerator[None, None]  # closes the client when finalised (see _closer)
 
 
-class RedisStore(RedisRuns):
-    """Conversations (and durable runs, see _runs) under `prefix` in one Redis
-    database.
+class RedisStore(BaseCacheStore, RedisRuns):
+    """Conversations (and durable runs, see _runs; cached values, one string key each
+    under `{prefix}:cache:`, expired by Redis) under `prefix` in one Redis database.
 
     A redis.asyncio client is bound to the event loop that created it, so the store
     keeps one client per loop, opened on first use; pickling drops them. Each client
@@ -349,6 +350,24 @@ class RedisStore(RedisRuns):
                         ref = member.decode()
                         await connection.prune(self.keys(ref), [ref, repr(cutoff)], client=pipe)
                     removed += sum(await pipe.execute())
+
+    # -- cached values: the primitives of BaseCacheStore ----------------------------
+
+    def cache_key(self, namespace: str, key: str) -> str:
+        """The string key of a cached value (Redis expires it: PX on the write)."""
+        return f"{self.prefix}:cache:{len(namespace)}:{namespace}:{key}"  # unambiguous
+
+    async def _get_cached(self, namespace: str, key: str, now: float) -> bytes | None:
+        with _translated(None):
+            value = await self._connection().client.get(self.cache_key(namespace, key))
+        return None if value is None else bytes(value)
+
+    async def _put_cached(
+        self, namespace: str, key: str, value: bytes, ttl: float | None, expires_at: float | None
+    ) -> None:
+        px = None if ttl is None else max(1, round(ttl * 1000))
+        with _translated(None):
+            await self._connection().client.set(self.cache_key(namespace, key), value, px=px)
 
 
 def _info(ref: str, scope: bytes, at: bytes | None, length: int) -> ConversationInfo:
