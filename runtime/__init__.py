@@ -13,6 +13,7 @@ from .agents.middleware import Middleware
 from .agents.output import Repair
 from .agents.session import Session
 from .attachments import AttachmentPolicy, OutboundPolicy
+from .cache import ResponseCache
 from .compaction import Compaction, CompactionResult
 from .executable import Executable
 from .flows import (
@@ -100,6 +101,7 @@ __all__ = [
     "Pricing",
     "ProviderBlock",
     "Repair",
+    "ResponseCache",
     "ResponseSchema",
     "Retry",
     "Router",

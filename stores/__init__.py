@@ -2,7 +2,8 @@
 
 What lives where:
 - `protocol`: the contract: `Store`, `CompactingStore` (snapshot / replace_prefix),
-  `RunStore`, `CacheStore` (cached values with a ttl, for the response cache), `Scope`, the result values and the store errors;
+  `RunStore`, `CacheStore` (cached values with a ttl, for the response cache),
+  `Scope`, the result values and the store errors;
 - `memory`: `InMemoryStore` (tests, one process);
 - `sqlite/`: `SQLiteStore`, the embedded durable default;
 - `redis/`: `RedisStore`, shared by a cluster (imported when first named);
@@ -10,10 +11,10 @@ What lives where:
   when first named);
 - what every store shares: `_base` (`BaseStore`: argument checks, keys, batch identity,
   time, expiry), `_cache` (`BaseCacheStore`: the CacheStore checks and expiry times
-  over each backend's two primitives), `_runs` (`BaseRunStore`: the RunStore methods over each backend's
-  storage primitives, the fencing decisions and the run conflict), `_codec` (keys,
-  payload encodings, error records) and `_closer` (what closes a loop's client when the
-  loop shuts down, for Redis and PostgreSQL).
+  over each backend's two primitives), `_runs` (`BaseRunStore`: the RunStore methods
+  over each backend's storage primitives, the fencing decisions and the run conflict),
+  `_codec` (keys, payload encodings, error records) and `_closer` (what closes a loop's
+  client when the loop shuts down, for Redis and PostgreSQL).
 
 Each store implements all four protocols; a backend's subpackage holds its store
 (`_store`), its run primitives (`_runs`) and its plumbing, and exports the store.

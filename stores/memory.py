@@ -27,6 +27,7 @@ from ._base import (
     conflict,
     shifted,
 )
+from ._cache import MAX_MEMORY_CACHED, BaseCacheStore
 from ._codec import (
     check_ref,
     decode_error,
@@ -36,7 +37,6 @@ from ._codec import (
     encode_json,
     to_datetime,
 )
-from ._cache import MAX_MEMORY_CACHED, BaseCacheStore
 from ._runs import FIRST_EPOCH, BaseRunStore, RunState, held, run_conflict, takes_entry
 from .protocol import (
     AppendResult,

@@ -72,6 +72,7 @@ PUBLIC_API = {
     "Pricing",
     "ProviderBlock",
     "Repair",
+    "ResponseCache",
     "ResponseSchema",
     "Retry",
     "Session",

@@ -44,6 +44,7 @@ from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
 
 if TYPE_CHECKING:
+    from ..cache import ResponseCache
     from ..durable.options import Decision, Durable
 
 __all__ = [
@@ -84,6 +85,10 @@ class BatchOptions(TypedDict, total=False):
         continues it from its last settled step.
     approvals: with `durable`, decisions for items awaiting approval: item key ->
         {call_id: Approve() | Deny(reason)}; a resumed batch continues those items.
+    cache: a `raygent.ResponseCache`: every run answers the requests the cache has seen
+        from it, with no HTTP (rides with the run options, to the Ray runners too): a
+        finished batch run again sends nothing; a resumed one pays only for what it had
+        not received.
     """
 
     concurrency: int
@@ -98,6 +103,7 @@ class BatchOptions(TypedDict, total=False):
     runners: int | None
     durable: Durable | None
     approvals: Mapping[Any, Mapping[str, Decision]] | None
+    cache: ResponseCache | None
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,9 @@ class _Plan:
         if resume and sink is None:
             raise ValueError("resume=True needs a sink to resume from")
         run_options = options.get("run_options")
+        cache = options.get("cache")
+        if cache is not None:
+            run_options = {**(run_options or {}), "cache": cache}
         durable, approvals = options.get("durable"), options.get("approvals")
         if approvals is not None and durable is None:
             raise ValueError("approvals= needs durable= (the runs that wait are stored)")

@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from ..cache import ResponseCache
 from ..seams import backend_plugin, current_backend, init
 from .call import BatchOptions, BatchResult, Retry, batch_sync
 
@@ -25,6 +26,8 @@ def run_batch_command(args: argparse.Namespace) -> int:
     if args.item_key is not None:
         options["item_key"] = args.item_key
     try:
+        if args.cache is not None:
+            options["cache"] = ResponseCache.at(args.cache, ttl=args.cache_ttl)
         if args.backend is not None:
             init(args.backend)
         executable = load_target(args.target)

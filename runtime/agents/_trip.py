@@ -24,10 +24,12 @@ from ..observers.events import (
     TripUsage,
 )
 from ..observers.report import Timing, TripReport
+from ..seams.contract import ModelAccess
 from ..seams.local import closing_stream
+from ..usage import total_cost
 from ._compact import compact_before_trip
 from ._guard import GuardBuffer, extract_tool_calls
-from ._state import RunState, maybe_await, now
+from ._state import RunConfig, RunState, maybe_await, now
 
 __all__ = ["model_trip"]
 
@@ -65,6 +67,7 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
     trip.usage = response.usage
     trip.tool_calls = [c.call_id for c in response.tool_calls]
     trip.attempts = list(response.attempts)
+    trip.cache, trip.saved = response.cache, total_cost(response.saved) or 0.0
     run.phase = "between_trips"  # the reply is in: what follows is not mid-trip
     await run.emit(
         TripCompleted,
@@ -85,7 +88,7 @@ async def _send(run: RunState, index: int) -> ModelResponse:
     try:
         if config.streaming:
             return await _streamed(run, index)
-        return await config.backend.models.complete(
+        return await _models(config).complete(
             config.model, run.messages, config.options, run.signal
         )
     except BaseException as exc:
@@ -98,7 +101,7 @@ async def _streamed(run: RunState, index: int) -> ModelResponse:
     config = run.config
     guard = GuardBuffer(config.guard_max_buffer) if config.guard_max_buffer else None
     response: ModelResponse | None = None
-    chunks = config.backend.models.stream(config.model, run.messages, config.options, run.signal)
+    chunks = _models(config).stream(config.model, run.messages, config.options, run.signal)
     async with closing_stream(chunks):
         async for chunk in chunks:
             if isinstance(chunk, Done):
@@ -115,6 +118,12 @@ async def _streamed(run: RunState, index: int) -> ModelResponse:
         if rest:
             await run.emit(TripStreaming, trip_index=index, text=rest)
     return response
+
+
+def _models(config: RunConfig) -> ModelAccess:
+    """The run's model access, through its response cache when it has one."""
+    models = config.backend.models
+    return models if config.cache is None else config.cache.around(models)
 
 
 async def _relay(run: RunState, index: int, chunk: StreamChunk, guard: GuardBuffer | None) -> None:

@@ -28,8 +28,8 @@ from raygent.messages import Message
 from raygent.redaction import register_secret
 
 from .._base import COMPACTED_TURN, MAX_ERRORS, Clock, check_messages
-from .._cache import BaseCacheStore
 from .._base import conflict as position_conflict
+from .._cache import BaseCacheStore
 from .._codec import (
     check_ref,
     decode_error,

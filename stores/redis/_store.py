@@ -28,8 +28,8 @@ from raygent.errors import RaygentError
 from raygent.messages import Message
 
 from .._base import COMPACTED_TURN, MAX_BATCH_IDS, MAX_ERRORS, Clock, check_messages
-from .._cache import BaseCacheStore
 from .._base import conflict as position_conflict
+from .._cache import BaseCacheStore
 from .._closer import closer
 from .._codec import (
     check_ref,
@@ -360,7 +360,7 @@ class RedisStore(BaseCacheStore, RedisRuns):
     async def _get_cached(self, namespace: str, key: str, now: float) -> bytes | None:
         with _translated(None):
             value = await self._connection().client.get(self.cache_key(namespace, key))
-        return None if value is None else bytes(value)
+        return None if value is None else cast(bytes, value)
 
     async def _put_cached(
         self, namespace: str, key: str, value: bytes, ttl: float | None, expires_at: float | None

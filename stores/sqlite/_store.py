@@ -32,6 +32,7 @@ from .._base import (
     check_messages,
     conflict,
 )
+from .._cache import BaseCacheStore
 from .._codec import (
     check_ref,
     decode_error,
@@ -51,7 +52,6 @@ from ..protocol import (
     StoredMessage,
 )
 from ._db import Busy, Worker, immediate
-from .._cache import BaseCacheStore
 from ._runs import SQLiteRuns
 
 __all__ = ["SQLiteStore"]
