@@ -34,6 +34,8 @@ from raygent.sim import Fault, Latency, Match, Reply, Rule, serve
 from raygent.stores import RedisStore
 from raygent.testing import ScriptedModel, reply
 
+ROOT = Path(__file__).resolve().parents[2]  # `python -m raygent` imports tests.cache...
+
 
 def _shapes(events: list[Any]) -> list[tuple[Any, ...]]:
     return [event_shape(e) for e in events]
@@ -256,7 +258,6 @@ async def test_the_key_covers_the_body_less_the_stream_fields() -> None:
 async def test_the_cli_runs_a_batch_twice_and_pays_once(tmp_path: Path) -> None:
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps({"input": f"q {n}"}) + "\n" for n in range(20)))
-    root = Path(__file__).resolve().parents[2]
     async with serve([Rule(reply=Reply(text="an answer"))]) as sim:
         env = {**os.environ, "RAYGENT_CACHE_TEST_SIM": sim.openai_base_url}
         for run in range(2):
@@ -264,7 +265,7 @@ async def test_the_cli_runs_a_batch_twice_and_pays_once(tmp_path: Path) -> None:
                 *(sys.executable, "-m", "raygent", "batch", "tests.cache.cli_target:bot"),
                 *(str(source), "-o", str(tmp_path / f"out{run}.jsonl"), "--backend", "local"),
                 *("--cache", str(tmp_path / "cache.db"), "--no-progress"),
-                cwd=root,
+                cwd=ROOT,
                 env=env,
                 stderr=asyncio.subprocess.PIPE,
             )
