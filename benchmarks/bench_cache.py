@@ -118,8 +118,10 @@ async def run(args: argparse.Namespace, base_url: str) -> None:
     for store in stores.values():
         await store.aclose()
 
-    print(f"client CPU per call, {args.calls} calls, {args.inflight} in flight, median of "
-          f"{args.rounds} rounds")
+    print(
+        f"client CPU per call, {args.calls} calls, {args.inflight} in flight, median of "
+        f"{args.rounds} rounds"
+    )
     print(f"{'case':<24} {'CPU ms/call':>12}")
     for name, values in rows.items():
         print(f"{name:<24} {statistics.median(values):>12.3f}")

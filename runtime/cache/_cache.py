@@ -17,7 +17,7 @@ from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamCh
 from ..seams.contract import ModelAccess
 from ..seams.local import closing_stream
 from ..stores import CacheStore, InMemoryStore
-from ._entry import Entry, storable
+from ._entry import Entry, storable, with_fields
 from ._key import request_key
 
 __all__ = ["CachedAccess", "ResponseCache"]
@@ -206,7 +206,7 @@ class CachedAccess:
             cache._land(key, flight, kept)  # the followers go on at once
         if kept is not None:
             await cache._keep(key, kept)
-        return response.model_copy(update={"cache": "miss"})
+        return with_fields(response, cache="miss")
 
     async def stream(
         self,
@@ -241,7 +241,7 @@ class CachedAccess:
                         cache._land(key, flight, kept)
                         if kept is not None:
                             await cache._keep(key, kept)
-                        chunk = Done(response.model_copy(update={"cache": "miss"}))
+                        chunk = Done(with_fields(response, cache="miss"))
                     else:
                         recorded.append(chunk)
                     yield chunk

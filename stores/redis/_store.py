@@ -52,6 +52,7 @@ from ..protocol import (
 )
 from . import _scripts as scripts
 from ._errors import translated as _translated
+from ._reads import CoalescedReads
 from ._runs import RedisRuns, RunScripts
 
 __all__ = ["RedisStore"]
@@ -68,6 +69,7 @@ class _Connection:
     prune: AsyncScript
     runs: RunScripts
     closer: AsyncGenerator[None, None]  # closes the client when finalised (see _closer)
+    reads: CoalescedReads  # cached values
 
 
 class RedisStore(BaseCacheStore, RedisRuns):
@@ -149,6 +151,7 @@ class RedisStore(BaseCacheStore, RedisRuns):
                 AsyncScript(client, scripts.PRUNE),
                 RunScripts.of(client),
                 closer(client.aclose, forget),  # its pool too (from_pool)
+                CoalescedReads(client),
             )
         return connection
 
@@ -359,8 +362,7 @@ class RedisStore(BaseCacheStore, RedisRuns):
 
     async def _get_cached(self, namespace: str, key: str, now: float) -> bytes | None:
         with _translated(None):
-            value = await self._connection().client.get(self.cache_key(namespace, key))
-        return None if value is None else cast(bytes, value)
+            return await self._connection().reads.get(self.cache_key(namespace, key))
 
     async def _put_cached(
         self, namespace: str, key: str, value: bytes, ttl: float | None, expires_at: float | None
