@@ -5,11 +5,13 @@ trip's model access as the agent loop makes it: `LOCAL.models.complete(model, me
 options)` over HTTP (the OpenAI adapter: the request body, the transport, the reply
 parsed). A hit is the same call through `ResponseCache(store).around(LOCAL.models)` with
 the reply already stored: the request key (the body built, hashed), the store's read,
-the reply decoded and marked. Both keep `--inflight` calls open until `--calls` are done;
-the CPU this process spent is divided by the calls. Rounds alternate request and hit so
-noise hits both alike; the median round's figures are printed, and the ratio hit/request
-(goal: below 0.1 on SQLite and Redis). A miss (the request plus the key and the store's
-write) is printed too, as its overhead over a request.
+the reply decoded. Call i sends conversation i (its own last question), so each hit
+reads a key of its own, as a batch run again does. Both keep `--inflight` calls open
+until `--calls` are done; the CPU this process spent is divided by the calls. Rounds
+alternate request and hit so noise hits both alike; the median round's figures are
+printed, and the ratio hit/request (goal: below 0.1 on SQLite and Redis). A miss (the
+request plus the key and the store's write) is printed too, as its overhead over a
+request.
 
     python benchmarks/bench_cache.py
     python benchmarks/bench_cache.py --stores sqlite,redis --rounds 5
@@ -43,19 +45,27 @@ MESSAGES = [
     UserMessage(content="What is the capital of France? " * 5),
     UserMessage(content="And what is its population, roughly, in millions? " * 5),
 ]
+
+
+def conversation(index: int) -> list[Any]:
+    """Conversation `index`: MESSAGES and a last question of its own (its own key)."""
+    return [*MESSAGES, UserMessage(content=f"Question number {index}?")]
+
+
 OPTIONS = ModelOptions(temperature=0.0, max_tokens=200)
-Call = Callable[[], Awaitable[object]]
+Call = Callable[[int], Awaitable[object]]
 
 
 async def cpu_per_call(call: Call, total: int, inflight: int) -> float:
-    """CPU ms this process spends per call, `inflight` calls open until `total` are done."""
+    """CPU ms this process spends per call, `inflight` calls open until `total` are done
+    (call number i gets conversation i)."""
     remaining = total
 
     async def worker() -> None:
         nonlocal remaining
         while remaining > 0:
             remaining -= 1
-            await call()
+            await call(remaining)
 
     started = time.process_time()
     await asyncio.gather(*(worker() for _ in range(inflight)))
@@ -79,29 +89,38 @@ async def run(args: argparse.Namespace, base_url: str) -> None:
     stores = {kind: make_store(kind, folder) for kind in kinds}
     caches = {kind: ResponseCache(store) for kind, store in stores.items()}
 
-    async def request() -> object:
-        return await LOCAL.models.complete(model, MESSAGES, OPTIONS, None)
+    conversations = [conversation(i) for i in range(args.calls)]
+
+    async def request(i: int) -> object:
+        return await LOCAL.models.complete(model, conversations[i], OPTIONS, None)
 
     def hit_of(cache: ResponseCache) -> Call:
         access = cache.around(LOCAL.models)
 
-        async def hit() -> object:
-            response = await access.complete(model, MESSAGES, OPTIONS, None)
+        async def hit(i: int) -> object:
+            response = await access.complete(model, conversations[i], OPTIONS, None)
             assert response.cache == "hit"
             return response
 
         return hit
 
     def miss_of(cache: ResponseCache) -> Call:
-        async def miss() -> object:
+        async def miss(i: int) -> object:
             # A fresh namespace each time: the key is new, the reply is stored.
             fresh = ResponseCache(cache.store, namespace=uuid.uuid4().hex)
-            return await fresh.around(LOCAL.models).complete(model, MESSAGES, OPTIONS, None)
+            return await fresh.around(LOCAL.models).complete(model, conversations[i], OPTIONS, None)
 
         return miss
 
-    for cache in caches.values():  # warm: the reply is stored, connections are open
-        await cache.around(LOCAL.models).complete(model, MESSAGES, OPTIONS, None)
+    # Every conversation's reply is stored in every cache (a hit reads a key of its own,
+    # as a batch run again does), and the connections are open.
+    for cache in caches.values():
+        access = cache.around(LOCAL.models)
+
+        async def store_reply(i: int, access: Any = access) -> object:
+            return await access.complete(model, conversations[i], OPTIONS, None)
+
+        await cpu_per_call(store_reply, args.calls, args.inflight)
     await cpu_per_call(request, 200, args.inflight)
 
     rows: dict[str, list[float]] = {}
