@@ -1,26 +1,31 @@
-"""Cached-value reads of one event loop's client, coalesced: the GETs that arrive while
-one MGET is on its way go together in the next, so that many concurrent cache hits cost
-a round trip and a reply parse each few, not each one (redis-py spends ~0.15 ms of CPU
-on one GET here, more than the rest of a hit)."""
+"""Cached-value reads of one event loop's client, coalesced: the reads that arrive while
+one is on its way go together in the next, so that many concurrent cache hits cost a
+round trip each few, not each one (redis-py spends ~0.15 ms of CPU on one GET here,
+more than the rest of a hit). A read is one script (`GET_CACHED`) whose reply is one
+msgpack array: 16 values cost ~0.15 ms, against ~0.34 ms as an MGET."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, cast
 
+import msgpack
 import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+
+from ._scripts import GET_CACHED
 
 __all__ = ["CoalescedReads"]
 
-_MAX_KEYS = 256  # keys per MGET
+_MAX_KEYS = 256  # keys per read
 
 
 class CoalescedReads:
-    """GET by key through MGETs: one in flight at a time, the next one takes every key
-    asked meanwhile."""
+    """GET by key, many keys a read: one read in flight at a time, the next one takes
+    every key asked meanwhile."""
 
     def __init__(self, client: aioredis.Redis) -> None:
-        self._client = client
+        self._script = AsyncScript(client, GET_CACHED)
         self._waiting: list[tuple[str, asyncio.Future[bytes | None]]] = []
         self._reading = False
         self._task: asyncio.Task[None] | None = None  # held: a task nobody holds may go
@@ -39,7 +44,8 @@ class CoalescedReads:
                 batch = self._waiting[:_MAX_KEYS]
                 del self._waiting[:_MAX_KEYS]
                 try:
-                    values = cast(list[Any], await self._client.mget([k for k, _ in batch]))
+                    packed = await self._script([k for k, _ in batch])
+                    values = cast(list[Any], msgpack.unpackb(packed, raw=True))
                 except BaseException as exc:  # every waiter hears of it; nothing is lost
                     for _, future in batch:
                         if not future.done():
@@ -49,7 +55,7 @@ class CoalescedReads:
                     continue
                 for (_, future), value in zip(batch, values, strict=True):
                     if not future.done():  # a waiter cancelled meanwhile
-                        future.set_result(None if value is None else bytes(value))
+                        future.set_result(value if isinstance(value, bytes) else None)
         finally:
             self._reading = False
             for _, future in self._waiting:  # only if cancelled: no reader is left
