@@ -80,6 +80,8 @@ def summary(result: BatchResult) -> str:
     )
     if r.sink:
         line += f" -> {r.sink}"
+    if r.cache_hits:
+        line += f"\ncache: {r.cache_hits} trips answered, ${r.saved:.4f} saved"
     if r.errors:
         line += "\nerrors: " + ", ".join(f"{code} x{n}" for code, n in sorted(r.errors.items()))
     if r.stopped:

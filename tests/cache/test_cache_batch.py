@@ -43,6 +43,10 @@ async def test_a_batch_run_twice_sends_nothing_the_second_time(
     assert first.usage.cost is not None and first.usage.cost.total > 0
     assert second.usage.cost is not None and second.usage.cost.total == 0
     assert second.usage.requests == 0 and first.usage.requests == ITEMS * TRIPS
+    # The batch's report: every trip a hit, and what they cost when paid.
+    assert (first.report.cache_hits, first.report.saved) == (0, 0.0)
+    assert second.report.cache_hits == ITEMS * TRIPS
+    assert second.report.saved == pytest.approx(first.usage.cost.total)
 
 
 @pytest.mark.kinds("sqlite")

@@ -271,4 +271,5 @@ async def test_the_cli_runs_a_batch_twice_and_pays_once(tmp_path: Path) -> None:
             )
             _, err = await asyncio.wait_for(proc.communicate(), 120)
             assert proc.returncode == 0, err.decode()
+            assert ("cache: 20 trips answered" in err.decode()) == (run == 1), err.decode()
         assert sim.stats().requests == 20
