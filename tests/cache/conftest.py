@@ -44,15 +44,34 @@ def postgres_dsn() -> str:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "cache_kind" in metafunc.fixturenames:
-        marker = metafunc.definition.get_closest_marker("kinds")
-        metafunc.parametrize("cache_kind", marker.args if marker else KINDS)
-    if "backend_kind" in metafunc.fixturenames:
+    names = metafunc.fixturenames
+    marker = metafunc.definition.get_closest_marker("kinds")
+    kinds = marker.args if marker else KINDS
+    if "cache_kind" in names and "backend_kind" in names:
+        # A test marked `across_processes` needs the cache shared by Ray's runner
+        # processes: its in-memory case runs on the local backend only (not generated
+        # on Ray, rather than skipped).
+        shared = metafunc.definition.get_closest_marker("across_processes") is not None
+        combos = [
+            (backend, kind)
+            for backend in ("local", "ray")
+            for kind in kinds
+            if not (shared and backend == "ray" and kind == "memory")
+        ]
+        metafunc.parametrize(("backend_kind", "cache_kind"), combos, indirect=["backend_kind"])
+    elif "cache_kind" in names:
+        metafunc.parametrize("cache_kind", kinds)
+    elif "backend_kind" in names:
         metafunc.parametrize("backend_kind", ["local", "ray"], indirect=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kinds(*names): the stores a cache test runs on")
+    config.addinivalue_line(
+        "markers",
+        "across_processes: the cache is shared by Ray's runner processes (an in-memory "
+        "one is per process: that case runs on the local backend only)",
+    )
 
 
 @pytest.fixture

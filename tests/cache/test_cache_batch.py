@@ -20,11 +20,10 @@ def questions(count: int) -> list[str]:
     return [f"What is the weather? ({i})" for i in range(count)]
 
 
+@pytest.mark.across_processes
 async def test_a_batch_run_twice_sends_nothing_the_second_time(
     backend_kind: str, cache_kind: str, make_cache: Any
 ) -> None:
-    if backend_kind == "ray" and cache_kind == "memory":
-        pytest.skip("an in-memory cache is per process: on Ray each runner has its own")
     cache = make_cache()
     async with serve(WEATHER) as sim:
         bot = raygent.agent(model=make_model("openai", sim), tools=[get_weather])
