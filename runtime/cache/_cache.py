@@ -141,38 +141,49 @@ class ResponseCache:
     # -- single flight: one request per key in flight in this process ---------------------
 
     def _flight(self, key: str) -> asyncio.Future[Entry | None] | None:
+        """The flight to follow for `key`, if any: not another event loop's (it cannot be
+        awaited here), nor one that landed with nothing to share (as if none flew)."""
         flight = self._flights.get(key)
-        if flight is not None and flight.get_loop() is not asyncio.get_running_loop():
-            return None  # another event loop's: not awaitable here
+        if flight is None or flight.get_loop() is not asyncio.get_running_loop():
+            return None
+        if flight.done() and flight.result() is None:
+            return None
         return flight
 
     def _lead(self, key: str) -> asyncio.Future[Entry | None]:
         flight = self._flights[key] = asyncio.get_running_loop().create_future()
         return flight
 
-    def _land(self, key: str, flight: asyncio.Future[Entry | None], entry: Entry | None) -> None:
-        if not flight.done():
+    @staticmethod
+    def _land(flight: asyncio.Future[Entry | None] | None, entry: Entry | None) -> None:
+        """The followers go on with `entry` (None: each sends its own request)."""
+        if flight is not None and not flight.done():
             flight.set_result(entry)
-        if self._flights.get(key) is flight:
+
+    def _drop(self, key: str, flight: asyncio.Future[Entry | None] | None) -> None:
+        """The flight is over, its reply in the store: a new caller reads it there. (Kept
+        until then, landed, so that nobody arriving meanwhile misses and sends again.)"""
+        self._land(flight, None)
+        if flight is not None and self._flights.get(key) is flight:
             del self._flights[key]
 
-    async def _entry_for(self, key: str, signal: AbortSignal | None) -> tuple[Entry | None, Any]:
-        """The stored (or just fetched) entry for `key`; else None and the flight this
-        caller now leads (it sends the request, then `_land`s it)."""
-        while True:
-            flight = self._flight(key)
-            if flight is None:
-                entry = await self._lookup(key)
-                if entry is not None:
-                    return entry, None
-                flight = self._flight(key)  # someone may have taken off meanwhile
-                if flight is None:
-                    return None, self._lead(key)
-            entry = await abortable(asyncio.shield(flight), signal)
+    async def _entry_for(
+        self, key: str, signal: AbortSignal | None
+    ) -> tuple[Entry | None, asyncio.Future[Entry | None] | None]:
+        """The stored entry for `key`, or the one the request in flight for it brought;
+        else None and the flight this caller now leads (it sends the request, `_land`s
+        the reply, then `_drop`s the flight), or None and no flight when the request it
+        followed brought nothing to share (an error, a refusal, a cut-off reply, it was
+        stopped): then each follower sends its own, at once."""
+        flight = self._flight(key)
+        if flight is None:
+            entry = await self._lookup(key)
             if entry is not None:
                 return entry, None
-            # The leader got no storable reply (an error, a refusal, it was stopped):
-            # look again, and lead if nobody does.
+            flight = self._flight(key)  # someone may have taken off meanwhile
+            if flight is None:
+                return None, self._lead(key)
+        return await abortable(asyncio.shield(flight), signal), None
 
 
 class CachedAccess:
@@ -197,15 +208,18 @@ class CachedAccess:
         entry, flight = await cache._entry_for(key, signal)
         if entry is not None:
             return entry.hit()
-        kept: Entry | None = None
+        kept: Entry | None = None  # (no flight: it followed one that brought nothing)
         try:
-            response = await self.inner.complete(model, messages, options, signal)
-            if storable(response):
-                kept = Entry.of(response)
+            try:
+                response = await self.inner.complete(model, messages, options, signal)
+                if storable(response):
+                    kept = Entry.of(response)
+            finally:
+                cache._land(flight, kept)  # the followers go on at once
+            if kept is not None:
+                await cache._keep(key, kept)
         finally:
-            cache._land(key, flight, kept)  # the followers go on at once
-        if kept is not None:
-            await cache._keep(key, kept)
+            cache._drop(key, flight)
         return with_fields(response, cache="miss")
 
     async def stream(
@@ -238,7 +252,7 @@ class CachedAccess:
                         response = chunk.response
                         if storable(response):
                             kept = Entry.of(response, recorded)
-                        cache._land(key, flight, kept)
+                        cache._land(flight, kept)
                         if kept is not None:
                             await cache._keep(key, kept)
                         chunk = Done(with_fields(response, cache="miss"))
@@ -246,4 +260,4 @@ class CachedAccess:
                         recorded.append(chunk)
                     yield chunk
         finally:
-            cache._land(key, flight, kept)
+            cache._drop(key, flight)

@@ -135,6 +135,29 @@ async def test_64_identical_concurrent_requests_send_one(
     assert sorted(trips(r)[0] or "" for r in results) == ["hit"] * 63 + ["miss"]
 
 
+@pytest.mark.kinds("memory")
+@pytest.mark.parametrize("streaming", [False, True], ids=["execute", "stream"])
+async def test_concurrent_requests_whose_reply_is_not_stored_each_send_at_once(
+    cache_kind: str, make_cache: Any, streaming: bool
+) -> None:
+    cache = make_cache()
+    async with serve(WEATHER, latency=Latency(fixed_ms=200)) as sim:
+        bot = raygent.agent(model=make_model("openai", sim), cache=cache)
+
+        async def one(question: str) -> Any:
+            if streaming:
+                return (await drain(bot.stream(question)))[1]
+            return await bot.execute(question)
+
+        results = await asyncio.wait_for(
+            asyncio.gather(*(one(q) for q in ["refuse"] * 8 + ["cut"] * 8)), 30
+        )
+        stats = sim.stats()
+    assert not any(r.ok for r in results)
+    assert stats.requests == 16  # the followers sent their own, none was answered twice
+    assert stats.peak_in_flight >= 8  # ...together after the first, not one after another
+
+
 @pytest.mark.kinds("memory", "sqlite", "redis", "postgres")
 async def test_errors_refusals_and_cut_off_replies_are_never_stored(
     cache_kind: str, make_cache: Any
