@@ -55,13 +55,11 @@ def model_for(api: str, url: str) -> Any:
 
 
 def sim_stats(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url + "/sim/stats") as reply:  # noqa: S310 (loopback)
+    with urllib.request.urlopen(url + "/sim/stats") as reply:
         return json.loads(reply.read())  # type: ignore[no-any-return]
 
 
-async def run(
-    api: str, url: str, items: int, backend: Backend, by_batch: bool
-) -> dict[str, float]:
+async def run(api: str, url: str, items: int, backend: Backend, by_batch: bool) -> dict[str, float]:
     bot = raygent.agent(model=model_for(api, url), tools=[lookup], backend=backend)
     work = [{"input": f"question {i}", "key": i} for i in range(items)]
     options: dict[str, Any] = {"progress": False}

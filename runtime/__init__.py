@@ -13,6 +13,7 @@ from .agents.middleware import Middleware
 from .agents.output import Repair
 from .agents.session import Session
 from .attachments import AttachmentPolicy, OutboundPolicy
+from .cache import ResponseCache
 from .compaction import Compaction, CompactionResult
 from .executable import Executable
 from .flows import (
@@ -101,6 +102,7 @@ __all__ = [
     "ProviderBatch",
     "ProviderBlock",
     "Repair",
+    "ResponseCache",
     "ResponseSchema",
     "Retry",
     "Router",

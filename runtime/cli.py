@@ -103,6 +103,16 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="with --provider-batch: how long requests are gathered into a batch (default 5)",
     )
     batch.add_argument(
+        "--cache",
+        default=None,
+        metavar="STORE",
+        help="answer requests seen before from a response cache kept in STORE: a SQLite "
+        "file, redis://..., postgresql://..., or 'memory' (this process only)",
+    )
+    batch.add_argument(
+        "--cache-ttl", type=float, default=None, help="seconds a cached reply is kept"
+    )
+    batch.add_argument(
         "--backend",
         choices=["ray", "local"],
         default=None,

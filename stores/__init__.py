@@ -2,19 +2,21 @@
 
 What lives where:
 - `protocol`: the contract: `Store`, `CompactingStore` (snapshot / replace_prefix),
-  `RunStore`, `Scope`, the result values and the store errors;
+  `RunStore`, `CacheStore` (cached values with a ttl, for the response cache),
+  `Scope`, the result values and the store errors;
 - `memory`: `InMemoryStore` (tests, one process);
 - `sqlite/`: `SQLiteStore`, the embedded durable default;
 - `redis/`: `RedisStore`, shared by a cluster (imported when first named);
 - `postgres/`: `PostgresStore`, shared by a cluster (the `postgres` extra; imported
   when first named);
 - what every store shares: `_base` (`BaseStore`: argument checks, keys, batch identity,
-  time, expiry), `_runs` (`BaseRunStore`: the RunStore methods over each backend's
-  storage primitives, the fencing decisions and the run conflict), `_codec` (keys,
-  payload encodings, error records) and `_closer` (what closes a loop's client when the
-  loop shuts down, for Redis and PostgreSQL).
+  time, expiry), `_cache` (`BaseCacheStore`: the CacheStore checks and expiry times
+  over each backend's two primitives), `_runs` (`BaseRunStore`: the RunStore methods
+  over each backend's storage primitives, the fencing decisions and the run conflict),
+  `_codec` (keys, payload encodings, error records) and `_closer` (what closes a loop's
+  client when the loop shuts down, for Redis and PostgreSQL).
 
-Each store implements all three protocols; a backend's subpackage holds its store
+Each store implements all four protocols; a backend's subpackage holds its store
 (`_store`), its run primitives (`_runs`) and its plumbing, and exports the store.
 
 This package may import only the base of raygent's core (its flat top-level modules:
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from .memory import InMemoryStore
 from .protocol import (
     AppendResult,
+    CacheStore,
     CompactingStore,
     ConversationInfo,
     ErrorRecord,
@@ -71,6 +74,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AppendResult",
+    "CacheStore",
     "CompactingStore",
     "ConversationInfo",
     "ErrorRecord",

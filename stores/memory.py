@@ -27,6 +27,7 @@ from ._base import (
     conflict,
     shifted,
 )
+from ._cache import MAX_MEMORY_CACHED, BaseCacheStore
 from ._codec import (
     check_ref,
     decode_error,
@@ -80,8 +81,9 @@ class _Run:
         return RunState(self.epoch, len(self.entries), self.outcome is not None)
 
 
-class InMemoryStore(BaseRunStore):
-    """A dict of conversations by key, and one of durable runs by key.
+class InMemoryStore(BaseCacheStore, BaseRunStore):
+    """A dict of conversations by key, one of durable runs by key, and one of cached
+    values (at most MAX_MEMORY_CACHED: past that, the oldest written goes).
 
     One threading lock guards the dict: no operation awaits while holding it (there is
     no I/O), so it never blocks the loop for long, and unlike an asyncio.Lock it also
@@ -98,6 +100,8 @@ class InMemoryStore(BaseRunStore):
         super().__init__(key_metadata=key_metadata, ttl=ttl, clock=clock)
         self._conversations: dict[str, _Conversation] = {}
         self._runs: dict[str, _Run] = {}  # apart from conversations: ids may coincide
+        # (namespace, key) -> (value, expires_at); insertion-ordered: oldest write first.
+        self._cached: dict[tuple[str, str], tuple[bytes, float | None]] = {}
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -105,10 +109,12 @@ class InMemoryStore(BaseRunStore):
             state = self.__dict__.copy()
             state["_conversations"] = {k: _copy(c) for k, c in self._conversations.items()}
             state["_runs"] = {k: _copy_run(r) for k, r in self._runs.items()}
+            state["_cached"] = dict(self._cached)
         del state["_lock"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("_cached", {})
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
@@ -264,12 +270,41 @@ class InMemoryStore(BaseRunStore):
     async def prune(self, older_than: float | datetime | None = None) -> int:
         cutoff = self._prune_cutoff(older_than)
         if cutoff is None:
-            return 0
+            return self._prune_cached(self.clock())
         with self._lock:
             old = [ref for ref, c in self._conversations.items() if c.updated_at < cutoff]
             for ref in old:
                 del self._conversations[ref]
-        return len(old) + await self._prune_runs(cutoff)
+        return len(old) + await self._prune_runs(cutoff) + self._prune_cached(self.clock())
+
+    # -- cached values: the primitives of BaseCacheStore ----------------------------
+
+    async def _get_cached(self, namespace: str, key: str, now: float) -> bytes | None:
+        with self._lock:
+            found = self._cached.get((namespace, key))
+            if found is None:
+                return None
+            value, expires_at = found
+            if expires_at is not None and expires_at <= now:
+                del self._cached[(namespace, key)]
+                return None
+            return value
+
+    async def _put_cached(
+        self, namespace: str, key: str, value: bytes, ttl: float | None, expires_at: float | None
+    ) -> None:
+        with self._lock:
+            self._cached.pop((namespace, key), None)  # a rewrite counts as the newest
+            self._cached[(namespace, key)] = (value, expires_at)
+            if len(self._cached) > MAX_MEMORY_CACHED:
+                del self._cached[next(iter(self._cached))]
+
+    def _prune_cached(self, now: float) -> int:
+        with self._lock:
+            old = [k for k, (_, at) in self._cached.items() if at is not None and at <= now]
+            for key in old:
+                del self._cached[key]
+        return len(old)
 
     # -- durable runs: the primitives of BaseRunStore -------------------------------
 

@@ -1,7 +1,7 @@
 """The store contract: scopes, result values, store errors and the `Store` protocol.
 
-Every store (in-memory, SQLite, Redis, PostgreSQL) implements `Store`, `CompactingStore`
-and `RunStore`, and the conformance suite in tests/stores runs the same tests against
+Every store (in-memory, SQLite, Redis, PostgreSQL) implements `Store`, `CompactingStore`,
+`RunStore` and `CacheStore`, and the conformance suite in tests/stores runs the same tests against
 each of them.
 """
 
@@ -17,6 +17,7 @@ from raygent.messages import Message
 
 __all__ = [
     "AppendResult",
+    "CacheStore",
     "CompactingStore",
     "ConversationInfo",
     "ErrorRecord",
@@ -325,4 +326,23 @@ class RunStore(Protocol):
 
     async def delete_run(self, scope: Scope) -> None:
         """Remove the run entirely (a no-op when absent)."""
+        ...
+
+
+@runtime_checkable
+class CacheStore(Protocol):
+    """Cached values: opaque bytes under (namespace, key), each with its own time to live
+    (what `raygent.ResponseCache` keeps model replies in). Apart from conversations and
+    runs; a store's own `ttl` does not apply to them. A value past its ttl is never
+    returned (Redis drops it on its own clock; the others compare with the store's clock
+    and `prune()` removes it)."""
+
+    async def get_cached(self, namespace: str, key: str) -> bytes | None:
+        """The value stored under (namespace, key); None when absent or expired."""
+        ...
+
+    async def put_cached(
+        self, namespace: str, key: str, value: bytes, ttl: float | None = None
+    ) -> None:
+        """Store `value` (replacing any), expiring `ttl` seconds from now (None: never)."""
         ...

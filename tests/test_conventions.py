@@ -73,6 +73,7 @@ PUBLIC_API = {
     "ProviderBatch",
     "ProviderBlock",
     "Repair",
+    "ResponseCache",
     "ResponseSchema",
     "Retry",
     "Session",

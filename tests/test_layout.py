@@ -59,6 +59,7 @@ SUBPACKAGES = {
     "_batch": "batch",
     "agents": "agents",
     "attachments": "attachments",
+    "cache": "cache",
     "compaction": "compaction",
     "data": "data",
     "durable": "durable",
@@ -89,15 +90,17 @@ MAY_IMPORT: dict[str, set[str]] = {
     "memory": {"base", "stores"},
     "attachments": {"base", "models"},
     "seams": {"base", "memory"},
+    # The response cache wraps the seams' model access and keeps replies in the stores.
+    "cache": {"base", "seams", "stores"},
     "compaction": {"base", "memory", "seams", "stores"},
     "observers": {"base", "compaction"},
     "mcp": {"base", "models", "observers"},
     "durable": {"base", "memory", "observers", "stores"},
-    "batch": {"base", "models", "seams", "observers", "durable"},
+    "batch": {"base", "models", "seams", "observers", "durable", "cache"},
     "eval": {"base", "batch", "observers"},
     "agents": {
         *("base", "models", "memory", "attachments", "compaction", "observers"),
-        *("seams", "durable", "stores", "eval", "batch"),
+        *("seams", "durable", "stores", "eval", "batch", "cache"),
     },
     "flows": {"base", "models", "observers", "seams", "durable", "agents", "stores"},
     "data": {"base", "seams", "batch"},
@@ -109,7 +112,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "entry": {
         *("base", "sim", "models", "memory", "attachments", "seams", "compaction"),
         *("observers", "mcp", "durable", "batch", "eval", "agents", "flows", "data"),
-        *("testing", "stores"),
+        *("testing", "stores", "cache"),
     },
     # The Ray backend: the public API, the backend contract and the stores, nothing else.
     "actors": {"entry", "contract", "stores"},

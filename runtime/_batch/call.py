@@ -48,6 +48,7 @@ from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
 
 if TYPE_CHECKING:
+    from ..cache import ResponseCache
     from ..durable.options import Decision, Durable
 
 __all__ = [
@@ -98,6 +99,10 @@ class BatchOptions(TypedDict, total=False):
     deadline: with `provider_batch`, when the job (or an item, by its `deadline` field)
         must be done: seconds from now, or a datetime. A trip that could not wait for a
         batch any more goes online.
+    cache: a `raygent.ResponseCache`: every run answers the requests the cache has seen
+        from it, with no HTTP (rides with the run options, to the Ray runners too): a
+        finished batch run again sends nothing; a resumed one pays only for what it had
+        not received.
     """
 
     concurrency: int
@@ -114,6 +119,7 @@ class BatchOptions(TypedDict, total=False):
     approvals: Mapping[Any, Mapping[str, Decision]] | None
     provider_batch: bool | ProviderBatch | None
     deadline: float | datetime | None
+    cache: ResponseCache | None
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,9 @@ class _Plan:
         if resume and sink is None:
             raise ValueError("resume=True needs a sink to resume from")
         run_options = options.get("run_options")
+        cache = options.get("cache")
+        if cache is not None:
+            run_options = {**(run_options or {}), "cache": cache}
         durable, approvals = options.get("durable"), options.get("approvals")
         if approvals is not None and durable is None:
             raise ValueError("approvals= needs durable= (the runs that wait are stored)")

@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from ..cache import ResponseCache
 from ..errors import InvalidOptionsError
 from ..seams import backend_plugin, current_backend, init
 from .call import BatchOptions, BatchResult, Retry, batch_sync
@@ -34,6 +35,8 @@ def run_batch_command(args: argparse.Namespace) -> int:
         }
         options["provider_batch"] = ProviderBatch(**timing)
     try:
+        if args.cache is not None:
+            options["cache"] = ResponseCache.at(args.cache, ttl=args.cache_ttl)
         if args.backend is not None:
             init(args.backend)
         executable = load_target(args.target)
@@ -93,6 +96,8 @@ def summary(result: BatchResult) -> str:
     )
     if r.sink:
         line += f" -> {r.sink}"
+    if r.cache_hits:
+        line += f"\ncache: {r.cache_hits} trips answered, ${r.saved:.4f} saved"
     if r.errors:
         line += "\nerrors: " + ", ".join(f"{code} x{n}" for code, n in sorted(r.errors.items()))
     if r.stopped:

@@ -4,7 +4,7 @@ polls and routes them (`LinePool`; each attempt's way into it: `item_lines`).
 A run's trip asks for its reply by a `custom_id` (see `item_lines`): the same run made
 again (a resumed job) asks by the same id, so a line the ledger knows was sent is waited
 for or read back, never sent again. Lines are grouped per endpoint and model, sent once
-`gather_seconds` have passed since the first one waited (or the group is full), and
+no line joined them for `gather_seconds` (or the group is full), and
 every batch that is out is polled every `poll_seconds`.
 
 The pool lives where the job is driven (the driver's event loop); on Ray the runners'
@@ -41,6 +41,9 @@ from .provider import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
 __all__ = ["LinePool"]
 
 logger = logging.getLogger(__name__)
+# A group of lines still growing is sent anyway once its first line has waited this
+# many gather periods.
+GATHER_CAP = 12
 # Polls of a batch that fail (a 5xx, a 429, the network) back off up to this many periods.
 MAX_BACKOFF = 8.0
 _UNCERTAIN = (ProviderTimeoutError, ProviderConnectionError, ServerError)
@@ -53,6 +56,8 @@ def _stamp(value: float | None) -> datetime | None:
 @dataclass(slots=True)
 class _Group:
     api: BatchAPI
+    first: float  # time.monotonic() of its first line, and of its last
+    last: float = 0.0
     lines: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     size: int = 0
     timer: asyncio.TimerHandle | None = None
@@ -77,6 +82,8 @@ class LinePool:
         self.summary = ProviderBatchSummary()
         self._results: dict[str, tuple[LineResult, str]] = {}  # answered, not yet asked for
         self._futures: dict[str, asyncio.Future[tuple[LineResult, str]]] = {}
+        # Lines a resumed job finds out in its batches, not asked for again yet.
+        self._out_lines: set[str] = set()
         self._groups: dict[tuple[Any, ...], _Group] = {}
         self._out: dict[str, _Out] = {}
         self._adopted: dict[tuple[str, str], asyncio.Future[None]] = {}
@@ -117,7 +124,7 @@ class LinePool:
             if found is not None:
                 self._futures.pop(custom_id)
                 future.set_result(found)
-            else:
+            elif custom_id not in self._out_lines:  # else it is out: its batch answers it
                 self._add(model, api, custom_id, body)
         return future
 
@@ -129,15 +136,32 @@ class LinePool:
         if group is not None and group.size + size > api.max_bytes:
             self._flush(key)
             group = None
+        now = time.monotonic()
         if group is None:
-            group = self._groups[key] = _Group(api)
+            group = self._groups[key] = _Group(api, first=now)
             group.timer = asyncio.get_running_loop().call_later(
-                self.options.gather_seconds, self._flush, key
+                self.options.gather_seconds, self._due, key
             )
+        group.last = now
         group.lines.append((custom_id, body))
         group.size += size
         if len(group.lines) >= cap:
             self._flush(key)
+
+    def _due(self, key: tuple[Any, ...]) -> None:
+        """A group's timer: sent once no line joined it for `gather_seconds` (runs that
+        start over a while, as on a cluster warming up, make one batch, not several),
+        or once its first line has waited `GATHER_CAP` times that."""
+        group = self._groups.get(key)
+        if group is None:
+            return
+        gather = self.options.gather_seconds
+        due = min(group.last + gather, group.first + GATHER_CAP * gather)
+        if due > time.monotonic():
+            wait = due - time.monotonic()
+            group.timer = asyncio.get_running_loop().call_later(wait, self._due, key)
+            return
+        self._flush(key)
 
     def _flush(self, key: tuple[Any, ...]) -> None:
         group = self._groups.pop(key, None)
@@ -198,7 +222,7 @@ class LinePool:
         self._out[batch_id] = out
         for custom_id in sent.lines:
             if custom_id not in self._futures:  # a resumed job's line, not asked for yet
-                self._futures[custom_id] = asyncio.get_running_loop().create_future()
+                self._out_lines.add(custom_id)
         if self._poller is None or self._poller.done():
             self._poller = asyncio.get_running_loop().create_task(self._poll())
         self._wake.set()
@@ -208,6 +232,7 @@ class LinePool:
             self._settle(LineResult(custom_id, "errored", error=error), where)
 
     def _settle(self, result: LineResult, batch_id: str) -> None:
+        self._out_lines.discard(result.custom_id)
         future = self._futures.pop(result.custom_id, None)
         if future is not None and not future.done():
             future.set_result((result, batch_id))

@@ -23,8 +23,8 @@ class ProviderBatch(BaseModel):
     max_lines: the most lines of one provider batch (default: the provider's own
         limits, OpenAI 50,000 lines and 200 MB a file, Anthropic 100,000 requests and
         256 MB; a bigger group is split).
-    gather_seconds: how long trips are gathered, from the first one waiting, before a
-        partial batch is sent.
+    gather_seconds: how long trips are gathered before a partial batch is sent: it goes
+        once no trip joined it for that long (at most 12 times that after its first).
     poll_seconds: how often a batch that is out is polled (with jitter; backing off on
         errors, a Retry-After honoured).
     on_expired: what a line the provider did not answer (its batch expired or was

@@ -49,6 +49,10 @@ class BatchReport(BaseModel):
     sink: str | None = None
     # With `provider_batch=`: every provider batch sent, and the cost beside online's.
     provider_batch: ProviderBatchSummary | None = None
+    # With a response cache (`cache=`): the trips its items' runs got from it, and what
+    # those replies cost when they were paid (USD), each item's last attempt counted.
+    cache_hits: int = 0
+    saved: float = 0.0
 
 
 class Tally:
@@ -59,7 +63,8 @@ class Tally:
         self.started = time.monotonic()
         self.usage = Usage()
         self.total = self.succeeded = self.failed = self.cancelled = self.awaiting = 0
-        self.skipped = self.attempts = self.on_item_errors = 0
+        self.skipped = self.attempts = self.on_item_errors = self.cache_hits = 0
+        self.saved = 0.0
         self.first_on_item_error: str | None = None
         self.errors: dict[str, int] = {}
         self._latencies: list[float] = []
@@ -83,6 +88,11 @@ class Tally:
             code = str(getattr(item.error, "code", None) or type(item.error).__name__)
             self.errors[code] = self.errors.get(code, 0) + 1
         self.usage = self.usage + item.usage
+        report = getattr(item.result, "report", None)  # a run's (an agent's, a flow's)
+        hits = getattr(report, "cache_hits", 0)
+        if hits:
+            self.cache_hits += hits
+            self.saved += report.saved  # type: ignore[union-attr]
         if item.latency is not None:
             self._sample(item.latency)
 
@@ -107,6 +117,8 @@ class Tally:
             errors=dict(self.errors),
             on_item_errors=self.on_item_errors,
             first_on_item_error=self.first_on_item_error,
+            cache_hits=self.cache_hits,
+            saved=self.saved,
         )
         if self._latencies:
             ordered = sorted(self._latencies)

@@ -19,6 +19,7 @@ from .._message_input import MessageLike, as_messages, check_answered
 from .._sync import run_sync
 from ..abort import AbortController, AbortSignal
 from ..attachments import AttachmentLike, AttachmentPolicy
+from ..cache import ResponseCache
 from ..compaction.policy import Compaction
 from ..durable.options import ApprovalHandler, Durable
 from ..durable.scope import scope_of
@@ -85,10 +86,12 @@ class Agent(DurableRuns):
         compaction: Compaction | None = None,
         durable: Durable | None = None,
         approval_handler: ApprovalHandler | None = None,
+        cache: ResponseCache | None = None,
     ) -> None:
         if durable is not None and not isinstance(durable, Durable):
             raise TypeError("durable= takes raygent.Durable(store=...)")
         self.model = model
+        self.cache = _checked_cache(cache)
         self.durable = durable
         self.approval_handler = approval_handler
         self.memory = memory
@@ -353,6 +356,7 @@ class Agent(DurableRuns):
             toolsets=self.toolsets,
             tool_schemas=options.get("tool_schemas") or self.tool_schemas,
             attachment_policy=options.get("attachment_policy") or self.attachment_policy,
+            cache=_checked_cache(options.get("cache", self.cache)),
         )
         return config, system
 
@@ -422,6 +426,7 @@ def agent(
     compaction: Compaction | None = None,
     durable: Durable | None = None,
     approval_handler: ApprovalHandler | None = None,
+    cache: ResponseCache | None = None,
 ) -> Agent:
     """Build an agent. See `Agent.execute` for a run and `RunOptions` for per-call options.
 
@@ -434,7 +439,8 @@ def agent(
     A `raygent.toolsets.Toolset` in `tools=` (an MCP server's, `raygent.mcp`) gives its
     tools when a run starts. `durable=raygent.Durable(store=...)` writes the run's state
     after every settled trip (see `Agent.resume`); `approval_handler=` answers tools that
-    need approval in-process.
+    need approval in-process. `cache=raygent.ResponseCache(...)` answers a request the
+    cache has seen from it, with no HTTP (a call's `cache=` overrides it; None: off).
     """
     return Agent(
         model=model,
@@ -459,7 +465,14 @@ def agent(
         compaction=compaction,
         durable=durable,
         approval_handler=approval_handler,
+        cache=cache,
     )
+
+
+def _checked_cache(cache: Any) -> ResponseCache | None:
+    if cache is not None and not isinstance(cache, ResponseCache):
+        raise TypeError(f"cache= takes raygent.ResponseCache(...), not {type(cache).__name__}")
+    return cache
 
 
 def _anonymous_name(model: Model, tools: Mapping[str, Tool[..., Any]]) -> str:

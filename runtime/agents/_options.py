@@ -11,6 +11,7 @@ from typing import Any, Literal, TypedDict
 from .._message_input import MessageLike
 from ..abort import AbortSignal
 from ..attachments import AttachmentLike, AttachmentPolicy
+from ..cache import ResponseCache
 from ..durable.options import ApprovalHandler, Durable
 from ..errors import PromptError
 from ..observers import Observe
@@ -69,6 +70,8 @@ class RunOptions(TypedDict, total=False):
     attachments: Sequence[AttachmentLike] | None
     attachment_policy: AttachmentPolicy | None
     observe: Observe
+    # Replies kept by request (`raygent.ResponseCache`); None: this call sends every trip.
+    cache: ResponseCache | None
     # Durable runs (see raygent.Durable and Agent.resume).
     durable: Durable | None
     run_id: str | None

@@ -23,6 +23,7 @@ from .output import OutputSpec, Repair
 
 if TYPE_CHECKING:
     from ..attachments import AttachmentPolicy
+    from ..cache import ResponseCache
     from ..compaction.policy import Compaction
     from ..durable.options import ApprovalHandler, Decision
     from ..tools import Tool
@@ -59,6 +60,8 @@ class RunConfig:
     tool_schemas: Literal["full", "compact"] = "full"
     # What an image of a tool's result may be (None: the default policy).
     attachment_policy: AttachmentPolicy | None = None
+    # Replies kept by request (raygent.ResponseCache); None: every trip is sent.
+    cache: ResponseCache | None = None
 
 
 @dataclass

@@ -24,11 +24,13 @@ from ..observers.events import (
     TripUsage,
 )
 from ..observers.report import Timing, TripReport
+from ..seams.contract import ModelAccess
 from ..seams.lines import current_lines
 from ..seams.local import closing_stream
+from ..usage import total_cost
 from ._compact import compact_before_trip
 from ._guard import GuardBuffer, extract_tool_calls
-from ._state import RunState, maybe_await, now
+from ._state import RunConfig, RunState, maybe_await, now
 
 __all__ = ["model_trip"]
 
@@ -68,6 +70,7 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
     trip.attempts = list(response.attempts)
     if response.via is not None:
         trip.via, trip.provider_batch, trip.batch_wait = response.via
+    trip.cache, trip.saved = response.cache, total_cost(response.saved) or 0.0
     run.phase = "between_trips"  # the reply is in: what follows is not mid-trip
     await run.emit(
         TripCompleted,
@@ -89,10 +92,12 @@ async def _send(run: RunState, index: int) -> ModelResponse:
         lines = current_lines.get()
         if lines is not None:  # a provider-batch job: the reply comes whole, later
             access = lines.access(config.backend.models, index)
+            if config.cache is not None:
+                access = config.cache.around(access)
             return await access.complete(config.model, run.messages, config.options, run.signal)
         if config.streaming:
             return await _streamed(run, index)
-        return await config.backend.models.complete(
+        return await _models(config).complete(
             config.model, run.messages, config.options, run.signal
         )
     except BaseException as exc:
@@ -105,7 +110,7 @@ async def _streamed(run: RunState, index: int) -> ModelResponse:
     config = run.config
     guard = GuardBuffer(config.guard_max_buffer) if config.guard_max_buffer else None
     response: ModelResponse | None = None
-    chunks = config.backend.models.stream(config.model, run.messages, config.options, run.signal)
+    chunks = _models(config).stream(config.model, run.messages, config.options, run.signal)
     async with closing_stream(chunks):
         async for chunk in chunks:
             if isinstance(chunk, Done):
@@ -122,6 +127,12 @@ async def _streamed(run: RunState, index: int) -> ModelResponse:
         if rest:
             await run.emit(TripStreaming, trip_index=index, text=rest)
     return response
+
+
+def _models(config: RunConfig) -> ModelAccess:
+    """The run's model access, through its response cache when it has one."""
+    models = config.backend.models
+    return models if config.cache is None else config.cache.around(models)
 
 
 async def _relay(run: RunState, index: int, chunk: StreamChunk, guard: GuardBuffer | None) -> None:

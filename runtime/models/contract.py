@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..abort import AbortSignal
 from ..messages import AssistantMessage, ContentPart, Message, ProviderBlock, TextPart, ToolCall
-from ..usage import Usage
+from ..usage import Cost, Usage
 
 __all__ = [
     "CacheControl",
@@ -146,6 +146,11 @@ class ModelResponse(BaseModel):
     attempts: list[dict[str, Any]] = Field(default_factory=list)
     # How it came: None online; ("batch", provider batch id, seconds waited) by batch.
     via: tuple[Literal["batch"], str, float] | None = None
+    # Set by a response cache (`raygent.ResponseCache`): "hit", served from it with no
+    # request (`usage` counts the reply's tokens at no cost, `saved` what they cost
+    # when paid), or "miss". Left out of the JSON when unset.
+    cache: Literal["hit", "miss"] | None = Field(default=None, exclude_if=lambda v: v is None)
+    saved: Cost | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @property
     def text(self) -> str:

@@ -89,6 +89,11 @@ class TripReport(BaseModel):
     via: Literal["online", "batch"] = "online"
     provider_batch: str | None = None
     batch_wait: float | None = None
+    # With a response cache: "hit" (no request sent; `usage` counts the reply's tokens at
+    # no cost) or "miss"; None without a cache. `saved`: what a hit cost when it was paid
+    # (USD; 0 when that is unknown). Both left out of the JSON when unset.
+    cache: Literal["hit", "miss"] | None = Field(default=None, exclude_if=lambda v: v is None)
+    saved: float = Field(default=0.0, exclude_if=lambda v: v == 0.0)
 
 
 class PendingCall(BaseModel):
@@ -143,6 +148,19 @@ class AgentReport(BaseModel):
         """The usage of every trip, nested runs' included (what `result.usage` adds up)."""
         own = sum((trip.usage for trip in self.trips), Usage())
         return own + sum((c.child.total_usage() for c in self.tool_calls if c.child), Usage())
+
+    @property
+    def saved(self) -> float:
+        """What the response cache saved this run, nested runs included (USD): the cost,
+        when it was paid, of every reply served from the cache."""
+        own = sum(trip.saved for trip in self.trips)
+        return own + sum(c.child.saved for c in self.tool_calls if c.child)
+
+    @property
+    def cache_hits(self) -> int:
+        """Trips served from the response cache, nested runs' included."""
+        own = sum(1 for trip in self.trips if trip.cache == "hit")
+        return own + sum(c.child.cache_hits for c in self.tool_calls if c.child)
 
     def to_json(self, indent: int | None = None) -> str:
         """The whole tree as JSON, nested runs included; `from_json` reads it back."""
@@ -232,6 +250,16 @@ class FlowReport(BaseModel):
     def total_usage(self) -> Usage:
         """The usage of every run under this one, every attempt counted."""
         return sum((run.total_usage() for run in self.runs()), Usage())
+
+    @property
+    def saved(self) -> float:
+        """What the response cache saved the runs under this one (USD)."""
+        return sum(run.saved for run in self.runs())
+
+    @property
+    def cache_hits(self) -> int:
+        """Trips of the runs under this one served from the response cache."""
+        return sum(run.cache_hits for run in self.runs())
 
     def to_json(self, indent: int | None = None) -> str:
         return self.model_dump_json(indent=indent)

@@ -31,6 +31,27 @@ CREATE TABLE IF NOT EXISTS {s}.schema_version (version integer NOT NULL)
 VERSIONS = "SELECT version FROM {s}.schema_version"
 SET_VERSION = "INSERT INTO {s}.schema_version (version) VALUES (%s)"
 
+# Cached values (raygent.ResponseCache): created on every first use (IF NOT EXISTS), so
+# a schema made before it gains it with no version change.
+CACHE_TABLE = """
+CREATE TABLE IF NOT EXISTS {s}.cache (
+    namespace text NOT NULL,
+    key text NOT NULL,
+    value bytea NOT NULL,
+    expires_at float8,
+    PRIMARY KEY (namespace, key)
+)
+"""
+CACHE_GET = """
+SELECT value FROM {s}.cache
+WHERE namespace = %s AND key = %s AND (expires_at IS NULL OR expires_at > %s)
+"""
+CACHE_PUT = """
+INSERT INTO {s}.cache (namespace, key, value, expires_at) VALUES (%s, %s, %s, %s)
+ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+"""
+CACHE_PRUNE = "DELETE FROM {s}.cache WHERE expires_at <= %s"
+
 TABLES = """
 CREATE TABLE {s}.conversations (
     ref text PRIMARY KEY,

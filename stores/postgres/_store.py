@@ -29,6 +29,7 @@ from raygent.redaction import register_secret
 
 from .._base import COMPACTED_TURN, MAX_ERRORS, Clock, check_messages
 from .._base import conflict as position_conflict
+from .._cache import BaseCacheStore
 from .._codec import (
     check_ref,
     decode_error,
@@ -57,8 +58,9 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
-class PostgresStore(PostgresRuns):
-    """Conversations (and durable runs) in `schema` of one PostgreSQL database.
+class PostgresStore(BaseCacheStore, PostgresRuns):
+    """Conversations (and durable runs, and cached values in table `cache`) in `schema`
+    of one PostgreSQL database.
 
     `dsn` is a libpq connection string or URL. Pickling drops the pools (each process
     and each event loop opens its own); `aclose()` closes the calling loop's pool.
@@ -143,6 +145,8 @@ class PostgresStore(PostgresRuns):
             if not versions:
                 await conn.execute(self._q["TABLES"], prepare=False)
                 await conn.execute(self._q["SET_VERSION"], (sql.SCHEMA_VERSION,))
+            if versions in ([], [sql.SCHEMA_VERSION]):
+                await conn.execute(self._q["CACHE_TABLE"], prepare=False)
                 return
         if versions != [sql.SCHEMA_VERSION]:
             raise schema_error(self.schema, versions, sql.SCHEMA_VERSION)
@@ -284,8 +288,30 @@ class PostgresStore(PostgresRuns):
     async def prune(self, older_than: float | datetime | None = None) -> int:
         cutoff = self._prune_cutoff(older_than)
         if cutoff is None:
-            return 0
-        return await self._prune_chunks("PRUNE", cutoff) + await self._prune_runs(cutoff)
+            return await self._prune_cached()
+        removed = await self._prune_chunks("PRUNE", cutoff) + await self._prune_runs(cutoff)
+        return removed + await self._prune_cached()
+
+    # -- cached values: the primitives of BaseCacheStore ----------------------------
+
+    async def _get_cached(self, namespace: str, key: str, now: float) -> bytes | None:
+        rows = await self._fetch(None, "CACHE_GET", (namespace, key, now))
+        return bytes(rows[0][0]) if rows else None
+
+    async def _put_cached(
+        self, namespace: str, key: str, value: bytes, ttl: float | None, expires_at: float | None
+    ) -> None:
+        pool = await self._pool()
+        with translated(None, self._password):
+            async with pool.connection() as conn:
+                await conn.execute(self._q["CACHE_PUT"], (namespace, key, value, expires_at))
+
+    async def _prune_cached(self) -> int:
+        pool = await self._pool()
+        with translated(None, self._password):
+            async with pool.connection() as conn:
+                cursor = await conn.execute(self._q["CACHE_PRUNE"], (self.clock(),))
+                return int(cursor.rowcount or 0)
 
 
 _PICKLED = frozenset(  # what a copy needs to reconnect; pools and the password are rebuilt

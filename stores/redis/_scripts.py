@@ -198,3 +198,14 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('DEL', KEYS[1], KEYS[2])
 return 1
 """
+
+# Cached values by key, all in one reply: KEYS are the values' keys. One msgpack array
+# (a value's bytes, or false when absent) parses in C, where MGET's reply of n bulk
+# strings costs redis-py ~12 us each in Python.
+GET_CACHED = """
+local out = {}
+for i, key in ipairs(KEYS) do
+    out[i] = redis.call('GET', key)
+end
+return cmsgpack.pack(out)
+"""

@@ -29,6 +29,7 @@ from raygent.messages import Message
 
 from .._base import COMPACTED_TURN, MAX_BATCH_IDS, MAX_ERRORS, Clock, check_messages
 from .._base import conflict as position_conflict
+from .._cache import BaseCacheStore
 from .._closer import closer
 from .._codec import (
     check_ref,
@@ -51,6 +52,7 @@ from ..protocol import (
 )
 from . import _scripts as scripts
 from ._errors import translated as _translated
+from ._reads import CoalescedReads
 from ._runs import RedisRuns, RunScripts
 
 __all__ = ["RedisStore"]
@@ -67,11 +69,12 @@ class _Connection:
     prune: AsyncScript
     runs: RunScripts
     closer: AsyncGenerator[None, None]  # closes the client when finalised (see _closer)
+    reads: CoalescedReads  # cached values
 
 
-class RedisStore(RedisRuns):
-    """Conversations (and durable runs, see _runs) under `prefix` in one Redis
-    database.
+class RedisStore(BaseCacheStore, RedisRuns):
+    """Conversations (and durable runs, see _runs; cached values, one string key each
+    under `{prefix}:cache:`, expired by Redis) under `prefix` in one Redis database.
 
     A redis.asyncio client is bound to the event loop that created it, so the store
     keeps one client per loop, opened on first use; pickling drops them. Each client
@@ -148,6 +151,7 @@ class RedisStore(RedisRuns):
                 AsyncScript(client, scripts.PRUNE),
                 RunScripts.of(client),
                 closer(client.aclose, forget),  # its pool too (from_pool)
+                CoalescedReads(client),
             )
         return connection
 
@@ -349,6 +353,23 @@ class RedisStore(RedisRuns):
                         ref = member.decode()
                         await connection.prune(self.keys(ref), [ref, repr(cutoff)], client=pipe)
                     removed += sum(await pipe.execute())
+
+    # -- cached values: the primitives of BaseCacheStore ----------------------------
+
+    def cache_key(self, namespace: str, key: str) -> str:
+        """The string key of a cached value (Redis expires it: PX on the write)."""
+        return f"{self.prefix}:cache:{len(namespace)}:{namespace}:{key}"  # unambiguous
+
+    async def _get_cached(self, namespace: str, key: str, now: float) -> bytes | None:
+        with _translated(None):
+            return await self._connection().reads.get(self.cache_key(namespace, key))
+
+    async def _put_cached(
+        self, namespace: str, key: str, value: bytes, ttl: float | None, expires_at: float | None
+    ) -> None:
+        px = None if ttl is None else max(1, round(ttl * 1000))
+        with _translated(None):
+            await self._connection().client.set(self.cache_key(namespace, key), value, px=px)
 
 
 def _info(ref: str, scope: bytes, at: bytes | None, length: int) -> ConversationInfo:

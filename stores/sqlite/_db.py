@@ -82,6 +82,19 @@ CREATE TABLE IF NOT EXISTS raygent_run_entries (
 );
 """
 
+# Cached values (raygent.ResponseCache), apart from conversations and runs. Added to any
+# file on connect (IF NOT EXISTS), so it needs no schema version of its own: an older
+# raygent reading the file ignores the table.
+CACHE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS raygent_cache (
+    namespace TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value BLOB NOT NULL,
+    expires_at REAL,
+    PRIMARY KEY (namespace, key)
+) WITHOUT ROWID
+"""
+
 
 def immediate(db: sqlite3.Connection) -> _Immediate:
     """A write transaction that takes the write lock up front: `with immediate(db):`.
@@ -175,15 +188,18 @@ def ensure_schema(db: sqlite3.Connection, path: str) -> None:
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'raygent_schema'"
         ).fetchone()
         if found is None:
-            _execute_script(db, SCHEMA + RUN_SCHEMA)
+            _execute_script(db, SCHEMA + RUN_SCHEMA + ";" + CACHE_SCHEMA)
             db.execute("INSERT INTO raygent_schema (version) VALUES (?)", (SCHEMA_VERSION,))
             return
         versions = [row[0] for row in db.execute("SELECT version FROM raygent_schema")]
         if versions in ([1], [2]):
             if versions == [2]:  # its entries have no write time: their run row's counts
                 db.execute("ALTER TABLE raygent_run_entries ADD COLUMN at REAL")
-            _execute_script(db, RUN_SCHEMA)
+            _execute_script(db, RUN_SCHEMA + ";" + CACHE_SCHEMA)
             db.execute("UPDATE raygent_schema SET version = ?", (SCHEMA_VERSION,))
+            return
+        if versions == [SCHEMA_VERSION]:
+            db.execute(CACHE_SCHEMA)
             return
     if versions != [SCHEMA_VERSION]:
         raise StoreDataError(

@@ -32,6 +32,7 @@ from .._base import (
     check_messages,
     conflict,
 )
+from .._cache import BaseCacheStore
 from .._codec import (
     check_ref,
     decode_error,
@@ -80,12 +81,18 @@ _CAP_ERRORS = """
 DELETE FROM raygent_errors WHERE ref = ?1 AND id <= (
     SELECT id FROM raygent_errors WHERE ref = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)
 """
+_CACHE_GET = "SELECT value, expires_at FROM raygent_cache WHERE namespace = ? AND key = ?"
+_CACHE_PUT = """
+INSERT INTO raygent_cache (namespace, key, value, expires_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
+"""
+_CACHE_PRUNE = "DELETE FROM raygent_cache WHERE expires_at <= ?"
 _TABLES = ("raygent_messages", "raygent_batches", "raygent_errors", "raygent_conversations")
 
 
-class SQLiteStore(SQLiteRuns):
-    """Conversations (and durable runs, see _runs) in one SQLite file (WAL mode),
-    or `:memory:` for one process.
+class SQLiteStore(BaseCacheStore, SQLiteRuns):
+    """Conversations (and durable runs, see _runs; cached values in `raygent_cache`) in
+    one SQLite file (WAL mode), or `:memory:` for one process.
 
     Payloads are the messages' JSON: as fast as msgpack here (see _codec) and readable
     with the sqlite3 shell. Pickling drops the connection; a pickled `:memory:` store
@@ -365,11 +372,40 @@ class SQLiteStore(SQLiteRuns):
     async def prune(self, older_than: float | datetime | None = None) -> int:
         cutoff = self._prune_cutoff(older_than)
         if cutoff is None:
-            return 0
+            return await self._prune_cached()
 
         stale = "SELECT ref FROM raygent_conversations WHERE updated_at < ?1 LIMIT ?2"
         removed = await self._prune_table(stale, _delete, cutoff)
-        return removed + await self._prune_runs(cutoff)
+        return removed + await self._prune_runs(cutoff) + await self._prune_cached()
+
+    # -- cached values: the primitives of BaseCacheStore ----------------------------
+    # Small statements: inline on the caller's thread when the lock is free (a read in
+    # WAL mode never waits for one), like an append.
+
+    async def _get_cached(self, namespace: str, key: str, now: float) -> bytes | None:
+        def read(db: Db) -> bytes | None:
+            row = db.execute(_CACHE_GET, (namespace, key)).fetchone()
+            if row is None or (row[1] is not None and row[1] <= now):
+                return None
+            return bytes(row[0])
+
+        return await self._write(read)
+
+    async def _put_cached(
+        self, namespace: str, key: str, value: bytes, ttl: float | None, expires_at: float | None
+    ) -> None:
+        def write(db: Db) -> None:
+            db.execute(_CACHE_PUT, (namespace, key, value, expires_at))
+
+        await self._write(write)
+
+    async def _prune_cached(self) -> int:
+        now = self.clock()
+
+        def write(db: Db) -> int:
+            return int(db.execute(_CACHE_PRUNE, (now,)).rowcount)
+
+        return await self._run(write)
 
 
 def _delete(db: Db, ref: str) -> None:

@@ -1,0 +1,263 @@
+"""`ResponseCache`: the options, the process's side of a cache (its store, its flights),
+and `CachedAccess`, the model access that consults it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+import weakref
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from ..abort import AbortSignal, abortable
+from ..messages import Message
+from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+from ..seams.contract import ModelAccess
+from ..seams.local import closing_stream
+from ..stores import CacheStore, InMemoryStore
+from ._entry import Entry, storable, with_fields
+from ._key import request_key
+
+__all__ = ["CachedAccess", "ResponseCache"]
+
+log = logging.getLogger("raygent.cache")
+
+# The in-memory stores of caches made without a store, by the cache's token: every copy
+# of one cache in this process (an agent's and a batch's, unpickled apart) shares one,
+# for as long as a copy lives.
+_MEMORY: weakref.WeakValueDictionary[str, InMemoryStore] = weakref.WeakValueDictionary()
+_MEMORY_LOCK = threading.Lock()
+
+
+def _memory(token: str) -> InMemoryStore:
+    with _MEMORY_LOCK:
+        store = _MEMORY.get(token)
+        if store is None:
+            store = _MEMORY[token] = InMemoryStore()
+        return store
+
+
+class ResponseCache:
+    """Replies of models kept by what their requests send, so that nothing identical
+    is paid twice: `raygent.agent(..., cache=cache)`, a call's `cache=`, or
+    `raygent.batch(..., cache=cache)`.
+
+    `store`: any raygent store (`SQLiteStore`, `RedisStore`, `PostgresStore`,
+    `InMemoryStore`); None keeps the replies in this process's memory (on Ray each
+    runner process has its own, for as long as it holds the cache: give a store to share
+    replies between processes and between batches). `ttl`: seconds a reply is kept
+    (None: until removed). `namespace`: entries of one namespace are never seen by
+    another (tenants, experiments).
+
+    A request is keyed on the provider, the endpoint, the model and the exact body it
+    sends, less the stream fields (see `_key.request_key`); models that cannot say what
+    they send (test doubles, fallbacks) are not cached. A hit sends nothing: its trip's
+    report says `cache="hit"`, its usage counts the reply's tokens with no request and no
+    cost, and `saved` what it cost when it was paid. Concurrent identical requests in one
+    process are sent once. Errors, refusals and incomplete replies are never stored, and
+    a cache that fails (its store unreachable) never fails a run: the request is sent.
+
+    Picklable: a copy in a Ray worker reconnects to the store there.
+    """
+
+    def __init__(
+        self,
+        store: CacheStore | None = None,
+        ttl: float | None = None,
+        namespace: str = "default",
+    ) -> None:
+        if store is not None and not isinstance(store, CacheStore):
+            raise TypeError(f"store= takes a raygent store, not {type(store).__name__}")
+        if ttl is not None and (isinstance(ttl, bool) or not ttl > 0):
+            raise ValueError(f"ttl must be positive seconds or None, not {ttl!r}")
+        if not isinstance(namespace, str) or not namespace:
+            raise ValueError("namespace must be a non-empty string")
+        self.store = store
+        self.ttl = ttl
+        self.namespace = namespace
+        self._token = uuid.uuid4().hex
+        self._setup()
+
+    def _setup(self) -> None:
+        self._store: CacheStore = self.store if self.store is not None else _memory(self._token)
+        self._flights: dict[str, asyncio.Future[Entry | None]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: self.__dict__[k] for k in ("store", "ttl", "namespace", "_token")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup()
+
+    def __repr__(self) -> str:
+        where = "memory" if self.store is None else type(self.store).__name__
+        return f"ResponseCache({where}, ttl={self.ttl}, namespace={self.namespace!r})"
+
+    @classmethod
+    def at(
+        cls, where: str, *, ttl: float | None = None, namespace: str = "default"
+    ) -> ResponseCache:
+        """A cache in the store `where` names, as the CLI's `--cache` takes it: "memory",
+        a redis:// (rediss://) URL, a postgresql:// (postgres://) DSN, or a SQLite file."""
+        store: CacheStore | None
+        if where == "memory":
+            store = None
+        elif where.startswith(("redis://", "rediss://", "unix://")):
+            from ..stores import RedisStore
+
+            store = RedisStore(where)
+        elif where.startswith(("postgresql://", "postgres://")):
+            from ..stores import PostgresStore
+
+            store = PostgresStore(where)
+        else:
+            from ..stores import SQLiteStore
+
+            store = SQLiteStore(where)
+        return cls(store, ttl=ttl, namespace=namespace)
+
+    def around(self, models: ModelAccess) -> CachedAccess:
+        """`models`, consulting this cache first."""
+        return CachedAccess(models, self)
+
+    # -- the store: a failing cache is a missing one -----------------------------------
+
+    async def _lookup(self, key: str) -> Entry | None:
+        try:
+            data = await self._store.get_cached(self.namespace, key)
+            return None if data is None else Entry.decode(data)
+        except Exception as exc:
+            log.warning("response cache: reading %s failed, sending the request: %r", key, exc)
+            return None
+
+    async def _keep(self, key: str, entry: Entry) -> None:
+        try:
+            await self._store.put_cached(self.namespace, key, entry.encode(), self.ttl)
+        except Exception as exc:
+            log.warning("response cache: storing %s failed: %r", key, exc)
+
+    # -- single flight: one request per key in flight in this process ---------------------
+
+    def _flight(self, key: str) -> asyncio.Future[Entry | None] | None:
+        """The flight to follow for `key`, if any: not another event loop's (it cannot be
+        awaited here), nor one that landed with nothing to share (as if none flew)."""
+        flight = self._flights.get(key)
+        if flight is None or flight.get_loop() is not asyncio.get_running_loop():
+            return None
+        if flight.done() and flight.result() is None:
+            return None
+        return flight
+
+    def _lead(self, key: str) -> asyncio.Future[Entry | None]:
+        flight = self._flights[key] = asyncio.get_running_loop().create_future()
+        return flight
+
+    @staticmethod
+    def _land(flight: asyncio.Future[Entry | None] | None, entry: Entry | None) -> None:
+        """The followers go on with `entry` (None: each sends its own request)."""
+        if flight is not None and not flight.done():
+            flight.set_result(entry)
+
+    def _drop(self, key: str, flight: asyncio.Future[Entry | None] | None) -> None:
+        """The flight is over, its reply in the store: a new caller reads it there. (Kept
+        until then, landed, so that nobody arriving meanwhile misses and sends again.)"""
+        self._land(flight, None)
+        if flight is not None and self._flights.get(key) is flight:
+            del self._flights[key]
+
+    async def _entry_for(
+        self, key: str, signal: AbortSignal | None
+    ) -> tuple[Entry | None, asyncio.Future[Entry | None] | None]:
+        """The stored entry for `key`, or the one the request in flight for it brought;
+        else None and the flight this caller now leads (it sends the request, `_land`s
+        the reply, then `_drop`s the flight), or None and no flight when the request it
+        followed brought nothing to share (an error, a refusal, a cut-off reply, it was
+        stopped): then each follower sends its own, at once."""
+        flight = self._flight(key)
+        if flight is None:
+            entry = await self._lookup(key)
+            if entry is not None:
+                return entry, None
+            flight = self._flight(key)  # someone may have taken off meanwhile
+            if flight is None:
+                return None, self._lead(key)
+        return await abortable(asyncio.shield(flight), signal), None
+
+
+class CachedAccess:
+    """A `ModelAccess` that answers from a `ResponseCache` when it can, else sends
+    through the access it wraps and keeps what came back."""
+
+    def __init__(self, inner: ModelAccess, cache: ResponseCache) -> None:
+        self.inner = inner
+        self.cache = cache
+
+    async def complete(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> ModelResponse:
+        key = request_key(model, messages, options)
+        if key is None:
+            return await self.inner.complete(model, messages, options, signal)
+        cache = self.cache
+        entry, flight = await cache._entry_for(key, signal)
+        if entry is not None:
+            return entry.hit()
+        kept: Entry | None = None  # (no flight: it followed one that brought nothing)
+        try:
+            try:
+                response = await self.inner.complete(model, messages, options, signal)
+                if storable(response):
+                    kept = Entry.of(response)
+            finally:
+                cache._land(flight, kept)  # the followers go on at once
+            if kept is not None:
+                await cache._keep(key, kept)
+        finally:
+            cache._drop(key, flight)
+        return with_fields(response, cache="miss")
+
+    async def stream(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> AsyncIterator[StreamChunk]:
+        key = request_key(model, messages, options)
+        if key is None:
+            chunks = self.inner.stream(model, messages, options, signal)
+            async with closing_stream(chunks):
+                async for chunk in chunks:
+                    yield chunk
+            return
+        cache = self.cache
+        entry, flight = await cache._entry_for(key, signal)
+        if entry is not None:
+            for chunk in entry.replay():
+                yield chunk
+            return
+        kept: Entry | None = None
+        recorded: list[StreamChunk] = []
+        try:
+            chunks = self.inner.stream(model, messages, options, signal)
+            async with closing_stream(chunks):
+                async for chunk in chunks:
+                    if isinstance(chunk, Done):
+                        response = chunk.response
+                        if storable(response):
+                            kept = Entry.of(response, recorded)
+                        cache._land(flight, kept)
+                        if kept is not None:
+                            await cache._keep(key, kept)
+                        chunk = Done(with_fields(response, cache="miss"))
+                    else:
+                        recorded.append(chunk)
+                    yield chunk
+        finally:
+            cache._drop(key, flight)
