@@ -14,6 +14,7 @@ from .agents.output import Repair
 from .agents.session import Session
 from .attachments import AttachmentPolicy, OutboundPolicy
 from .compaction import Compaction, CompactionResult
+from .errors import BudgetExceededError
 from .executable import Executable
 from .flows import (
     END,
@@ -60,6 +61,7 @@ from .models import (
 from .observers.report import AgentReport, AgentResult, PendingCall
 from .pricing import Pricing
 from .seams.registry import current_backend, init
+from .spend import Budget
 from .tools import Tool, ToolContext, ToolResult, tool
 from .usage import Cost, Usage, total_cost
 
@@ -76,6 +78,8 @@ __all__ = [
     "AssistantMessage",
     "AttachmentPolicy",
     "BatchResult",
+    "Budget",
+    "BudgetExceededError",
     "Capabilities",
     "Compaction",
     "CompactionResult",

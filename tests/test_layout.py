@@ -69,6 +69,7 @@ SUBPACKAGES = {
     "observers": "observers",
     "seams": "seams",
     "sim": "sim",
+    "spend": "spend",
 }
 TOP_LEVEL = {
     "eval": "eval",
@@ -86,30 +87,31 @@ MAY_IMPORT: dict[str, set[str]] = {
     "sim": set(),  # the simulator plays the provider: it stands alone
     "stores": {"base"},
     "models": {"base"},
+    "spend": {"base"},  # budgets: beside the model contract, below the seams
     "memory": {"base", "stores"},
     "attachments": {"base", "models"},
-    "seams": {"base", "memory"},
+    "seams": {"base", "memory", "spend"},
     "compaction": {"base", "memory", "seams", "stores"},
     "observers": {"base", "compaction"},
     "mcp": {"base", "models", "observers"},
     "durable": {"base", "memory", "observers", "stores"},
-    "batch": {"base", "seams", "observers", "durable"},
+    "batch": {"base", "seams", "observers", "durable", "spend"},
     "eval": {"base", "batch", "observers"},
     "agents": {
         *("base", "models", "memory", "attachments", "compaction", "observers"),
-        *("seams", "durable", "stores", "eval", "batch"),
+        *("seams", "durable", "stores", "eval", "batch", "spend"),
     },
     "flows": {"base", "models", "observers", "seams", "durable", "agents", "stores"},
     "data": {"base", "seams", "batch"},
     "testing": {"base", "models", "observers", "flows"},
     "contract": {
         *("base", "models", "memory", "seams", "observers", "durable", "batch"),
-        *("agents", "stores"),
+        *("agents", "stores", "spend"),
     },
     "entry": {
         *("base", "sim", "models", "memory", "attachments", "seams", "compaction"),
         *("observers", "mcp", "durable", "batch", "eval", "agents", "flows", "data"),
-        *("testing", "stores"),
+        *("testing", "stores", "spend"),
     },
     # The Ray backend: the public API, the backend contract and the stores, nothing else.
     "actors": {"entry", "contract", "stores"},

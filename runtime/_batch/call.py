@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import inspect
 import os
+import uuid
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -33,11 +35,20 @@ from ..seams.batch import Attempt, BatchItem, Deliver, Feed, Job, Outcome, cance
 from ..seams.contract import Backend, BatchExecution, BatchPool, PoolPlan
 from ..seams.registry import current_backend
 from ..seams.retry import Retry
+from ..spend import Budget, BudgetReport, Ledger, amount_of, pricing_of
 from ..usage import Usage
 from ._html import batch_html
 from .durable import BATCH_ITEMS, BATCH_RUNS, durable_items, item_runs
 from .engine import InFlight
-from .exec import InputError, ItemKey, JobMaker, attempt_for, grace_for, is_runnable
+from .exec import (
+    BATCH_BUDGET,
+    InputError,
+    ItemKey,
+    JobMaker,
+    attempt_for,
+    grace_for,
+    is_runnable,
+)
 from .progress import Progress, wants_progress
 from .report import BatchReport, Tally
 from .sinks import Sink, key_token, open_sink
@@ -84,6 +95,11 @@ class BatchOptions(TypedDict, total=False):
         continues it from its last settled step.
     approvals: with `durable`, decisions for items awaiting approval: item key ->
         {call_id: Approve() | Deny(reason)}; a resumed batch continues those items.
+    budget: a `raygent.Budget` for the whole job, shared by its runs (on Ray, held by
+        the gateway cluster-wide). A request whose worst case does not fit is not sent:
+        its item fails `BUDGET_EXCEEDED` (not retried), the items in flight finish, and
+        the items not started end with that error; the report's `budget` shows spent,
+        reserved and left. Needs an agent (or a runnable taking `job_budget=`).
     """
 
     concurrency: int
@@ -98,6 +114,7 @@ class BatchOptions(TypedDict, total=False):
     runners: int | None
     durable: Durable | None
     approvals: Mapping[Any, Mapping[str, Decision]] | None
+    budget: Budget | None
 
 
 @dataclass(frozen=True)
@@ -116,6 +133,7 @@ class _Plan:
     runners: int | None
     durable: Durable | None = None
     approvals: Mapping[Any, Mapping[str, Decision]] | None = None
+    budget: Budget | None = None
 
     @classmethod
     def of(cls, options: BatchOptions) -> _Plan:
@@ -155,7 +173,14 @@ class _Plan:
             runners=_runners(options.get("runners")),
             durable=durable,
             approvals=approvals,
+            budget=_budget(options.get("budget")),
         )
+
+
+def _budget(budget: Budget | None) -> Budget | None:
+    if budget is not None and not isinstance(budget, Budget):
+        raise TypeError(f"budget= takes raygent.Budget(...), not {budget!r}")
+    return budget
 
 
 def _runners(runners: int | None) -> int | None:
@@ -240,6 +265,10 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     plan = _Plan.of(options)
     if plan.durable is not None and not callable(getattr(executable, "is_stored", None)):
         raise TypeError("durable= needs an agent (something with resume(run_id))")
+    ledger = _job_ledger(executable, plan)
+    if ledger is not None:
+        held = {**(plan.run_options or {}), BATCH_BUDGET: ledger}
+        plan = dataclasses.replace(plan, run_options=held)
     attempt = attempt_for(executable, plan.run_options)
     runners = _runners_for(executable, plan)
     if runners is not None:
@@ -258,7 +287,34 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     finally:
         await _close(jobs, source)
         collector.close()
-    return collector.result()
+    result = collector.result()
+    if ledger is not None and plan.budget is not None:
+        _spent, reserved = await ledger.standing()
+        result.report.budget = BudgetReport.of(plan.budget, amount_of(result.usage), reserved)
+    return result
+
+
+def _job_ledger(executable: Any, plan: _Plan) -> Ledger | None:
+    """The job's budget, held by the executable's backend (Ray: its gateway); checked
+    before anything runs."""
+    budget = plan.budget
+    if budget is None:
+        return None
+    if not is_runnable(executable):
+        raise TypeError("budget= needs an agent (a runnable that takes job_budget=)")
+    if budget.usd is not None and not budget.counts_tokens:
+        model = getattr(executable, "model", None)
+        for each in getattr(model, "models", None) or ([model] if model is not None else []):
+            if pricing_of(each) is None:
+                raise ValueError(
+                    f"a dollar budget cannot be held: the pricing of {each.provider} "
+                    f"{each.name!r} is unknown; declare pricing=raygent.Pricing(...) on the "
+                    "model, or give a token budget too"
+                )
+    backend = getattr(executable, "backend", None)
+    if not isinstance(backend, Backend):
+        backend = current_backend()
+    return backend.budgets.job(budget, uuid.uuid4().hex)
 
 
 _interruptible: contextvars.ContextVar[bool] = contextvars.ContextVar(

@@ -10,6 +10,7 @@ import time
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..seams.batch import BatchItem
+from ..spend import BudgetReport
 from ..usage import Usage
 
 __all__ = ["BatchReport", "Tally"]
@@ -46,6 +47,7 @@ class BatchReport(BaseModel):
     first_on_item_error: str | None = None
     stopped: str | None = None
     sink: str | None = None
+    budget: BudgetReport | None = None
 
 
 class Tally:

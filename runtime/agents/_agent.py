@@ -33,8 +33,10 @@ from ..observers.delivery import observers_for, own_observers
 from ..observers.events import Dispatcher, Event, EventHandler, Handlers, handler_list
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
+from ..seams.budgeted import budgeted
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
+from ..spend import Budget, Ledger, LocalLedger
 from ..tools import Tool, ToolContext, tool
 from ..toolsets import Toolset
 from ._durable_api import DurableRuns, journal_for
@@ -85,7 +87,11 @@ class Agent(DurableRuns):
         compaction: Compaction | None = None,
         durable: Durable | None = None,
         approval_handler: ApprovalHandler | None = None,
+        budget: Budget | None = None,
     ) -> None:
+        if budget is not None and not isinstance(budget, Budget):
+            raise TypeError("budget= takes raygent.Budget(...)")
+        self.budget = budget
         if durable is not None and not isinstance(durable, Durable):
             raise TypeError("durable= takes raygent.Durable(store=...)")
         self.model = model
@@ -334,7 +340,7 @@ class Agent(DurableRuns):
         guard = options.get("streaming_tool_guard")
         config = RunConfig(
             model=self.model,
-            backend=self.backend or current_backend(),
+            backend=budgeted(self.backend or current_backend(), self._ledgers(options)),
             tools=self.tools,
             options=model_options,
             output=output,
@@ -355,6 +361,20 @@ class Agent(DurableRuns):
             attachment_policy=options.get("attachment_policy") or self.attachment_policy,
         )
         return config, system
+
+    def _ledgers(self, options: RunOptions) -> list[Ledger]:
+        """The budgets this run is held to: the call's and the agent's (each a ledger of
+        this run's own), and its job's (shared)."""
+        ledgers: list[Ledger] = []
+        for budget in (options.get("budget"), self.budget):
+            if budget is not None:
+                if not isinstance(budget, Budget):
+                    raise TypeError("budget= takes raygent.Budget(...)")
+                ledgers.append(LocalLedger(budget))
+        job = options.get("job_budget")
+        if job is not None:
+            ledgers.append(job)
+        return ledgers
 
     def _bare_config(self, streaming: bool) -> RunConfig:
         """The configuration of a run whose own options could not be resolved."""
@@ -422,6 +442,7 @@ def agent(
     compaction: Compaction | None = None,
     durable: Durable | None = None,
     approval_handler: ApprovalHandler | None = None,
+    budget: Budget | None = None,
 ) -> Agent:
     """Build an agent. See `Agent.execute` for a run and `RunOptions` for per-call options.
 
@@ -434,7 +455,8 @@ def agent(
     A `raygent.toolsets.Toolset` in `tools=` (an MCP server's, `raygent.mcp`) gives its
     tools when a run starts. `durable=raygent.Durable(store=...)` writes the run's state
     after every settled trip (see `Agent.resume`); `approval_handler=` answers tools that
-    need approval in-process.
+    need approval in-process. `budget=raygent.Budget(...)` holds each run to what it
+    may spend (a call's `budget=` holds as well).
     """
     return Agent(
         model=model,
@@ -459,6 +481,7 @@ def agent(
         compaction=compaction,
         durable=durable,
         approval_handler=approval_handler,
+        budget=budget,
     )
 
 
