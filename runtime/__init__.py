@@ -4,7 +4,7 @@ The public API is what this module exports; everything else is internal.
 """
 
 from . import compaction, data, errors, eval, observers
-from ._batch import BatchResult, Retry, batch, batch_sync
+from ._batch import BatchResult, Estimate, Retry, batch, batch_sync, estimate
 from ._version import __version__
 from .abort import AbortController, AbortSignal
 from .agents import Agent, AgentStream, Approve, Deny, Durable, SystemPrompt, agent
@@ -86,6 +86,7 @@ __all__ = [
     "Cost",
     "Deny",
     "Durable",
+    "Estimate",
     "Executable",
     "FlowReport",
     "FlowResult",
@@ -133,6 +134,7 @@ __all__ = [
     "current_backend",
     "data",
     "errors",
+    "estimate",
     "eval",
     "fallback_model",
     "fan_out",

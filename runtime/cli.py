@@ -82,6 +82,23 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     batch.add_argument("--item-key", default=None, help="the field that keys an item")
     batch.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     batch.add_argument(
+        "--budget-usd", type=float, default=None, help="the whole job's budget in USD"
+    )
+    batch.add_argument(
+        "--estimate",
+        action="store_true",
+        help="run a random sample of the job (--sample items) and print its projected "
+        "cost, tokens and time; nothing else runs",
+    )
+    batch.add_argument(
+        "--confirm-over",
+        type=float,
+        default=None,
+        metavar="USD",
+        help="estimate first, and ask before running a job estimated over USD",
+    )
+    batch.add_argument("--sample", type=int, default=50, help="items an estimate runs")
+    batch.add_argument(
         "--backend",
         choices=["ray", "local"],
         default=None,

@@ -10,11 +10,12 @@ durable       durable items: each item's run named by its key, so an attempt res
 sources       where items come from (lists, iterables, JSONL / CSV / Parquet, datasets)
 sinks         where results go (JSONL, Parquet), and what `resume` skips
 progress      the bar; report: `BatchReport`; _html: the notebook view of a result
+estimate      `estimate`, `Estimate`: a job's cost projected from a random sample run
 cli           `raygent batch MODULE:AGENT INPUT -o OUTPUT`
 
 A private name: `raygent.batch` is the public function, which a subpackage would shadow.
-May import the base, seams, observers and durable (the types of `durable=` and
-approvals); never agents or flows (it runs any executable, through its methods). The
+May import the base, seams, spend (a job's budget), observers and durable (the types of
+`durable=` and approvals); never agents or flows (it runs any executable, through its methods). The
 Ray batch runners (raygent.actors) run engine's core; this package reaches them only
 through the backend (and cli, through importlib, to ship a target by value on Ray).
 """
@@ -29,14 +30,17 @@ from .call import (
     batch,
     batch_sync,
 )
+from .estimate import Estimate, estimate
 
 __all__ = [
     "BatchItem",
     "BatchOptions",
     "BatchReport",
     "BatchResult",
+    "Estimate",
     "InputError",
     "Retry",
     "batch",
     "batch_sync",
+    "estimate",
 ]

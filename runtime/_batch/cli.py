@@ -8,12 +8,16 @@ import os
 import sys
 from typing import Any
 
+from .._sync import run_sync
 from ..seams import backend_plugin, current_backend, init
+from ..spend import Budget
 from .call import BatchOptions, BatchResult, Retry, batch_sync
+from .estimate import Estimate, estimate
 
 __all__ = ["load_target", "run_batch_command"]
 
 INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT
+DECLINED = 3  # the job was estimated over --confirm-over and the answer was no
 
 
 def run_batch_command(args: argparse.Namespace) -> int:
@@ -24,11 +28,16 @@ def run_batch_command(args: argparse.Namespace) -> int:
         options["retry"] = Retry(attempts=args.retries + 1)
     if args.item_key is not None:
         options["item_key"] = args.item_key
+    if getattr(args, "budget_usd", None) is not None:
+        options["budget"] = Budget(usd=args.budget_usd)
     try:
         if args.backend is not None:
             init(args.backend)
         executable = load_target(args.target)
         _ship_by_value(args.target)
+        declined = _estimated(executable, args)
+        if declined is not None:
+            return declined
         result = batch_sync(executable, args.input, **options)
     except (ImportError, AttributeError, TypeError, ValueError, OSError) as exc:
         print(f"raygent batch: {exc}", file=sys.stderr)
@@ -38,6 +47,27 @@ def run_batch_command(args: argparse.Namespace) -> int:
     if report.stopped is not None and report.stopped.startswith("cancelled"):
         return INTERRUPTED
     return 0 if result.ok else 1
+
+
+def _estimated(executable: Any, args: argparse.Namespace) -> int | None:
+    """`--estimate`: print the estimate, and stop (0). `--confirm-over USD`: print it,
+    and ask before a job estimated over USD (no: stop, `DECLINED`). None: run the job."""
+    confirm = getattr(args, "confirm_over", None)
+    if not getattr(args, "estimate", False) and confirm is None:
+        return None
+    guess: Estimate = run_sync(
+        lambda: estimate(executable, args.input, sample=args.sample, concurrency=args.concurrency)
+    )
+    print(f"estimate: {guess}", file=sys.stderr)
+    if args.estimate:
+        return 0
+    over = guess.cost_usd is None or (guess.cost_usd_high or guess.cost_usd) > confirm
+    if not over:
+        return None
+    print(f"the job may cost over ${confirm:,.2f}; run it? [y/N] ", end="", file=sys.stderr)
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
+    return None if answer in ("y", "yes") else DECLINED
 
 
 def load_target(target: str) -> Any:
@@ -79,6 +109,16 @@ def summary(result: BatchResult) -> str:
         line += f" -> {r.sink}"
     if r.errors:
         line += "\nerrors: " + ", ".join(f"{code} x{n}" for code, n in sorted(r.errors.items()))
+    if r.budget is not None:
+        b = r.budget
+        line += (
+            f"\nbudget: ${b.spent.usd:,.4f} spent, ${b.reserved.usd:,.4f} reserved, "
+            f"{_left(b.left.get('usd'))} left"
+        )
     if r.stopped:
         line += f"\nstopped: {r.stopped}"
     return line
+
+
+def _left(usd: float | None) -> str:
+    return "no limit" if usd is None else f"${usd:,.4f}"
