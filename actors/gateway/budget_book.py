@@ -132,7 +132,7 @@ class BudgetBook:
             self._end(holder_id)
         return bool(self.holders)
 
-    def stats(self) -> dict[str, list[float] | bool | int]:
+    def stats(self) -> dict[str, object]:
         spent = list(self.gone)
         reserved = [0.0] * 5
         for holder in self.holders.values():

@@ -111,7 +111,7 @@ class RayJobLedger:
         zero = (0.0,) * 5
         spent = tuple(stats.get("spent", zero))
         reserved = tuple(stats.get("reserved", zero))
-        return spent, reserved  # type: ignore[return-value]
+        return spent, reserved
 
 
 class RayBudgets:

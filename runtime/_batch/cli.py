@@ -59,7 +59,7 @@ def _estimated(executable: Any, args: argparse.Namespace) -> int | None:
         lambda: estimate(executable, args.input, sample=args.sample, concurrency=args.concurrency)
     )
     print(f"estimate: {guess}", file=sys.stderr)
-    if args.estimate:
+    if args.estimate or confirm is None:
         return 0
     over = guess.cost_usd is None or (guess.cost_usd_high or guess.cost_usd) > confirm
     if not over:

@@ -249,7 +249,9 @@ class Ledger(Protocol):
 
     budget: Budget
     scope: str
-    exhausted: BudgetExceededError | None
+
+    @property
+    def exhausted(self) -> BudgetExceededError | None: ...
 
     async def reserve(self, amount: Amount) -> None:
         """Reserve `amount`, or raise BudgetExceededError (nothing reserved)."""
