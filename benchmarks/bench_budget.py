@@ -95,9 +95,10 @@ async def compare(bench: Bench) -> None:
     for kind in ("local", "ray"):
         for budget in (None, ROOMY):  # warm up: pools, runners, the gateway
             await bench.batch(kind, args.concurrency * 2, budget)
-    for _ in range(args.rounds):
+    for round_ in range(args.rounds):
         for kind in ("local", "ray"):
-            for budget in (None, ROOMY):
+            # Each round swaps which goes first (a machine shared with other work drifts).
+            for budget in (None, ROOMY) if round_ % 2 == 0 else (ROOMY, None):
                 cpu, rate = await measured(bench, kind, budget)
                 figures.setdefault((kind, budget is not None), []).append((cpu, rate))
     print(
@@ -157,7 +158,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
     # A local Ray of its own, on free ports (never Redis's 6379).
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
