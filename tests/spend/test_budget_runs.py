@@ -89,3 +89,35 @@ async def test_a_dollar_budget_needs_pricing_or_a_token_budget_too(backend_kind:
         assert held.status == "completed"
         with pytest.raises(ValueError, match="pricing"):
             await raygent.batch(agent, ["a"], budget=Budget(usd=1.0), progress=False)
+
+
+async def test_each_attempt_of_a_fallback_is_held_at_its_own_models_prices(
+    backend_kind: str,
+) -> None:
+    from raygent.sim import Fault
+
+    rules = [
+        Rule(match=Match(model="^down$"), reply=Reply(fault=Fault(kind="status", status=500))),
+        Rule(reply=Reply(text=ANSWER)),
+    ]
+    with serve(rules) as sim:
+        cheap = priced_model(sim, pricing=raygent.Pricing(input_per_mtok=1, output_per_mtok=1))
+        down = OpenAIModel(
+            "down", base_url=sim.openai_base_url, api_key="sk-t", pricing=cheap.pricing
+        )
+        dear = OpenAIModel(
+            "dear",
+            base_url=sim.openai_base_url,
+            api_key="sk-t",
+            pricing=raygent.Pricing(input_per_mtok=1e6, output_per_mtok=1e6),
+        )
+        options = {"max_tokens": MAX_TOKENS}
+        first = raygent.agent(model=raygent.fallback_model([down, cheap]), model_options=options)
+        # The failed attempt (an error reply) is not billed; the cheap model's fits.
+        ok = await first.execute("hello", budget=Budget(usd=0.01))
+        assert ok.status == "completed" and ok.usage.requests == 2
+        second = raygent.agent(model=raygent.fallback_model([down, dear]), model_options=options)
+        refused = await second.execute("hello", budget=Budget(usd=0.01))
+        # The dear model's worst case does not fit: it is not sent.
+        assert refused.error is not None and refused.error.code == "BUDGET_EXCEEDED"
+        assert sim.stats().requests == 3  # down, cheap; then down only
