@@ -15,8 +15,11 @@ spent since its last report is lost to the book: the budget can be passed by at 
 that, which is bounded by its grant (its slices amortise the calls: never one per
 request).
 
-Once a holder needs more than is free, the job's budget is *exhausted*: every holder
-hears it at its next report, and a batch starts no new item.
+A holder that needs more than is free is refused (it waits for its own requests in flight,
+or gives back what it does not use and asks again). Once a need could not be met even
+if every request in flight settled at nothing and every unused grant came back, the
+job's budget is *exhausted*: every holder hears it at its next report, and a batch
+starts no new item.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ class Claim:
     want: Vector = ZERO  # more it could use now
     need: Vector = ZERO  # more without which a reservation fails now
     release: bool = False  # done: it gives back what it was not using
+    give_back: bool = False  # it keeps only what it spent and has in flight
 
 
 @dataclass(frozen=True)
@@ -112,14 +116,34 @@ class BudgetBook:
         return Slice(tuple(holder.granted), self.exhausted, ttl, incarnation)
 
     def _grant(self, holder: _Holder, claim: Claim) -> None:
+        if claim.give_back:
+            holder.granted = [s + r for s, r in zip(claim.spent, claim.reserved, strict=True)]
         free = self.free()
-        # Its own unused grant is not free to it twice: `free` already counts it.
-        if any(n > 0 and n > f + 1e-12 for n, f in zip(claim.need, free, strict=True)):
-            self.exhausted = True
-            return
+        need = claim.need
+        if any(n > 0 and n > f + 1e-12 for n, f in zip(need, free, strict=True)):
+            possible = self._possible(holder)
+            if any(n > 0 and n > p + 1e-12 for n, p in zip(need, possible, strict=True)):
+                self.exhausted = True
+            return  # refused: busy (others hold it), or exhausted
         for i in range(5):
             if not math.isinf(self.limits[i]) and claim.want[i] > 0:
                 holder.granted[i] += min(claim.want[i], free[i])
+
+    def _possible(self, asking: _Holder) -> list[float]:
+        """What `asking` could be granted beyond its room if every request in flight
+        settled at nothing and every unused grant came back."""
+        used = list(self.gone)
+        for holder in self.holders.values():
+            for i in range(5):
+                used[i] += holder.spent[i] + (0.0 if holder is asking else holder.reserved[i])
+        room = [
+            max(0.0, g - s - r)
+            for g, s, r in zip(asking.granted, asking.spent, asking.reserved, strict=True)
+        ]
+        return [
+            math.inf if math.isinf(limit) else limit - u - rm
+            for limit, u, rm in zip(self.limits, used, room, strict=True)
+        ]
 
     def _end(self, holder_id: str) -> None:
         holder = self.holders.pop(holder_id)

@@ -8,6 +8,12 @@ big enough for the requests it has in flight, twice over), every `ttl / 3` secon
 heartbeat that renews the lease and reports the spend), and when it goes idle (it gives
 back what it does not use). So a request costs no remote call.
 
+A reservation that does not fit waits for this holder's own requests in flight to settle
+when they would make room; else the lease asks for more. Refused (the rest is granted to
+other holders), it gives back what it does not use and asks again shortly; it fails
+only once the gateway says the budget is exhausted (the need could not be met even if
+every request in flight settled at nothing).
+
 A lease is used only while it is valid by this process's clock (renewed by each answer,
 counted from when the claim was sent): a process cut off from its gateway stops
 reserving before its grant can be counted free again.
@@ -65,6 +71,8 @@ class BudgetLease:
         self.exhausted: BudgetExceededError | None = None
         self._lock = asyncio.Lock()
         self._pump: asyncio.Task[None] | None = None
+        self._waiters: list[asyncio.Future[None]] = []
+        self._poll = 1.0  # the longest wait before asking again (a third of the ttl)
         self.syncs = 0
         self._fresh()
 
@@ -79,32 +87,69 @@ class BudgetLease:
         self._in_flight = 0
         self._idle_at = time.monotonic()
         self._largest: Amount | None = None
+        self._told_busy = False  # the last claim had reservations in flight
+        self._telling: asyncio.Task[None] | None = None
 
     # -- the ledger ----------------------------------------------------------------------
 
     async def reserve(self, amount: Amount) -> None:
-        if self._take(amount):
-            return
-        async with self._lock:
-            for _ in range(2):  # a grant, then once more should another have used it
+        polls = 0
+        while not self._take(amount):
+            if self.exhausted is None:
+                async with self._lock:
+                    if self._take(amount):
+                        return
+                    # Asking with nothing in flight here, it keeps only what it spent, so
+                    # that what it does not use can go to whoever needs it.
+                    await self._sync(self._need(amount), give_back=not self._in_flight)
                 if self._take(amount):
                     return
-                if self.exhausted is not None:
-                    break
-                await self._sync(self._need(amount))
-            if self._take(amount):
-                return
+            if self._in_flight and self._fits_alone(amount):
+                await self._settled()  # its own requests in flight make room as they end
+            elif self.exhausted is not None:
+                raise self._refused(amount)
+            elif self._in_flight:
+                await self._settled()
+            else:  # the rest is granted to others: ask again shortly
+                polls += 1
+                await asyncio.sleep(min(self._poll, 0.01 * 2 ** min(polls, 8)))
+
+    def _refused(self, amount: Amount) -> BudgetExceededError:
         account = self.account
         short = account.short(amount)
         error = account.exceeded(amount, 0 if short is None else short, "job")
         self.exhausted = self.exhausted or error
-        raise error
+        return error
+
+    def _fits_alone(self, amount: Amount) -> bool:
+        return self.account.short(amount, in_flight=False) is None
+
+    def _valid(self) -> bool:
+        return time.monotonic() < self._deadline
+
+    async def _settled(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
     def settle(self, amount: Amount, actual: Amount) -> None:
         self.account.settle(amount, actual)
         self._in_flight -= 1
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
         if not self._in_flight:
             self._idle_at = time.monotonic()
+            if self._told_busy and (self._telling is None or self._telling.done()):
+                # The gateway counts requests in flight here that are over: tell it (once
+                # per busy spell, not per request), so the job's standing is current.
+                self._telling = asyncio.get_running_loop().create_task(self._tell_idle())
 
     async def standing(self) -> tuple[Amount, Amount]:
         account = self.account
@@ -120,6 +165,13 @@ class BudgetLease:
             self._largest = amount
         return True
 
+    def _need_alone(self, need: Amount) -> Amount:
+        """The need once this holder keeps only what it spent and has in flight."""
+        room = self.account.room() if self._valid() else (0.0,) * 5
+        return tuple(  # type: ignore[return-value]
+            need[i] + max(0.0, room[i]) if self._limited[i] else 0.0 for i in range(5)
+        )
+
     def _need(self, amount: Amount) -> Amount:
         room = self.account.room() if time.monotonic() < self._deadline else (0.0,) * 5
         return tuple(  # type: ignore[return-value]
@@ -128,7 +180,7 @@ class BudgetLease:
 
     # -- talking to the gateway -----------------------------------------------------------
 
-    def _claim(self, need: Amount, release: bool = False) -> Claim:
+    def _claim(self, need: Amount, release: bool = False, give_back: bool = False) -> Claim:
         self._seq += 1
         account = self.account
         per_request = self._largest or need
@@ -137,6 +189,7 @@ class BudgetLease:
             max(need[i], per_request[i] * count) if self._limited[i] and not release else 0.0
             for i in range(5)
         )
+        self._told_busy = any(account.reserved)
         return Claim(
             seq=self._seq,
             incarnation=self._incarnation,
@@ -146,11 +199,14 @@ class BudgetLease:
             want=want,
             need=need if not release else (0.0,) * 5,
             release=release,
+            give_back=give_back,
         )
 
-    async def _sync(self, need: Amount, release: bool = False) -> None:
+    async def _sync(self, need: Amount, release: bool = False, give_back: bool = False) -> None:
         sent = time.monotonic()
-        claim = self._claim(need, release)
+        if give_back:
+            need = self._need_alone(need)
+        claim = self._claim(need, release, give_back)
         try:
             answer = await self._channel.claim(claim)
         except GatewayUnavailable as exc:
@@ -166,6 +222,7 @@ class BudgetLease:
             if self._limited[i]:
                 self.account.limits[i] = self._granted[i]
         self._deadline = sent + answer.ttl
+        self._poll = answer.ttl / 3
         if answer.exhausted and self.exhausted is None:
             self.exhausted = BudgetExceededError(
                 "the job's budget is exhausted: another request did not fit",
@@ -173,6 +230,13 @@ class BudgetLease:
             )
         if not release:
             self._ensure_pump(answer.ttl)
+
+    async def _tell_idle(self) -> None:
+        async with self._lock:
+            if self._in_flight or not self._told_busy:
+                return
+            with contextlib.suppress(ProviderConnectionError):
+                await self._sync((0.0,) * 5)
 
     # -- the heartbeat --------------------------------------------------------------------
 

@@ -2,8 +2,9 @@
 
 Before each request its worst case is reserved (`worst_case`: the input, estimated, plus
 its `max_tokens` of output, at the model's prices); the reply settles it at the real
-usage. A reservation that does not fit raises `BudgetExceededError` and the request is
-not sent. Amounts are plain tuples over `DIMENSIONS` (a request's accounting must cost
+usage. A reservation that does not fit beside those in flight waits for them to settle;
+one that would not fit even with none in flight raises `BudgetExceededError` and the
+request is not sent. Amounts are plain tuples over `DIMENSIONS` (a request's accounting must cost
 next to nothing); `Spend` is their reported form.
 
 `Account` is the arithmetic (limits, reserved, spent), written once: a `LocalLedger`
@@ -13,6 +14,7 @@ a Ray holder keeps an account whose limits are the slices its gateway granted it
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -201,13 +203,21 @@ class Account:
         self.reserved = [0.0] * 5
         self.spent = [0.0] * 5
 
-    def short(self, amount: Sequence[float]) -> int | None:
-        """The first dimension `amount` does not fit in (None: it fits)."""
+    def short(self, amount: Sequence[float], *, in_flight: bool = True) -> int | None:
+        """The first dimension `amount` does not fit in (None: it fits); with
+        `in_flight=False`, as if the reservations in flight were settled at nothing
+        (what a request can wait for)."""
         limits, reserved, spent = self.limits, self.reserved, self.spent
         for i in range(5):
-            if amount[i] > 0 and spent[i] + reserved[i] + amount[i] > limits[i] + 1e-12:
+            held = spent[i] + reserved[i] if in_flight else spent[i]
+            if amount[i] > 0 and held + amount[i] > limits[i] + 1e-12:
                 return i
         return None
+
+    @property
+    def busy(self) -> bool:
+        """Whether reservations are in flight."""
+        return any(r > 1e-12 for r in self.reserved)
 
     def room(self) -> Amount:
         return tuple(  # type: ignore[return-value]
@@ -264,15 +274,20 @@ class Ledger(Protocol):
 
 
 class LocalLedger:
-    """A budget held in this process (a run's, or a job's on the local backend)."""
+    """A budget held in this process (a run's, or a job's on the local backend).
 
-    __slots__ = ("account", "budget", "exhausted", "scope")
+    A request that does not fit beside the reservations in flight waits for them to
+    settle (they usually spend less than their worst case); one that would not fit even
+    with none in flight fails at once, and the budget is exhausted."""
+
+    __slots__ = ("_waiters", "account", "budget", "exhausted", "scope")
 
     def __init__(self, budget: Budget, scope: str = "run") -> None:
         self.budget = budget
         self.scope = scope
         self.account = Account(budget.limits)
         self.exhausted: BudgetExceededError | None = None
+        self._waiters: list[asyncio.Future[None]] = []
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A copy elsewhere (another process) starts afresh: hold a job's budget across
@@ -281,15 +296,28 @@ class LocalLedger:
 
     async def reserve(self, amount: Amount) -> None:
         account = self.account
-        short = account.short(amount)
-        if short is not None:
-            error = account.exceeded(amount, short, self.scope)
-            self.exhausted = self.exhausted or error
-            raise error
+        while (short := account.short(amount)) is not None:
+            never = account.short(amount, in_flight=False)
+            if never is not None or not account.busy:
+                error = account.exceeded(amount, short if never is None else never, self.scope)
+                self.exhausted = self.exhausted or error
+                raise error
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
         account.reserve(amount)
 
     def settle(self, amount: Amount, actual: Amount) -> None:
         self.account.settle(amount, actual)
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
     async def standing(self) -> tuple[Amount, Amount]:
         account = self.account

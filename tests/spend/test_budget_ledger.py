@@ -3,6 +3,7 @@ the gateway's book of a job's budget, and a holder's lease on it (driven in-proc
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import pytest
@@ -16,22 +17,28 @@ from raygent.spend import NOTHING, LocalLedger, worst_case
 ONE = (1.0, 10.0, 4.0, 6.0, 1.0)  # a request: $1, 10 tokens (4 in, 6 out), 1 request
 
 
-async def test_a_ledger_reserves_until_the_next_reservation_does_not_fit() -> None:
+async def test_a_reservation_waits_for_those_in_flight_and_fails_when_it_never_fits() -> None:
     ledger = LocalLedger(Budget(usd=2.5))
     await ledger.reserve(ONE)
     await ledger.reserve(ONE)
+    # $2 reserved: a third $1 fits only once a request in flight settles (for less).
+    third = asyncio.ensure_future(ledger.reserve(ONE))
+    await asyncio.sleep(0)  # one turn of the loop: it is parked, not refused
+    assert not third.done()
+    ledger.settle(ONE, (0.25, 3.0, 1.0, 2.0, 1.0))
+    await third
+    spent, reserved = await ledger.standing()
+    assert spent[0] == 0.25 and reserved[0] == 2.0
+    ledger.settle(ONE, NOTHING)
+    ledger.settle(ONE, (0.25, 3.0, 1.0, 2.0, 1.0))
+    # $0.50 spent: $2.50 can never fit, whatever settles: refused at once.
     with pytest.raises(BudgetExceededError) as caught:
-        await ledger.reserve(ONE)
+        await ledger.reserve((2.5, 0, 0, 0, 1))
     error = caught.value
     assert error.code == "BUDGET_EXCEEDED" and error.retryable is False
-    assert (error.dimension, error.limit, error.reserved, error.needed) == ("usd", 2.5, 2.0, 1.0)
+    assert (error.dimension, error.limit, error.spent, error.needed) == ("usd", 2.5, 0.5, 2.5)
     assert ledger.exhausted is error
-    # Replies settle at their real usage: what was reserved and not used comes back.
-    ledger.settle(ONE, (0.25, 3.0, 1.0, 2.0, 1.0))
-    ledger.settle(ONE, NOTHING)
-    await ledger.reserve(ONE)
-    spent, reserved = await ledger.standing()
-    assert spent[0] == 0.25 and reserved[0] == 1.0
+    await ledger.reserve((2.0, 0, 0, 0, 1))  # what is left still fits
 
 
 async def test_each_dimension_is_held() -> None:
@@ -43,6 +50,7 @@ async def test_each_dimension_is_held() -> None:
     ):
         ledger = LocalLedger(budget)
         await ledger.reserve(ONE)
+        ledger.settle(ONE, ONE)
         with pytest.raises(BudgetExceededError) as caught:
             await ledger.reserve(ONE)
         assert caught.value.dimension == dimension
@@ -90,10 +98,19 @@ def test_the_book_grants_what_is_free_and_counts_each_holder_at_its_grant_or_spe
     # a spent 7 (a reply used more than its reservation): it counts at its spend.
     book.claim("a", _claim(2, granted=a.granted, spent=(7.0, 0, 0, 0, 0)), "g", 0, TTL)
     assert book.free()[0] == 0.0
-    # A need nothing free can meet: the job's budget is exhausted, for every holder.
+    # Nothing free: c is refused, but not for good (b holds $4 it does not use).
     c = book.claim("c", _claim(1, want=(2.0, 0, 0, 0, 0), need=(1.0, 0, 0, 0, 0)), "g", 0, TTL)
-    assert c.granted[0] == 0.0 and c.exhausted
-    assert book.claim("b", _claim(2, granted=b.granted), "g", 0, TTL).exhausted
+    assert c.granted[0] == 0.0 and not c.exhausted
+    # b, with nothing in flight, gives back what it does not use.
+    b = book.claim("b", _claim(2, granted=b.granted, give_back=True), "g", 0, TTL)
+    assert b.granted[0] == 0.0 and not b.exhausted
+    c = book.claim("c", _claim(2, want=(2.0, 0, 0, 0, 0), need=(1.0, 0, 0, 0, 0)), "g", 0, TTL)
+    assert c.granted[0] == 2.0
+    # A need that could not be met even if everything in flight settled at nothing and
+    # every unused grant came back: the job's budget is exhausted, for every holder.
+    d = book.claim("d", _claim(1, want=(4.0, 0, 0, 0, 0), need=(4.0, 0, 0, 0, 0)), "g", 0, TTL)
+    assert d.granted[0] == 0.0 and d.exhausted
+    assert book.claim("b", _claim(3), "g", 0, TTL).exhausted
 
 
 def test_a_dead_holders_grant_comes_back_when_its_lease_ends_and_its_spend_stays() -> None:
@@ -142,8 +159,16 @@ async def test_a_lease_asks_its_gateway_once_per_slice_not_once_per_request() ->
         await lease.reserve(ONE)
         lease.settle(ONE, (0.5, 5.0, 2.0, 3.0, 1.0))
     assert channel.calls <= 6  # slices of at least 8 requests' worth
-    with pytest.raises(BudgetExceededError):  # $20 spent; $100 at $1 a request, then no more
-        for _ in range(200):
-            await lease.reserve(ONE)
-    assert lease.exhausted is not None and book.exhausted
+    for _ in range(80):  # $20 spent, $80 in flight: the whole budget is held
+        await lease.reserve(ONE)
     assert book.stats()["counted"][0] <= 100.0  # type: ignore[index]
+    waiting = asyncio.ensure_future(lease.reserve(ONE))
+    await asyncio.sleep(0)  # one turn of the loop: it waits for a request in flight
+    assert not waiting.done()
+    lease.settle(ONE, (0.5, 5.0, 2.0, 3.0, 1.0))
+    lease.settle(ONE, (0.5, 5.0, 2.0, 3.0, 1.0))  # $1 of room again
+    await waiting
+    # $80 could not fit even if everything in flight settled at nothing: refused.
+    with pytest.raises(BudgetExceededError):
+        await lease.reserve((80.0, 0.0, 0.0, 0.0, 1.0))
+    assert lease.exhausted is not None and book.exhausted
