@@ -7,7 +7,7 @@ The items are read once (a seeded reservoir sample, in bounded memory: any input
 `raygent.batch` takes), the sample runs through `raygent.batch`, and the totals are
 projected from the sample's means, with a 95% interval from its spread (Student's t,
 with the finite-population correction: a sample of the whole job has no spread). The
-wall time is the job at its concurrency bound: items / (bound / mean item latency).
+wall time is the job at its concurrency bound: items / (bound / median item latency).
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ async def estimate(
         cost, low, high = _projected([float(c or 0.0) for c in costs], total)
     limit = getattr(getattr(executable, "model", None), "max_concurrency", None)
     in_flight = min(bound, limit) if limit else bound
-    latency = statistics.fmean(latencies) if latencies else 0.0
+    # The median: the sample's first items pay for starting up (pools, runners).
+    latency = statistics.median(latencies) if latencies else 0.0
     return Estimate(
         items=total,
         sample=n,
