@@ -102,8 +102,11 @@ class Gateway:
             book = self._books[key] = BudgetBook(limits)
         return book.claim(holder_id, claim, self.incarnation, time.monotonic(), self.lease_ttl)
 
-    async def budget_stats(self, key: str) -> dict[str, object]:
-        """One job's budget as the book keeps it (limits, spent, reserved, holders)."""
+    async def budget_stats(self, key: str | None) -> dict[str, object]:
+        """One job's budget as the book keeps it (limits, spent, reserved, holders);
+        with no key, every job's, by key."""
+        if key is None:
+            return {k: book.stats() for k, book in self._books.items()}
         book = self._books.get(key)
         return {} if book is None else book.stats()
 

@@ -169,5 +169,10 @@ class BudgetBook:
             "reserved": reserved,
             "counted": self.counted(),
             "holders": len(self.holders),
+            # What each holder holds beyond its spend, by holder (its id starts with its pid).
+            "held": {
+                holder_id: [max(0.0, g - s) for g, s in zip(h.granted, h.spent, strict=True)]
+                for holder_id, h in self.holders.items()
+            },
             "exhausted": self.exhausted,
         }

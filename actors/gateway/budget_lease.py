@@ -4,7 +4,7 @@ The job's budget is kept by a gateway (`budget_book.BudgetBook`). Each process t
 the job's agents holds a `BudgetLease` (one per job and event loop): a request reserves
 its worst case within what this lease was granted, locally, and settles there; the
 gateway hears from the lease only when a reservation does not fit (it asks for a slice
-big enough for the requests it has in flight, twice over), every `ttl / 3` seconds (a
+big enough for the requests it has in flight, four times over), every `ttl / 3` seconds (a
 heartbeat that renews the lease and reports the spend), and when it goes idle (it gives
 back what it does not use). So a request costs no remote call.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import time
 import uuid
 from collections.abc import Awaitable
@@ -45,7 +46,8 @@ __all__ = ["BudgetChannel", "BudgetLease"]
 
 log = redacting_logger("raygent.gateway")
 
-MIN_SLICE = 8  # requests' worth a lease asks for at least
+MIN_SLICE = 16  # requests' worth a lease asks for at least
+SLICE_FACTOR = 4  # a slice: this many times the requests in flight here
 
 
 class BudgetChannel(Protocol):
@@ -78,7 +80,7 @@ class BudgetLease:
 
     def _fresh(self) -> None:
         """A new lease (the first, or after the last one was given back)."""
-        self.holder_id = f"{uuid.uuid4().hex[:12]}"
+        self.holder_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._granted = [0.0] * 5
         self.account = Account([0.0 if held else math.inf for held in self._limited])
         self._seq = 0
@@ -184,7 +186,7 @@ class BudgetLease:
         self._seq += 1
         account = self.account
         per_request = self._largest or need
-        count = max(MIN_SLICE, 2 * (self._in_flight + 1))
+        count = max(MIN_SLICE, SLICE_FACTOR * (self._in_flight + 1))
         want = tuple(
             max(need[i], per_request[i] * count) if self._limited[i] and not release else 0.0
             for i in range(5)
