@@ -254,6 +254,8 @@ class BudgetLease:
                     idle = not self._in_flight and (
                         time.monotonic() - self._idle_at >= self._idle_release
                     )
+                    if idle:
+                        self._deadline = 0.0  # no reservation here until given back
                     try:
                         await self._sync((0.0,) * 5, release=idle)
                     except ProviderConnectionError as exc:
