@@ -99,7 +99,7 @@ class BatchOptions(TypedDict, total=False):
         the gateway cluster-wide). A request whose worst case does not fit is not sent:
         its item fails `BUDGET_EXCEEDED` (not retried), the items in flight finish, and
         the items not started end with that error; the report's `budget` shows spent,
-        reserved and left. Needs an agent (or a runnable taking `job_budget=`).
+        reserved and left. Needs an agent (flows and plain callables are not held yet).
     """
 
     concurrency: int
@@ -300,8 +300,10 @@ def _job_ledger(executable: Any, plan: _Plan) -> Ledger | None:
     budget = plan.budget
     if budget is None:
         return None
-    if not is_runnable(executable):
-        raise TypeError("budget= needs an agent (a runnable that takes job_budget=)")
+    if not is_runnable(executable) or not hasattr(executable, "budget"):
+        # Only an agent holds its requests to a job's ledger (`job_budget=`): a flow's
+        # or a plain callable's would run unheld.
+        raise TypeError("budget= needs an agent (flows and plain callables are not held yet)")
     if budget.usd is not None and not budget.counts_tokens:
         model = getattr(executable, "model", None)
         for each in getattr(model, "models", None) or ([model] if model is not None else []):

@@ -121,3 +121,11 @@ async def test_each_attempt_of_a_fallback_is_held_at_its_own_models_prices(
         # The dear model's worst case does not fit: it is not sent.
         assert refused.error is not None and refused.error.code == "BUDGET_EXCEEDED"
         assert sim.stats().requests == 3  # down, cheap; then down only
+
+
+async def test_a_job_budget_needs_an_agent() -> None:
+    async def plain(item: str) -> str:
+        return item
+
+    with pytest.raises(TypeError, match="needs an agent"):
+        await raygent.batch(plain, ["a"], budget=Budget(usd=1.0), progress=False)
