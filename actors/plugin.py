@@ -15,6 +15,7 @@ from raygent.backend import Backend
 from ._options import RayOptions
 from .batch.execution import RayBatchRunners
 from .gateway.access import RayModelAccess
+from .gateway.budgets import RayBudgets
 from .sessions.persistence import RaySessions
 from .tools.execution import RayToolExecution
 
@@ -32,6 +33,7 @@ def ray_backend(options: RayOptions | None = None) -> Backend:
         RayToolExecution(options),
         RaySessions(options),
         RayBatchRunners(options, ray_backend),
+        RayBudgets(options),
     )
 
 

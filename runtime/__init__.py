@@ -4,7 +4,7 @@ The public API is what this module exports; everything else is internal.
 """
 
 from . import compaction, data, errors, eval, observers
-from ._batch import BatchResult, ProviderBatch, Retry, batch, batch_sync
+from ._batch import BatchResult, Estimate, ProviderBatch, Retry, batch, batch_sync, estimate
 from ._version import __version__
 from .abort import AbortController, AbortSignal
 from .agents import Agent, AgentStream, Approve, Deny, Durable, SystemPrompt, agent
@@ -15,6 +15,7 @@ from .agents.session import Session
 from .attachments import AttachmentPolicy, OutboundPolicy
 from .cache import ResponseCache
 from .compaction import Compaction, CompactionResult
+from .errors import BudgetExceededError
 from .executable import Executable
 from .flows import (
     END,
@@ -61,6 +62,7 @@ from .models import (
 from .observers.report import AgentReport, AgentResult, PendingCall
 from .pricing import Pricing
 from .seams.registry import current_backend, init
+from .spend import Budget
 from .tools import Tool, ToolContext, ToolResult, tool
 from .usage import Cost, Usage, total_cost
 
@@ -77,12 +79,15 @@ __all__ = [
     "AssistantMessage",
     "AttachmentPolicy",
     "BatchResult",
+    "Budget",
+    "BudgetExceededError",
     "Capabilities",
     "Compaction",
     "CompactionResult",
     "Cost",
     "Deny",
     "Durable",
+    "Estimate",
     "Executable",
     "FlowReport",
     "FlowResult",
@@ -132,6 +137,7 @@ __all__ = [
     "current_backend",
     "data",
     "errors",
+    "estimate",
     "eval",
     "fallback_model",
     "fan_out",

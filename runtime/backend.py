@@ -23,6 +23,7 @@ from ._batch.sinks import dumps
 from .abort import AbortController, AbortSignal, AbortWatch, abortable
 from .durable.scope import scope_of
 from .errors import (
+    BudgetExceededError,
     ProviderConnectionError,
     RateLimitError,
     RaygentError,
@@ -65,6 +66,7 @@ from .seams import (
     use_backend,
 )
 from .seams.batch import cancelled, ended, session_of
+from .spend import Account, Amount, Budget, Ledger
 from .tools import Tool, ToolContext, ToolTimeoutError
 from .toolsets import close_toolsets, owning_toolsets
 from .usage import Cost, Usage
@@ -77,13 +79,17 @@ __all__ = [
     "AbortController",
     "AbortSignal",
     "AbortWatch",
+    "Account",
     "AgentReport",
+    "Amount",
     "AssistantMessage",
     "Backend",
     "BackendPlugin",
     "BatchExecution",
     "BatchItem",
     "BatchPool",
+    "Budget",
+    "BudgetExceededError",
     "Cost",
     "Deliver",
     "Done",
@@ -92,6 +98,7 @@ __all__ = [
     "InFlight",
     "InputError",
     "Job",
+    "Ledger",
     "LocalSessions",
     "Memory",
     "Message",

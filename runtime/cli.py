@@ -113,6 +113,23 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--cache-ttl", type=float, default=None, help="seconds a cached reply is kept"
     )
     batch.add_argument(
+        "--budget-usd", type=float, default=None, help="the whole job's budget in USD"
+    )
+    batch.add_argument(
+        "--estimate",
+        action="store_true",
+        help="run a random sample of the job (--sample items) and print its projected "
+        "cost, tokens and time; nothing else runs",
+    )
+    batch.add_argument(
+        "--confirm-over",
+        type=float,
+        default=None,
+        metavar="USD",
+        help="estimate first, and ask before running a job estimated over USD",
+    )
+    batch.add_argument("--sample", type=int, default=50, help="items an estimate runs")
+    batch.add_argument(
         "--backend",
         choices=["ray", "local"],
         default=None,

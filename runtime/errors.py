@@ -13,6 +13,7 @@ __all__ = [
     "AttachmentError",
     "AuthenticationError",
     "AwaitingApprovalError",
+    "BudgetExceededError",
     "ContentFilterError",
     "ContextLengthExceededError",
     "DriftError",
@@ -206,6 +207,16 @@ class ProviderBatchExpiredError(ProviderError):
     """
 
     code = "PROVIDER_BATCH_EXPIRED"
+
+
+class BudgetExceededError(RaygentError):
+    """A request's worst case (its input, estimated, plus its `max_tokens` of output, at
+    the model's prices) did not fit what is left of a budget: it was not sent. Not
+    retryable. details: budget ("run" or "job"), dimension (usd, tokens, input_tokens,
+    output_tokens, requests), limit, spent, reserved, needed."""
+
+    code = "BUDGET_EXCEEDED"
+    category = "budget"
 
 
 class AgentCancelledError(RaygentError):

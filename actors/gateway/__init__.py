@@ -6,6 +6,9 @@ actor      `Gateway`: the detached gateway actor that owns the bounds and leases
 ledger     one endpoint's bound as its gateway keeps it (`Ledger`, `Bounds`): plain Python
 lease      `EndpointLease`: a process's lease on one endpoint's bound, admitting requests
 sends      sending one request inside a lease: admission, 429 retries, the trip's record
+budgets    `RayBudgets` (the `budgets` seam): a job's budget kept by the gateway
+budget_book   one job's budget as its gateway keeps it (`BudgetBook`): plain Python
+budget_lease  `BudgetLease`: a process's lease on a job's budget, reserving requests
 
 May import raygent, raygent.backend, raygent.stores, Ray and the shared helpers of
 raygent.actors (`_options`, `_ray`); nothing of the other subpackages.

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .budget_book import BudgetBook, Claim, Slice
 from .ledger import Bounds, Grant, Ledger, Report
 
 __all__ = ["Gateway", "GatewayClosedError"]
@@ -56,6 +57,7 @@ class Gateway:
         self.incarnation = uuid.uuid4().hex[:12]
         self._claims_until = time.monotonic() + lease_ttl if restarted else 0.0
         self._endpoints: dict[str, _Endpoint] = {}
+        self._books: dict[str, BudgetBook] = {}  # jobs' budgets, by job key
         self._on_idle = on_idle
         self._idle_since = time.monotonic()
         self._closing = False
@@ -85,6 +87,28 @@ class Gateway:
         return endpoint.ledger.grant_for(
             holder_id, self.incarnation, time.monotonic(), self.lease_ttl
         )
+
+    async def budget(
+        self, key: str, limits: tuple[float, ...], holder_id: str, claim: Claim
+    ) -> Slice:
+        """Apply a holder's claim on the job `key`'s budget (made with `limits` by the
+        first to ask) and answer with its slice (`budget_book`); answered at once."""
+        if self._closing:
+            raise GatewayClosedError(f"gateway {self.incarnation} is closing")
+        self._start()
+        self.syncs += 1
+        book = self._books.get(key)
+        if book is None:
+            book = self._books[key] = BudgetBook(limits)
+        return book.claim(holder_id, claim, self.incarnation, time.monotonic(), self.lease_ttl)
+
+    async def budget_stats(self, key: str | None) -> dict[str, object]:
+        """One job's budget as the book keeps it (limits, spent, reserved, holders);
+        with no key, every job's, by key."""
+        if key is None:
+            return {k: book.stats() for k, book in self._books.items()}
+        book = self._books.get(key)
+        return {} if book is None else book.stats()
 
     async def release(self, key: str, holder_id: str, returned: tuple[float, float]) -> None:
         """A holder gives its slice (and unused rate budget) back."""
@@ -164,6 +188,8 @@ class Gateway:
             for endpoint in self._endpoints.values():
                 self._wake(endpoint, endpoint.ledger.rebalance(now))
                 held = held or bool(endpoint.ledger.holders)
+            for book in self._books.values():
+                held = book.expire(now) or held
             if held:
                 self._idle_since = now
             elif now - self._idle_since >= self.idle_timeout and self._on_idle is not None:

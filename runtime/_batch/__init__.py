@@ -10,6 +10,7 @@ durable       durable items: each item's run named by its key, so an attempt res
 sources       where items come from (lists, iterables, JSONL / CSV / Parquet, datasets)
 sinks         where results go (JSONL, Parquet), and what `resume` skips
 progress      the bar; report: `BatchReport`; _html: the notebook view of a result
+estimate      `estimate`, `Estimate`: a job's cost projected from a random sample run
 cli           `raygent batch MODULE:AGENT INPUT -o OUTPUT`
 provider      `ProviderBatch`: trips through the providers' batch APIs (half price);
 provider_job  such a job's checks, ledger, pool, and the lines set around each attempt
@@ -18,11 +19,11 @@ item_lines    each attempt's trips as lines (to the pool, or a Ray runner's rela
 ledger        what a job sent by batch, beside its sink, for a resume after a crash
 
 A private name: `raygent.batch` is the public function, which a subpackage would shadow.
-May import the base, models (the providers' batch APIs), seams, observers and
-durable (the types of `durable=` and approvals); never agents or flows (it runs any
-executable, through its methods). The Ray batch runners (raygent.actors) run engine's
-core; this package reaches them only through the backend (and cli, through importlib,
-to ship a target by value on Ray).
+May import the base, models (the providers' batch APIs), seams, the cache and spend
+(a job's cache and budget), observers and durable (the types of `durable=` and
+approvals); never agents or flows (it runs any executable, through its methods). The
+Ray batch runners (raygent.actors) run engine's core; this package reaches them only
+through the backend (and cli, through importlib, to ship a target by value on Ray).
 """
 
 from .call import (
@@ -35,6 +36,7 @@ from .call import (
     batch,
     batch_sync,
 )
+from .estimate import Estimate, estimate
 from .provider import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "BatchOptions",
     "BatchReport",
     "BatchResult",
+    "Estimate",
     "InputError",
     "ProviderBatch",
     "ProviderBatchInfo",
@@ -49,4 +52,5 @@ __all__ = [
     "Retry",
     "batch",
     "batch_sync",
+    "estimate",
 ]

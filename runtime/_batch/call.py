@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import inspect
 import os
+import uuid
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -34,11 +36,20 @@ from ..seams.batch import Attempt, BatchItem, Deliver, Feed, Job, Outcome, cance
 from ..seams.contract import Backend, BatchExecution, BatchPool, PoolPlan
 from ..seams.registry import current_backend
 from ..seams.retry import Retry
+from ..spend import Budget, BudgetReport, Ledger, amount_of, pricing_of
 from ..usage import Usage
 from ._html import batch_html
 from .durable import BATCH_ITEMS, BATCH_RUNS, durable_items, item_runs
 from .engine import InFlight
-from .exec import InputError, ItemKey, JobMaker, attempt_for, grace_for, is_runnable
+from .exec import (
+    BATCH_BUDGET,
+    InputError,
+    ItemKey,
+    JobMaker,
+    attempt_for,
+    grace_for,
+    is_runnable,
+)
 from .lines import LinePool
 from .progress import Progress, wants_progress
 from .provider import ProviderBatch
@@ -103,6 +114,11 @@ class BatchOptions(TypedDict, total=False):
         from it, with no HTTP (rides with the run options, to the Ray runners too): a
         finished batch run again sends nothing; a resumed one pays only for what it had
         not received.
+    budget: a `raygent.Budget` for the whole job, shared by its runs (on Ray, held by
+        the gateway cluster-wide). A request whose worst case does not fit is not sent:
+        its item fails `BUDGET_EXCEEDED` (not retried), the items in flight finish, and
+        the items not started end with that error; the report's `budget` shows spent,
+        reserved and left. Needs an agent (flows and plain callables are not held yet).
     """
 
     concurrency: int
@@ -120,6 +136,7 @@ class BatchOptions(TypedDict, total=False):
     provider_batch: bool | ProviderBatch | None
     deadline: float | datetime | None
     cache: ResponseCache | None
+    budget: Budget | None
 
 
 @dataclass(frozen=True)
@@ -140,6 +157,7 @@ class _Plan:
     approvals: Mapping[Any, Mapping[str, Decision]] | None = None
     provider_batch: ProviderBatch | None = None
     deadline: float | None = None  # time.time() by which the job must be done
+    budget: Budget | None = None
 
     @classmethod
     def of(cls, options: BatchOptions) -> _Plan:
@@ -186,6 +204,7 @@ class _Plan:
             approvals=approvals,
             provider_batch=provider_batch,
             deadline=_deadline(options.get("deadline"), provider_batch),
+            budget=_budget(options.get("budget")),
         )
 
 
@@ -205,6 +224,12 @@ def _deadline(value: float | datetime | None, provider_batch: ProviderBatch | No
     if provider_batch is None:
         raise ValueError("deadline= is for provider_batch= jobs (what cannot wait goes online)")
     return deadline_of(value)
+
+
+def _budget(budget: Budget | None) -> Budget | None:
+    if budget is not None and not isinstance(budget, Budget):
+        raise TypeError(f"budget= takes raygent.Budget(...), not {budget!r}")
+    return budget
 
 
 def _runners(runners: int | None) -> int | None:
@@ -289,6 +314,10 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     plan = _Plan.of(options)
     if plan.durable is not None and not callable(getattr(executable, "is_stored", None)):
         raise TypeError("durable= needs an agent (something with resume(run_id))")
+    ledger = _job_ledger(executable, plan)
+    if ledger is not None:
+        held = {**(plan.run_options or {}), BATCH_BUDGET: ledger}
+        plan = dataclasses.replace(plan, run_options=held)
     attempt = attempt_for(executable, plan.run_options)
     lines: LinePool | None = None
     if plan.provider_batch is not None:
@@ -319,7 +348,35 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     result = collector.result()
     if lines is not None:
         result.report.provider_batch = lines.summary
+    if ledger is not None and plan.budget is not None:
+        _spent, reserved = await ledger.standing()
+        result.report.budget = BudgetReport.of(plan.budget, amount_of(result.usage), reserved)
     return result
+
+
+def _job_ledger(executable: Any, plan: _Plan) -> Ledger | None:
+    """The job's budget, held by the executable's backend (Ray: its gateway); checked
+    before anything runs."""
+    budget = plan.budget
+    if budget is None:
+        return None
+    if not is_runnable(executable) or not hasattr(executable, "budget"):
+        # Only an agent holds its requests to a job's ledger (`job_budget=`): a flow's
+        # or a plain callable's would run unheld.
+        raise TypeError("budget= needs an agent (flows and plain callables are not held yet)")
+    if budget.usd is not None and not budget.counts_tokens:
+        model = getattr(executable, "model", None)
+        for each in getattr(model, "models", None) or ([model] if model is not None else []):
+            if pricing_of(each) is None:
+                raise ValueError(
+                    f"a dollar budget cannot be held: the pricing of {each.provider} "
+                    f"{each.name!r} is unknown; declare pricing=raygent.Pricing(...) on the "
+                    "model, or give a token budget too"
+                )
+    backend = getattr(executable, "backend", None)
+    if not isinstance(backend, Backend):
+        backend = current_backend()
+    return backend.budgets.job(budget, uuid.uuid4().hex)
 
 
 _interruptible: contextvars.ContextVar[bool] = contextvars.ContextVar(

@@ -8,15 +8,19 @@ import os
 import sys
 from typing import Any
 
+from .._sync import run_sync
 from ..cache import ResponseCache
 from ..errors import InvalidOptionsError
 from ..seams import backend_plugin, current_backend, init
+from ..spend import Budget
 from .call import BatchOptions, BatchResult, Retry, batch_sync
+from .estimate import Estimate, estimate
 from .provider import ProviderBatch
 
 __all__ = ["load_target", "run_batch_command"]
 
 INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT
+DECLINED = 3  # the job was estimated over --confirm-over and the answer was no
 
 
 def run_batch_command(args: argparse.Namespace) -> int:
@@ -34,6 +38,8 @@ def run_batch_command(args: argparse.Namespace) -> int:
             if (value := getattr(args, name, None)) is not None
         }
         options["provider_batch"] = ProviderBatch(**timing)
+    if getattr(args, "budget_usd", None) is not None:
+        options["budget"] = Budget(usd=args.budget_usd)
     try:
         if args.cache is not None:
             options["cache"] = ResponseCache.at(args.cache, ttl=args.cache_ttl)
@@ -41,6 +47,9 @@ def run_batch_command(args: argparse.Namespace) -> int:
             init(args.backend)
         executable = load_target(args.target)
         _ship_by_value(args.target)
+        declined = _estimated(executable, args)
+        if declined is not None:
+            return declined
         result = batch_sync(executable, args.input, **options)
     except (
         ImportError,
@@ -57,6 +66,27 @@ def run_batch_command(args: argparse.Namespace) -> int:
     if report.stopped is not None and report.stopped.startswith("cancelled"):
         return INTERRUPTED
     return 0 if result.ok else 1
+
+
+def _estimated(executable: Any, args: argparse.Namespace) -> int | None:
+    """`--estimate`: print the estimate, and stop (0). `--confirm-over USD`: print it,
+    and ask before a job estimated over USD (no: stop, `DECLINED`). None: run the job."""
+    confirm = getattr(args, "confirm_over", None)
+    if not getattr(args, "estimate", False) and confirm is None:
+        return None
+    guess: Estimate = run_sync(
+        lambda: estimate(executable, args.input, sample=args.sample, concurrency=args.concurrency)
+    )
+    print(f"estimate: {guess}", file=sys.stderr)
+    if args.estimate or confirm is None:
+        return 0
+    over = guess.cost_usd is None or (guess.cost_usd_high or guess.cost_usd) > confirm
+    if not over:
+        return None
+    print(f"the job may cost over ${confirm:,.2f}; run it? [y/N] ", end="", file=sys.stderr)
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
+    return None if answer in ("y", "yes") else DECLINED
 
 
 def load_target(target: str) -> Any:
@@ -100,6 +130,12 @@ def summary(result: BatchResult) -> str:
         line += f"\ncache: {r.cache_hits} trips answered, ${r.saved:.4f} saved"
     if r.errors:
         line += "\nerrors: " + ", ".join(f"{code} x{n}" for code, n in sorted(r.errors.items()))
+    if r.budget is not None:
+        b = r.budget
+        line += (
+            f"\nbudget: ${b.spent.usd:,.4f} spent, ${b.reserved.usd:,.4f} reserved, "
+            f"{_left(b.left.get('usd'))} left"
+        )
     if r.stopped:
         line += f"\nstopped: {r.stopped}"
     spent = r.provider_batch
@@ -108,3 +144,7 @@ def summary(result: BatchResult) -> str:
         if spent.cost is not None and spent.online_cost is not None:
             line += f", ${spent.cost:.4f} (online: ${spent.online_cost:.4f})"
     return line
+
+
+def _left(usd: float | None) -> str:
+    return "no limit" if usd is None else f"${usd:,.4f}"

@@ -14,14 +14,16 @@ from typing import Any, TypeAlias, cast
 
 from .._message_input import as_messages
 from ..abort import AbortSignal
-from ..errors import AbortedError, RaygentError
+from ..errors import AbortedError, BudgetExceededError, RaygentError
 from ..messages import MESSAGE_TYPES, ImagePart, TextPart
 from ..observers.report import AgentResult
 from ..seams.batch import EMPTY_USAGE, Attempt, Job, Outcome
+from ..spend import Ledger
 from ..usage import Usage
 from .durable import BATCH_ITEMS, BATCH_RUNS, DurableItems, ItemRuns, attempt_usage
 
 __all__ = [
+    "BATCH_BUDGET",
     "InputError",
     "ItemKey",
     "JobMaker",
@@ -33,6 +35,8 @@ __all__ = [
 ]
 
 ItemKey: TypeAlias = "str | Callable[[Any], Any]"
+# The run option that carries a batch's job budget (its ledger) to every attempt.
+BATCH_BUDGET = "job_budget"
 RUN_GRACE = 5.0
 # An agent's item may name the session it runs in (the agent needs `memory=`).
 SESSION_FIELDS = frozenset({"session_id", "user_id"})
@@ -158,10 +162,13 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
         options = {k: v for k, v in (run_options or {}).items() if k != "signal"}
         durable_runs = cast("DurableItems | None", options.pop(BATCH_RUNS, None))
         item_runs = cast("ItemRuns | None", options.pop(BATCH_ITEMS, None))
+        job_budget = cast("Ledger | None", options.get(BATCH_BUDGET))
         # Only an agent with memory writes its item's session (the others ignore it).
         on_sessions = item_runs is not None and getattr(executable, "memory", None) is not None
 
         async def run(job: Job, signal: AbortSignal) -> Outcome:
+            if job_budget is not None and job_budget.exhausted is not None:
+                return Outcome("failed", error=_not_started(job_budget.exhausted))
             meta = job.meta
             item_options = options
             if meta is not None and not SESSION_FIELDS.isdisjoint(meta):
@@ -214,6 +221,14 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
         return outcome_of(value)
 
     return call
+
+
+def _not_started(exhausted: BudgetExceededError) -> BudgetExceededError:
+    """The error of an item a batch did not start: its job's budget ran out."""
+    details = {**exhausted.details, "started": False}
+    return BudgetExceededError(
+        f"the job's budget ran out; the item was not started ({exhausted.message})", **details
+    )
 
 
 def grace_for(executable: Any) -> float:

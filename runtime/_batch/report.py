@@ -10,6 +10,7 @@ import time
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..seams.batch import BatchItem
+from ..spend import BudgetReport
 from ..usage import Usage
 from .provider import ProviderBatchSummary
 
@@ -53,6 +54,7 @@ class BatchReport(BaseModel):
     # those replies cost when they were paid (USD), each item's last attempt counted.
     cache_hits: int = 0
     saved: float = 0.0
+    budget: BudgetReport | None = None
 
 
 class Tally:

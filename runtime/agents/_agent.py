@@ -34,8 +34,10 @@ from ..observers.delivery import observers_for, own_observers
 from ..observers.events import Dispatcher, Event, EventHandler, Handlers, handler_list
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
+from ..seams.budgeted import budgeted
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
+from ..spend import Budget, Ledger, LocalLedger
 from ..tools import Tool, ToolContext, tool
 from ..toolsets import Toolset
 from ._durable_api import DurableRuns, journal_for
@@ -87,7 +89,11 @@ class Agent(DurableRuns):
         durable: Durable | None = None,
         approval_handler: ApprovalHandler | None = None,
         cache: ResponseCache | None = None,
+        budget: Budget | None = None,
     ) -> None:
+        if budget is not None and not isinstance(budget, Budget):
+            raise TypeError("budget= takes raygent.Budget(...)")
+        self.budget = budget
         if durable is not None and not isinstance(durable, Durable):
             raise TypeError("durable= takes raygent.Durable(store=...)")
         self.model = model
@@ -337,7 +343,7 @@ class Agent(DurableRuns):
         guard = options.get("streaming_tool_guard")
         config = RunConfig(
             model=self.model,
-            backend=self.backend or current_backend(),
+            backend=budgeted(self.backend or current_backend(), self._ledgers(options)),
             tools=self.tools,
             options=model_options,
             output=output,
@@ -359,6 +365,20 @@ class Agent(DurableRuns):
             cache=_checked_cache(options.get("cache", self.cache)),
         )
         return config, system
+
+    def _ledgers(self, options: RunOptions) -> list[Ledger]:
+        """The budgets this run is held to: the call's and the agent's (each a ledger of
+        this run's own), and its job's (shared)."""
+        ledgers: list[Ledger] = []
+        for budget in (options.get("budget"), self.budget):
+            if budget is not None:
+                if not isinstance(budget, Budget):
+                    raise TypeError("budget= takes raygent.Budget(...)")
+                ledgers.append(LocalLedger(budget))
+        job = options.get("job_budget")
+        if job is not None:
+            ledgers.append(job)
+        return ledgers
 
     def _bare_config(self, streaming: bool) -> RunConfig:
         """The configuration of a run whose own options could not be resolved."""
@@ -427,6 +447,7 @@ def agent(
     durable: Durable | None = None,
     approval_handler: ApprovalHandler | None = None,
     cache: ResponseCache | None = None,
+    budget: Budget | None = None,
 ) -> Agent:
     """Build an agent. See `Agent.execute` for a run and `RunOptions` for per-call options.
 
@@ -441,6 +462,8 @@ def agent(
     after every settled trip (see `Agent.resume`); `approval_handler=` answers tools that
     need approval in-process. `cache=raygent.ResponseCache(...)` answers a request the
     cache has seen from it, with no HTTP (a call's `cache=` overrides it; None: off).
+    `budget=raygent.Budget(...)` holds each run to what it may spend (a call's `budget=`
+    holds as well).
     """
     return Agent(
         model=model,
@@ -466,6 +489,7 @@ def agent(
         durable=durable,
         approval_handler=approval_handler,
         cache=cache,
+        budget=budget,
     )
 
 

@@ -18,6 +18,7 @@ from ..observers import Observe
 from ..observers.events import Handlers
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
+from ..spend import Budget, Ledger
 from ._guard import GuardSetting
 from .output import Repair
 
@@ -72,6 +73,10 @@ class RunOptions(TypedDict, total=False):
     observe: Observe
     # Replies kept by request (`raygent.ResponseCache`); None: this call sends every trip.
     cache: ResponseCache | None
+    # What this run may spend (raygent.Budget); the agent's own `budget=` holds as well.
+    budget: Budget | None
+    # Internal: the job's ledger (a batch's `budget=`), shared by every run of the job.
+    job_budget: Ledger | None
     # Durable runs (see raygent.Durable and Agent.resume).
     durable: Durable | None
     run_id: str | None

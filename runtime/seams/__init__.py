@@ -9,18 +9,22 @@ local         the seams implemented in this process: `LOCAL`
 registry      `init`, `current_backend`, `use_backend`: the backend of this process, and
               `backend_plugin`: a backend found through the entry-point group
               `raygent.backends`, never imported by name
+budgeted      `budgeted`, `BudgetedAccess`: a run's model access held to its budgets
 _endpoint_bound  an endpoint's bound in this process (each request under its own limit)
 
-May import the base, models' contract and memory (session persistence). Never a backend:
+May import the base, models' contract, spend (budgets) and memory (session
+persistence). Never a backend:
 raygent.actors plugs in at run time through the registry.
 """
 
 from .batch import EMPTY_USAGE, BatchItem, Deliver, Feed, ItemStatus, Job, Outcome
+from .budgeted import BudgetedAccess, budgeted
 from .contract import (
     Backend,
     BackendPlugin,
     BatchExecution,
     BatchPool,
+    Budgets,
     ModelAccess,
     PoolPlan,
     ToolExecution,
@@ -37,6 +41,8 @@ __all__ = [
     "BatchExecution",
     "BatchItem",
     "BatchPool",
+    "BudgetedAccess",
+    "Budgets",
     "Deliver",
     "Feed",
     "ItemStatus",
@@ -49,6 +55,7 @@ __all__ = [
     "Retry",
     "ToolExecution",
     "backend_plugin",
+    "budgeted",
     "closing_stream",
     "current_backend",
     "init",

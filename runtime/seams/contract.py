@@ -18,6 +18,7 @@ from ..abort import AbortSignal
 from ..memory import LocalSessions, SessionPersistence
 from ..messages import Message
 from ..models.contract import Model, ModelOptions, ModelResponse, StreamChunk
+from ..spend import Budget, Ledger, LocalBudgets
 from .batch import Deliver, Feed
 from .retry import Retry
 
@@ -31,6 +32,7 @@ __all__ = [
     "BackendPlugin",
     "BatchExecution",
     "BatchPool",
+    "Budgets",
     "ModelAccess",
     "PoolPlan",
     "ToolExecution",
@@ -119,6 +121,15 @@ class PoolPlan:
     deadline: float | None = None
 
 
+class Budgets(Protocol):
+    """Where a job's budget is held (`spend.LocalBudgets`: in this process; Ray: by its
+    gateway, every process leasing slices of it)."""
+
+    def job(self, budget: Budget, key: str) -> Ledger:
+        """The ledger of the job `key` (picklable: each process that unpickles it holds
+        the same budget)."""
+
+
 class BackendPlugin(Protocol):
     """What a backend package registers under the entry-point group `raygent.backends`
     (raygent.actors registers `ray`); the core reaches a backend only through this."""
@@ -150,3 +161,4 @@ class Backend:
     tools: ToolExecution
     sessions: SessionPersistence = field(default_factory=LocalSessions)
     batches: BatchExecution | None = None
+    budgets: Budgets = field(default_factory=LocalBudgets)

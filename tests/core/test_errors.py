@@ -73,6 +73,7 @@ EXPECTED: dict[type[RaygentError], tuple[str, str, bool]] = {
     errors.ProviderResponseError: ("PROVIDER_BAD_RESPONSE", "provider", True),
     errors.AgentCancelledError: ("AGENT_CANCELLED", "cancelled", False),
     errors.MaxTripsError: ("AGENT_MAX_TRIPS", "agent", False),
+    errors.BudgetExceededError: ("BUDGET_EXCEEDED", "budget", False),
     errors.AgentIncompleteError: ("AGENT_INCOMPLETE", "incomplete", False),
     errors.SchemaValidationError: ("OUTPUT_VALIDATION", "output", False),
     errors.ToolExecutionError: ("TOOL_EXECUTION", "tool", False),
