@@ -71,6 +71,8 @@ EXPECTED: dict[type[RaygentError], tuple[str, str, bool]] = {
     errors.RefusalError: ("MODEL_REFUSAL", "provider", False),
     ServerError: ("PROVIDER_SERVER_ERROR", "provider", True),
     errors.ProviderResponseError: ("PROVIDER_BAD_RESPONSE", "provider", True),
+    errors.ProviderBatchError: ("PROVIDER_BATCH", "provider", False),
+    errors.ProviderBatchExpiredError: ("PROVIDER_BATCH_EXPIRED", "provider", False),
     errors.AgentCancelledError: ("AGENT_CANCELLED", "cancelled", False),
     errors.MaxTripsError: ("AGENT_MAX_TRIPS", "agent", False),
     errors.BudgetExceededError: ("BUDGET_EXCEEDED", "budget", False),
