@@ -278,3 +278,41 @@ async def _openai_batch(sim: object, batch_id: str) -> dict:
             headers={"authorization": "Bearer sk-test"},
         )
     return reply.json()
+
+
+async def test_trips_that_cannot_wait_for_a_batch_go_online() -> None:
+    async with serve(TOOL_ROUND) as sim:
+        bot = raygent.agent(model=model_for("chat", sim), tools=[lookup])
+        items = [
+            {"input": "later", "key": "later"},
+            {"input": "now", "key": "now", "deadline": 0},  # due at once: online
+        ]
+        result = await raygent.batch(bot, items, provider_batch=QUICK, progress=False)
+        stats = sim.stats()
+    later, now = result.items
+    assert [t.via for t in later.result.report.trips] == ["batch", "batch"]
+    assert [t.via for t in now.result.report.trips] == ["online", "online"]
+    assert online_requests(stats) == 2 and stats.batch_lines == 2
+    summary = result.report.provider_batch
+    assert summary is not None and summary.online_lines == 2
+    with pytest.raises(ValueError, match="provider_batch"):
+        await raygent.batch(bot, items, deadline=60, progress=False)
+
+
+async def test_a_fallback_goes_to_the_next_models_batch_api() -> None:
+    script = [
+        Rule(match=Match(api="anthropic"), reply=Reply(fault=Fault(kind="status", status=529))),
+        Rule(reply=Reply(text="from openai")),
+    ]
+    async with serve(script) as sim:
+        model = raygent.fallback_model([model_for("anthropic", sim), model_for("chat", sim)])
+        result = await raygent.batch(
+            raygent.agent(model=model), ["q"], provider_batch=QUICK, progress=False
+        )
+        stats = sim.stats()
+    (item,) = result.items
+    assert item.status == "completed" and item.data == "from openai"
+    (trip,) = item.result.report.trips
+    assert trip.via == "batch" and trip.provider_batch.startswith("batch_")  # OpenAI's
+    assert [a["provider"] for a in trip.attempts] == ["anthropic"]  # the line that failed
+    assert online_requests(stats) == 0 and stats.batch_lines == 2
