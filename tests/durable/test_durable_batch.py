@@ -194,3 +194,38 @@ async def test_a_new_durable_item_starts_without_a_refused_resume(tmp_path: Path
     seen = events.read_text().splitlines()
     # Each item ran once, as a new run: no failed "not found" resume came first.
     assert seen.count("agent.starting") == 2 and "agent.errored" not in seen
+
+
+async def test_durable_runs_with_approvals_go_by_provider_batch(tmp_path: Path) -> None:
+    # The same job as above, its trips as lines of provider batches (issue #29).
+    sent, sink = tmp_path / "sent", tmp_path / "out.jsonl"
+    store = SQLiteStore(tmp_path / "runs.db")
+    items = [{"key": name, "input": f"Message {name}."} for name in ("x", "y", "z")]
+    lines = raygent.ProviderBatch(gather_seconds=0.1, poll_seconds=0.02)
+    async with serve(SCRIPT) as sim:
+        bot = raygent.agent(model=model("openai", sim), tools=make_tools(sent))
+        durable = Durable(store=store)
+        first = await raygent.batch(
+            bot, items, sink=sink, durable=durable, provider_batch=lines, progress=False
+        )
+        decisions = {
+            item.key: {p.call_id: Approve() for p in item.result.pending} for item in first.items
+        }
+        second = await raygent.batch(
+            bot,
+            items,
+            sink=sink,
+            resume=True,
+            durable=durable,
+            approvals=decisions,
+            provider_batch=lines,
+            progress=False,
+        )
+        stats = sim.stats()
+    await store.aclose()
+    assert [i.status for i in first.items] == ["awaiting_approval"] * 3
+    assert second.ok, second.report
+    assert sorted(executions(sent)) == sorted(["send ann", "send bob"] * 3)
+    assert stats.batch_lines == 6 and stats.requests == stats.batch_calls  # none online
+    for item in second.items:
+        assert {t.via for t in item.result.report.trips} == {"batch"}
