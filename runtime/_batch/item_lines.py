@@ -180,10 +180,11 @@ class ItemLines:
 class _LineAccess:
     """A trip's model access: by batch where the model has a batch API, else online."""
 
-    __slots__ = ("lines", "online", "trip")
+    __slots__ = ("asked", "lines", "online", "trip")
 
     def __init__(self, lines: ItemLines, online: ModelAccess, trip: int) -> None:
         self.lines, self.online, self.trip = lines, online, trip
+        self.asked = 0
 
     async def complete(
         self,
@@ -197,7 +198,9 @@ class _LineAccess:
             routed: Model = through(self)
             return await routed.complete(messages, options, signal=signal)
         lines = self.lines
-        if batch_api_of(model) is None or lines.must_go_online():
+        self.asked += 1  # a fallback's models, one after another
+        late = self.asked > 1 and lines.pool.fallback == "online"
+        if late or batch_api_of(model) is None or lines.must_go_online():
             _note_online(lines)
             return await self.online.complete(model, messages, options, signal)
         body = model.request_body(messages, options, stream=False)  # type: ignore[attr-defined]

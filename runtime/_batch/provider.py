@@ -32,6 +32,9 @@ class ProviderBatch(BaseModel):
         online now, "fail" ends its trip with `ProviderBatchExpiredError`.
     cancel_on_interrupt: on Ctrl-C (or the job's signal) cancel the batches that are
         out; else they are left for a resumed job to collect.
+    fallback: where a fallback model's next models are asked once a line of the one
+        before failed: "batch" (their batch APIs, where they have one, else online) or
+        "online" (at once, at the online price).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -40,6 +43,7 @@ class ProviderBatch(BaseModel):
     poll_seconds: float = Field(default=30.0, gt=0)
     on_expired: Literal["retry", "online", "fail"] = "retry"
     cancel_on_interrupt: bool = True
+    fallback: Literal["batch", "online"] = "batch"
 
 
 class ProviderBatchInfo(BaseModel):

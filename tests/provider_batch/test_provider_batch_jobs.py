@@ -299,20 +299,26 @@ async def test_trips_that_cannot_wait_for_a_batch_go_online() -> None:
         await raygent.batch(bot, items, deadline=60, progress=False)
 
 
-async def test_a_fallback_goes_to_the_next_models_batch_api() -> None:
+@pytest.mark.parametrize("fallback", ["batch", "online"])
+async def test_a_fallback_goes_to_the_next_models_batch_api_or_online(fallback: str) -> None:
     script = [
         Rule(match=Match(api="anthropic"), reply=Reply(fault=Fault(kind="status", status=529))),
         Rule(reply=Reply(text="from openai")),
     ]
     async with serve(script) as sim:
         model = raygent.fallback_model([model_for("anthropic", sim), model_for("chat", sim)])
+        options = QUICK.model_copy(update={"fallback": fallback})
         result = await raygent.batch(
-            raygent.agent(model=model), ["q"], provider_batch=QUICK, progress=False
+            raygent.agent(model=model), ["q"], provider_batch=options, progress=False
         )
         stats = sim.stats()
     (item,) = result.items
     assert item.status == "completed" and item.data == "from openai"
     (trip,) = item.result.report.trips
-    assert trip.via == "batch" and trip.provider_batch.startswith("batch_")  # OpenAI's
     assert [a["provider"] for a in trip.attempts] == ["anthropic"]  # the line that failed
-    assert online_requests(stats) == 0 and stats.batch_lines == 2
+    if fallback == "batch":
+        assert trip.via == "batch" and trip.provider_batch.startswith("batch_")  # OpenAI's
+        assert online_requests(stats) == 0 and stats.batch_lines == 2
+    else:
+        assert trip.via == "online" and trip.provider_batch is None
+        assert online_requests(stats) == 1 and stats.batch_lines == 1
