@@ -212,14 +212,7 @@ class HTTPModel:
         self, path: str, body: dict[str, Any], signal: AbortSignal | None
     ) -> AsyncIterator[httpx.Response]:
         """POST `body`; yield the open response once its status is 2xx, else raise typed."""
-        if self._key_required and not self._api_key:
-            # Said before offline mode is: that would hide what the caller must fix.
-            raise self._missing_key()
-        if os.environ.get("RAYGENT_OFFLINE") and self._remote:
-            # The guard tests run under: a real provider call fails loudly, before any I/O.
-            raise OfflineError(
-                f"RAYGENT_OFFLINE is set: refusing to call {self.base_url}", provider=self.provider
-            )
+        self._may_send()
         request = httpx.Request(
             "POST",
             self._url(path),
@@ -227,21 +220,7 @@ class HTTPModel:
             headers=self._request_headers(),
             extensions={"timeout": self._timeouts},
         )
-        client = self._injected_client
-        try:
-            if client is not None:
-                sending = client.send(request, stream=True)
-            else:
-                sending = (await shared_transport()).handle_async_request(request)
-            response = await abortable(sending, signal)
-        except httpx.TransportError as exc:
-            if _timed_out(exc):
-                raise ProviderTimeoutError(
-                    self._transport_text(exc), provider=self.provider
-                ) from None
-            raise ProviderConnectionError(
-                self._connect_text(request.url, exc), provider=self.provider
-            ) from None
+        response = await self._send(request, signal)
         try:
             if response.status_code >= 400:
                 raw = await abortable(self._read(response), signal)
@@ -251,6 +230,35 @@ class HTTPModel:
             yield response
         finally:
             await response.aclose()
+
+    def _may_send(self) -> None:
+        """Raise before any I/O: no key where one is needed (said first: that is what
+        the caller must fix), or offline mode and a URL that leaves the machine."""
+        if self._key_required and not self._api_key:
+            raise self._missing_key()
+        if os.environ.get("RAYGENT_OFFLINE") and self._remote:
+            # The guard tests run under: a real provider call fails loudly, before any I/O.
+            raise OfflineError(
+                f"RAYGENT_OFFLINE is set: refusing to call {self.base_url}", provider=self.provider
+            )
+
+    async def _send(self, request: httpx.Request, signal: AbortSignal | None) -> httpx.Response:
+        """Send `request`, its reply open (streamed); a transport failure raised typed."""
+        client = self._injected_client
+        try:
+            if client is not None:
+                sending = client.send(request, stream=True)
+            else:
+                sending = (await shared_transport()).handle_async_request(request)
+            return await abortable(sending, signal)
+        except httpx.TransportError as exc:
+            if _timed_out(exc):
+                raise ProviderTimeoutError(
+                    self._transport_text(exc), provider=self.provider
+                ) from None
+            raise ProviderConnectionError(
+                self._connect_text(request.url, exc), provider=self.provider
+            ) from None
 
     def _url(self, path: str) -> httpx.URL:
         url = self._urls.get(path)
@@ -318,12 +326,7 @@ class HTTPModel:
     ) -> tuple[bytes, httpx.Response]:
         """A request besides a model call (a batch API's files and jobs): the reply read
         whole; a status of 400 or more raises typed, as a model call's does."""
-        if self._key_required and not self._api_key:
-            raise self._missing_key()
-        if os.environ.get("RAYGENT_OFFLINE") and self._remote:
-            raise OfflineError(
-                f"RAYGENT_OFFLINE is set: refusing to call {self.base_url}", provider=self.provider
-            )
+        self._may_send()
         headers = dict(self._request_headers())
         if files is not None:
             headers.pop("content-type")  # multipart: httpx sets it, with the boundary
@@ -343,21 +346,7 @@ class HTTPModel:
                 method, self._url(path), content=content, headers=headers,
                 extensions={"timeout": self._timeouts},
             )  # fmt: skip
-        client = self._injected_client
-        try:
-            if client is not None:
-                sending = client.send(request, stream=True)
-            else:
-                sending = (await shared_transport()).handle_async_request(request)
-            response = await abortable(sending, signal)
-        except httpx.TransportError as exc:
-            if _timed_out(exc):
-                raise ProviderTimeoutError(
-                    self._transport_text(exc), provider=self.provider
-                ) from None
-            raise ProviderConnectionError(
-                self._connect_text(request.url, exc), provider=self.provider
-            ) from None
+        response = await self._send(request, signal)
         try:
             raw = await abortable(self._read(response), signal)
         finally:
