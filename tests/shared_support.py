@@ -4,6 +4,8 @@ its conftest): every message shape, a model step that hangs."""
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Callable
 from typing import Any
 
 from raygent import (
@@ -71,3 +73,25 @@ class Gate:
     def __call__(self, messages: list[Message], options: ModelOptions) -> Any:
         self.arrived.set()
         return hang()
+
+
+def driver_env(backend: str) -> dict[str, str]:
+    """The environment of a driver process of its own, on `backend` ("local", or "ray":
+    the test session's Ray, which the caller has started)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAYGENT_BACKEND"] = backend
+    if backend == "ray":
+        import ray
+
+        env["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    return env
+
+
+async def until(condition: Callable[[], object], timeout: float = 120.0) -> None:
+    """Wait (bounded) until `condition()` holds, polling: for a state another process
+    writes (a file, a sink), where there is nothing to await."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "not reached in time"
+        await asyncio.sleep(0.01)

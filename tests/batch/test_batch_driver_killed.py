@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 from pathlib import Path
 
 import pytest
+from shared_support import driver_env, until
 
 from raygent.sim import Latency, Match, Reply, Rule, ToolCallReply, serve
 
@@ -53,16 +53,6 @@ RULES = [
 ]
 
 
-def _env(backend: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAYGENT_BACKEND"] = backend
-    if backend == "ray":
-        import ray
-
-        env["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
-    return env
-
-
 def _lines(sink: Path) -> list[str]:
     if not sink.exists():
         return []
@@ -81,9 +71,9 @@ async def test_a_resume_after_the_driver_was_killed_pays_again_only_for_runs_in_
     sink = tmp_path / "out.jsonl"
     with serve(RULES, latency=Latency(fixed_ms=2, jitter_ms=2)) as sim:
         command = [sys.executable, str(script), sim.openai_base_url, str(sink)]
-        driver = await asyncio.create_subprocess_exec(*command, "new", env=_env(backend))
+        driver = await asyncio.create_subprocess_exec(*command, "new", env=driver_env(backend))
         try:
-            await _until(lambda: len(_lines(sink)) >= ITEMS // 3 or driver.returncode is not None)
+            await until(lambda: len(_lines(sink)) >= ITEMS // 3 or driver.returncode is not None)
             assert driver.returncode is None, "the driver ended before it could be killed"
             driver.send_signal(signal.SIGKILL)
             await asyncio.wait_for(driver.wait(), 30)
@@ -95,7 +85,7 @@ async def test_a_resume_after_the_driver_was_killed_pays_again_only_for_runs_in_
         resumed = await asyncio.create_subprocess_exec(
             *command,
             "resume",
-            env=_env(backend),
+            env=driver_env(backend),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
@@ -107,11 +97,3 @@ async def test_a_resume_after_the_driver_was_killed_pays_again_only_for_runs_in_
     again = paid - 2 * ITEMS
     print(f"\n{backend}: {written} items sunk before the kill, {again} requests paid twice")
     assert 0 <= again <= 2 * CONCURRENCY, again
-
-
-async def _until(condition: object, timeout: float = 120.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():  # type: ignore[operator]
-        assert loop.time() < deadline, "not reached in time"
-        await asyncio.sleep(0.01)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sys
 from pathlib import Path
 
 import pytest
 from pb_support import TOOL_ROUND, online_requests
+from shared_support import driver_env, until
 
 import raygent
 import raygent.sim
@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DRIVER = f"""
 import asyncio, sys
 import raygent
-import raygent.sim
 from raygent.models import AnthropicModel, OpenAIModel
 
 @raygent.tool
@@ -52,16 +51,6 @@ async def main(api, url, sink, resume):
 
 asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "resume"))
 """
-
-
-def _env(backend: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAYGENT_BACKEND"] = backend
-    if backend == "ray":
-        import ray
-
-        env["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
-    return env
 
 
 def _submitted(ledger: Path) -> int:
@@ -88,9 +77,9 @@ async def test_a_driver_killed_while_batches_are_out_resumes_them_without_sendin
     async with serve(TOOL_ROUND, batch_seconds=3.0) as sim:
         url = sim.anthropic_base_url if api == "anthropic" else sim.openai_base_url
         command = [sys.executable, str(script), api, url, str(sink)]
-        driver = await asyncio.create_subprocess_exec(*command, "new", env=_env(backend))
+        driver = await asyncio.create_subprocess_exec(*command, "new", env=driver_env(backend))
         try:
-            await _until(lambda: _submitted(ledger) >= 1 or driver.returncode is not None)
+            await until(lambda: _submitted(ledger) >= 1 or driver.returncode is not None)
             assert driver.returncode is None, "the driver ended before it could be killed"
             driver.send_signal(signal.SIGKILL)
             await asyncio.wait_for(driver.wait(), 30)
@@ -102,7 +91,7 @@ async def test_a_driver_killed_while_batches_are_out_resumes_them_without_sendin
         resumed = await asyncio.create_subprocess_exec(
             *command,
             "resume",
-            env=_env(backend),
+            env=driver_env(backend),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
         )
@@ -130,14 +119,6 @@ async def test_a_driver_killed_while_batches_are_out_resumes_them_without_sendin
 
 def _creates(path: str) -> bool:
     return path in ("/v1/batches", "/v1/messages/batches")
-
-
-async def _until(condition: object, timeout: float = 120.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition():  # type: ignore[operator]
-        assert loop.time() < deadline, "not reached in time"
-        await asyncio.sleep(0.01)
 
 
 @pytest.mark.local_only("the provider's API, seen from the pool: no backend involved")
@@ -170,7 +151,7 @@ async def test_the_cli_sends_a_job_by_batch(tmp_path: Path) -> None:
     source.write_text("".join(json.dumps({"input": f"q{i}", "key": i}) + "\n" for i in range(5)))
     sink = tmp_path / "out.jsonl"
     async with serve([raygent.sim.Rule(reply="short")]) as sim:
-        env = {**_env("local"), "RAYGENT_TEST_SIM_URL": sim.openai_base_url}
+        env = {**driver_env("local"), "RAYGENT_TEST_SIM_URL": sim.openai_base_url}
         command = [
             sys.executable,
             "-m",
