@@ -51,13 +51,18 @@ class Ledger:
             shutil.rmtree(folder)
         (folder / "results").mkdir(parents=True, exist_ok=True)
         log = folder / "batches.jsonl"
+        cut = False
         if log.exists():
-            self._load(log)
+            raw = log.read_bytes()
+            self._load(raw)
+            cut = bool(raw) and not raw.endswith(b"\n")
         self._file = open(log, "ab")  # noqa: SIM115 (kept open for the job)
+        if cut:  # a line the kill cut off: the next record starts on a line of its own
+            self._file.write(b"\n")
 
-    def _load(self, log: Path) -> None:
+    def _load(self, content: bytes) -> None:
         by_id: dict[str, SentBatch] = {}
-        for raw in log.read_bytes().splitlines():
+        for raw in content.splitlines():
             try:
                 record = pydantic_core.from_json(raw)
             except ValueError:

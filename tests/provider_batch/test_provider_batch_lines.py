@@ -5,6 +5,7 @@ line of each API; and the batch create requests."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -95,3 +96,32 @@ def _typed(kind: Any, value: dict[str, Any]) -> None:
     TypeAdapter(kind).validate_python(value)
     known = kind.__required_keys__ | kind.__optional_keys__
     assert set(value) <= known, set(value) - known
+
+
+@pytest.mark.local_only("the ledger's file: no backend involved")
+def test_the_ledger_reads_back_what_a_kill_left_and_goes_on_after_a_cut_line(
+    tmp_path: Path,
+) -> None:
+    from raygent._batch.ledger import Ledger, SentBatch
+
+    folder = tmp_path / "out.jsonl.provider-batches"
+    ledger = Ledger(folder, resume=False)
+    sent = SentBatch("rg-j-0", "openai", "http://x/v1", "/v1/chat/completions", ["a", "b"], 1.0)
+    ledger.submitting(sent)
+    ledger.submitted(sent, "batch_1")
+    ledger.ended(sent, "completed", b'{"custom_id": "a"}\n', None)
+    ledger.submitting(SentBatch("rg-j-1", "openai", "http://x/v1", "/v1/x", ["c"], 2.0))
+    ledger.close()
+    log = folder / "batches.jsonl"
+    log.write_bytes(log.read_bytes() + b'{"submitted": "rg-j-1", "i')  # the kill, mid-write
+    again = Ledger(folder, resume=True)
+    assert again.batches["rg-j-0"].results == b'{"custom_id": "a"}\n'
+    assert again.batches["rg-j-1"].id is None  # its naming never made it to the disk
+    again.submitted(again.batches["rg-j-1"], "batch_2")
+    again.close()
+    third = Ledger(folder, resume=True)
+    assert third.batches["rg-j-1"].id == "batch_2"
+    third.close()
+    fresh = Ledger(folder, resume=False)
+    assert fresh.batches == {}  # a new job starts afresh
+    fresh.close()
