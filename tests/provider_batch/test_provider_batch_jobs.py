@@ -322,3 +322,20 @@ async def test_a_fallback_goes_to_the_next_models_batch_api_or_online(fallback: 
     else:
         assert trip.via == "online" and trip.provider_batch is None
         assert online_requests(stats) == 1 and stats.batch_lines == 1
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_a_reply_cut_at_its_output_limit_is_continued_by_batch(api: str) -> None:
+    script = [
+        Rule(match=Match(last_user="story"), reply=Reply(text="Once upon", finish="length")),
+        Rule(reply=Reply(text=" a time.")),
+    ]
+    async with serve(script) as sim:
+        bot = raygent.agent(model=model_for(api, sim), continue_on_output_limit=1)
+        result = await raygent.batch(bot, ["story"], provider_batch=QUICK, progress=False)
+        stats = sim.stats()
+    (item,) = result.items
+    assert item.status == "completed" and item.data == "Once upon a time."
+    trips = item.result.report.trips
+    assert [(t.purpose, t.via) for t in trips] == [("answer", "batch"), ("continuation", "batch")]
+    assert online_requests(stats) == 0 and stats.batch_lines == 2
