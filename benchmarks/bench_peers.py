@@ -300,7 +300,6 @@ async def sim(http: aiohttp.ClientSession, base: str, reset: bool = False) -> di
 
 
 async def measure(args: argparse.Namespace, base: str) -> None:
-    global calls
     http = aiohttp.ClientSession()
     runs: dict[str, Run] = {}
     closers: list[Callable[[], Awaitable[Any]]] = []
@@ -311,7 +310,8 @@ async def measure(args: argparse.Namespace, base: str) -> None:
         except ImportError as exc:
             missing[name] = f"not installed ({exc.name}); pip install -e '.[peers]'"
             continue
-        runs[name], closers = run, [*closers, close]
+        runs[name] = run
+        closers.append(close)
     rates: dict[str, list[float]] = {name: [] for name in runs}
     cpu: dict[str, list[float]] = {name: [] for name in runs}
     peak = 0
