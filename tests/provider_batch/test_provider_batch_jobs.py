@@ -339,3 +339,27 @@ async def test_a_reply_cut_at_its_output_limit_is_continued_by_batch(api: str) -
     trips = item.result.report.trips
     assert [(t.purpose, t.via) for t in trips] == [("answer", "batch"), ("continuation", "batch")]
     assert online_requests(stats) == 0 and stats.batch_lines == 2
+
+
+@pytest.mark.local_only("handlers in this process see the runs' events (on Ray, the runner's)")
+async def test_a_runs_events_fire_as_online() -> None:
+    seen: list[tuple[str, str]] = []
+
+    def note(event: object) -> None:
+        seen.append((getattr(event, "type", ""), str(getattr(event, "run_id", ""))))
+
+    names = ["agent.trip.started", "agent.trip.completed", "agent.tool.called", "agent.completed"]
+    async with serve(TOOL_ROUND) as sim:
+        bot = raygent.agent(model=model_for("chat", sim), tools=[lookup])
+        result = await raygent.batch(
+            bot,
+            ["a", "b"],
+            provider_batch=QUICK,
+            run_options={"on": {name: note for name in names}},
+            progress=False,
+        )
+    assert result.report.succeeded == 2
+    for item in result.items:
+        mine = [kind for kind, run_id in seen if run_id == item.result.run_id]
+        assert mine.count("agent.trip.started") == mine.count("agent.trip.completed") == 2
+        assert mine.count("agent.tool.called") == mine.count("agent.completed") == 1
