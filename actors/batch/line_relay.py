@@ -27,11 +27,16 @@ class LineRelay:
         self._waiting: set[asyncio.Future[Any]] = set()
 
     def take(self, handle: Any, share: str, relayed: Any) -> None:
-        """A runner's lines (custom_id, model, body) and the spend it counted since."""
+        """A runner's lines (custom_id, model, the line's bytes) and the spend it
+        counted since."""
         lines, spend = relayed
         self._pool.add_spend(spend)
-        for custom_id, model, body in lines:
-            future = self._pool.line_future(model, custom_id, body)
+        routes: dict[int, Any] = {}  # a payload's lines share their model object
+        for custom_id, model, line in lines:
+            route = routes.get(id(model))
+            if route is None:
+                route = routes[id(model)] = self._pool.route(model)
+            future = self._pool.line_future(model, route, custom_id, line)
             self._waiting.add(future)
             future.add_done_callback(functools.partial(self._answered, handle, share, custom_id))
 

@@ -213,7 +213,8 @@ class BatchRunner:
             state.wake()
 
     async def answer(self, batch_id: str, answers: list[Any]) -> None:
-        """Replies to lines this runner's runs sent: (custom_id, LineResult, batch id)."""
+        """Replies to lines this runner's runs sent: (custom_id, the line's bytes from
+        its batch's results or a failure the driver's pool made, batch id)."""
         state = self._batches.get(batch_id)
         if state is not None and state.lines is not None:
             state.lines.answer(answers)

@@ -28,6 +28,7 @@ from ..seams.contract import ModelAccess
 from .provider import ProviderBatch
 
 __all__ = [
+    "Answer",
     "ItemLines",
     "LineSender",
     "RelayedLines",
@@ -42,6 +43,11 @@ __all__ = [
 MAX_RESENDS = 3
 
 
+# A line's answer: its bytes from its batch's results (read where the run is), or a
+# failure the pool made (the batch was refused, ended without it); and the batch's id.
+Answer = tuple[bytes | LineResult, str]
+
+
 def batch_api_of(model: Any) -> BatchAPI | None:
     """The batch API of a model, or None (a model or endpoint without one)."""
     api = getattr(model, "batch_api", None)
@@ -53,21 +59,21 @@ def line_token(job: str, key: str) -> str:
     return hashlib.blake2b(f"{job}\0{key}".encode(), digest_size=8).hexdigest()
 
 
-def _digest(body: dict[str, Any]) -> str:
-    return hashlib.blake2b(pydantic_core.to_json(body), digest_size=6).hexdigest()
+def _digest(body: bytes) -> str:
+    return hashlib.blake2b(body, digest_size=6).hexdigest()
 
 
 class LineSender(Protocol):
     """Where an attempt sends its lines: the pool itself, or (on Ray) a runner's way
-    to the driver's pool. Returns the line's result and the provider batch id."""
+    to the driver's pool. `line` is the line encoded by the model's batch API."""
 
     async def line(
         self,
         model: Any,
         custom_id: str,
-        body: dict[str, Any],
+        line: bytes,
         signal: AbortSignal | None,
-    ) -> tuple[LineResult, str]: ...
+    ) -> Answer: ...
 
 
 @dataclass(slots=True)
@@ -107,17 +113,17 @@ class RelayedLines:
 
     def __init__(self, wake: Callable[[], None]) -> None:
         self._wake = wake
-        self._outbox: list[tuple[str, Any, dict[str, Any]]] = []
-        self._waiting: dict[str, asyncio.Future[tuple[LineResult, str]]] = {}
+        self._outbox: list[tuple[str, Any, bytes]] = []
+        self._waiting: dict[str, asyncio.Future[Answer]] = {}
         self._spend = Spend()
 
     async def line(
-        self, model: Any, custom_id: str, body: dict[str, Any], signal: AbortSignal | None
-    ) -> tuple[LineResult, str]:
+        self, model: Any, custom_id: str, line: bytes, signal: AbortSignal | None
+    ) -> Answer:
         future = self._waiting.get(custom_id)
         if future is None:
             future = self._waiting[custom_id] = asyncio.get_running_loop().create_future()
-            self._outbox.append((custom_id, model, body))
+            self._outbox.append((custom_id, model, line))
             self._wake()
         try:
             return await abortable(asyncio.shield(future), signal)
@@ -129,17 +135,17 @@ class RelayedLines:
     def pending(self) -> bool:
         return bool(self._outbox) or self._spend != Spend()
 
-    def take(self) -> tuple[list[tuple[str, Any, dict[str, Any]]], Spend]:
+    def take(self) -> tuple[list[tuple[str, Any, bytes]], Spend]:
         """The lines not yet relayed, and the spend counted since the last take."""
         lines, self._outbox = self._outbox, []
         spend, self._spend = self._spend, Spend()
         return lines, spend
 
-    def answer(self, answers: Sequence[tuple[str, LineResult, str]]) -> None:
-        for custom_id, result, batch_id in answers:
+    def answer(self, answers: Sequence[tuple[str, bytes | LineResult, str]]) -> None:
+        for custom_id, answer, batch_id in answers:
             future = self._waiting.get(custom_id)
             if future is not None and not future.done():
-                future.set_result((result, batch_id))
+                future.set_result((answer, batch_id))
 
     def count(self, model: Any, response: ModelResponse) -> None:
         self._spend.add(spend_of(model, response))
@@ -200,16 +206,20 @@ class _LineAccess:
         lines = self.lines
         self.asked += 1  # a fallback's models, one after another
         late = self.asked > 1 and lines.pool.fallback == "online"
-        if late or batch_api_of(model) is None or lines.must_go_online():
+        api = None if late else batch_api_of(model)
+        if api is None or lines.must_go_online():
             _note_online(lines)
             return await self.online.complete(model, messages, options, signal)
-        body = model.request_body(messages, options, stream=False)  # type: ignore[attr-defined]
-        body.pop("stream", None)
+        request = model.request_body(messages, options, stream=False)  # type: ignore[attr-defined]
+        request.pop("stream", None)
+        body = pydantic_core.to_json(request)  # encoded once, here, where the run is
         base = f"{lines.token}-a{lines.attempt}-t{self.trip}-{_digest(body)}"
         for resend in range(MAX_RESENDS + 1):
             custom_id = base if resend == 0 else f"{base}-r{resend}"
             started = time.monotonic()
-            result, batch_id = await lines.sender.line(model, custom_id, body, signal)
+            line = api.encode(custom_id, body)
+            answer, batch_id = await lines.sender.line(model, custom_id, line, signal)
+            result = answer if isinstance(answer, LineResult) else api.read_line(answer)
             if result.outcome == "succeeded":
                 assert result.body is not None
                 response: ModelResponse = model.batch_reply(result.body)  # type: ignore[attr-defined]

@@ -1,7 +1,9 @@
 """A job's model trips as lines of provider batches: the pool that gathers, submits,
 polls and routes them (`LinePool`; each attempt's way into it: `item_lines`).
 
-A run's trip asks for its reply by a `custom_id` (see `item_lines`): the same run made
+A run's trip asks for its reply by a `custom_id` (see `item_lines`), with its line
+encoded where the run is; the pool answers with the line's bytes from the batch's
+results (read where the run is: on Ray, in the runner). The same run made
 again (a resumed job) asks by the same id, so a line the ledger knows was sent is waited
 for or read back, never sent again. Lines are grouped per endpoint and model, sent once
 no line joined them for `gather_seconds` (or the group is full), and
@@ -32,13 +34,13 @@ from ..errors import (
     ProviderTimeoutError,
     ServerError,
 )
-from ..models.batch_api import BatchAPI, LineResult
+from ..models.batch_api import BatchAPI, LineResult, split_results
 from ..models.contract import ModelResponse
-from .item_lines import Spend, batch_api_of, spend_of
+from .item_lines import Answer, Spend, batch_api_of, spend_of
 from .ledger import Ledger, SentBatch
 from .provider import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
 
-__all__ = ["LinePool"]
+__all__ = ["LinePool", "Route"]
 
 logger = logging.getLogger(__name__)
 # A group of lines still growing is sent anyway once its first line has waited this
@@ -47,6 +49,22 @@ GATHER_CAP = 12
 # Polls of a batch that fail (a 5xx, a 429, the network) back off up to this many periods.
 MAX_BACKOFF = 8.0
 _UNCERTAIN = (ProviderTimeoutError, ProviderConnectionError, ServerError)
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a model's lines go: its batch API and the group of lines it joins."""
+
+    api: BatchAPI
+    key: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, model: Any) -> Route | None:
+        api = batch_api_of(model)
+        if api is None:
+            return None
+        key = (api.provider, model.base_url, model.key_fingerprint, api.endpoint, model.name)
+        return cls(api, key)
 
 
 def _stamp(value: float | None) -> datetime | None:
@@ -58,7 +76,8 @@ class _Group:
     api: BatchAPI
     first: float  # time.monotonic() of its first line, and of its last
     last: float = 0.0
-    lines: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    lines: list[bytes] = field(default_factory=list)
     size: int = 0
     timer: asyncio.TimerHandle | None = None
 
@@ -80,8 +99,8 @@ class LinePool:
         self.ledger = ledger
         self.job = job
         self.summary = ProviderBatchSummary()
-        self._results: dict[str, tuple[LineResult, str]] = {}  # answered, not yet asked for
-        self._futures: dict[str, asyncio.Future[tuple[LineResult, str]]] = {}
+        self._results: dict[str, Answer] = {}  # answered, not yet asked for
+        self._futures: dict[str, asyncio.Future[Answer]] = {}
         # Lines a resumed job finds out in its batches, not asked for again yet.
         self._out_lines: set[str] = set()
         self._groups: dict[tuple[Any, ...], _Group] = {}
@@ -96,42 +115,47 @@ class LinePool:
     # -- asking for a line ----------------------------------------------------------
 
     async def line(
-        self, model: Any, custom_id: str, body: dict[str, Any], signal: AbortSignal | None
-    ) -> tuple[LineResult, str]:
-        api = batch_api_of(model)
-        if api is None:
+        self, model: Any, custom_id: str, line: bytes, signal: AbortSignal | None
+    ) -> Answer:
+        route = Route.of(model)
+        if route is None:
             raise ProviderBatchError(f"{model!r} has no batch API", provider=model.provider)
-        await self._adopt(model, api)
-        return await abortable(asyncio.shield(self._ask(model, api, custom_id, body)), signal)
+        await self._adopt(model, route.api)
+        return await abortable(asyncio.shield(self._ask(route, custom_id, line)), signal)
+
+    @staticmethod
+    def route(model: Any) -> Route | None:
+        """Where `model`'s lines go (None: it has no batch API)."""
+        return Route.of(model)
 
     def line_future(
-        self, model: Any, custom_id: str, body: dict[str, Any]
-    ) -> asyncio.Future[tuple[LineResult, str]]:
+        self, model: Any, route: Route | None, custom_id: str, line: bytes
+    ) -> asyncio.Future[Answer]:
         """`line`, for a caller that waits by callback (the Ray relay: no task a line)."""
-        api = batch_api_of(model)
-        adopted = self._adopted.get((getattr(api, "provider", ""), model.base_url))
-        if api is None or adopted is None or not adopted.done():
-            return asyncio.ensure_future(self.line(model, custom_id, body, None))
-        return self._ask(model, api, custom_id, body)
+        endpoint = None if route is None else (route.api.provider, model.base_url)
+        adopted = self._adopted.get(endpoint) if endpoint is not None else None
+        if route is None or adopted is None or not adopted.done():
+            return asyncio.ensure_future(self.line(model, custom_id, line, None))
+        return self._ask(route, custom_id, line)
 
-    def _ask(
-        self, model: Any, api: BatchAPI, custom_id: str, body: dict[str, Any]
-    ) -> asyncio.Future[tuple[LineResult, str]]:
+    def _ask(self, route: Route, custom_id: str, line: bytes) -> asyncio.Future[Answer]:
         future = self._futures.get(custom_id)
-        if future is None:
-            future = self._futures[custom_id] = asyncio.get_running_loop().create_future()
-            found = self._results.pop(custom_id, None)
-            if found is not None:
-                self._futures.pop(custom_id)
-                future.set_result(found)
-            elif custom_id not in self._out_lines:  # else it is out: its batch answers it
-                self._add(model, api, custom_id, body)
+        if future is not None:
+            return future
+        future = asyncio.get_running_loop().create_future()
+        found = self._results.pop(custom_id, None)
+        if found is not None:
+            future.set_result(found)
+            return future
+        self._futures[custom_id] = future
+        if custom_id not in self._out_lines:  # else it is out: its batch answers it
+            self._add(route, custom_id, line)
         return future
 
-    def _add(self, model: Any, api: BatchAPI, custom_id: str, body: dict[str, Any]) -> None:
-        key = (api.provider, model.base_url, model.key_fingerprint, api.endpoint, model.name)
+    def _add(self, route: Route, custom_id: str, line: bytes) -> None:
+        api, key = route.api, route.key
         cap = min(self.options.max_lines or api.max_lines, api.max_lines)
-        size = api.line_size(custom_id, body)
+        size = len(line) + 1  # and its separator
         group = self._groups.get(key)
         if group is not None and group.size + size > api.max_bytes:
             self._flush(key)
@@ -143,7 +167,8 @@ class LinePool:
                 self.options.gather_seconds, self._due, key
             )
         group.last = now
-        group.lines.append((custom_id, body))
+        group.ids.append(custom_id)
+        group.lines.append(line)
         group.size += size
         if len(group.lines) >= cap:
             self._flush(key)
@@ -181,7 +206,7 @@ class LinePool:
     async def _submit(self, key: tuple[Any, ...], group: _Group) -> None:
         api = group.api
         tag = f"rg-{self.job[:12]}-{next(self._tags)}"
-        ids = [custom_id for custom_id, _ in group.lines]
+        ids = group.ids
         sent = SentBatch(tag, api.provider, key[1], api.endpoint, ids, time.time())
         self.ledger.submitting(sent)
         try:
@@ -229,15 +254,15 @@ class LinePool:
 
     def _fail(self, ids: Sequence[str], where: str, error: ProviderError) -> None:
         for custom_id in ids:
-            self._settle(LineResult(custom_id, "errored", error=error), where)
+            self._settle(custom_id, LineResult(custom_id, "errored", error=error), where)
 
-    def _settle(self, result: LineResult, batch_id: str) -> None:
-        self._out_lines.discard(result.custom_id)
-        future = self._futures.pop(result.custom_id, None)
+    def _settle(self, custom_id: str, answer: bytes | LineResult, batch_id: str) -> None:
+        self._out_lines.discard(custom_id)
+        future = self._futures.pop(custom_id, None)
         if future is not None and not future.done():
-            future.set_result((result, batch_id))
+            future.set_result((answer, batch_id))
         else:  # nobody waits yet (a resumed job): kept until its run asks
-            self._results[result.custom_id] = (result, batch_id)
+            self._results[custom_id] = (answer, batch_id)
 
     # -- polling --------------------------------------------------------------------
 
@@ -291,10 +316,10 @@ class LinePool:
         batch_id: str,
     ) -> None:
         expected = set(sent.lines)
-        for result in api.read_results(raw):
-            if result.custom_id in expected:
-                expected.discard(result.custom_id)
-                self._settle(result, batch_id)
+        for custom_id, line in split_results(raw):
+            if custom_id in expected:
+                expected.discard(custom_id)
+                self._settle(custom_id, line, batch_id)
         if expected:
             error = failure or ProviderBatchError(
                 f"{api.provider} batch {batch_id} ended without a result for"

@@ -320,12 +320,14 @@ class HTTPModel:
         path: str,
         *,
         body: Any = None,
+        content: bytes | None = None,
         files: Mapping[str, tuple[str, bytes, str]] | None = None,
         form: Mapping[str, str] | None = None,
         signal: AbortSignal | None = None,
     ) -> tuple[bytes, httpx.Response]:
         """A request besides a model call (a batch API's files and jobs): the reply read
-        whole; a status of 400 or more raises typed, as a model call's does."""
+        whole; a status of 400 or more raises typed, as a model call's does. `body` is
+        sent as JSON; `content`, JSON already encoded."""
         self._may_send()
         headers = dict(self._request_headers())
         if files is not None:
@@ -335,15 +337,14 @@ class HTTPModel:
                 extensions={"timeout": self._timeouts},
             )  # fmt: skip
         else:
-            content: bytes | AsyncIterator[bytes] | None = None
-            if body is not None:
-                content = pydantic_core.to_json(body)
-                if len(content) > _LARGE_BODY:
-                    # A large body goes in chunks: sent whole, it would hold the loop.
-                    headers["content-length"] = str(len(content))
-                    content = _chunks(content)
+            encoded = pydantic_core.to_json(body) if body is not None else content
+            sent: bytes | AsyncIterator[bytes] | None = encoded
+            if encoded is not None and len(encoded) > _LARGE_BODY:
+                # A large body goes in chunks: sent whole, it would hold the loop.
+                headers["content-length"] = str(len(encoded))
+                sent = _chunks(encoded)
             request = httpx.Request(
-                method, self._url(path), content=content, headers=headers,
+                method, self._url(path), content=sent, headers=headers,
                 extensions={"timeout": self._timeouts},
             )  # fmt: skip
         response = await self._send(request, signal)

@@ -1,9 +1,12 @@
 """The providers' batch APIs: OpenAI's Files + Batch API and Anthropic's Message Batches.
 
-A `BatchAPI` submits lines (a `custom_id` and the request body an online call would
-send), reads a batch's state, downloads its results as the provider's own JSONL, and
-cancels; `read_results` turns that JSONL into one `LineResult` per line. The raw JSONL is
-what a job's ledger keeps, so a resumed job reads its results the same way.
+A `BatchAPI` encodes a line (a `custom_id` and the request body an online call would
+send, as JSON) once, where the run is, submits lines as those bytes, reads a batch's
+state, downloads its results as the provider's own JSONL, and cancels. `split_results`
+cuts that JSONL into each line's bytes by `custom_id` (what a job's pool routes: on Ray
+the bytes go back to the runner that asked), and `read_line` reads one into a
+`LineResult`, where the run is. The raw JSONL is what a job's ledger keeps, so a resumed
+job reads its results the same way.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ __all__ = [
     "BatchState",
     "LineResult",
     "OpenAIBatchAPI",
+    "split_results",
 ]
 
 LineOutcome = Literal["succeeded", "errored", "expired", "cancelled"]
@@ -78,9 +82,12 @@ class BatchAPI(Protocol):
     max_lines: int
     max_bytes: int
 
-    def line_size(self, custom_id: str, body: dict[str, Any]) -> int: ...
+    def encode(self, custom_id: str, body: bytes) -> bytes:
+        """One line, as it goes in a batch (less its separator: a batch's size is the
+        lines' and one byte each); `body` is the request body's JSON."""
+        ...
 
-    async def submit(self, lines: Sequence[tuple[str, dict[str, Any]]], tag: str) -> str: ...
+    async def submit(self, lines: Sequence[bytes], tag: str) -> str: ...
 
     async def find(self, tag: str, since: float, lines: int) -> str | None: ...
 
@@ -90,15 +97,28 @@ class BatchAPI(Protocol):
 
     async def cancel(self, batch_id: str) -> None: ...
 
-    def read_results(self, raw: bytes) -> Iterator[LineResult]: ...
+    def read_line(self, line: bytes) -> LineResult: ...
 
 
-def _jsonl(raw: bytes) -> Iterator[dict[str, Any]]:
+def split_results(raw: bytes) -> Iterator[tuple[str, bytes]]:
+    """A batch's results JSONL, a line at a time: (its custom_id, its bytes). Lines
+    that are not a JSON object with a custom_id are left out (a batch's missing lines
+    are failed by the pool)."""
     for line in raw.splitlines():
         if line.strip():
-            data = pydantic_core.from_json(line)
-            if isinstance(data, dict):
-                yield data
+            try:
+                data = pydantic_core.from_json(line)
+            except ValueError:
+                continue
+            if isinstance(data, dict) and isinstance(data.get("custom_id"), str):
+                yield data["custom_id"], line
+
+
+def _object(line: bytes) -> dict[str, Any]:
+    data = pydantic_core.from_json(line)
+    if not isinstance(data, dict):
+        raise ValueError("a batch result line is not a JSON object")
+    return data
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -130,16 +150,13 @@ class OpenAIBatchAPI:
     def __init__(self, model: HTTPModel, endpoint: str) -> None:
         self.model = model
         self.endpoint = endpoint
+        self._url = b',"method":"POST","url":' + pydantic_core.to_json(endpoint) + b',"body":'
 
-    def _line(self, custom_id: str, body: dict[str, Any]) -> bytes:
-        line = {"custom_id": custom_id, "method": "POST", "url": self.endpoint, "body": body}
-        return pydantic_core.to_json(line) + b"\n"
+    def encode(self, custom_id: str, body: bytes) -> bytes:
+        return b'{"custom_id":' + pydantic_core.to_json(custom_id) + self._url + body + b"}"
 
-    def line_size(self, custom_id: str, body: dict[str, Any]) -> int:
-        return len(self._line(custom_id, body))
-
-    async def submit(self, lines: Sequence[tuple[str, dict[str, Any]]], tag: str) -> str:
-        content = b"".join(self._line(custom_id, body) for custom_id, body in lines)
+    async def submit(self, lines: Sequence[bytes], tag: str) -> str:
+        content = b"\n".join(lines) + b"\n"
         upload = await self.model._call_json(
             "POST",
             "/files",
@@ -224,39 +241,37 @@ class OpenAIBatchAPI:
     async def cancel(self, batch_id: str) -> None:
         await self.model._call_json("POST", f"/batches/{batch_id}/cancel")
 
-    def read_results(self, raw: bytes) -> Iterator[LineResult]:
-        for line in _jsonl(raw):
-            custom_id = str(line.get("custom_id"))
-            response, error = line.get("response"), line.get("error")
-            if isinstance(response, dict) and response.get("status_code") == 200:
-                body = response.get("body")
-                if isinstance(body, dict):
-                    yield LineResult(custom_id, "succeeded", body=body)
-                    continue
-            if isinstance(error, dict) and error.get("code") == "batch_expired":
-                yield LineResult(custom_id, "expired")
-            elif isinstance(error, dict) and error.get("code") == "batch_cancelled":
-                yield LineResult(custom_id, "cancelled")
-            elif isinstance(response, dict):
-                status = response.get("status_code")
-                failure = self.model.line_error(
-                    status if isinstance(status, int) else 500,
-                    response.get("body") or {},
-                    response.get("request_id"),
-                )
-                yield LineResult(custom_id, "errored", error=failure)
-            else:
-                said = error if isinstance(error, dict) else {}
-                yield LineResult(
-                    custom_id,
-                    "errored",
-                    error=ServerError(
-                        f"openai batch line failed: {said.get('code')}: {said.get('message')}",
-                        provider=self.provider,
-                        status=None,
-                        provider_code=said.get("code"),
-                    ),
-                )
+    def read_line(self, line: bytes) -> LineResult:
+        data = _object(line)
+        custom_id = str(data.get("custom_id"))
+        response, error = data.get("response"), data.get("error")
+        if isinstance(response, dict) and response.get("status_code") == 200:
+            body = response.get("body")
+            if isinstance(body, dict):
+                return LineResult(custom_id, "succeeded", body=body)
+        if isinstance(error, dict) and error.get("code") == "batch_expired":
+            return LineResult(custom_id, "expired")
+        if isinstance(error, dict) and error.get("code") == "batch_cancelled":
+            return LineResult(custom_id, "cancelled")
+        if isinstance(response, dict):
+            status = response.get("status_code")
+            failure = self.model.line_error(
+                status if isinstance(status, int) else 500,
+                response.get("body") or {},
+                response.get("request_id"),
+            )
+            return LineResult(custom_id, "errored", error=failure)
+        said = error if isinstance(error, dict) else {}
+        return LineResult(
+            custom_id,
+            "errored",
+            error=ServerError(
+                f"openai batch line failed: {said.get('code')}: {said.get('message')}",
+                provider=self.provider,
+                status=None,
+                provider_code=said.get("code"),
+            ),
+        )
 
 
 class AnthropicBatchAPI:
@@ -276,14 +291,12 @@ class AnthropicBatchAPI:
     def __init__(self, model: HTTPModel) -> None:
         self.model = model
 
-    def line_size(self, custom_id: str, body: dict[str, Any]) -> int:
-        return len(pydantic_core.to_json({"custom_id": custom_id, "params": body})) + 1
+    def encode(self, custom_id: str, body: bytes) -> bytes:
+        return b'{"custom_id":' + pydantic_core.to_json(custom_id) + b',"params":' + body + b"}"
 
-    async def submit(self, lines: Sequence[tuple[str, dict[str, Any]]], tag: str) -> str:
-        requests = [{"custom_id": custom_id, "params": body} for custom_id, body in lines]
-        created = await self.model._call_json(
-            "POST", "/v1/messages/batches", {"requests": requests}
-        )
+    async def submit(self, lines: Sequence[bytes], tag: str) -> str:
+        content = b'{"requests":[' + b",".join(lines) + b"]}"
+        created = await self.model._call_json("POST", "/v1/messages/batches", content=content)
         return str(created["id"])
 
     async def find(self, tag: str, since: float, lines: int) -> str | None:
@@ -323,20 +336,19 @@ class AnthropicBatchAPI:
     async def cancel(self, batch_id: str) -> None:
         await self.model._call_json("POST", f"/v1/messages/batches/{batch_id}/cancel")
 
-    def read_results(self, raw: bytes) -> Iterator[LineResult]:
-        for line in _jsonl(raw):
-            custom_id = str(line.get("custom_id"))
-            result = _dict(line.get("result"))
-            kind = result.get("type")
-            if kind == "succeeded" and isinstance(result.get("message"), dict):
-                yield LineResult(custom_id, "succeeded", body=result["message"])
-            elif kind == "expired":
-                yield LineResult(custom_id, "expired")
-            elif kind == "canceled":
-                yield LineResult(custom_id, "cancelled")
-            else:
-                body = _dict(result.get("error"))
-                inner = _dict(body.get("error")) or body
-                status = _ANTHROPIC_STATUS.get(str(inner.get("type")), 500)
-                failure = self.model.line_error(status, body or {"error": inner})
-                yield LineResult(custom_id, "errored", error=failure)
+    def read_line(self, line: bytes) -> LineResult:
+        data = _object(line)
+        custom_id = str(data.get("custom_id"))
+        result = _dict(data.get("result"))
+        kind = result.get("type")
+        if kind == "succeeded" and isinstance(result.get("message"), dict):
+            return LineResult(custom_id, "succeeded", body=result["message"])
+        if kind == "expired":
+            return LineResult(custom_id, "expired")
+        if kind == "canceled":
+            return LineResult(custom_id, "cancelled")
+        body = _dict(result.get("error"))
+        inner = _dict(body.get("error")) or body
+        status = _ANTHROPIC_STATUS.get(str(inner.get("type")), 500)
+        failure = self.model.line_error(status, body or {"error": inner})
+        return LineResult(custom_id, "errored", error=failure)

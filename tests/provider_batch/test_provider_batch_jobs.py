@@ -156,17 +156,13 @@ def _refused_model(api: str, sim: object) -> object:
     from raygent.models.batch_api import AnthropicBatchAPI, OpenAIBatchAPI
 
     class WrongURL(OpenAIBatchAPI):
-        def _line(self, custom_id: str, body: dict) -> bytes:  # type: ignore[type-arg]
-            line = {"custom_id": custom_id, "method": "POST", "url": "/v1/x", "body": body}
-            return json.dumps(line).encode() + b"\n"
+        def encode(self, custom_id: str, body: bytes) -> bytes:
+            line = {"custom_id": custom_id, "method": "POST", "url": "/v1/x", "body": {}}
+            return json.dumps(line).encode()
 
     class NoParams(AnthropicBatchAPI):
-        async def submit(self, lines: object, tag: str) -> str:
-            requests = [{"custom_id": c, "params": "?"} for c, _ in lines]  # type: ignore[attr-defined]
-            created = await self.model._call_json(
-                "POST", "/v1/messages/batches", {"requests": requests}
-            )
-            return str(created["id"])
+        def encode(self, custom_id: str, body: bytes) -> bytes:
+            return json.dumps({"custom_id": custom_id, "params": "?"}).encode()
 
     model = model_for(api, sim)
     api_of = model.batch_api

@@ -73,12 +73,11 @@ async def test_each_line_is_a_request_the_sdk_types(
         batch_api = model.batch_api()
         body = model.request_body(messages, options, stream=False)
         body.pop("stream", None)
+        line = json.loads(batch_api.encode("rg-0-a0-t0-abc", json.dumps(body).encode()))
         if api == "anthropic":
-            line = {"custom_id": "rg-0-a0-t0-abc", "params": body}
             _typed(AnthropicLine, line)
-            _typed(MessageCreateParamsNonStreaming, body)
+            _typed(MessageCreateParamsNonStreaming, line["params"])
         else:
-            line = json.loads(batch_api._line("rg-0-a0-t0-abc", body))
             assert set(line) == {"custom_id", "method", "url", "body"}
             assert (line["method"], line["url"]) == ("POST", batch_api.endpoint)
             _typed(BODY_TYPES[api], line["body"])
