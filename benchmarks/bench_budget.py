@@ -6,8 +6,10 @@ latency (the simulator in its own process), with no budget and with a job budget
 large to bind (so both batches send the same requests); rounds interleaved.
 
 1. CPU per item: locally this process's; on Ray every process of the tree (driver,
-   runners, gateway, Ray's own). Goal: budget / none within the noise of the
-   bench_ray_path figures (about +-0.1).
+   runners, gateway, Ray's own), and by process. Each round runs the job without a
+   budget twice and with one once: the two without measure the noise (A/A), the one
+   with is set against their mean. Goal: budget / none within the noise (the median
+   A/A distance, or 0.1, the spread of the bench_ray_path figures, if larger).
 2. Items/s, with and without the budget, and their ratio.
 3. The budget's own work per request, alone: a request's worst case and its reservation
    and settlement in a ledger (microseconds), and the gateway calls per item on Ray
@@ -74,52 +76,78 @@ class Bench:
         return result
 
 
-async def measured(bench: Bench, kind: str, budget: Budget | None) -> tuple[float, float]:
-    """(CPU ms per item, items/s) of one batch."""
+async def measured(bench: Bench, kind: str, budget: Budget | None) -> dict[str, float]:
+    """CPU ms per item of one batch ("all"; on Ray also each kind of process), and
+    its items/s ("rate")."""
     me = __import__("os").getpid()
     meter = CpuMeter(me, pids_matching(b"raygent\x00sim"))
     count = bench.args.items
     meter.start()
     driver = time.process_time()
     result = await bench.batch(kind, count, budget)
+    figures: dict[str, float] = {"rate": result.report.throughput}
     if kind == "local":
-        cpu = (time.process_time() - driver) * 1000 / count
+        figures["all"] = (time.process_time() - driver) * 1000 / count
     else:
-        cpu = sum(meter.split().values()) * 1000 / count
-    return cpu, result.report.throughput
+        split = meter.split()
+        figures["all"] = sum(split.values()) * 1000 / count
+        for name, seconds in split.items():
+            figures[name] = seconds * 1000 / count
+    return figures
+
+
+# Each round runs the job three times: without a budget (twice) and with one, in an
+# order that turns each round. The two runs without are the noise (A/A); the run with
+# is set against their mean (A/B).
+ORDERS = (("none", "budget", "none2"), ("budget", "none2", "none"), ("none2", "none", "budget"))
 
 
 async def compare(bench: Bench) -> None:
     args = bench.args
-    figures: dict[tuple[str, bool], list[tuple[float, float]]] = {}
+    runs: dict[str, list[dict[str, dict[str, float]]]] = {"local": [], "ray": []}
     for kind in ("local", "ray"):
         for budget in (None, ROOMY):  # warm up: pools, runners, the gateway
             await bench.batch(kind, args.concurrency * 2, budget)
     for round_ in range(args.rounds):
         for kind in ("local", "ray"):
-            # Each round swaps which goes first (a machine shared with other work drifts).
-            for budget in (None, ROOMY) if round_ % 2 == 0 else (ROOMY, None):
-                cpu, rate = await measured(bench, kind, budget)
-                figures.setdefault((kind, budget is not None), []).append((cpu, rate))
+            round_runs: dict[str, dict[str, float]] = {}
+            for name in ORDERS[round_ % len(ORDERS)]:
+                budget = ROOMY if name == "budget" else None
+                round_runs[name] = await measured(bench, kind, budget)
+            runs[kind].append(round_runs)
     print(
         f"\n1-2. {args.items} items a batch, {args.concurrency} in flight, zero latency; "
-        f"median of {args.rounds} interleaved rounds\n"
+        f"{args.rounds} rounds, each: twice without a budget, once with, order turning\n"
     )
     print(f"{'backend':8} {'budget':7} {'CPU ms/item':>12} {'items/s':>8}")
-    med: dict[tuple[str, bool], tuple[float, float]] = {}
-    for (kind, held), values in sorted(figures.items()):
-        cpu = statistics.median(v[0] for v in values)
-        rate = statistics.median(v[1] for v in values)
-        med[(kind, held)] = (cpu, rate)
-        print(f"{kind:8} {'yes' if held else 'no':7} {cpu:12.3f} {rate:8.0f}")
-    for kind in ("local", "ray"):
-        cpu = med[(kind, True)][0] / med[(kind, False)][0]
-        rate = med[(kind, True)][1] / med[(kind, False)][1]
-        within = "ok" if cpu <= 1.1 else "MISSED"
-        print(
-            f"{kind}: budget / none CPU per item {cpu:.2f} (goal <= 1.1: {within}), "
-            f"items/s {rate:.2f}"
+    for kind, rounds in runs.items():
+        for name in ("none", "budget"):
+            cpu = statistics.median(r[name]["all"] for r in rounds)
+            rate = statistics.median(r[name]["rate"] for r in rounds)
+            print(f"{kind:8} {'yes' if name == 'budget' else 'no':7} {cpu:12.3f} {rate:8.0f}")
+    for kind, rounds in runs.items():
+        ab = [r["budget"]["all"] / ((r["none"]["all"] + r["none2"]["all"]) / 2) for r in rounds]
+        aa = [r["none2"]["all"] / r["none"]["all"] for r in rounds]
+        rate = statistics.median(
+            r["budget"]["rate"] / ((r["none"]["rate"] + r["none2"]["rate"]) / 2) for r in rounds
         )
+        noise = statistics.median(abs(x - 1) for x in aa)
+        extra = statistics.median(ab) - 1
+        within = "ok" if extra <= max(noise, 0.1) else "MISSED"
+        print(
+            f"{kind}: budget / none CPU per item {statistics.median(ab):.2f}"
+            f" (rounds {min(ab):.2f}-{max(ab):.2f}); none / none {statistics.median(aa):.2f}"
+            f" (rounds {min(aa):.2f}-{max(aa):.2f}, noise +-{noise:.2f});"
+            f" goal: within max(noise, 0.1): {within}; items/s {rate:.2f}"
+        )
+    parts = sorted({p for r in runs["ray"] for p in r["none"] if p not in ("all", "rate")})
+    print("\n   on Ray, CPU ms per item by process (median; none, none again, budget):")
+    for part in parts:
+        none, again, held = (
+            statistics.median(r[name].get(part, 0.0) for r in runs["ray"])
+            for name in ("none", "none2", "budget")
+        )
+        print(f"   {part:24} {none:6.3f}  {again:6.3f}  {held:6.3f}")
 
 
 async def alone(bench: Bench) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._batch.engine import InFlight
-from ._batch.exec import InputError, agent_input, attempt_for, is_runnable
+from ._batch.exec import BATCH_BUDGET, InputError, agent_input, attempt_for, is_runnable
 from ._batch.item_lines import RelayedLines
 from ._batch.provider_job import with_lines
 from ._batch.sinks import dumps
@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from .agents import RunOptions
 
 __all__ = [
+    "BATCH_BUDGET",
     "EMPTY_USAGE",
     "AbortController",
     "AbortSignal",

@@ -30,6 +30,7 @@ own class (`_ItemPickler`): by value, the driver would rebuild it for every item
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import io
 import pickle
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import ray.cloudpickle
 
 from raygent.backend import (
+    BATCH_BUDGET,
     Backend,
     BatchItem,
     InFlight,
@@ -137,6 +139,7 @@ class _Batch:
     early: dict[int, list[Job]] = field(default_factory=dict)  # chunks ahead of their turn
     expected: int | None = None
     lines: RelayedLines | None = None  # provider_batch=: the runs' lines, to the driver
+    budget: Any = None  # budget=: the job's ledger (its lease here is told when we end)
 
     def wake(self) -> None:
         self.ready.set()
@@ -192,6 +195,7 @@ class BatchRunner:
             jobs=asyncio.Queue(),
             ready=asyncio.Event(),
             lines=relay,
+            budget=(run_options or {}).get(BATCH_BUDGET),
         )
         # The runs of this batch own their sessions (the driver routed them here) and
         # run their unplaced tools here.
@@ -253,6 +257,12 @@ class BatchRunner:
                 if not task.done():
                     await asyncio.sleep(FLUSH_INTERVAL)  # let neighbours join the batch
                 state.ready.clear()
+                flush = getattr(state.budget, "flush", None)
+                if task.done() and flush is not None:
+                    # The job's standing, current at the gateway before the driver sees
+                    # the last items (it reads it next).
+                    with contextlib.suppress(Exception):
+                        await flush()
                 ended, state.ended = state.ended, []
                 relayed = None
                 if state.lines is not None and state.lines.pending:

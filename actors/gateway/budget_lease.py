@@ -4,9 +4,11 @@ The job's budget is kept by a gateway (`budget_book.BudgetBook`). Each process t
 the job's agents holds a `BudgetLease` (one per job and event loop): a request reserves
 its worst case within what this lease was granted, locally, and settles there; the
 gateway hears from the lease only when a reservation does not fit (it asks for a slice
-big enough for the requests it has in flight, four times over), every `ttl / 3` seconds (a
-heartbeat that renews the lease and reports the spend), and when it goes idle (it gives
-back what it does not use). So a request costs no remote call.
+big enough for the requests it has in flight, four times over, or for those it reserves
+in a heartbeat period at its recent rate, up to `MAX_SHARE` of the budget, whichever is
+larger), every `ttl / 3` seconds (a heartbeat that renews the
+lease and reports the spend), and when it goes idle (it gives back what it does not use).
+So a request costs no remote call, and a busy holder about one call a heartbeat period.
 
 A reservation that does not fit waits for this holder's own requests in flight to settle
 when they would make room; else the lease asks for more. Refused (the rest is granted to
@@ -48,6 +50,10 @@ log = redacting_logger("raygent.gateway")
 
 MIN_SLICE = 16  # requests' worth a lease asks for at least
 SLICE_FACTOR = 4  # a slice: this many times the requests in flight here
+MAX_SHARE = 0.125  # a claim asks for at most this share of the budget (others need some)
+# A holder that goes idle tells the gateway at most this often (seconds); a batch runner
+# tells it at once when its share ends (`flush`).
+IDLE_TELL_EVERY = 0.25
 
 
 class BudgetChannel(Protocol):
@@ -91,6 +97,9 @@ class BudgetLease:
         self._largest: Amount | None = None
         self._told_busy = False  # the last claim had reservations in flight
         self._telling: asyncio.Task[None] | None = None
+        self._taken = 0  # reservations made, and (when, how many) at the last claim
+        self._mark = (time.monotonic(), 0)
+        self._synced_at = 0.0
 
     # -- the ledger ----------------------------------------------------------------------
 
@@ -150,8 +159,11 @@ class BudgetLease:
             self._idle_at = time.monotonic()
             if self._told_busy and (self._telling is None or self._telling.done()):
                 # The gateway counts requests in flight here that are over: tell it (once
-                # per busy spell, not per request), so the job's standing is current.
-                self._telling = asyncio.get_running_loop().create_task(self._tell_idle())
+                # per busy spell, not per request, and at most every IDLE_TELL_EVERY: a
+                # runner at zero latency is idle for a moment many times a second), so
+                # the job's standing is current.
+                wait = self._synced_at + IDLE_TELL_EVERY - time.monotonic()
+                self._telling = asyncio.get_running_loop().create_task(self._tell_idle(wait))
 
     async def standing(self) -> tuple[Amount, Amount]:
         account = self.account
@@ -162,6 +174,7 @@ class BudgetLease:
             return False
         self.account.reserve(amount)
         self._in_flight += 1
+        self._taken += 1
         largest = self._largest
         if largest is None or amount[0] > largest[0] or amount[1] > largest[1]:
             self._largest = amount
@@ -186,9 +199,17 @@ class BudgetLease:
         self._seq += 1
         account = self.account
         per_request = self._largest or need
+        now = time.monotonic()
+        since, taken = self._mark
+        self._mark = (now, self._taken)
+        # The requests this holder reserves in a heartbeat period at its recent rate.
+        ahead = math.ceil((self._taken - taken) / (now - since) * self._poll) if now > since else 0
         count = max(MIN_SLICE, SLICE_FACTOR * (self._in_flight + 1))
+        limits = self.budget.limits
         want = tuple(
-            max(need[i], per_request[i] * count) if self._limited[i] and not release else 0.0
+            max(need[i], per_request[i] * count, min(per_request[i] * ahead, limits[i] * MAX_SHARE))
+            if self._limited[i] and not release
+            else 0.0
             for i in range(5)
         )
         self._told_busy = any(account.reserved)
@@ -218,6 +239,7 @@ class BudgetLease:
                 provider="raygent",
             ) from None
         self.syncs += 1
+        self._synced_at = time.monotonic()
         self._incarnation = answer.incarnation
         self._granted = list(answer.granted)
         for i in range(5):
@@ -233,7 +255,19 @@ class BudgetLease:
         if not release:
             self._ensure_pump(answer.ttl)
 
-    async def _tell_idle(self) -> None:
+    async def flush(self) -> None:
+        """Tell the gateway now if this holder is idle with reservations it reported
+        (a batch runner's share ended: the job's standing is read next)."""
+        telling = self._telling
+        if telling is not None and not telling.done():
+            telling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await telling
+        await self._tell_idle()
+
+    async def _tell_idle(self, wait: float = 0.0) -> None:
+        if wait > 0:
+            await asyncio.sleep(wait)
         async with self._lock:
             if self._in_flight or not self._told_busy:
                 return

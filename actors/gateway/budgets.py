@@ -92,6 +92,12 @@ class RayJobLedger:
             lease = per_loop[cache_key] = _Lease(self.budget, channel, self.options.lease_idle)
         return lease
 
+    async def flush(self) -> None:
+        """This process's standing, told to the gateway now (if it holds a lease)."""
+        lease = _leases.get(asyncio.get_running_loop(), {}).get((self.options.namespace, self.key))
+        if lease is not None:
+            await lease.flush()
+
     @property
     def exhausted(self) -> BudgetExceededError | None:
         return self.lease().exhausted

@@ -172,3 +172,35 @@ async def test_a_lease_asks_its_gateway_once_per_slice_not_once_per_request() ->
     with pytest.raises(BudgetExceededError):
         await lease.reserve((80.0, 0.0, 0.0, 0.0, 1.0))
     assert lease.exhausted is not None and book.exhausted
+
+
+async def test_a_busy_holder_asks_for_a_heartbeat_periods_requests_up_to_an_eighth() -> None:
+    book = BudgetBook(Budget(usd=1000).limits)
+    channel = _InProcess(book)
+    lease = BudgetLease(Budget(usd=1000), channel)
+    for _ in range(500):  # far more requests a second than its slices of 16 would cover
+        await lease.reserve(ONE)
+        lease.settle(ONE, ONE)
+    # Asked once per 16 requests, that would be 31 calls; at its rate, it asks for up to
+    # an eighth of the budget ($125) at once.
+    assert channel.calls <= 8, channel.calls
+    assert max(book.holders["h"].granted[0] - 500, 0.0) <= 125.0 + 16.0
+    assert book.stats()["counted"][0] <= 1000.0  # type: ignore[index]
+
+
+async def test_a_holder_often_idle_tells_its_gateway_at_most_every_quarter_second() -> None:
+    book = BudgetBook(Budget(usd=100).limits)
+    channel = _InProcess(book)
+    lease = BudgetLease(Budget(usd=100), channel)
+    for _ in range(50):  # busy (3 in flight), idle, busy...: each spell a turn of the loop
+        for _ in range(3):
+            await lease.reserve(ONE)
+        await asyncio.sleep(0)
+        for _ in range(3):
+            lease.settle(ONE, (0.5, 5.0, 2.0, 3.0, 1.0))
+        await asyncio.sleep(0)
+    # Its claims for slices, and an idle tell at most every quarter second.
+    assert channel.calls <= 12, channel.calls
+    await lease.flush()  # a runner's share ended: its standing is told now
+    assert book.stats()["reserved"][0] == 0.0  # type: ignore[index]
+    assert book.stats()["spent"][0] == 75.0  # type: ignore[index]
