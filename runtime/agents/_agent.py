@@ -34,7 +34,7 @@ from ..observers.delivery import observers_for, own_observers
 from ..observers.events import Dispatcher, Event, EventHandler, Handlers, handler_list
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
-from ..seams.budgeted import budgeted
+from ..seams.budgeted import budgeted, held_ledgers
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
 from ..spend import Budget, Ledger, LocalLedger
@@ -368,16 +368,16 @@ class Agent(DurableRuns):
 
     def _ledgers(self, options: RunOptions) -> list[Ledger]:
         """The budgets this run is held to: the call's and the agent's (each a ledger of
-        this run's own), and its job's (shared)."""
+        this run's own), its job's (shared), and, run as a tool, its parent run's."""
         ledgers: list[Ledger] = []
         for budget in (options.get("budget"), self.budget):
             if budget is not None:
                 if not isinstance(budget, Budget):
                     raise TypeError("budget= takes raygent.Budget(...)")
                 ledgers.append(LocalLedger(budget))
-        job = options.get("job_budget")
-        if job is not None:
-            ledgers.append(job)
+        for shared in (options.get("job_budget"), *held_ledgers.get()):
+            if shared is not None and all(shared is not mine for mine in ledgers):
+                ledgers.append(shared)
         return ledgers
 
     def _bare_config(self, streaming: bool) -> RunConfig:

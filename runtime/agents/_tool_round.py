@@ -20,6 +20,7 @@ from ..errors import AbortedError, RaygentError, ToolDeniedError, ToolExecutionE
 from ..messages import ToolCall, ToolMessage
 from ..observers.events import ToolCalled, ToolCalling, ToolFailed
 from ..observers.report import Timing, ToolCallReport
+from ..seams.budgeted import held_ledgers, ledgers_of
 from ..tools import ToolContext, tool_result_content
 from ._state import RunState, maybe_await, now
 
@@ -130,12 +131,16 @@ async def _invoke(run: RunState, trip_index: int, call: ToolCall, record: ToolCa
             f"unknown tool {call.name!r}; the tools are: {known}", tool=call.name
         )
     ctx = tool_context(run, trip_index, call)
+    # An agent this tool runs (a nested run) is held to this run's budgets too.
+    held = held_ledgers.set(ledgers_of(config.backend))
     try:
         value = await config.backend.tools.invoke(tool, call.arguments, ctx)
     except BaseException as exc:
         for mw in config.middleware:
             await maybe_await(mw.on_tool_error(run.info, call, exc))
         raise
+    finally:
+        held_ledgers.reset(held)
     child = getattr(value, "report", None)
     if child is not None and hasattr(value, "usage"):
         # A nested run (an agent, a workflow, a supervisor): its report hangs under this

@@ -5,12 +5,16 @@ its run before it is sent, and settles at its real usage after.
 wraps the backend's, so every request of the run is held (its trips, a compaction's
 summaries, each attempt of a fallback model at that model's own prices), whatever the
 backend, and a request that is never sent (a cached reply, a middleware's) costs nothing.
+
+`held_ledgers` carries a run's ledgers into the tools it calls: an agent run as a tool
+(a nested run, in the caller's process) is held to its parent's budgets besides its own.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 from ..abort import AbortSignal
@@ -21,7 +25,10 @@ from ..spend import NOTHING, Amount, Ledger, amount_of, worst_case
 from .contract import Backend, ModelAccess
 from .local import closing_stream, routed
 
-__all__ = ["BudgetedAccess", "budgeted"]
+__all__ = ["BudgetedAccess", "budgeted", "held_ledgers", "ledgers_of"]
+
+# The ledgers of the run whose tool is running (set around each tool call).
+held_ledgers: ContextVar[tuple[Ledger, ...]] = ContextVar("raygent_held_ledgers", default=())
 
 
 def budgeted(backend: Backend, ledgers: Sequence[Ledger]) -> Backend:
@@ -30,6 +37,12 @@ def budgeted(backend: Backend, ledgers: Sequence[Ledger]) -> Backend:
         return backend
     models = BudgetedAccess(backend.models, tuple(ledgers))
     return dataclasses.replace(backend, models=models)
+
+
+def ledgers_of(backend: Backend) -> tuple[Ledger, ...]:
+    """The ledgers a run on `backend` (made by `budgeted`) is held to."""
+    models = backend.models
+    return models.ledgers if isinstance(models, BudgetedAccess) else ()
 
 
 class _Hold:

@@ -129,3 +129,27 @@ async def test_a_job_budget_needs_an_agent() -> None:
 
     with pytest.raises(TypeError, match="needs an agent"):
         await raygent.batch(plain, ["a"], budget=Budget(usd=1.0), progress=False)
+
+
+async def test_an_agent_run_as_a_tool_is_held_to_its_parents_budget(backend_kind: str) -> None:
+    rules = [
+        Rule(match=Match(system="helper"), reply=Reply(text="helped")),
+        Rule(
+            match=Match(after_tool_result=False),
+            reply=Reply(tool_calls=[ToolCallReply("helper", {"input": "x"})]),
+        ),
+        Rule(match=Match(after_tool_result=True), reply=Reply(text="done")),
+    ]
+    with serve(rules) as sim:
+        model = OpenAIModel("sim-gpt", base_url=sim.openai_base_url, api_key="sk-test")
+        helper = raygent.agent(model=model, name="helper", system_prompt="You are a helper.")
+        parent = raygent.agent(model=model, tools=[helper.as_tool()])
+        # The parent's first trip and the helper's request take both: the parent's
+        # second trip is not sent.
+        result = await parent.execute("go", budget=Budget(requests=2))
+        assert result.status == "failed"
+        assert result.error is not None and result.error.code == "BUDGET_EXCEEDED"
+        assert sim.stats().requests == 2
+        ok = await parent.execute("go", budget=Budget(requests=3))
+        assert ok.status == "completed" and ok.text == "done"
+        assert sim.stats().requests == 5
