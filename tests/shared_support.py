@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from raygent import (
@@ -95,3 +97,55 @@ async def until(condition: Callable[[], object], timeout: float = 120.0) -> None
     while not condition():
         assert loop.time() < deadline, "not reached in time"
         await asyncio.sleep(0.01)
+
+
+async def kill_when(
+    command: list[str], env: dict[str, str], condition: Callable[[], object]
+) -> None:
+    """Start `command` (a driver process of its own) and SIGKILL it once `condition()`
+    holds; fails if it ended before."""
+    driver = await asyncio.create_subprocess_exec(*command, env=env)
+    try:
+        await until(lambda: condition() or driver.returncode is not None)
+        assert driver.returncode is None, "the driver ended before it could be killed"
+        driver.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(driver.wait(), 30)
+    finally:
+        if driver.returncode is None:
+            driver.kill()
+            await driver.wait()
+
+
+async def run_to_end(command: list[str], env: dict[str, str], timeout: float = 300) -> bytes:
+    """Run `command` to its end; what it printed (it must exit 0)."""
+    process = await asyncio.create_subprocess_exec(
+        *command, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    said, _ = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode == 0, said.decode()
+    return said
+
+
+def sunk(sink: Path) -> list[str]:
+    """The whole lines of a JSONL sink another process writes (none yet: [])."""
+    if not sink.exists():
+        return []
+    return [line for line in sink.read_text().splitlines() if line.endswith("}")]
+
+
+def ray_pids(kind: str) -> list[int]:
+    """The worker processes of this session's Ray whose title names `kind` (Ray titles
+    an actor's process `ray::ClassName...`); they are the raylet's children."""
+    import psutil
+    import ray
+
+    raylet = ray._private.worker._global_node.all_processes["raylet"][0].process.pid
+    found = []
+    for child in psutil.Process(raylet).children(recursive=True):
+        try:
+            title = " ".join(child.cmdline())
+        except psutil.Error:
+            continue
+        if title.startswith("ray::") and kind in title:
+            found.append(child.pid)
+    return found

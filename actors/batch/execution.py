@@ -478,6 +478,7 @@ class RunnerPool:
         for job in held:
             lost = self._lost[job.index] = self._lost.get(job.index, 0) + 1
             job.attempts += 1
+            job.lost += 1
             if lost >= MAX_LOST:
                 error = RunnerLostError(f"item {job.index}: {lost} runners died running it")
                 await self._deliver(ended(job, Outcome("failed", error=error)))

@@ -23,6 +23,8 @@ class LineRelay:
 
     def __init__(self, pool: Any) -> None:
         self._pool = pool
+        if pool is not None:
+            pool.keep_answers = True  # a runner that dies: its items' runs ask again
         self._replies: dict[str, tuple[Any, list[Any]]] = {}  # share -> (runner, replies)
         self._waiting: set[asyncio.Future[Any]] = set()
 

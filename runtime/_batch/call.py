@@ -332,7 +332,8 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
         lines = line_pool(plan.provider_batch, plan.sink, plan.resume)
         if runners is None:
             attempt = with_lines(attempt, lines, lines.options, lines.job, plan.deadline)
-    pool = _pool(executable, attempt, plan, collector.deliver, runners, lines)
+    deliver = collector.deliver if lines is None else _ending_lines(lines, collector.deliver)
+    pool = _pool(executable, attempt, plan, deliver, runners, lines)
     collector.pool = pool
     make = JobMaker(runnable=is_runnable(executable), item_key=plan.item_key)
     jobs = feed(source, make, collector.skip if sink is not None and sink.done else None)
@@ -352,6 +353,16 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
         _spent, reserved = await ledger.standing()
         result.report.budget = BudgetReport.of(plan.budget, amount_of(result.usage), reserved)
     return result
+
+
+def _ending_lines(lines: LinePool, deliver: Deliver) -> Deliver:
+    """`deliver`, telling the job's pool first that the item ended."""
+
+    async def ended(item: BatchItem) -> None:
+        lines.ended(item.key)
+        await deliver(item)
+
+    return ended
 
 
 def _job_ledger(executable: Any, plan: _Plan) -> Ledger | None:

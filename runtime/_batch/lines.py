@@ -36,9 +36,10 @@ from ..errors import (
 )
 from ..models.batch_api import BatchAPI, LineResult, split_results
 from ..models.contract import ModelResponse
-from .item_lines import Answer, Spend, batch_api_of, spend_of
+from .item_lines import Answer, Spend, batch_api_of, line_token, spend_of
 from .ledger import Ledger, SentBatch
 from .provider import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
+from .sinks import key_token
 
 __all__ = ["LinePool", "Route"]
 
@@ -103,6 +104,10 @@ class LinePool:
         self._futures: dict[str, asyncio.Future[Answer]] = {}
         # Lines a resumed job finds out in its batches, not asked for again yet.
         self._out_lines: set[str] = set()
+        # With `keep_answers` (on Ray), the answers of items not ended yet, by item: a
+        # run made again after its runner died asks for them again.
+        self.keep_answers = False
+        self._answered: dict[str, dict[str, Answer]] = {}
         self._groups: dict[tuple[Any, ...], _Group] = {}
         self._out: dict[str, _Out] = {}
         self._adopted: dict[tuple[str, str], asyncio.Future[None]] = {}
@@ -144,6 +149,8 @@ class LinePool:
             return future
         future = asyncio.get_running_loop().create_future()
         found = self._results.pop(custom_id, None)
+        if found is None and self._answered:
+            found = self._answered.get(_item_of(custom_id), {}).get(custom_id)
         if found is not None:
             future.set_result(found)
             return future
@@ -261,8 +268,15 @@ class LinePool:
         future = self._futures.pop(custom_id, None)
         if future is not None and not future.done():
             future.set_result((answer, batch_id))
+            if self.keep_answers:
+                self._answered.setdefault(_item_of(custom_id), {})[custom_id] = (answer, batch_id)
         else:  # nobody waits yet (a resumed job): kept until its run asks
             self._results[custom_id] = (answer, batch_id)
+
+    def ended(self, key: Any) -> None:
+        """The item of `key` ended: the answers kept for it go."""
+        if self._answered:
+            self._answered.pop(line_token(self.job, key_token(key)), None)
 
     # -- polling --------------------------------------------------------------------
 
@@ -401,6 +415,11 @@ class LinePool:
         if spend.online_cost is not None:
             summary.online_cost = (summary.online_cost or 0.0) + spend.online_cost
         summary.online_lines += spend.online_lines
+
+
+def _item_of(custom_id: str) -> str:
+    """The item part of a line's custom_id (see `item_lines.line_token`)."""
+    return custom_id.partition("-")[0]
 
 
 def _refused(exc: ProviderError, provider: str, tag: str) -> ProviderError:

@@ -72,7 +72,9 @@ def item_lines(
         with contextlib.suppress(ValueError):  # an unreadable deadline: the job's holds
             deadline = deadline_of(own if not isinstance(own, str) else datetime.fromisoformat(own))
     token = line_token(job_name, key_token(job.key))
-    return ItemLines(sender, options, token, job.attempts, deadline)
+    # An attempt whose runner died is made again under the same ids: the lines it sent
+    # (answered, or out) are its again, never sent twice.
+    return ItemLines(sender, options, token, job.attempts - job.lost, deadline)
 
 
 def with_lines(

@@ -49,6 +49,9 @@ class Job:
     # The last attempt's run result when the next one continues it (an agent's run on
     # a session: one logical run across attempts); None otherwise.
     previous: Any = None
+    # Attempts lost with the process that ran them (a Ray runner that died): counted in
+    # `attempts`, but the next one is the same run again, not a retry.
+    lost: int = 0
 
 
 @dataclass(slots=True)

@@ -11,14 +11,12 @@ answer), so a run in flight when the driver dies costs at most its two requests 
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 import sys
 from pathlib import Path
 
 import pytest
-from shared_support import driver_env, until
+from shared_support import driver_env, kill_when, run_to_end, sunk
 
 from raygent.sim import Latency, Match, Reply, Rule, ToolCallReply, serve
 
@@ -53,12 +51,6 @@ RULES = [
 ]
 
 
-def _lines(sink: Path) -> list[str]:
-    if not sink.exists():
-        return []
-    return [line for line in sink.read_text().splitlines() if line.endswith("}")]
-
-
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("backend", ["local", "ray"])
 async def test_a_resume_after_the_driver_was_killed_pays_again_only_for_runs_in_flight(
@@ -71,28 +63,12 @@ async def test_a_resume_after_the_driver_was_killed_pays_again_only_for_runs_in_
     sink = tmp_path / "out.jsonl"
     with serve(RULES, latency=Latency(fixed_ms=2, jitter_ms=2)) as sim:
         command = [sys.executable, str(script), sim.openai_base_url, str(sink)]
-        driver = await asyncio.create_subprocess_exec(*command, "new", env=driver_env(backend))
-        try:
-            await until(lambda: len(_lines(sink)) >= ITEMS // 3 or driver.returncode is not None)
-            assert driver.returncode is None, "the driver ended before it could be killed"
-            driver.send_signal(signal.SIGKILL)
-            await asyncio.wait_for(driver.wait(), 30)
-        finally:
-            if driver.returncode is None:
-                driver.kill()
-                await driver.wait()
-        written = len(_lines(sink))
-        resumed = await asyncio.create_subprocess_exec(
-            *command,
-            "resume",
-            env=driver_env(backend),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        said, _ = await asyncio.wait_for(resumed.communicate(), 300)
-        assert resumed.returncode == 0, said.decode()
+        env = driver_env(backend)
+        await kill_when([*command, "new"], env, lambda: len(sunk(sink)) >= ITEMS // 3)
+        written = len(sunk(sink))
+        await run_to_end([*command, "resume"], env)
         paid = sim.stats().requests
-    keys = sorted(json.loads(line)["key"] for line in _lines(sink))
+    keys = sorted(json.loads(line)["key"] for line in sunk(sink))
     assert keys == list(range(ITEMS))  # every item once
     again = paid - 2 * ITEMS
     print(f"\n{backend}: {written} items sunk before the kill, {again} requests paid twice")

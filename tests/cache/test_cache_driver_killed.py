@@ -12,15 +12,13 @@ the cache's rows after the kill.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 import sqlite3
 import sys
 from pathlib import Path
 
 import pytest
-from shared_support import driver_env, until
+from shared_support import driver_env, kill_when, run_to_end, sunk
 
 from raygent.sim import Latency, Match, Reply, Rule, ToolCallReply, serve
 
@@ -57,12 +55,6 @@ RULES = [
 ]
 
 
-def _lines(sink: Path) -> list[str]:
-    if not sink.exists():
-        return []
-    return [line for line in sink.read_text().splitlines() if line.endswith("}")]
-
-
 def _cached(path: Path) -> int:
     with sqlite3.connect(path) as db:
         return int(db.execute("SELECT count(*) FROM raygent_cache").fetchone()[0])
@@ -78,29 +70,13 @@ async def test_a_resume_after_the_driver_was_killed_pays_only_for_replies_not_re
     sink, cache = tmp_path / "out.jsonl", tmp_path / "cache.db"
     with serve(RULES, latency=Latency(fixed_ms=2, jitter_ms=2)) as sim:
         command = [sys.executable, str(script), sim.openai_base_url, str(sink), str(cache)]
-        driver = await asyncio.create_subprocess_exec(*command, "new", env=driver_env("local"))
-        try:
-            await until(lambda: len(_lines(sink)) >= ITEMS // 3 or driver.returncode is not None)
-            assert driver.returncode is None, "the driver ended before it could be killed"
-            driver.send_signal(signal.SIGKILL)
-            await asyncio.wait_for(driver.wait(), 30)
-        finally:
-            if driver.returncode is None:
-                driver.kill()
-                await driver.wait()
+        env = driver_env("local")
+        await kill_when([*command, "new"], env, lambda: len(sunk(sink)) >= ITEMS // 3)
         first, received = sim.stats().requests, _cached(cache)
-        assert len(_lines(sink)) < ITEMS  # killed mid-job
-        resumed = await asyncio.create_subprocess_exec(
-            *command,
-            "resume",
-            env=driver_env("local"),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        said, _ = await asyncio.wait_for(resumed.communicate(), 240)
-        assert resumed.returncode == 0, said.decode()
+        assert len(sunk(sink)) < ITEMS  # killed mid-job
+        await run_to_end([*command, "resume"], env, timeout=240)
         second = sim.stats().requests - first
-    keys = sorted(json.loads(line)["key"] for line in _lines(sink))
+    keys = sorted(json.loads(line)["key"] for line in sunk(sink))
     assert keys == list(range(ITEMS))  # every item once
     # The resume asked the provider for exactly what the cache did not hold...
     assert second == 2 * ITEMS - received, (first, received, second)

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import sys
 from pathlib import Path
 
 import pytest
 from pb_support import TOOL_ROUND, online_requests
-from shared_support import driver_env, until
+from shared_support import driver_env, kill_when, run_to_end
 
 import raygent
 import raygent.sim
@@ -77,26 +76,10 @@ async def test_a_driver_killed_while_batches_are_out_resumes_them_without_sendin
     async with serve(TOOL_ROUND, batch_seconds=3.0) as sim:
         url = sim.anthropic_base_url if api == "anthropic" else sim.openai_base_url
         command = [sys.executable, str(script), api, url, str(sink)]
-        driver = await asyncio.create_subprocess_exec(*command, "new", env=driver_env(backend))
-        try:
-            await until(lambda: _submitted(ledger) >= 1 or driver.returncode is not None)
-            assert driver.returncode is None, "the driver ended before it could be killed"
-            driver.send_signal(signal.SIGKILL)
-            await asyncio.wait_for(driver.wait(), 30)
-        finally:
-            if driver.returncode is None:
-                driver.kill()
-                await driver.wait()
+        env = driver_env(backend)
+        await kill_when([*command, "new"], env, lambda: _submitted(ledger) >= 1)
         out_at_kill = sim.stats()
-        resumed = await asyncio.create_subprocess_exec(
-            *command,
-            "resume",
-            env=driver_env(backend),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        said, _ = await asyncio.wait_for(resumed.communicate(), 300)
-        assert resumed.returncode == 0, said.decode()
+        said = await run_to_end([*command, "resume"], env)
         stats = sim.stats()
         creates = [r for r in sim.requests if r.method == "POST" and _creates(r.path)]
     keys = sorted(json.loads(line)["key"] for line in sink.read_text().splitlines())

@@ -18,9 +18,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
-import ray
+from shared_support import ray_pids
 
 import raygent
 from raygent import Memory
@@ -64,21 +63,6 @@ def _rules() -> list[Rule]:
     return rules
 
 
-def _pids(kind: str) -> list[int]:
-    """The worker processes of this session's Ray whose title names `kind` (Ray titles
-    an actor's process `ray::ClassName...`); they are the raylet's children."""
-    raylet = ray._private.worker._global_node.all_processes["raylet"][0].process.pid
-    found = []
-    for child in psutil.Process(raylet).children(recursive=True):
-        try:
-            title = " ".join(child.cmdline())
-        except psutil.Error:
-            continue
-        if title.startswith("ray::") and kind in title:
-            found.append(child.pid)
-    return found
-
-
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("policy", POLICIES)
 async def test_runners_and_the_gateway_killed_leave_each_item_once_in_its_session(
@@ -103,7 +87,7 @@ async def test_runners_and_the_gateway_killed_leave_each_item_once_in_its_sessio
             # Mid-batch, with runs in flight on every runner: a runner, then the gateway.
             for kind, at in (("Runner", 30), ("Gateway", 60)):
                 if kind not in killed and item.index >= at:
-                    pids = _pids(kind)
+                    pids = ray_pids(kind)
                     assert pids, kind
                     killed[kind] = pids[0]
                     os.kill(pids[0], signal.SIGKILL)

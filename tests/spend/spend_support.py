@@ -48,21 +48,3 @@ def __getattr__(name: str) -> Any:
         )
         return raygent.agent(model=model, model_options={"max_tokens": MAX_TOKENS})
     raise AttributeError(name)
-
-
-def ray_pids(kind: str) -> list[int]:
-    """The worker processes of this session's Ray whose title names `kind` (Ray titles
-    an actor's process `ray::ClassName...`); they are the raylet's children."""
-    import psutil
-    import ray
-
-    raylet = ray._private.worker._global_node.all_processes["raylet"][0].process.pid
-    found = []
-    for child in psutil.Process(raylet).children(recursive=True):
-        try:
-            title = " ".join(child.cmdline())
-        except psutil.Error:
-            continue
-        if title.startswith("ray::") and kind in title:
-            found.append(child.pid)
-    return found
