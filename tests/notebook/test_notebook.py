@@ -60,8 +60,18 @@ def problems(nb: Any) -> list[str]:
     return found
 
 
+# A line Ray forwards to every driver of the cluster from its processes, tagged with its
+# source: "(raylet) WARNING: 14 PYTHON worker processes have been started...", "(pid=1) ..."
+# (a kernel that joins the suite's Ray hears of the other tests' workers).
+_RAY_FORWARDED = re.compile(r"^(\x1b\[[0-9;]*m)?\((raylet|gcs_server|\w* ?pid=\d+)[^)]*\)")
+
+
 def stdout(cell: Any) -> str:
-    return "".join(o.text for o in cell.outputs if o.output_type == "stream" and o.name == "stdout")
+    """What the cell printed, less the lines Ray forwarded from its processes."""
+    text = "".join(o.text for o in cell.outputs if o.output_type == "stream" and o.name == "stdout")
+    return "".join(
+        line for line in text.splitlines(keepends=True) if not _RAY_FORWARDED.match(line)
+    )
 
 
 def mimetypes(cell: Any) -> set[str]:
