@@ -7,6 +7,9 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
+
+import aiohttp
 
 
 @contextmanager
@@ -30,3 +33,19 @@ def sim_process(*args: str) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+async def sim_stats(
+    base: str, reset: bool = False, http: aiohttp.ClientSession | None = None
+) -> dict[str, Any]:
+    """The simulator's counters (`GET /sim/stats`), zeroed first with `reset`; over
+    `http` if given, else a session of its own."""
+    if http is None:
+        async with aiohttp.ClientSession() as own:
+            return await sim_stats(base, reset, own)
+    if reset:
+        async with http.post(base + "/sim/reset"):
+            pass
+    async with http.get(base + "/sim/stats") as response:
+        stats: dict[str, Any] = await response.json()
+        return stats

@@ -47,7 +47,7 @@ from typing import Any
 import aiohttp
 
 # The script's own folder is on sys.path when run as `python benchmarks/...`.
-from _sim_process import sim_process
+from _sim_process import sim_process, sim_stats
 
 import raygent
 from raygent import OpenAIModel, UserMessage
@@ -85,12 +85,6 @@ def raygent_batch(executable: Any, bound: int) -> Client:
         return result.report.throughput
 
     return run
-
-
-async def sim_stats(session: aiohttp.ClientSession, base: str) -> dict[str, Any]:
-    async with session.get(base + "/sim/stats") as response:
-        stats: dict[str, Any] = await response.json()
-        return stats
 
 
 async def throughput(args: argparse.Namespace, base: str) -> None:
@@ -133,8 +127,8 @@ async def throughput(args: argparse.Namespace, base: str) -> None:
             rates[name].append(await client(args.items))
             cpu[name].append((time.process_time() - started) * 1000 / args.items)
             if name.startswith("raygent"):
-                peak = max(peak, (await sim_stats(session, base))["peak_in_flight"])
-    statuses = (await sim_stats(session, base))["by_status"]
+                peak = max(peak, (await sim_stats(base, http=session))["peak_in_flight"])
+    statuses = (await sim_stats(base, http=session))["by_status"]
     await session.close()
     medians = {
         name: (statistics.median(rates[name]), statistics.median(cpu[name])) for name in rates

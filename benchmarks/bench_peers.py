@@ -48,7 +48,7 @@ from typing import Any
 import aiohttp
 
 # The script's own folder is on sys.path when run as `python benchmarks/...`.
-from _sim_process import sim_process
+from _sim_process import sim_process, sim_stats
 
 import raygent
 from raygent import OpenAIModel
@@ -290,15 +290,6 @@ CONTESTANTS: dict[str, Callable[[str, int], Awaitable[tuple[Run, Any]]]] = {
 # -- the measurement ---------------------------------------------------------------------
 
 
-async def sim(http: aiohttp.ClientSession, base: str, reset: bool = False) -> dict[str, Any]:
-    if reset:
-        async with http.post(base + "/sim/reset"):
-            pass
-    async with http.get(base + "/sim/stats") as response:
-        stats: dict[str, Any] = await response.json()
-        return stats
-
-
 async def measure(args: argparse.Namespace, base: str) -> None:
     http = aiohttp.ClientSession()
     runs: dict[str, Run] = {}
@@ -319,12 +310,12 @@ async def measure(args: argparse.Namespace, base: str) -> None:
     async def one_run(name: str, items: int) -> tuple[float, float]:
         global calls
         nonlocal peak
-        await sim(http, base, reset=True)
+        await sim_stats(base, reset=True, http=http)
         calls = 0
         started, wall = time.process_time(), time.perf_counter()
         await runs[name](items)
         wall, spent = time.perf_counter() - wall, time.process_time() - started
-        stats = await sim(http, base)
+        stats = await sim_stats(base, http=http)
         assert calls == items, (name, calls, items)
         assert stats["requests"] == 2 * items, (name, stats)
         assert stats["by_status"] == {"200": 2 * items}, (name, stats["by_status"])

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from _sim_process import sim_process
+from _sim_process import sim_process, sim_stats
 
 import raygent
 from raygent import AnthropicModel, OpenAIModel, OpenAIResponsesModel, Pricing
@@ -54,11 +52,6 @@ def model_for(api: str, url: str) -> Any:
     return AnthropicModel("claude-sonnet-4-5", base_url=url, **common)
 
 
-def sim_stats(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url + "/sim/stats") as reply:
-        return json.loads(reply.read())  # type: ignore[no-any-return]
-
-
 async def run(api: str, url: str, items: int, backend: Backend, by_batch: bool) -> dict[str, float]:
     bot = raygent.agent(model=model_for(api, url), tools=[lookup], backend=backend)
     work = [{"input": f"question {i}", "key": i} for i in range(items)]
@@ -67,11 +60,11 @@ async def run(api: str, url: str, items: int, backend: Backend, by_batch: bool) 
         options["provider_batch"] = raygent.ProviderBatch(gather_seconds=1.0, poll_seconds=0.05)
     else:
         options["concurrency"] = 64
-    before = sim_stats(url)
+    before = await sim_stats(url)
     cpu, wall = time.process_time(), time.perf_counter()
     result = await raygent.batch(bot, work, **options)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-    after = sim_stats(url)
+    after = await sim_stats(url)
     assert result.report.succeeded == items, result.report.errors
     cost = result.usage.cost
     return {

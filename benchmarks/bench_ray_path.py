@@ -33,10 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import ray
 from _procs import CpuMeter, pids_matching, ray_workers
-from _sim_process import sim_process
+from _sim_process import sim_process, sim_stats
 from pydantic import BaseModel
 
 import raygent
@@ -108,16 +107,6 @@ class Bench:
         )
         assert result.report.succeeded == items, (result.report, result.items[:1])
         return result
-
-
-async def sim_stats(base: str, reset: bool = False) -> dict[str, Any]:
-    async with aiohttp.ClientSession() as http:
-        if reset:
-            async with http.post(base + "/sim/reset"):
-                pass
-        async with http.get(base + "/sim/stats") as response:
-            stats: dict[str, Any] = await response.json()
-            return stats
 
 
 async def throughput(bench: Bench, base: str) -> None:
