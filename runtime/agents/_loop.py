@@ -1,5 +1,5 @@
-"""The agent loop: trips and tool rounds until a final answer (`_steps` says what a
-reply means). `run_loop` runs a new run; a durable run's resume (`_resume`) goes through
+"""The agent loop: trips and tool rounds until a final answer (`_next_step` says what
+a reply means). `run_loop` runs a new run; a durable run's resume (`_resume`) goes through
 the same `lifecycle` and `drive`.
 
 A durable run (`run.journal`) writes its state after every settled step, before the

@@ -1,5 +1,5 @@
 """What `memory=` on an agent is: a store and a save policy (`Memory`). The lower half
-of the part: the sessions (`_sessions`) and the save policy (`_save`) both take it."""
+of the part: the sessions (`_sessions`) and the save policy (`save`) both take it."""
 
 from __future__ import annotations
 
