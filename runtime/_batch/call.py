@@ -118,7 +118,7 @@ class BatchOptions(TypedDict, total=False):
         the gateway cluster-wide). A request whose worst case does not fit is not sent:
         its item fails `BUDGET_EXCEEDED` (not retried), the items in flight finish, and
         the items not started end with that error; the report's `budget` shows spent,
-        reserved and left. Needs an agent (flows and plain callables are not held yet).
+        reserved and left. Needs an agent or a flow (every agent a flow runs is held).
     """
 
     concurrency: int
@@ -371,23 +371,33 @@ def _job_ledger(executable: Any, plan: _Plan) -> Ledger | None:
     budget = plan.budget
     if budget is None:
         return None
-    if not is_runnable(executable) or not hasattr(executable, "budget"):
-        # Only an agent holds its requests to a job's ledger (`job_budget=`): a flow's
-        # or a plain callable's would run unheld.
-        raise TypeError("budget= needs an agent (flows and plain callables are not held yet)")
+    agents = _held_agents(executable)
     if budget.usd is not None and not budget.counts_tokens:
-        model = getattr(executable, "model", None)
-        for each in getattr(model, "models", None) or ([model] if model is not None else []):
-            if pricing_of(each) is None:
-                raise ValueError(
-                    f"a dollar budget cannot be held: the pricing of {each.provider} "
-                    f"{each.name!r} is unknown; declare pricing=raygent.Pricing(...) on the "
-                    "model, or give a token budget too"
-                )
+        for agent in agents:
+            model = agent.model
+            for each in getattr(model, "models", None) or [model]:
+                if pricing_of(each) is None:
+                    raise ValueError(
+                        f"a dollar budget cannot be held: the pricing of {each.provider} "
+                        f"{each.name!r} is unknown; declare pricing=raygent.Pricing(...) on "
+                        "the model, or give a token budget too"
+                    )
     backend = getattr(executable, "backend", None)
     if not isinstance(backend, Backend):
         backend = current_backend()
     return backend.budgets.job(budget, uuid.uuid4().hex)
+
+
+def _held_agents(executable: Any) -> list[Any]:
+    """The agents a job's ledger holds: the agent itself, or every agent of a flow (a
+    flow's runs pass its `job_budget=` to them); TypeError for what holds nothing."""
+    if is_runnable(executable) and hasattr(executable, "budget"):
+        return [executable]
+    agents = getattr(executable, "agents", None)
+    if is_runnable(executable) and callable(agents):
+        return list(agents())
+    # A plain callable's requests (or an unknown executable's) would run unheld.
+    raise TypeError("budget= needs an agent or a flow (a plain callable's requests are not held)")
 
 
 _interruptible: contextvars.ContextVar[bool] = contextvars.ContextVar(
