@@ -10,7 +10,7 @@ durable       durable items: each item's run named by its key, so an attempt res
 sources       where items come from (lists, iterables, JSONL / CSV / Parquet, datasets)
 sinks         where results go (JSONL, Parquet), and what `resume` skips
 progress      the bar; report: `BatchReport`; _html: the notebook view of a result
-estimate      `estimate`, `Estimate`: a job's cost projected from a random sample run
+estimate      `estimate`, `estimate_sync`, `Estimate`: a job's cost from a sample run
 cli           `raygent batch MODULE:AGENT INPUT -o OUTPUT`
 provider      `ProviderBatch`: trips through the providers' batch APIs (half price);
 provider_job  such a job's checks, ledger, pool, and the lines set around each attempt
@@ -36,7 +36,7 @@ from .call import (
     batch,
     batch_sync,
 )
-from .estimate import Estimate, estimate
+from .estimate import Estimate, EstimateOptions, estimate, estimate_sync
 from .provider import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "BatchReport",
     "BatchResult",
     "Estimate",
+    "EstimateOptions",
     "InputError",
     "ProviderBatch",
     "ProviderBatchInfo",
@@ -53,4 +54,5 @@ __all__ = [
     "batch",
     "batch_sync",
     "estimate",
+    "estimate_sync",
 ]

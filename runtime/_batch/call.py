@@ -26,7 +26,7 @@ import uuid
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from typing_extensions import Unpack
 
@@ -119,6 +119,9 @@ class BatchOptions(TypedDict, total=False):
         its item fails `BUDGET_EXCEEDED` (not retried), the items in flight finish, and
         the items not started end with that error; the report's `budget` shows spent,
         reserved and left. Needs an agent or a flow (every agent a flow runs is held).
+    reuse: a `raygent.Estimate` of this job (`estimate` on the same items, with the same
+        `item_key`): the items its sample completed are not run again; their results
+        are recorded as this job's (sink, report, usage, `on_item`).
     """
 
     concurrency: int
@@ -137,6 +140,14 @@ class BatchOptions(TypedDict, total=False):
     deadline: float | datetime | None
     cache: ResponseCache | None
     budget: Budget | None
+    reuse: Answered | None
+
+
+class Answered(Protocol):
+    """What `reuse=` takes (an `Estimate`): completed items by their key's token."""
+
+    @property
+    def answers(self) -> Mapping[str, BatchItem]: ...
 
 
 @dataclass(frozen=True)
@@ -158,6 +169,7 @@ class _Plan:
     provider_batch: ProviderBatch | None = None
     deadline: float | None = None  # time.time() by which the job must be done
     budget: Budget | None = None
+    reused: Mapping[str, BatchItem] | None = None  # items answered already, by key token
 
     @classmethod
     def of(cls, options: BatchOptions) -> _Plan:
@@ -205,6 +217,7 @@ class _Plan:
             provider_batch=provider_batch,
             deadline=_deadline(options.get("deadline"), provider_batch),
             budget=_budget(options.get("budget")),
+            reused=_reused(options.get("reuse")),
         )
 
 
@@ -230,6 +243,15 @@ def _budget(budget: Budget | None) -> Budget | None:
     if budget is not None and not isinstance(budget, Budget):
         raise TypeError(f"budget= takes raygent.Budget(...), not {budget!r}")
     return budget
+
+
+def _reused(reuse: Answered | None) -> Mapping[str, BatchItem] | None:
+    if reuse is None:
+        return None
+    answers = getattr(reuse, "answers", None)
+    if not isinstance(answers, Mapping):
+        raise TypeError(f"reuse= takes a raygent.Estimate of this job, not {reuse!r}")
+    return answers
 
 
 def _runners(runners: int | None) -> int | None:
@@ -336,9 +358,11 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     pool = _pool(executable, attempt, plan, deliver, runners, lines)
     collector.pool = pool
     make = JobMaker(runnable=is_runnable(executable), item_key=plan.item_key)
-    jobs = feed(source, make, collector.skip if sink is not None and sink.done else None)
+    skips = (sink is not None and sink.done) or collector.answers
+    jobs = feed(source, make, collector.skip if skips else None)
     try:
         await pool.run(jobs)
+        await collector.reused_on_item()
         if pool.signal.aborted and source.total is not None and sink is None:
             await collector.cancel_unread(jobs, pool.signal)
     finally:
@@ -490,17 +514,36 @@ class _Collector:
         self.stopped: str | None = None
         self._sink_broken = False
         self.progress = Progress(plan.progress, total)
+        self.answers = dict(plan.reused or {})
+        self._reused: list[BatchItem] = []
 
     def skip(self, job: Job) -> bool:
-        """Resume: leave out what the sink already holds completed."""
-        assert self.sink is not None
-        if key_token(job.key) not in self.sink.done:
+        """Leave out what the sink already holds completed (resume), and what `reuse=`
+        answered (recorded here as the job's, at its place in the input)."""
+        token = key_token(job.key)
+        if self.sink is not None and token in self.sink.done:
+            self.tally.skipped += 1
+            self.progress.skipped(1)
+            return True
+        answer = self.answers.pop(token, None) if self.answers else None
+        if answer is None:
             return False
-        self.tally.skipped += 1
-        self.progress.skipped(1)
+        item = dataclasses.replace(answer, index=job.index)
+        self._count(item)
+        self._reused.append(item)
         return True
 
+    async def reused_on_item(self) -> None:
+        """`on_item` for the items `reuse=` answered (the feed that found them is sync)."""
+        reused, self._reused = self._reused, []
+        for item in reused:
+            await self._on_item(item)
+
     async def deliver(self, item: BatchItem) -> None:
+        self._count(item)
+        await self._on_item(item)
+
+    def _count(self, item: BatchItem) -> None:
         self.tally.add(item)
         if self.sink is None:
             self.kept.append(item)
@@ -513,6 +556,8 @@ class _Collector:
         tally = self.tally
         retrying = self.pool.retrying if self.pool is not None else 0
         self.progress.update(tally.failed, tally.cancelled, retrying)
+
+    async def _on_item(self, item: BatchItem) -> None:
         if self.plan.on_item is not None:
             try:
                 value = self.plan.on_item(item)
