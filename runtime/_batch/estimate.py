@@ -85,7 +85,7 @@ class Estimate(BaseModel):
                 cost += " at batch rates"
         cached = f", {self.cache_hits:,} trips from the cache" if self.cache_hits else ""
         time = (
-            "answered within 24 h (provider batches)"
+            "provider batches answer within 24 h"
             if self.provider_batch
             else f"~{self.seconds:,.0f} s"
         )
