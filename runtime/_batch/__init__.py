@@ -4,6 +4,7 @@ many items.
 call          `batch`, `batch_sync`, `BatchOptions`, `BatchResult`: reading, recording
 engine        the in-flight core: attempts in flight, retries, each item ended once
 exec          what a batch runs: items into jobs, one attempt of the executable
+job_budget    a job's budget: the agents it holds (an agent's, a flow's) and its ledger
 durable       durable items: each item's run named by its key, so an attempt resumes it
               (through the executable's `is_stored` / `resume`; the journal itself is
               the executable's, on `raygent.durable.journal`)

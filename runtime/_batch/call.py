@@ -22,7 +22,6 @@ import contextvars
 import dataclasses
 import inspect
 import os
-import uuid
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -36,7 +35,7 @@ from ..seams.batch import Attempt, BatchItem, Deliver, Feed, Job, Outcome, cance
 from ..seams.contract import Backend, BatchExecution, BatchPool, PoolPlan
 from ..seams.registry import current_backend
 from ..seams.retry import Retry
-from ..spend import Budget, BudgetReport, Ledger, amount_of, pricing_of
+from ..spend import Budget, BudgetReport, amount_of
 from ..usage import Usage
 from ._html import batch_html
 from .durable import BATCH_ITEMS, BATCH_RUNS, durable_items, item_runs
@@ -50,6 +49,7 @@ from .exec import (
     grace_for,
     is_runnable,
 )
+from .job_budget import job_ledger
 from .lines import LinePool
 from .progress import Progress, wants_progress
 from .provider import ProviderBatch
@@ -336,7 +336,7 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     plan = _Plan.of(options)
     if plan.durable is not None and not callable(getattr(executable, "is_stored", None)):
         raise TypeError("durable= needs an agent (something with resume(run_id))")
-    ledger = _job_ledger(executable, plan)
+    ledger = job_ledger(executable, plan.budget)
     if ledger is not None:
         held = {**(plan.run_options or {}), BATCH_BUDGET: ledger}
         plan = dataclasses.replace(plan, run_options=held)
@@ -387,41 +387,6 @@ def _ending_lines(lines: LinePool, deliver: Deliver) -> Deliver:
         await deliver(item)
 
     return ended
-
-
-def _job_ledger(executable: Any, plan: _Plan) -> Ledger | None:
-    """The job's budget, held by the executable's backend (Ray: its gateway); checked
-    before anything runs."""
-    budget = plan.budget
-    if budget is None:
-        return None
-    agents = _held_agents(executable)
-    if budget.usd is not None and not budget.counts_tokens:
-        for agent in agents:
-            model = agent.model
-            for each in getattr(model, "models", None) or [model]:
-                if pricing_of(each) is None:
-                    raise ValueError(
-                        f"a dollar budget cannot be held: the pricing of {each.provider} "
-                        f"{each.name!r} is unknown; declare pricing=raygent.Pricing(...) on "
-                        "the model, or give a token budget too"
-                    )
-    backend = getattr(executable, "backend", None)
-    if not isinstance(backend, Backend):
-        backend = current_backend()
-    return backend.budgets.job(budget, uuid.uuid4().hex)
-
-
-def _held_agents(executable: Any) -> list[Any]:
-    """The agents a job's ledger holds: the agent itself, or every agent of a flow (a
-    flow's runs pass its `job_budget=` to them); TypeError for what holds nothing."""
-    if is_runnable(executable) and hasattr(executable, "budget"):
-        return [executable]
-    agents = getattr(executable, "agents", None)
-    if is_runnable(executable) and callable(agents):
-        return list(agents())
-    # A plain callable's requests (or an unknown executable's) would run unheld.
-    raise TypeError("budget= needs an agent or a flow (a plain callable's requests are not held)")
 
 
 _interruptible: contextvars.ContextVar[bool] = contextvars.ContextVar(
