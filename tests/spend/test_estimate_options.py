@@ -5,7 +5,9 @@ of paid again (`reuse=`), `estimate_sync`; money under a cent printed with its d
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 from spend_support import MAX_TOKENS, priced_model, uniform_rules
@@ -72,18 +74,26 @@ async def test_a_workflows_estimate_counts_every_agent_of_it() -> None:
     assert guess.cost_usd == pytest.approx(2 * single.cost_usd)
 
 
-async def test_a_job_reuses_its_estimates_answers_instead_of_paying_again() -> None:
+async def test_a_job_reuses_its_estimates_answers_instead_of_paying_again(
+    backend_kind: str, tmp_path: Path
+) -> None:
     with serve(uniform_rules()) as sim:
         agent = raygent.agent(model=priced_model(sim), model_options={"max_tokens": MAX_TOKENS})
         items = [f"question {i}" for i in range(JOB)]  # keyed by position
         guess = await raygent.estimate(agent, items, sample=5, seed=4)
         assert len(guess.answers) == 5
-        result = await raygent.batch(agent, items, reuse=guess, progress=False)
+        seen: list[int] = []
+        result = await raygent.batch(
+            agent, items, reuse=guess, sink=tmp_path / "out.jsonl", progress=False,
+            on_item=lambda item: seen.append(item.key),
+        )  # fmt: skip
         # The job sent what the sample had not answered: one request an item in all.
         assert sim.stats().requests == JOB
     assert result.ok and result.report.succeeded == JOB
-    assert [item.key for item in result.items] == list(range(JOB))
-    assert all(isinstance(text, str) and text for text in result.data)
+    assert sorted(seen) == list(range(JOB))  # on_item saw every item once, reused or run
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert sorted(r["key"] for r in records) == list(range(JOB))
+    assert all(r["status"] == "completed" and r["data"] for r in records)
     assert result.usage.requests == JOB  # the reused answers' usage is the job's
 
 
