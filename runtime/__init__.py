@@ -4,7 +4,16 @@ The public API is what this module exports; everything else is internal.
 """
 
 from . import compaction, data, errors, eval, observers
-from ._batch import BatchResult, Estimate, ProviderBatch, Retry, batch, batch_sync, estimate
+from ._batch import (
+    BatchResult,
+    Estimate,
+    ProviderBatch,
+    Retry,
+    batch,
+    batch_sync,
+    estimate,
+    estimate_sync,
+)
 from ._version import __version__
 from .abort import AbortController, AbortSignal
 from .agents import Agent, AgentStream, Approve, Deny, Durable, SystemPrompt, agent
@@ -138,6 +147,7 @@ __all__ = [
     "data",
     "errors",
     "estimate",
+    "estimate_sync",
     "eval",
     "fallback_model",
     "fan_out",

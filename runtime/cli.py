@@ -77,7 +77,10 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     batch.add_argument("target", metavar="MODULE:AGENT", help="e.g. mypackage.bots:summariser")
     batch.add_argument("input", metavar="INPUT", help="a .jsonl, .csv or .parquet file")
     batch.add_argument(
-        "-o", "--output", required=True, help="a .jsonl file or a .parquet directory"
+        "-o",
+        "--output",
+        default=None,
+        help="a .jsonl file or a .parquet directory (needed but with --estimate)",
     )
     batch.add_argument("--concurrency", type=int, default=None, help="runs in flight at once")
     batch.add_argument("--retries", type=int, default=None, help="retries per item (K+1 tries)")

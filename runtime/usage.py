@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["Cost", "Usage", "total_cost"]
+__all__ = ["Cost", "Usage", "dollars", "total_cost"]
 
 
 class Cost(BaseModel):
@@ -108,3 +110,17 @@ def total_cost(cost: Cost | Usage | None) -> float | None:
     if isinstance(cost, Usage):
         cost = cost.cost
     return None if cost is None else cost.total
+
+
+def dollars(amount: float) -> str:
+    """USD as people read it: cents from a dollar up (`$1,234.50`), and below a dollar
+    two significant digits at least (`$0.42`, `$0.015`, `$0.0042`): an amount under a
+    cent never shows as `$0.00` or `$0.01`."""
+    if amount != amount:  # NaN
+        return "$?"
+    sign = "-" if amount < 0 and round(amount, 12) != 0 else ""
+    size = abs(amount)
+    if size >= 1 or size < 1e-12:
+        return f"{sign}${size:,.2f}"
+    places = min(12, max(2, 1 - math.floor(math.log10(size))))
+    return f"{sign}${size:.{places}f}"

@@ -59,6 +59,7 @@ PUBLIC_API = {
     "BudgetExceededError",
     "Estimate",
     "estimate",
+    "estimate_sync",
     "Capabilities",
     "Compaction",
     "CompactionResult",

@@ -4,13 +4,14 @@ many items.
 call          `batch`, `batch_sync`, `BatchOptions`, `BatchResult`: reading, recording
 engine        the in-flight core: attempts in flight, retries, each item ended once
 exec          what a batch runs: items into jobs, one attempt of the executable
+job_budget    a job's budget: the agents it holds (an agent's, a flow's) and its ledger
 durable       durable items: each item's run named by its key, so an attempt resumes it
               (through the executable's `is_stored` / `resume`; the journal itself is
               the executable's, on `raygent.durable.journal`)
 sources       where items come from (lists, iterables, JSONL / CSV / Parquet, datasets)
 sinks         where results go (JSONL, Parquet), and what `resume` skips
 progress      the bar; report: `BatchReport`; _html: the notebook view of a result
-estimate      `estimate`, `Estimate`: a job's cost projected from a random sample run
+estimate      `estimate`, `estimate_sync`, `Estimate`: a job's cost from a sample run
 cli           `raygent batch MODULE:AGENT INPUT -o OUTPUT`
 provider      `ProviderBatch`: trips through the providers' batch APIs (half price);
 provider_job  such a job's checks, ledger, pool, and the lines set around each attempt
@@ -36,7 +37,7 @@ from .call import (
     batch,
     batch_sync,
 )
-from .estimate import Estimate, estimate
+from .estimate import Estimate, EstimateOptions, estimate, estimate_sync
 from .provider import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "BatchReport",
     "BatchResult",
     "Estimate",
+    "EstimateOptions",
     "InputError",
     "ProviderBatch",
     "ProviderBatchInfo",
@@ -53,4 +55,5 @@ __all__ = [
     "batch",
     "batch_sync",
     "estimate",
+    "estimate_sync",
 ]

@@ -22,11 +22,10 @@ import contextvars
 import dataclasses
 import inspect
 import os
-import uuid
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from typing_extensions import Unpack
 
@@ -36,7 +35,7 @@ from ..seams.batch import Attempt, BatchItem, Deliver, Feed, Job, Outcome, cance
 from ..seams.contract import Backend, BatchExecution, BatchPool, PoolPlan
 from ..seams.registry import current_backend
 from ..seams.retry import Retry
-from ..spend import Budget, BudgetReport, Ledger, amount_of, pricing_of
+from ..spend import Budget, BudgetReport, amount_of
 from ..usage import Usage
 from ._html import batch_html
 from .durable import BATCH_ITEMS, BATCH_RUNS, durable_items, item_runs
@@ -50,6 +49,7 @@ from .exec import (
     grace_for,
     is_runnable,
 )
+from .job_budget import job_ledger
 from .lines import LinePool
 from .progress import Progress, wants_progress
 from .provider import ProviderBatch
@@ -118,7 +118,10 @@ class BatchOptions(TypedDict, total=False):
         the gateway cluster-wide). A request whose worst case does not fit is not sent:
         its item fails `BUDGET_EXCEEDED` (not retried), the items in flight finish, and
         the items not started end with that error; the report's `budget` shows spent,
-        reserved and left. Needs an agent (flows and plain callables are not held yet).
+        reserved and left. Needs an agent or a flow (every agent a flow runs is held).
+    reuse: a `raygent.Estimate` of this job (`estimate` on the same items, with the same
+        `item_key`): the items its sample completed are not run again; their results
+        are recorded as this job's (sink, report, usage, `on_item`).
     """
 
     concurrency: int
@@ -137,6 +140,14 @@ class BatchOptions(TypedDict, total=False):
     deadline: float | datetime | None
     cache: ResponseCache | None
     budget: Budget | None
+    reuse: Answered | None
+
+
+class Answered(Protocol):
+    """What `reuse=` takes (an `Estimate`): completed items by their key's token."""
+
+    @property
+    def answers(self) -> Mapping[str, BatchItem]: ...
 
 
 @dataclass(frozen=True)
@@ -158,6 +169,7 @@ class _Plan:
     provider_batch: ProviderBatch | None = None
     deadline: float | None = None  # time.time() by which the job must be done
     budget: Budget | None = None
+    reused: Mapping[str, BatchItem] | None = None  # items answered already, by key token
 
     @classmethod
     def of(cls, options: BatchOptions) -> _Plan:
@@ -205,6 +217,7 @@ class _Plan:
             provider_batch=provider_batch,
             deadline=_deadline(options.get("deadline"), provider_batch),
             budget=_budget(options.get("budget")),
+            reused=_reused(options.get("reuse")),
         )
 
 
@@ -230,6 +243,15 @@ def _budget(budget: Budget | None) -> Budget | None:
     if budget is not None and not isinstance(budget, Budget):
         raise TypeError(f"budget= takes raygent.Budget(...), not {budget!r}")
     return budget
+
+
+def _reused(reuse: Answered | None) -> Mapping[str, BatchItem] | None:
+    if reuse is None:
+        return None
+    answers = getattr(reuse, "answers", None)
+    if not isinstance(answers, Mapping):
+        raise TypeError(f"reuse= takes a raygent.Estimate of this job, not {reuse!r}")
+    return answers
 
 
 def _runners(runners: int | None) -> int | None:
@@ -314,7 +336,7 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     plan = _Plan.of(options)
     if plan.durable is not None and not callable(getattr(executable, "is_stored", None)):
         raise TypeError("durable= needs an agent (something with resume(run_id))")
-    ledger = _job_ledger(executable, plan)
+    ledger = job_ledger(executable, plan.budget)
     if ledger is not None:
         held = {**(plan.run_options or {}), BATCH_BUDGET: ledger}
         plan = dataclasses.replace(plan, run_options=held)
@@ -336,9 +358,11 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     pool = _pool(executable, attempt, plan, deliver, runners, lines)
     collector.pool = pool
     make = JobMaker(runnable=is_runnable(executable), item_key=plan.item_key)
-    jobs = feed(source, make, collector.skip if sink is not None and sink.done else None)
+    skips = (sink is not None and sink.done) or collector.answers
+    jobs = feed(source, make, collector.skip if skips else None)
     try:
         await pool.run(jobs)
+        await collector.reused_on_item()
         if pool.signal.aborted and source.total is not None and sink is None:
             await collector.cancel_unread(jobs, pool.signal)
     finally:
@@ -363,31 +387,6 @@ def _ending_lines(lines: LinePool, deliver: Deliver) -> Deliver:
         await deliver(item)
 
     return ended
-
-
-def _job_ledger(executable: Any, plan: _Plan) -> Ledger | None:
-    """The job's budget, held by the executable's backend (Ray: its gateway); checked
-    before anything runs."""
-    budget = plan.budget
-    if budget is None:
-        return None
-    if not is_runnable(executable) or not hasattr(executable, "budget"):
-        # Only an agent holds its requests to a job's ledger (`job_budget=`): a flow's
-        # or a plain callable's would run unheld.
-        raise TypeError("budget= needs an agent (flows and plain callables are not held yet)")
-    if budget.usd is not None and not budget.counts_tokens:
-        model = getattr(executable, "model", None)
-        for each in getattr(model, "models", None) or ([model] if model is not None else []):
-            if pricing_of(each) is None:
-                raise ValueError(
-                    f"a dollar budget cannot be held: the pricing of {each.provider} "
-                    f"{each.name!r} is unknown; declare pricing=raygent.Pricing(...) on the "
-                    "model, or give a token budget too"
-                )
-    backend = getattr(executable, "backend", None)
-    if not isinstance(backend, Backend):
-        backend = current_backend()
-    return backend.budgets.job(budget, uuid.uuid4().hex)
 
 
 _interruptible: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -480,17 +479,36 @@ class _Collector:
         self.stopped: str | None = None
         self._sink_broken = False
         self.progress = Progress(plan.progress, total)
+        self.answers = dict(plan.reused or {})
+        self._reused: list[BatchItem] = []
 
     def skip(self, job: Job) -> bool:
-        """Resume: leave out what the sink already holds completed."""
-        assert self.sink is not None
-        if key_token(job.key) not in self.sink.done:
+        """Leave out what the sink already holds completed (resume), and what `reuse=`
+        answered (recorded here as the job's, at its place in the input)."""
+        token = key_token(job.key)
+        if self.sink is not None and token in self.sink.done:
+            self.tally.skipped += 1
+            self.progress.skipped(1)
+            return True
+        answer = self.answers.pop(token, None) if self.answers else None
+        if answer is None:
             return False
-        self.tally.skipped += 1
-        self.progress.skipped(1)
+        item = dataclasses.replace(answer, index=job.index)
+        self._count(item)
+        self._reused.append(item)
         return True
 
+    async def reused_on_item(self) -> None:
+        """`on_item` for the items `reuse=` answered (the feed that found them is sync)."""
+        reused, self._reused = self._reused, []
+        for item in reused:
+            await self._on_item(item)
+
     async def deliver(self, item: BatchItem) -> None:
+        self._count(item)
+        await self._on_item(item)
+
+    def _count(self, item: BatchItem) -> None:
         self.tally.add(item)
         if self.sink is None:
             self.kept.append(item)
@@ -503,6 +521,8 @@ class _Collector:
         tally = self.tally
         retrying = self.pool.retrying if self.pool is not None else 0
         self.progress.update(tally.failed, tally.cancelled, retrying)
+
+    async def _on_item(self, item: BatchItem) -> None:
         if self.plan.on_item is not None:
             try:
                 value = self.plan.on_item(item)

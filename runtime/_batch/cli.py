@@ -13,8 +13,9 @@ from ..cache import ResponseCache
 from ..errors import InvalidOptionsError
 from ..seams import backend_plugin, current_backend, init
 from ..spend import Budget
+from ..usage import dollars
 from .call import BatchOptions, BatchResult, Retry, batch_sync
-from .estimate import Estimate, estimate
+from .estimate import Estimate, EstimateOptions, estimate
 from .provider import ProviderBatch
 
 __all__ = ["load_target", "run_batch_command"]
@@ -24,6 +25,9 @@ DECLINED = 3  # the job was estimated over --confirm-over and the answer was no
 
 
 def run_batch_command(args: argparse.Namespace) -> int:
+    if args.output is None and not getattr(args, "estimate", False):
+        print("raygent batch: -o/--output is needed to run a job", file=sys.stderr)
+        return 2
     options = BatchOptions(sink=args.output, resume=args.resume, progress=args.progress)
     if args.concurrency is not None:
         options["concurrency"] = args.concurrency
@@ -47,9 +51,11 @@ def run_batch_command(args: argparse.Namespace) -> int:
             init(args.backend)
         executable = load_target(args.target)
         _ship_by_value(args.target)
-        declined = _estimated(executable, args)
+        declined, guess = _estimated(executable, args, options)
         if declined is not None:
             return declined
+        if guess is not None:
+            options["reuse"] = guess  # the sample's answers are the job's: not paid twice
         result = batch_sync(executable, args.input, **options)
     except (
         ImportError,
@@ -68,25 +74,35 @@ def run_batch_command(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def _estimated(executable: Any, args: argparse.Namespace) -> int | None:
+def _estimated(
+    executable: Any, args: argparse.Namespace, options: BatchOptions
+) -> tuple[int | None, Estimate | None]:
     """`--estimate`: print the estimate, and stop (0). `--confirm-over USD`: print it,
-    and ask before a job estimated over USD (no: stop, `DECLINED`). None: run the job."""
+    and ask before a job estimated over USD (no: stop, `DECLINED`). (None, the estimate
+    if any): run the job."""
     confirm = getattr(args, "confirm_over", None)
     if not getattr(args, "estimate", False) and confirm is None:
-        return None
+        return None, None
+    job = EstimateOptions(
+        cache=options.get("cache"),
+        provider_batch=options.get("provider_batch"),
+        item_key=options.get("item_key"),
+    )
     guess: Estimate = run_sync(
-        lambda: estimate(executable, args.input, sample=args.sample, concurrency=args.concurrency)
+        lambda: estimate(
+            executable, args.input, sample=args.sample, concurrency=args.concurrency, **job
+        )
     )
     print(f"estimate: {guess}", file=sys.stderr)
     if args.estimate or confirm is None:
-        return 0
+        return 0, guess
     over = guess.cost_usd is None or (guess.cost_usd_high or guess.cost_usd) > confirm
     if not over:
-        return None
-    print(f"the job may cost over ${confirm:,.2f}; run it? [y/N] ", end="", file=sys.stderr)
+        return None, guess
+    print(f"the job may cost over {dollars(confirm)}; run it? [y/N] ", end="", file=sys.stderr)
     sys.stderr.flush()
     answer = sys.stdin.readline().strip().lower()
-    return None if answer in ("y", "yes") else DECLINED
+    return (None, guess) if answer in ("y", "yes") else (DECLINED, guess)
 
 
 def load_target(target: str) -> Any:
@@ -133,8 +149,9 @@ def summary(result: BatchResult) -> str:
     if r.budget is not None:
         b = r.budget
         line += (
-            f"\nbudget: ${b.spent.usd:,.4f} spent, ${b.reserved.usd:,.4f} reserved, "
+            f"\nbudget: {dollars(b.spent.usd)} spent, {dollars(b.reserved.usd)} reserved, "
             f"{_left(b.left.get('usd'))} left"
+            + ("" if b.limit.usd is None else f" of {dollars(b.limit.usd)}")
         )
     if r.stopped:
         line += f"\nstopped: {r.stopped}"
@@ -147,4 +164,4 @@ def summary(result: BatchResult) -> str:
 
 
 def _left(usd: float | None) -> str:
-    return "no limit" if usd is None else f"${usd:,.4f}"
+    return "no limit" if usd is None else dollars(usd)

@@ -4,10 +4,16 @@
     print(guess)  # 10,000 items: ~$41.20 ($38.90 to $43.50), 5.1M tokens, ...
 
 The items are read once (a seeded reservoir sample, in bounded memory: any input
-`raygent.batch` takes), the sample runs through `raygent.batch`, and the totals are
-projected from the sample's means, with a 95% interval from its spread (Student's t,
-with the finite-population correction: a sample of the whole job has no spread). The
-wall time is the job at its concurrency bound: items / (bound / median item latency).
+`raygent.batch` takes), the sample runs through `raygent.batch` with the job's options
+(its run options and its cache: a reply the cache holds costs nothing in the sample,
+nor in the projection), and the totals are projected from the sample's means, with a
+95% interval from its spread (Student's t, with the finite-population correction: a
+sample of the whole job has no spread). The wall time is the job at its concurrency
+bound: items / (bound / median item latency). With `provider_batch` the sample runs
+online (a batch's turnaround is hours) and is priced at the providers' batch rates.
+
+The sample's completed answers ride on the estimate (not serialised): `raygent.batch(
+..., reuse=guess)` records them as the job's instead of paying for them again.
 """
 
 from __future__ import annotations
@@ -15,16 +21,28 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, TypedDict
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+from typing_extensions import Unpack
 
-from ..usage import total_cost
+from .._sync import run_sync
+from ..pricing import lookup_pricing
+from ..seams.batch import BatchItem
+from ..spend import pricing_of
+from ..usage import Usage, dollars, total_cost
 from .call import DEFAULT_CONCURRENCY, batch
+from .exec import ItemKey, JobMaker, is_runnable
+from .provider import ProviderBatch
+from .provider_job import check_batchable
+from .sinks import key_token
 from .sources import open_items
 
-__all__ = ["Estimate", "estimate"]
+if TYPE_CHECKING:
+    from ..cache import ResponseCache
+
+__all__ = ["Estimate", "EstimateOptions", "estimate", "estimate_sync"]
 
 CONFIDENCE = 0.95
 
@@ -34,8 +52,10 @@ class Estimate(BaseModel):
 
     `items`: the job's size; `sample`: how many of its items were run; `cost_usd` the
     projected cost, `cost_usd_low` / `cost_usd_high` its 95% interval (None: a model's
-    pricing is unknown); `tokens` and `requests` the projected totals; `seconds` the
-    projected wall time at the job's concurrency bound."""
+    pricing is unknown); `tokens` and `requests` the projected totals (requests: those
+    sent to the provider, a cache's answers apart); `cache_hits` the projected trips a
+    cache answers; `seconds` the projected wall time at the job's concurrency bound
+    (online); `provider_batch`: priced at the providers' batch rates."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     items: int
@@ -46,17 +66,49 @@ class Estimate(BaseModel):
     tokens: int
     requests: int
     seconds: float
+    cache_hits: int = 0
+    provider_batch: bool = False
+    # The sample's completed items, by the token of their key in the whole job.
+    _answers: dict[str, BatchItem] = PrivateAttr(default_factory=dict)
+
+    @property
+    def answers(self) -> Mapping[str, BatchItem]:
+        """The sample's completed items, by their key's token (what `reuse=` records)."""
+        return self._answers
 
     def __str__(self) -> str:
         cost = "cost unknown (no pricing)"
         if self.cost_usd is not None:
-            cost = (
-                f"~${self.cost_usd:,.2f} (${self.cost_usd_low:,.2f} to ${self.cost_usd_high:,.2f})"
-            )
+            low, high = self.cost_usd_low or 0.0, self.cost_usd_high or 0.0
+            cost = f"~{dollars(self.cost_usd)} ({dollars(low)} to {dollars(high)})"
+            if self.provider_batch:
+                cost += " at batch rates"
+        cached = f", {self.cache_hits:,} trips from the cache" if self.cache_hits else ""
+        time = (
+            "provider batches answer within 24 h"
+            if self.provider_batch
+            else f"~{self.seconds:,.0f} s"
+        )
         return (
             f"{self.items:,} items: {cost}, {self.tokens:,} tokens, {self.requests:,} "
-            f"requests, ~{self.seconds:,.0f} s (from a sample of {self.sample})"
+            f"requests{cached}, {time} (from a sample of {self.sample})"
         )
+
+
+class EstimateOptions(TypedDict, total=False):
+    """The job's options an estimate takes (those of `BatchOptions` that change what it
+    costs, or which items are which).
+
+    run_options: the `RunOptions` of every run. cache: the job's `ResponseCache` (its
+    replies cost nothing). provider_batch: True or a `ProviderBatch`: priced at the
+    batch rates. item_key: how the job keys its items (so that `reuse=` finds them).
+    runners: as for `batch` (the sample runs where the job would)."""
+
+    run_options: Mapping[str, Any] | None
+    cache: ResponseCache | None
+    provider_batch: bool | ProviderBatch | None
+    item_key: ItemKey | None
+    runners: int | None
 
 
 async def estimate(
@@ -65,33 +117,57 @@ async def estimate(
     sample: int = 50,
     concurrency: int | None = None,
     seed: int | None = None,
+    **options: Unpack[EstimateOptions],
 ) -> Estimate:
     """Run a seeded random sample of `sample` items of the job for real (through
-    `raygent.batch`, at `concurrency`) and project the job's totals (see `Estimate`)."""
+    `raygent.batch`, at `concurrency`, with the job's `options`) and project the job's
+    totals (see `Estimate`). Raises only for options that make no sense, before
+    anything runs (as `batch` does)."""
     if not isinstance(sample, int) or sample < 1:
         raise ValueError(f"sample must be a positive int, not {sample!r}")
+    by_batch = options.get("provider_batch") not in (None, False)
+    if by_batch:
+        check_batchable(executable)
+    maker = JobMaker(runnable=is_runnable(executable), item_key=options.get("item_key"))
     total, chosen = await _reservoir(items, sample, random.Random(seed))
     bound = concurrency or DEFAULT_CONCURRENCY
     if not chosen:
         return Estimate(
             items=0, sample=0, cost_usd=0.0, cost_usd_low=0.0, cost_usd_high=0.0,
-            tokens=0, requests=0, seconds=0.0,
+            tokens=0, requests=0, seconds=0.0, provider_batch=by_batch,
         )  # fmt: skip
-    result = await batch(executable, chosen, concurrency=min(bound, len(chosen)), progress=False)
+    # Each sampled item keeps the key it has in the whole job (its position, or its field).
+    keys = {id(row): _key(maker, index, row) for index, row in chosen}
+    result = await batch(
+        executable,
+        [row for _, row in chosen],
+        concurrency=min(bound, len(chosen)),
+        progress=False,
+        item_key=lambda row: keys[id(row)],
+        run_options=options.get("run_options"),
+        cache=options.get("cache"),
+        runners=options.get("runners"),
+    )
     ran = result.items
-    costs = [total_cost(item.usage) for item in ran]
+    rates = _batch_rates(executable) if by_batch else None
+    costs = [_cost(item.usage, rates) for item in ran]
     tokens = [item.usage.total_tokens for item in ran]
     requests = [item.usage.requests for item in ran]
+    hits = [getattr(getattr(item.result, "report", None), "cache_hits", 0) for item in ran]
     latencies = [item.latency for item in ran if item.latency is not None]
     n = len(ran)
     cost = low = high = None
     if all(c is not None for c in costs):
         cost, low, high = _projected([float(c or 0.0) for c in costs], total)
-    limit = getattr(getattr(executable, "model", None), "max_concurrency", None)
-    in_flight = min(bound, limit) if limit else bound
+    limits = [
+        limit
+        for agent in _agents(executable)
+        if (limit := getattr(agent.model, "max_concurrency", None))
+    ]
+    in_flight = min(bound, *limits)
     # The median: the sample's first items pay for starting up (pools, runners).
     latency = statistics.median(latencies) if latencies else 0.0
-    return Estimate(
+    guess = Estimate(
         items=total,
         sample=n,
         cost_usd=cost,
@@ -100,7 +176,79 @@ async def estimate(
         tokens=round(statistics.fmean(tokens) * total),
         requests=round(statistics.fmean(requests) * total),
         seconds=total * latency / in_flight,
+        cache_hits=round(statistics.fmean(hits) * total),
+        provider_batch=by_batch,
     )
+    guess._answers.update({key_token(item.key): item for item in ran if item.ok})
+    return guess
+
+
+def estimate_sync(
+    executable: Any,
+    items: Any,
+    sample: int = 50,
+    concurrency: int | None = None,
+    seed: int | None = None,
+    **options: Unpack[EstimateOptions],
+) -> Estimate:
+    """`estimate` from synchronous code (with or without a running loop, as `batch_sync`)."""
+    return run_sync(lambda: estimate(executable, items, sample, concurrency, seed, **options))
+
+
+def _key(maker: JobMaker, index: int, row: Any) -> Any:
+    try:
+        return maker.key_of(index, row)
+    except Exception:
+        return index  # the job fails the item for its key; its sample run is keyed apart
+
+
+Rates = tuple[float, float]  # (input-side, output-side) batch price over the online one
+
+
+def _batch_rates(executable: Any) -> Rates | None:
+    """What the providers' batch APIs charge of the online rates, for the executable's
+    models (the highest if they differ: an estimate errs high); None: a pricing unknown."""
+    ratios: list[Rates] = []
+    for agent in _agents(executable):
+        for model in getattr(agent.model, "models", None) or [agent.model]:
+            online = pricing_of(model)
+            declared = getattr(model, "pricing", None)
+            batched = (
+                declared.for_batch()
+                if declared is not None
+                else lookup_pricing(model.provider, model.name, batch=True)
+            )
+            if online is None or batched is None:
+                return None
+            ratios.append((_ratio(batched.input_per_mtok, online.input_per_mtok),
+                           _ratio(batched.output_per_mtok, online.output_per_mtok)))  # fmt: skip
+    if not ratios:
+        return None
+    return max(r[0] for r in ratios), max(r[1] for r in ratios)
+
+
+def _agents(executable: Any) -> list[Any]:
+    """The agents whose models a job's requests go to: the agent, or a flow's."""
+    if hasattr(executable, "model"):
+        return [executable]
+    agents = getattr(executable, "agents", None)
+    return list(agents()) if callable(agents) else []
+
+
+def _ratio(batched: float, online: float) -> float:
+    return batched / online if online else 1.0
+
+
+def _cost(usage: Usage, rates: Rates | None) -> float | None:
+    """An item's cost, online or at the batch rates (input-side and output-side channels
+    scale as `Pricing.for_batch` scales them)."""
+    cost = usage.cost
+    if rates is None or cost is None:
+        return total_cost(cost)
+    inward, outward = rates
+    return (cost.input + cost.cached_input + cost.cache_write) * inward + (
+        cost.output + cost.reasoning
+    ) * outward
 
 
 def _projected(values: list[float], total: int) -> tuple[float, float, float]:
@@ -129,8 +277,11 @@ def _t(confidence: float, dof: int) -> float:
     )
 
 
-async def _reservoir(items: Any, size: int, rng: random.Random) -> tuple[int, list[Any]]:
-    """(how many items there are, a uniform sample of `size` of them, in input order)."""
+async def _reservoir(
+    items: Any, size: int, rng: random.Random
+) -> tuple[int, list[tuple[int, Any]]]:
+    """(how many items there are, a uniform sample of `size` of them with their
+    positions, in input order)."""
     source = open_items(items)
     kept: list[tuple[int, Any]] = []
     count = 0
@@ -144,7 +295,7 @@ async def _reservoir(items: Any, size: int, rng: random.Random) -> tuple[int, li
                 count = _keep(kept, row, count, size, rng)
     finally:
         await source.aclose()
-    return count, [row for _, row in sorted(kept, key=lambda pair: pair[0])]
+    return count, sorted(kept, key=lambda pair: pair[0])
 
 
 def _keep(kept: list[tuple[int, Any]], row: Any, count: int, size: int, rng: random.Random) -> int:

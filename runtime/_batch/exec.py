@@ -93,6 +93,11 @@ class JobMaker:
             return Job(index, key, error=_bad_item(index, exc))
         return Job(index, key, input=value, meta=meta)
 
+    def key_of(self, index: int, raw: Any) -> Any:
+        """The key of the item at `index` (what `__call__` gives the job; an estimate's
+        sample keeps its items' keys in the whole job)."""
+        return self._key(index, raw)
+
     def _key(self, index: int, raw: Any) -> Any:
         item_key = self._item_key
         if callable(item_key):

@@ -30,6 +30,7 @@ from ..errors import AbortedError, InvalidOptionsError, RaygentError, StepFailed
 from ..observers import Observe
 from ..observers.events import Event, EventHandler, Handlers, handler_list
 from ..observers.report import FlowReport, FlowResult, FlowResume
+from ..seams.budgeted import held_ledgers
 from ..tools import Tool
 from ..usage import Usage
 from ._durable import FlowEntry, FlowHeader, FlowJournal, FlowOutcome
@@ -93,7 +94,8 @@ class Flow(ABC):
         """Run once. Never raises: failures come back typed on `result.error` (with what
         the steps produced before in `result.outputs`). Options: `context=` (a dict the
         steps see, never stored), `deps=`, `signal=`, `on=`, `observe=`, `run_id=`, and
-        `parent=` when run inside another run."""
+        `parent=` when run inside another run. A batch's `budget=` reaches it as
+        `job_budget=` (internal): every agent the run starts is held to it."""
         return await self._run(self._new_run(options, None), input)
 
     def execute_sync(self, input: Any, **options: Any) -> FlowResult:
@@ -156,6 +158,21 @@ class Flow(ABC):
 
         return executable_tool(self, name=name, description=description)
 
+    def agents(self) -> list[Any]:
+        """Every agent a run may start (its steps', branches', intents', its router's),
+        nested flows' included: what a job's dollar budget checks the pricing of."""
+        found: list[Any] = []
+        for child in self._children():
+            if isinstance(child, Flow):
+                found.extend(child.agents())
+            elif child is not None and hasattr(child, "model"):
+                found.append(child)
+        return found
+
+    def _children(self) -> list[Any]:
+        """The executables a run may start (agents, routers' agents, flows)."""
+        return []
+
     # -- one run -------------------------------------------------------------------------
 
     def _new_run(self, options: dict[str, Any], sink: Callable[[Event], None] | None) -> FlowRun:
@@ -177,6 +194,10 @@ class Flow(ABC):
     ) -> FlowResult:
         """Run `_body` on the validated input (or `body`: a resume, whose input is the
         stored one), recording any failure on the result."""
+        # A job's ledger (a batch's budget) holds every agent run below this one, as a
+        # tool's caller holds its nested runs: by the context the child runs inherit.
+        job = run.options.get("job_budget")
+        held = held_ledgers.set((*held_ledgers.get(), job)) if job is not None else None
         await run.start()
         try:
             if body is not None:
@@ -194,6 +215,9 @@ class Flow(ABC):
             raise
         except Exception as exc:
             return await run.finish(data=None, text="", outputs=run.outputs, error=_as_error(exc))
+        finally:
+            if held is not None:
+                held_ledgers.reset(held)
 
     def _validated_input(self, input: Any) -> Any:
         model = self.input_model

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from ..durable.options import Durable
 from ..errors import (
     AbortedError,
+    BudgetExceededError,
     MaxIterationsError,
     RaygentError,
     StepFailedError,
@@ -120,6 +121,10 @@ class Supervisor(Flow):
 
     def __repr__(self) -> str:
         return f"Supervisor(name={self.name!r}, intents={list(self.intents)})"
+
+    def _children(self) -> list[Any]:
+        routing = [] if self.router is None else [self.router.agent]
+        return [*routing, *self.intents.values()]
 
     async def _body(self, run: FlowRun, input: Any) -> FlowResult:
         state = SupervisorState(input=input, context=run.context, run_id=run.info.run_id)
@@ -343,6 +348,8 @@ def _failure(
     AbortedError when the run was aborted (its steps' runs ended cancelled)."""
     if run.signal.aborted:
         return AbortedError(f"the supervisor was aborted: {run.signal.reason}")
+    if isinstance(cause, BudgetExceededError):
+        return cause  # the run ends BUDGET_EXCEEDED, as an agent's does
     message = "no error" if cause is None else getattr(cause, "message", None) or str(cause)
     details = {} if cause is None else error_dict(cause)
     error = StepFailedError(

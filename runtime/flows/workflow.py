@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from ..durable.options import Durable
 from ..errors import (
     AbortedError,
+    BudgetExceededError,
     FlowOutputError,
     InvalidOptionsError,
     MaxStepsError,
@@ -91,6 +92,13 @@ class Workflow(Flow):
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise TypeError(f"max_steps must be a positive integer, not {max_steps!r}")
         self.max_steps = max_steps
+
+    def _children(self) -> list[Any]:
+        children: list[Any] = []
+        for item in self.steps:
+            children.append(item.agent)
+            children.extend((item.branches or {}).values())
+        return children
 
     async def _body(self, run: FlowRun, input: Any) -> FlowResult:
         state = WorkflowState(input=input, context=run.context, run_id=run.info.run_id)
@@ -262,10 +270,11 @@ _FAILED_TO_END = object()
 
 
 def _workflow_error(item: Step, report: StepReport, failure: StepFailure) -> Exception:
-    """What a failed step makes of the run's error: an output mismatch as itself, any
-    other failure as StepFailedError (retryable when its cause is)."""
+    """What a failed step makes of the run's error: an output mismatch or a budget that
+    ran out as itself (the run ends BUDGET_EXCEEDED, as an agent's does), any other
+    failure as StepFailedError (retryable when its cause is)."""
     error = failure.error
-    if isinstance(error, FlowOutputError):
+    if isinstance(error, (FlowOutputError, BudgetExceededError)):
         return error
     where = f"step {item.name!r}" + ("" if failure.branch is None else f" ({failure.branch})")
     return StepFailedError(

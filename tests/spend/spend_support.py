@@ -36,15 +36,19 @@ def paid(sim: Simulator, per_request: float) -> float:
     return sim.stats().by_status.get(200, 0) * per_request
 
 
+# Prices at which a small job costs under a cent (what the CLI must still print).
+CHEAP = Pricing(input_per_mtok=1.0, output_per_mtok=3.0)
+
+
 def __getattr__(name: str) -> Any:
     # `raygent batch spend_support:cli_agent ...`: an agent on the simulator the test
-    # started (its URL in SPEND_SIM_URL).
-    if name == "cli_agent":
+    # started (its URL in SPEND_SIM_URL); `cheap_cli_agent`, the same at `CHEAP` prices.
+    if name in ("cli_agent", "cheap_cli_agent"):
         model = OpenAIModel(
             "sim-gpt",
             base_url=os.environ["SPEND_SIM_URL"],
             api_key="sk-spend-test",
-            pricing=PRICING,
+            pricing=PRICING if name == "cli_agent" else CHEAP,
         )
         return raygent.agent(model=model, model_options={"max_tokens": MAX_TOKENS})
     raise AttributeError(name)
