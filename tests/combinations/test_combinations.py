@@ -36,6 +36,7 @@ from combo_support import (
 import raygent
 from raygent import Usage
 from raygent._batch import BatchItem, BatchResult
+from raygent.observers.report import TripReport
 from raygent.sim import SimStats, Simulator
 from raygent.stores import Scope
 
@@ -89,10 +90,6 @@ async def _job(cell: Cell, ready: Setup, sent: Sent, sink: Path) -> Job:
     return Job(result, ended, stats, await sent.bodies())
 
 
-def _cost(usage: Usage) -> float:
-    return 0.0 if usage.cost is None else usage.cost.total
-
-
 def _check_job(cell: Cell, job: Job, sink: Path, *, first_job: bool) -> None:
     keys = [row["key"] for row in items(cell)]
     report = job.result.report
@@ -100,51 +97,69 @@ def _check_job(cell: Cell, job: Job, sink: Path, *, first_job: bool) -> None:
     assert sorted(sunk_keys(sink)) == sorted(keys)
     assert sorted(item.key for item in job.items) == sorted(keys)
     assert report.total == len(keys)
-    refused = [i for i in job.items if i.error is not None and i.error.code == "BUDGET_EXCEEDED"]
+    assert all(item.attempts <= 1 for item in job.items), report
+    paid = _check_costs(cell, job)
     if cell.budget:
-        assert all(i.ok or i in refused for i in job.items), report.errors
-        if first_job:  # binding: the budget stopped part of the job
-            assert refused, f"a budget of {BUDGET_USD} USD stopped nothing: {report.budget}"
+        _check_budget(job, paid, first_job=first_job)
     else:
         assert report.succeeded == len(keys), report.errors
-    # The report's cost is the sum of its trips', per item and per job.
-    trips_cost = 0.0
+    if first_job:
+        _check_routes(cell, job)
+
+
+def _check_costs(cell: Cell, job: Job) -> float:
+    """The report's cost is the sum of its trips': per item, per job, and by batch.
+    Returns the job's cost."""
+    total = 0.0
     for item in job.items:
-        trips = item.result.report.trips if item.result is not None else []
-        assert item.attempts <= 1, (item.key, item.attempts, item.error)
-        paid = sum(_cost(trip.usage) for trip in trips)
+        paid = sum(_cost(trip.usage) for trip in _trips(item))
         assert _cost(item.usage) == pytest.approx(paid, abs=1e-9), item.key
-        assert _cost(item.result.usage if item.result is not None else Usage()) == (
-            pytest.approx(paid, abs=1e-9)
-        )
-        trips_cost += paid
-        if cell.fallback and first_job:  # every trip sent failed over from the first model
-            for trip in trips:
-                if trip.usage.requests == 0:  # refused by the budget: not sent
-                    continue
-                assert [a["model"] for a in trip.attempts] == [DOWN], trip.attempts
-    assert _cost(job.result.usage) == pytest.approx(trips_cost, abs=1e-9)
-    summary = report.provider_batch
+        total += paid
+    assert _cost(job.result.usage) == pytest.approx(total, abs=1e-9)
     if cell.mode == "batch":
+        summary = job.result.report.provider_batch
         assert summary is not None
-        by_batch = sum(
-            _cost(t.usage)
-            for i in job.items
-            if i.result
-            for t in i.result.report.trips
-            if t.via == "batch"
-        )
-        # (None: nothing went by batch, all the trips came from the cache)
+        by_batch = sum(_cost(t.usage) for i in job.items for t in _trips(i) if t.via == "batch")
+        # (None when nothing went by batch: every trip came from the cache)
         assert (summary.cost or 0.0) == pytest.approx(by_batch, abs=1e-9)
-    # A budget's spend stays within it and what is still reserved.
-    if cell.budget:
-        shown = report.budget
-        assert shown is not None and shown.limit.usd == BUDGET_USD
-        assert shown.spent.usd == pytest.approx(trips_cost, abs=1e-6)
-        assert trips_cost <= BUDGET_USD + shown.reserved.usd + 1e-9, (
-            f"spent {trips_cost:.4f} USD of a {BUDGET_USD} USD budget",
-            shown,
-        )
+    return total
+
+
+def _check_budget(job: Job, paid: float, *, first_job: bool) -> None:
+    """The spend stays within the budget and what is still reserved; the items it
+    stopped end BUDGET_EXCEEDED; in a first job it binds."""
+    shown = job.result.report.budget
+    assert shown is not None and shown.limit.usd == BUDGET_USD
+    assert shown.spent.usd == pytest.approx(paid, abs=1e-6)
+    assert paid <= BUDGET_USD + shown.reserved.usd + 1e-9, (
+        f"spent {paid:.4f} USD of a {BUDGET_USD} USD budget",
+        shown,
+    )
+    stopped = [i for i in job.items if not i.ok]
+    assert all(i.error is not None and i.error.code == "BUDGET_EXCEEDED" for i in stopped), (
+        job.result.report.errors
+    )
+    if first_job:  # the job costs about twice the budget
+        assert stopped, f"a budget of {BUDGET_USD} USD stopped nothing: {shown}"
+
+
+def _check_routes(cell: Cell, job: Job) -> None:
+    """Every trip sent went the cell's way: by batch (nothing online) or online; with a
+    fallback, each failed over from the first model (down) to the second."""
+    sent = [t for i in job.items for t in _trips(i) if t.usage.requests > 0]
+    assert {t.via for t in sent} <= {"batch" if cell.mode == "batch" else "online"}
+    if cell.mode == "batch":
+        assert job.stats.requests == job.stats.batch_calls, job.stats  # nothing online
+    if cell.fallback:
+        assert all([a["model"] for a in t.attempts] == [DOWN] for t in sent), sent
+
+
+def _trips(item: BatchItem) -> list[TripReport]:
+    return list(item.result.report.trips) if item.result is not None else []
+
+
+def _cost(usage: Usage) -> float:
+    return 0.0 if usage.cost is None else usage.cost.total
 
 
 async def _check_sessions(cell: Cell, ready: Setup, jobs: list[Job]) -> None:
