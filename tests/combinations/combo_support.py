@@ -93,6 +93,11 @@ class Setup:
     agent: raygent.Agent
     sessions: SQLiteStore | None
     options: dict[str, Any]
+    stores: list[SQLiteStore]
+
+    async def close(self) -> None:
+        for store in self.stores:
+            await store.aclose()
 
 
 def setup(cell: Cell, sim: Simulator, folder: Path) -> Setup:
@@ -108,9 +113,11 @@ def setup(cell: Cell, sim: Simulator, folder: Path) -> Setup:
     options: dict[str, Any] = {"progress": False}
     if cell.mode == "batch":
         options["provider_batch"] = PROVIDER_BATCH
+    stores = [sessions] if sessions is not None else []
     if cell.cache:
-        options["cache"] = ResponseCache(SQLiteStore(folder / "cache.db"))
-    return Setup(agent, sessions, options)
+        stores.append(SQLiteStore(folder / "cache.db"))
+        options["cache"] = ResponseCache(stores[-1])
+    return Setup(agent, sessions, options, stores)
 
 
 def job_budget(cell: Cell) -> dict[str, Any]:
