@@ -118,14 +118,17 @@ def _check_job(cell: Cell, job: Job, sink: Path, *, first_job: bool) -> None:
 
 
 def _check_costs(cell: Cell, job: Job) -> float:
-    """The report's cost is the sum of its trips': per item, per job, and by batch.
-    Returns the job's cost."""
+    """The report's cost is the sum of its trips': per item, per job, by batch, and
+    what the cache saved. Returns the job's cost."""
     total = 0.0
     for item in job.items:
         paid = sum(_cost(trip.usage) for trip in _trips(item))
         assert _cost(item.usage) == pytest.approx(paid, abs=1e-9), item.key
         total += paid
     assert _cost(job.result.usage) == pytest.approx(total, abs=1e-9)
+    hits = [t for i in job.items for t in _trips(i) if t.cache == "hit"]
+    assert job.result.report.cache_hits == len(hits)
+    assert job.result.report.saved == pytest.approx(sum(t.saved for t in hits), abs=1e-9)
     if cell.mode == "batch":
         summary = job.result.report.provider_batch
         assert summary is not None
