@@ -315,8 +315,10 @@ class RunnerPool:
             # A runner holds at most its slots: the jobs it runs, and the results on their
             # way back. So a driver killed mid-batch loses (and a resume pays again for)
             # at most the runs in flight, never finished results queued behind them.
+            # Topped up by an eighth: a slot left empty until a quarter were free cost
+            # a tenth of the throughput, a submit call per eighth costs little.
             room = runner.slots - len(runner.held)
-            if room < max(1, runner.slots // 4):
+            if room < max(1, runner.slots // 8):
                 continue
             chunk = [job async for job in self._take(feed, runner.lane, room)]
             if chunk:
