@@ -289,15 +289,20 @@ class BatchRunner:
 
 
 async def _gather(state: _Batch, enough: int) -> None:
-    """Wait until `enough` items have ended, at most `FLUSH_INTERVAL`, or the task ends."""
-    deadline = asyncio.get_running_loop().time() + FLUSH_INTERVAL
-    while len(state.ended) < enough and state.task is not None and not state.task.done():
-        left = deadline - asyncio.get_running_loop().time()
-        if left <= 0:
-            return
-        state.ready.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(state.ready.wait(), left)
+    """Wait until `enough` items have ended, at most `FLUSH_INTERVAL`, or the task ends
+    (a timer wakes the wait: no task and no timeout per item)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + FLUSH_INTERVAL
+    timer = loop.call_later(FLUSH_INTERVAL, state.ready.set)
+    try:
+        task = state.task
+        while len(state.ended) < enough and task is not None and not task.done():
+            if loop.time() >= deadline:
+                return
+            state.ready.clear()
+            await state.ready.wait()
+    finally:
+        timer.cancel()
 
 
 async def _feed(queue: asyncio.Queue[list[Job] | None]) -> AsyncIterator[Job]:
