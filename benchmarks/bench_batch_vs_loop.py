@@ -13,6 +13,10 @@ average before and after, since these machines are shared.
     python benchmarks/bench_batch_vs_loop.py --backend local
 
 It runs unchanged on older commits (it was used to bisect the issue).
+
+`--ab` (Ray) adds, in every round, a batch under the policy before issue 38's fix: the
+runners send results back 20 ms after the first one ended, and the driver tops a runner
+up once a quarter of its slots are free; both policies then meet the same load.
 """
 
 from __future__ import annotations
@@ -60,6 +64,27 @@ async def batch_run(agent: object, bound: int, items: int) -> float:
     return items / elapsed
 
 
+def _before_fix(on: bool) -> None:
+    """Issue 38's A/B: the runners' and the driver's policy before the fix (`on`), or now."""
+    import ray
+
+    from raygent.actors.batch import execution
+
+    def flip(_: object) -> None:  # runs in each runner's process
+        from raygent.actors.batch import runner
+
+        now = runner.__dict__.setdefault("_gather_now", runner._gather)
+
+        async def fixed_wait(state: object, enough: int) -> None:
+            await asyncio.sleep(runner.FLUSH_INTERVAL)
+
+        runner._gather = fixed_wait if on else now
+
+    execution.REFILL_SHARE = 4 if on else 8
+    handles = [h for pool in execution._fleet._runners.values() for h in pool]
+    ray.get([h.__ray_call__.remote(flip) for h in handles])
+
+
 async def main_async(args: argparse.Namespace, base: str) -> list[dict[str, float]]:
     model = OpenAIModel(
         "sim-gpt", base_url=base + "/v1", api_key="sk-bench", max_concurrency=args.bound
@@ -81,11 +106,13 @@ async def main_async(args: argparse.Namespace, base: str) -> list[dict[str, floa
     rounds = []
     for _ in range(args.rounds):
         row: dict[str, float] = {"load": os.getloadavg()[0]}
-        for name in ("hand", "batch"):
+        for name in ("hand", "batch", "before") if args.ab else ("hand", "batch"):
             meter.start()
             if name == "hand":
                 rate = await hand_loop(one_request, args.bound, args.items)
             else:
+                if args.ab:
+                    _before_fix(name == "before")
                 rate = await batch_run(agent, args.bound, args.items)
             cpu = meter.split()
             row[name] = rate
@@ -103,6 +130,7 @@ def main() -> None:
     parser.add_argument("--bound", type=int, default=64)
     parser.add_argument("--latency-ms", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ab", action="store_true", help="also the policy before the fix")
     args = parser.parse_args()
     raygent.init(args.backend)
     with sim_process("--latency-ms", str(args.latency_ms)) as base:
@@ -122,6 +150,14 @@ def main() -> None:
             f"{row['batch'] / row['hand']:6.2f} {row['hand_cpu']:17.2f} "
             f"{row['batch_cpu']:19.2f} ({row['batch_driver_cpu']:.2f})"
         )
+    if args.ab:
+        print("\nthe policy before issue 38's fix, the same rounds:")
+        for n, row in enumerate(rounds, 1):
+            print(
+                f"{n:5} before/hand {row['before'] / row['hand']:5.2f}   "
+                f"now/before {row['batch'] / row['before']:5.2f}   "
+                f"CPU ms/item {row['before_cpu']:5.2f}"
+            )
     ratios = [row["batch"] / row["hand"] for row in rounds]
     target = 0.90 if args.backend == "ray" else 0.92
     verdict = "ok" if min(ratios) >= target else "BELOW TARGET"
