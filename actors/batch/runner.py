@@ -109,8 +109,12 @@ def _dump_item(item: BatchItem) -> bytes:
     return buffer.getvalue()
 
 
-# Items that ended within this many seconds of each other go back as one batch.
+# Items that ended within this many seconds of each other go back as one batch, or
+# sooner once a share of the slots (1/FLUSH_SHARE) has ended: a slot is the driver's to
+# refill only when its result is back, so a result waiting here is a slot idle (a fixed
+# 20 ms wait on every result cost a third of the throughput at 100 ms a trip).
 FLUSH_INTERVAL = 0.02
+FLUSH_SHARE = 8
 
 
 class UnsentResultError(RaygentError):
@@ -140,6 +144,8 @@ class _Batch:
     expected: int | None = None
     lines: RelayedLines | None = None  # provider_batch=: the runs' lines, to the driver
     budget: Any = None  # budget=: the job's ledger (its lease here is told when we end)
+
+    slots: int = 1
 
     def wake(self) -> None:
         self.ready.set()
@@ -196,6 +202,7 @@ class BatchRunner:
             ready=asyncio.Event(),
             lines=relay,
             budget=(run_options or {}).get(BATCH_BUDGET),
+            slots=slots,
         )
         # The runs of this batch own their sessions (the driver routed them here) and
         # run their unplaced tools here.
@@ -255,7 +262,7 @@ class BatchRunner:
             while True:
                 await state.ready.wait()
                 if not task.done():
-                    await asyncio.sleep(FLUSH_INTERVAL)  # let neighbours join the batch
+                    await _gather(state, max(1, state.slots // FLUSH_SHARE))
                 state.ready.clear()
                 flush = getattr(state.budget, "flush", None)
                 if task.done() and flush is not None:
@@ -279,6 +286,23 @@ class BatchRunner:
                 task.add_done_callback(lambda _: self._batches.pop(batch_id, None))
             else:
                 self._batches.pop(batch_id, None)
+
+
+async def _gather(state: _Batch, enough: int) -> None:
+    """Wait until `enough` items have ended, at most `FLUSH_INTERVAL`, or the task ends
+    (a timer wakes the wait: no task and no timeout per item)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + FLUSH_INTERVAL
+    timer = loop.call_later(FLUSH_INTERVAL, state.ready.set)
+    try:
+        task = state.task
+        while len(state.ended) < enough and task is not None and not task.done():
+            if loop.time() >= deadline:
+                return
+            state.ready.clear()
+            await state.ready.wait()
+    finally:
+        timer.cancel()
 
 
 async def _feed(queue: asyncio.Queue[list[Job] | None]) -> AsyncIterator[Job]:

@@ -20,7 +20,7 @@ from shared_support import driver_env, kill_when, run_to_end, sunk
 
 from raygent.sim import Latency, Match, Reply, Rule, ToolCallReply, serve
 
-ITEMS, CONCURRENCY = 600, 32
+ITEMS, CONCURRENCY = 300, 32
 DRIVER = f"""
 import asyncio, sys
 import raygent

@@ -27,7 +27,7 @@ pytestmark = [
 ]
 
 NAMESPACE = "raygent-tests"  # the namespace of the session's ray.init
-ROWS = 2000
+ROWS = 400
 
 
 def sim_model(sim: Simulator, **kwargs: Any) -> OpenAIModel:
