@@ -325,6 +325,7 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     runners = _runners_for(executable, plan)
     if runners is not None:
         runners.check(executable)
+    cache_failures = _cache_failures(options)
     source = open_items(items)
     sink = open_sink(plan.sink, plan.resume) if plan.sink is not None else None
     collector = _Collector(plan, sink, source.total)
@@ -347,12 +348,19 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
             await lines.close(interrupted=pool.signal.aborted)
         collector.close()
     result = collector.result()
+    result.report.cache_errors = _cache_failures(options) - cache_failures
     if lines is not None:
         result.report.provider_batch = lines.summary
     if ledger is not None and plan.budget is not None:
         _spent, reserved = await ledger.standing()
         result.report.budget = BudgetReport.of(plan.budget, amount_of(result.usage), reserved)
     return result
+
+
+def _cache_failures(options: BatchOptions) -> int:
+    """How often the job's cache failed to reach its store so far, in this process."""
+    cache = options.get("cache")
+    return cache.failures if cache is not None else 0
 
 
 def _ending_lines(lines: LinePool, deliver: Deliver) -> Deliver:

@@ -38,9 +38,9 @@ def run_batch_command(args: argparse.Namespace) -> int:
             if (value := getattr(args, name, None)) is not None
         }
         options["provider_batch"] = ProviderBatch(**timing)
-    if getattr(args, "budget_usd", None) is not None:
-        options["budget"] = Budget(usd=args.budget_usd)
     try:
+        if getattr(args, "budget_usd", None) is not None:
+            options["budget"] = Budget(usd=args.budget_usd)
         if args.cache is not None:
             options["cache"] = ResponseCache.at(args.cache, ttl=args.cache_ttl)
         if args.backend is not None:
@@ -128,6 +128,11 @@ def summary(result: BatchResult) -> str:
         line += f" -> {r.sink}"
     if r.cache_hits:
         line += f"\ncache: {r.cache_hits} trips answered, ${r.saved:.4f} saved"
+    if r.cache_errors:
+        line += (
+            f"\ncache: its store failed {r.cache_errors} times "
+            "(those requests were sent; see the first warning above)"
+        )
     if r.errors:
         line += "\nerrors: " + ", ".join(f"{code} x{n}" for code, n in sorted(r.errors.items()))
     if r.budget is not None:

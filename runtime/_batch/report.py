@@ -54,6 +54,9 @@ class BatchReport(BaseModel):
     # those replies cost when they were paid (USD), each item's last attempt counted.
     cache_hits: int = 0
     saved: float = 0.0
+    # Reads and writes of the cache's store that failed (the requests were sent); counted
+    # in this process (on Ray, the runners' own copies of the cache log theirs).
+    cache_errors: int = 0
     budget: BudgetReport | None = None
 
 

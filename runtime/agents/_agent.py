@@ -546,6 +546,12 @@ def _as_messages(input: Any) -> list[Message]:
         return [input]
     if isinstance(input, Mapping) and "role" in input:
         return as_messages([input], "input")
+    if isinstance(input, (bytes, Mapping)) or not isinstance(input, Iterable):
+        raise InvalidOptionsError(
+            "input: expected text, a message, a list of messages or of content parts, "
+            f"not {type(input).__name__}",
+            option="input",
+        )
     items = list(input)
     if items and all(hasattr(i, "role") or (isinstance(i, Mapping) and "role" in i) for i in items):
         return as_messages(items, "input")

@@ -91,3 +91,18 @@ def test_the_cli_on_ray_ships_a_module_the_workers_cannot_import(tmp_path: Path)
     assert "12 items: 12 completed, 0 failed, 0 cancelled" in err
     records = sorted(read_jsonl(sink), key=lambda r: r["index"])
     assert [r["data"] for r in records] == [f"HI {n}" for n in range(12)]
+
+
+def test_the_cli_refuses_a_negative_budget_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = write_jsonl(tmp_path / "in.jsonl", ["a"])
+    out = tmp_path / "out.jsonl"
+    code = main(
+        ["batch", "tests.batch.batch_support:echo_agent", str(source), "-o", str(out)]
+        + ["--budget-usd", "-1", "--backend", "local"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == "raygent batch: Budget(usd=...) cannot be negative, got -1.0\n"
+    assert not out.exists()

@@ -11,6 +11,7 @@ import pytest
 from raygent import Budget, BudgetExceededError, Pricing, UserMessage
 from raygent.actors.gateway.budget_book import BudgetBook, Claim, Slice
 from raygent.actors.gateway.budget_lease import BudgetLease
+from raygent.errors import InvalidOptionsError
 from raygent.models import ModelOptions, OpenAIModel
 from raygent.spend import NOTHING, LocalLedger, worst_case
 
@@ -58,8 +59,15 @@ async def test_each_dimension_is_held() -> None:
 
 def test_a_budget_takes_its_limits_in_order_and_refuses_negative_ones() -> None:
     assert Budget(1.5, 100, requests=3).limits == (1.5, 100.0, math.inf, math.inf, 3.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidOptionsError, match="cannot be negative"):
         Budget(usd=-1)
+
+
+def test_a_budget_with_no_limit_is_refused_in_raygents_words() -> None:
+    with pytest.raises(InvalidOptionsError, match=r"Budget\(\) needs a limit: usd="):
+        Budget()
+    with pytest.raises(InvalidOptionsError, match="takes a number"):
+        Budget(usd="5")  # type: ignore[arg-type]
 
 
 def test_the_worst_case_is_the_prompt_estimated_plus_the_output_cap_at_the_model_prices() -> None:
