@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .usage import Cost, Usage
 
-__all__ = ["Pricing", "lookup_pricing", "price_usage"]
+__all__ = ["Pricing", "format_usd", "lookup_pricing", "price_usage"]
 
 _PER_MTOK = 1_000_000
 # What OpenAI's Batch API and Anthropic's Message Batches charge of the online rates.
@@ -155,3 +155,12 @@ def _tiered(value: Any, input_tokens: int) -> float | None:
         if input_tokens >= tier.start:
             rate = tier.price
     return float(rate)
+
+
+def format_usd(usd: float, digits: int = 4) -> str:
+    """Dollars for people: `$1,234.5000`; never `$-0.0000` (float noise around zero, a
+    reservation settled to nothing, prints as zero)."""
+    text = f"{usd:,.{digits}f}"
+    if text.startswith("-") and not text.strip("-0.,"):
+        text = text[1:]
+    return f"-${text[1:]}" if text.startswith("-") else f"${text}"

@@ -11,6 +11,7 @@ from typing import Any
 from .._sync import run_sync
 from ..cache import ResponseCache
 from ..errors import InvalidOptionsError
+from ..pricing import format_usd
 from ..seams import backend_plugin, current_backend, init
 from ..spend import Budget
 from .call import BatchOptions, BatchResult, Retry, batch_sync
@@ -127,7 +128,7 @@ def summary(result: BatchResult) -> str:
     if r.sink:
         line += f" -> {r.sink}"
     if r.cache_hits:
-        line += f"\ncache: {r.cache_hits} trips answered, ${r.saved:.4f} saved"
+        line += f"\ncache: {r.cache_hits} trips answered, {format_usd(r.saved)} saved"
     if r.cache_errors:
         line += (
             f"\ncache: its store failed {r.cache_errors} times "
@@ -138,7 +139,7 @@ def summary(result: BatchResult) -> str:
     if r.budget is not None:
         b = r.budget
         line += (
-            f"\nbudget: ${b.spent.usd:,.4f} spent, ${b.reserved.usd:,.4f} reserved, "
+            f"\nbudget: {format_usd(b.spent.usd)} spent, {format_usd(b.reserved.usd)} reserved, "
             f"{_left(b.left.get('usd'))} left"
         )
     if r.stopped:
@@ -147,9 +148,9 @@ def summary(result: BatchResult) -> str:
     if spent is not None:
         line += f"\nprovider batches: {len(spent.batches)}, {spent.lines} lines"
         if spent.cost is not None and spent.online_cost is not None:
-            line += f", ${spent.cost:.4f} (online: ${spent.online_cost:.4f})"
+            line += f", {format_usd(spent.cost)} (online: {format_usd(spent.online_cost)})"
     return line
 
 
 def _left(usd: float | None) -> str:
-    return "no limit" if usd is None else f"${usd:,.4f}"
+    return "no limit" if usd is None else format_usd(usd)

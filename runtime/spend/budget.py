@@ -138,7 +138,8 @@ class Spend(BaseModel):
     def of(cls, amount: Sequence[float]) -> Spend:
         usd, *counts = amount
         rest = {k: round(v) for k, v in zip(DIMENSIONS[1:], counts, strict=True)}
-        return cls(usd=round(usd, 9), **rest)
+        # `+ 0.0`: a reservation settled to nothing may round to -0.0 ("$-0.0000").
+        return cls(usd=round(usd, 9) + 0.0, **rest)
 
 
 class BudgetReport(BaseModel):

@@ -8,12 +8,15 @@ import math
 
 import pytest
 
-from raygent import Budget, BudgetExceededError, Pricing, UserMessage
+from raygent import Budget, BudgetExceededError, Pricing, Usage, UserMessage
+from raygent._batch import BatchReport, BatchResult
+from raygent._batch.cli import summary
 from raygent.actors.gateway.budget_book import BudgetBook, Claim, Slice
 from raygent.actors.gateway.budget_lease import BudgetLease
 from raygent.errors import InvalidOptionsError
 from raygent.models import ModelOptions, OpenAIModel
-from raygent.spend import NOTHING, LocalLedger, worst_case
+from raygent.pricing import format_usd
+from raygent.spend import NOTHING, BudgetReport, LocalLedger, worst_case
 
 ONE = (1.0, 10.0, 4.0, 6.0, 1.0)  # a request: $1, 10 tokens (4 in, 6 out), 1 request
 
@@ -212,3 +215,13 @@ async def test_a_holder_often_idle_tells_its_gateway_at_most_every_quarter_secon
     await lease.flush()  # a runner's share ended: its standing is told now
     assert book.stats()["reserved"][0] == 0.0  # type: ignore[index]
     assert book.stats()["spent"][0] == 75.0  # type: ignore[index]
+
+
+def test_a_reservation_settled_to_float_noise_prints_as_zero_not_negative() -> None:
+    # What a job's ledger holds once every request settled: float noise around zero.
+    report = BudgetReport.of(Budget(usd=1.0), (0.3, 0, 0, 0, 3), (-1e-12, 0, 0, 0, 0))
+    assert str(report.reserved.usd) == "0.0"
+    result = BatchResult(items=[], data=[], usage=Usage(), report=BatchReport(budget=report))
+    line = summary(result).splitlines()[-1]
+    assert line == "budget: $0.3000 spent, $0.0000 reserved, $0.7000 left"
+    assert format_usd(-1e-7) == "$0.0000" and format_usd(-0.25) == "-$0.2500"
