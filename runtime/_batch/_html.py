@@ -33,6 +33,10 @@ def batch_html(report: BatchReport, items: list[BatchItem], usage: Usage) -> str
     if report.errors:
         listed = ", ".join(f"{esc(code)} × {n}" for code, n in report.errors.items())
         head += f'<div class="err">errors: {listed}</div>'
+    if report.sink is not None:
+        head += _sink_note(report, len(items))
+        if not items:
+            return f'<div class="rg">{STYLE}{head}</div>'
     longest = max((i.latency or 0.0 for i in items[:ROWS]), default=0.0)
     rows = []
     for item in items[:ROWS]:
@@ -48,3 +52,15 @@ def batch_html(report: BatchReport, items: list[BatchItem], usage: Usage) -> str
         )
     listed = table(["#", "key", "status", "attempts", "latency", "", "data / error"], rows)
     return f'<div class="rg">{STYLE}{head}{listed}{more(len(items))}</div>'
+
+
+def _sink_note(report: BatchReport, listed: int) -> str:
+    """With a sink the results live there: say so, rather than show an empty table (the
+    result keeps only the items that did not complete)."""
+    where = esc(report.sink)
+    if not listed:
+        return f'<div class="meta">every item is in the sink: {where}</div>'
+    return (
+        f'<div class="meta">the items that did not complete are listed; '
+        f"every item is in the sink: {where}</div>"
+    )
