@@ -32,12 +32,13 @@ from typing_extensions import Unpack
 
 from .._sync import on_interrupt, run_sync
 from ..abort import AbortController, AbortSignal
+from ..pricing import format_usd
 from ..seams.batch import Attempt, BatchItem, Deliver, Feed, Job, Outcome, cancelled, ended
 from ..seams.contract import Backend, BatchExecution, BatchPool, PoolPlan
 from ..seams.registry import current_backend
 from ..seams.retry import Retry
 from ..spend import Budget, BudgetReport, Ledger, amount_of, pricing_of
-from ..usage import Usage
+from ..usage import Usage, total_cost
 from ._html import batch_html
 from .durable import BATCH_ITEMS, BATCH_RUNS, durable_items, item_runs
 from .engine import InFlight
@@ -54,7 +55,7 @@ from .lines import LinePool
 from .progress import Progress, wants_progress
 from .provider import ProviderBatch
 from .provider_job import check_batchable, deadline_of, line_pool, with_lines
-from .report import BatchReport, Tally
+from .report import BatchReport, Tally, counts_line
 from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
 
@@ -263,6 +264,17 @@ class BatchResult:
     def _repr_html_(self) -> str:
         return batch_html(self.report, self.items, self.usage)
 
+    def __repr__(self) -> str:
+        # One line (the default would print every item): counts, time, cost, the sink.
+        report = self.report
+        cost = total_cost(self.usage)
+        money = "cost unknown" if cost is None else format_usd(cost, 6)
+        sink = f", sink={report.sink!r}" if report.sink else ""
+        stopped = f", stopped={report.stopped!r}" if report.stopped else ""
+        return (
+            f"BatchResult({counts_line(report)}, {report.duration:.1f} s, {money}{sink}{stopped})"
+        )
+
 
 async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) -> BatchResult:
     """Run `executable` on every item; see `BatchOptions` for the options.
@@ -328,7 +340,7 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     cache_failures = _cache_failures(options)
     source = open_items(items)
     sink = open_sink(plan.sink, plan.resume) if plan.sink is not None else None
-    collector = _Collector(plan, sink, source.total)
+    collector = _Collector(plan, sink, source.size)
     if plan.provider_batch is not None:
         lines = line_pool(plan.provider_batch, plan.sink, plan.resume)
         if runners is None:
@@ -349,6 +361,7 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
         collector.close()
     result = collector.result()
     result.report.cache_errors = _cache_failures(options) - cache_failures
+    result.report.input_items = source.size
     if lines is not None:
         result.report.provider_batch = lines.summary
     if ledger is not None and plan.budget is not None:

@@ -14,9 +14,11 @@ from ..errors import InvalidOptionsError
 from ..pricing import format_usd
 from ..seams import backend_plugin, current_backend, init
 from ..spend import Budget
+from ..usage import Usage, total_cost
 from .call import BatchOptions, BatchResult, Retry, batch_sync
 from .estimate import Estimate, estimate
 from .provider import ProviderBatch
+from .report import counts_line
 
 __all__ = ["load_target", "run_batch_command"]
 
@@ -120,13 +122,10 @@ def _ship_by_value(target: str) -> None:
 
 def summary(result: BatchResult) -> str:
     r = result.report
-    line = (
-        f"{r.total} items: {r.succeeded} completed, {r.failed} failed, {r.cancelled} cancelled"
-        f"{f', {r.skipped} skipped (already done)' if r.skipped else ''}"
-        f" in {r.duration:.1f} s ({r.throughput:.1f} items/s)"
-    )
+    line = f"{counts_line(r)} in {r.duration:.1f} s ({r.throughput:.1f} items/s)"
     if r.sink:
         line += f" -> {r.sink}"
+    line += f"\n{cost_line(result.usage)}"
     if r.cache_hits:
         line += f"\ncache: {r.cache_hits} trips answered, {format_usd(r.saved)} saved"
     if r.cache_errors:
@@ -150,6 +149,16 @@ def summary(result: BatchResult) -> str:
         if spent.cost is not None and spent.online_cost is not None:
             line += f", {format_usd(spent.cost)} (online: {format_usd(spent.online_cost)})"
     return line
+
+
+def cost_line(usage: Usage) -> str:
+    """`cost: $0.0123 (300 requests, 45,000 in / 9,000 out tokens)`, on every run."""
+    cost = total_cost(usage)
+    money = "unknown (no pricing for the model)" if cost is None else format_usd(cost)
+    return (
+        f"cost: {money} ({usage.requests:,} requests, "
+        f"{usage.total_input_tokens:,} in / {usage.output_tokens:,} out tokens)"
+    )
 
 
 def _left(usd: float | None) -> str:

@@ -14,7 +14,7 @@ from ..spend import BudgetReport
 from ..usage import Usage
 from .provider import ProviderBatchSummary
 
-__all__ = ["BatchReport", "Tally"]
+__all__ = ["BatchReport", "Tally", "counts_line"]
 
 _RESERVOIR = 10_000  # latencies kept for the percentiles: exact up to this many items
 
@@ -37,6 +37,9 @@ class BatchReport(BaseModel):
     cancelled: int = 0
     awaiting_approval: int = 0
     skipped: int = 0
+    # The items the input holds, when known up front (a list, a JSONL, CSV or Parquet
+    # file): an interrupted job says "220 of 300".
+    input_items: int | None = None
     attempts: int = 0
     retries: int = 0
     duration: float = 0.0
@@ -58,6 +61,35 @@ class BatchReport(BaseModel):
     # in this process (on Ray, the runners' own copies of the cache log theirs).
     cache_errors: int = 0
     budget: BudgetReport | None = None
+
+    def __repr__(self) -> str:
+        return _report_repr(self)
+
+
+def counts_line(report: BatchReport) -> str:
+    """`220 of 300 items: 218 completed, 2 failed, 0 cancelled`: what ended, of the whole
+    input when it is known (a resume's skipped items are counted in)."""
+    ended = report.total
+    whole = report.input_items
+    done = ended + report.skipped
+    of = f"{ended} of {whole - report.skipped}" if whole is not None and done < whole else ended
+    noun = "item" if of == 1 else "items"
+    line = (
+        f"{of} {noun}: {report.succeeded} completed, {report.failed} failed, "
+        f"{report.cancelled} cancelled"
+    )
+    if report.awaiting_approval:
+        line += f", {report.awaiting_approval} awaiting approval"
+    if report.skipped:
+        line += f", {report.skipped} skipped (already done)"
+    return line
+
+
+def _report_repr(report: BatchReport) -> str:
+    extra = f", stopped={report.stopped!r}" if report.stopped else ""
+    if report.errors:
+        extra += f", errors={report.errors}"
+    return f"BatchReport({counts_line(report)}, {report.duration:.1f} s{extra})"
 
 
 class Tally:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from html.parser import HTMLParser
+from pathlib import Path
 
 from observe_support import PRICING, nested_agents
 
