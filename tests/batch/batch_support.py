@@ -115,3 +115,10 @@ def line_count(path: Path) -> int:
         return path.read_bytes().count(b"\n")
     except FileNotFoundError:
         return 0
+
+
+# For the CLI's cost line: the same agent with prices declared on its model.
+priced_echo_agent = raygent.agent(
+    model=FunctionModel(_shout, pricing=raygent.Pricing(input_per_mtok=1.0, output_per_mtok=2.0)),
+    name="shout",
+)

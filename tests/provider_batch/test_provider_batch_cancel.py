@@ -3,7 +3,6 @@ was answered meanwhile): the providers refuse with 409, which is no error."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 
@@ -27,9 +26,7 @@ async def test_cancelling_a_batch_that_ended_is_not_an_error(
         body = model.request_body([UserMessage(content="hi")], ModelOptions(), stream=False)
         body.pop("stream", None)
         batch_id = await batches.submit([batches.encode("rg-1", json.dumps(body).encode())], "t")
-        async with asyncio.timeout(10):
-            while not (await batches.state(batch_id)).ended:
-                await asyncio.sleep(0.02)
+        assert (await batches.state(batch_id)).ended  # the simulator answers at once
         with caplog.at_level(logging.WARNING):
             await batches.cancel(batch_id)  # 409 from OpenAI: the batch is completed
             await batches.cancel(batch_id)
