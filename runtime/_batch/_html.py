@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..observers.views import ROWS, STYLE, badge, bar, clip, esc, more, secs, table, usage_line
 from ..seams.batch import BatchItem
 from ..usage import Usage
-from .report import BatchReport
+from .report import BatchReport, tool_errors_of
 
 __all__ = ["batch_html"]
 
@@ -30,6 +30,13 @@ def batch_html(report: BatchReport, items: list[BatchItem], usage: Usage) -> str
     )
     if report.stopped:
         head += f'<div class="err">stopped: {esc(report.stopped)}</div>'
+    if report.tool_errors:
+        first = report.first_tool_error
+        head += (
+            f'<div class="err">tool errors: {report.tool_errors} failed calls in '
+            f"{report.items_with_tool_errors} items"
+            f"{f' (first: {esc(clip(first))})' if first else ''}</div>"
+        )
     if report.errors:
         listed = ", ".join(f"{esc(code)} × {n}" for code, n in report.errors.items())
         head += f'<div class="err">errors: {listed}</div>'
@@ -48,9 +55,11 @@ def batch_html(report: BatchReport, items: list[BatchItem], usage: Usage) -> str
         rows.append(
             f"<tr><td>{item.index}</td><td>{esc(clip(item.key))}</td>"
             f"<td>{badge(item.status, item.status)}</td><td>{item.attempts}</td>"
-            f"<td>{latency_bar}</td><td>{secs(item.latency)}</td><td>{cell}</td></tr>"
+            f"<td>{latency_bar}</td><td>{secs(item.latency)}</td>"
+            f"<td>{tool_errors_of(item) or ''}</td><td>{cell}</td></tr>"
         )
-    listed = table(["#", "key", "status", "attempts", "latency", "", "data / error"], rows)
+    headers = ["#", "key", "status", "attempts", "latency", "", "tool errors", "data / error"]
+    listed = table(headers, rows)
     return f'<div class="rg">{STYLE}{head}{listed}{more(len(items))}</div>'
 
 

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from typing_extensions import Unpack
 
@@ -120,6 +120,10 @@ class BatchOptions(TypedDict, total=False):
         its item fails `BUDGET_EXCEEDED` (not retried), the items in flight finish, and
         the items not started end with that error; the report's `budget` shows spent,
         reserved and left. Needs an agent (flows and plain callables are not held yet).
+    tool_errors: "fail": an item whose run has a tool call that fails ends failed
+        (`TOOL_EXECUTION`); "continue" (the agent's default) lets the model read the
+        error and go on. Either way the report counts the failed calls (`tool_errors`,
+        `items_with_tool_errors`) and each sink row its own. Needs an agent.
     """
 
     concurrency: int
@@ -138,6 +142,7 @@ class BatchOptions(TypedDict, total=False):
     deadline: float | datetime | None
     cache: ResponseCache | None
     budget: Budget | None
+    tool_errors: Literal["continue", "fail"] | None
 
 
 @dataclass(frozen=True)
@@ -177,6 +182,7 @@ class _Plan:
         cache = options.get("cache")
         if cache is not None:
             run_options = {**(run_options or {}), "cache": cache}
+        run_options = _with_tool_errors(run_options, options.get("tool_errors"))
         durable, approvals = options.get("durable"), options.get("approvals")
         if approvals is not None and durable is None:
             raise ValueError("approvals= needs durable= (the runs that wait are stored)")
@@ -225,6 +231,17 @@ def _deadline(value: float | datetime | None, provider_batch: ProviderBatch | No
     if provider_batch is None:
         raise ValueError("deadline= is for provider_batch= jobs (what cannot wait goes online)")
     return deadline_of(value)
+
+
+def _with_tool_errors(
+    run_options: Mapping[str, Any] | None, tool_errors: str | None
+) -> Mapping[str, Any] | None:
+    """`tool_errors=` rides with every run's options (to the Ray runners too)."""
+    if tool_errors is None:
+        return run_options
+    if tool_errors not in ("continue", "fail"):
+        raise ValueError(f'tool_errors must be "continue" or "fail", not {tool_errors!r}')
+    return {**(run_options or {}), "tool_errors": tool_errors}
 
 
 def _budget(budget: Budget | None) -> Budget | None:
@@ -326,6 +343,8 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     plan = _Plan.of(options)
     if plan.durable is not None and not callable(getattr(executable, "is_stored", None)):
         raise TypeError("durable= needs an agent (something with resume(run_id))")
+    if options.get("tool_errors") is not None and not hasattr(executable, "tool_errors"):
+        raise TypeError("tool_errors= needs an agent (flows and plain callables run no tools)")
     ledger = _job_ledger(executable, plan)
     if ledger is not None:
         held = {**(plan.run_options or {}), BATCH_BUDGET: ledger}

@@ -18,7 +18,7 @@ from ..usage import Usage, total_cost
 from .call import BatchOptions, BatchResult, Retry, batch_sync
 from .estimate import Estimate, estimate
 from .provider import ProviderBatch
-from .report import counts_line
+from .report import BatchReport, counts_line
 
 __all__ = ["load_target", "run_batch_command"]
 
@@ -34,6 +34,8 @@ def run_batch_command(args: argparse.Namespace) -> int:
         options["retry"] = Retry(attempts=args.retries + 1)
     if args.item_key is not None:
         options["item_key"] = args.item_key
+    if getattr(args, "fail_on_tool_error", False):
+        options["tool_errors"] = "fail"
     if args.provider_batch:
         timing = {
             name: value
@@ -128,6 +130,8 @@ def summary(result: BatchResult) -> str:
     line += f"\n{cost_line(result.usage)}"
     if r.cache_hits:
         line += f"\ncache: {r.cache_hits} trips answered, {format_usd(r.saved)} saved"
+    if r.tool_errors:
+        line += f"\n{tool_errors_line(r)}"
     if r.cache_errors:
         line += (
             f"\ncache: its store failed {r.cache_errors} times "
@@ -149,6 +153,22 @@ def summary(result: BatchResult) -> str:
         if spent.cost is not None and spent.online_cost is not None:
             line += f", {format_usd(spent.cost)} (online: {format_usd(spent.online_cost)})"
     return line
+
+
+def tool_errors_line(report: BatchReport) -> str:
+    """`tool errors: 300 failed calls in 300 items (first: ...)`: what a model read and
+    went on from is not hidden behind "completed"."""
+    calls, items = report.tool_errors, report.items_with_tool_errors
+    line = (
+        f"tool errors: {calls} failed call{'s' if calls != 1 else ''} in {items} "
+        f"item{'s' if items != 1 else ''}"
+    )
+    if report.first_tool_error:
+        first = report.first_tool_error
+        line += f" (first: {first if len(first) <= 200 else first[:199] + '…'})"
+    if report.errors.get("TOOL_EXECUTION"):
+        return line
+    return line + "; --fail-on-tool-error fails such items"
 
 
 def cost_line(usage: Usage) -> str:

@@ -192,7 +192,8 @@ def count_rows(path: Path) -> int | None:
             import pyarrow.parquet as pq
 
             parts = sorted(p for p in path.glob("*.parquet") if p.is_file())
-            return sum(pq.ParquetFile(p).metadata.num_rows for p in (parts or [path]))
+            found: int = sum(pq.ParquetFile(p).metadata.num_rows for p in (parts or [path]))
+            return found
         size = path.stat().st_size
         if suffix in (".jsonl", ".ndjson") and size <= _COUNT_JSONL_BYTES:
             with path.open("rb") as lines:

@@ -145,7 +145,8 @@ class ResponseCache:
     def failures(self) -> int:
         """Reads and writes of the store that failed in this process (each request was
         sent as if the cache missed); a batch's report counts them as `cache_errors`."""
-        return self.__dict__.get("_failures", 0)
+        failures: int = self.__dict__.get("_failures", 0)
+        return failures
 
     def _failed(self, doing: str, exc: Exception) -> None:
         # Logged once per cache and process: a store that cannot be reached would

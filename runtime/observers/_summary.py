@@ -56,12 +56,12 @@ def tool_call_repr(call: ToolCallReport) -> str:
 
 
 def _counts(report: AgentReport | FlowReport) -> str:
-    trips = getattr(report, "trips", None)
-    if trips is None:  # a flow: its steps
-        steps = report.steps  # type: ignore[union-attr]
-        return _plural(len(steps), "step")
-    line = f"{_plural(len(trips), 'trip')}, {_plural(len(report.tool_calls), 'tool call')}"  # type: ignore[union-attr]
-    failed = report.tool_errors  # type: ignore[union-attr]
+    from .report import FlowReport
+
+    if isinstance(report, FlowReport):  # a flow: its steps
+        return _plural(len(report.steps), "step")
+    line = f"{_plural(len(report.trips), 'trip')}, {_plural(len(report.tool_calls), 'tool call')}"
+    failed = report.tool_errors
     return f"{line} ({failed} failed)" if failed else line
 
 
