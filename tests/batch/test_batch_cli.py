@@ -161,3 +161,26 @@ def test_an_interrupted_cli_run_counts_of_the_whole_input(tmp_path: Path) -> Non
     assert proc.returncode == 130, err
     # 12 completed, the 4 hanging in flight cancelled; 14 never started: "16 of 30".
     assert "16 of 30 items: 12 completed, 0 failed, 4 cancelled" in err, err
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_cli_shows_tool_errors_and_fails_on_them_when_asked(tmp_path: Path, fail: bool) -> None:
+    source = write_jsonl(tmp_path / "in.jsonl", [f"q{n}" for n in range(3)])
+    sink = tmp_path / "out.jsonl"
+    args = ["tests.batch.batch_support:broken_tool_agent", str(source), "-o", str(sink)]
+    args += ["--backend", "local", *(["--fail-on-tool-error"] if fail else [])]
+    proc = raygent_cli("batch", *args)
+    _, err = proc.communicate(timeout=60)
+    rows = read_jsonl(sink)
+    assert (
+        "tool errors: 3 failed calls in 3 items (first: TOOL_EXECUTION: tool 'broken_lookup'" in err
+    )
+    assert [r["tool_errors"] for r in rows] == [1, 1, 1]
+    if fail:
+        assert proc.returncode == 1, err
+        assert "3 items: 0 completed, 3 failed" in err and "TOOL_EXECUTION x3" in err
+        assert "--fail-on-tool-error fails" not in err
+    else:
+        assert proc.returncode == 0, err
+        assert "3 items: 3 completed, 0 failed" in err
+        assert "--fail-on-tool-error fails such items" in err
