@@ -1,15 +1,13 @@
 """Short `repr()`s of results and reports: status, counts, cost, duration on one line
-(the pydantic default prints the whole tree, kilobytes of it; `str()`, `to_json()` and
-the notebook views still show everything)."""
+(the pydantic default prints the whole tree, kilobytes of it; `to_json()` and the
+notebook views still show everything). The reports are taken as they come (`Any`): the
+report module imports this one."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..usage import Usage, total_cost
-
-if TYPE_CHECKING:
-    from .report import AgentReport, FlowReport, ToolCallReport, TripReport
 
 __all__ = ["report_repr", "result_repr", "tool_call_repr", "trip_repr"]
 
@@ -25,7 +23,7 @@ def result_repr(kind: str, result: Any) -> str:
     )
 
 
-def report_repr(report: AgentReport | FlowReport) -> str:
+def report_repr(report: Any) -> str:
     """`AgentReport('forecaster', completed, 2 trips, 1 tool call, 1.20 s, run_id='…')`."""
     name = type(report).__name__
     error = f", error={report.error.get('code')}" if report.error else ""
@@ -35,7 +33,7 @@ def report_repr(report: AgentReport | FlowReport) -> str:
     )
 
 
-def trip_repr(trip: TripReport) -> str:
+def trip_repr(trip: Any) -> str:
     """`TripReport(#1 tools, finish=tool_calls, 120 in / 30 out tokens, 0.31 s)`."""
     usage = trip.usage
     tokens = f"{usage.total_input_tokens:,} in / {usage.output_tokens:,} out tokens"
@@ -48,17 +46,15 @@ def trip_repr(trip: TripReport) -> str:
     )
 
 
-def tool_call_repr(call: ToolCallReport) -> str:
+def tool_call_repr(call: Any) -> str:
     """`ToolCallReport('get_weather', ok, 0.01 s)` or `(..., error=TOOL_EXECUTION, ...)`."""
     outcome = f"error={call.error.get('code')}" if call.error else "ok"
     took = f", {call.timing.duration:.2f} s" if call.timing.duration is not None else ""
     return f"ToolCallReport({call.name!r}, {outcome}{took})"
 
 
-def _counts(report: AgentReport | FlowReport) -> str:
-    from .report import FlowReport
-
-    if isinstance(report, FlowReport):  # a flow: its steps
+def _counts(report: Any) -> str:
+    if not hasattr(report, "trips"):  # a flow: its steps
         return _plural(len(report.steps), "step")
     line = f"{_plural(len(report.trips), 'trip')}, {_plural(len(report.tool_calls), 'tool call')}"
     failed = report.tool_errors
@@ -72,7 +68,7 @@ def _money(usage: Usage) -> str:
     return f"${cost:.6f}" if cost else "$0"
 
 
-def _secs(report: AgentReport | FlowReport) -> str:
+def _secs(report: Any) -> str:
     return "" if report.duration is None else f", {report.duration:.2f} s"
 
 
