@@ -115,3 +115,19 @@ async def test_tool_errors_on_a_batch_needs_an_agent() -> None:
     async with serve(SCRIPT) as sim:
         with pytest.raises(ValueError, match='"continue" or "fail"'):
             await raygent.batch(_agent(sim), [1], tool_errors="yes", progress=False)  # type: ignore[typeddict-item]
+
+
+async def test_tool_errors_fail_on_a_durable_run_fails_its_resume_too(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    async with serve(SCRIPT) as sim:
+        bot = _agent(sim, durable=raygent.Durable(store=store), tool_errors="fail")
+        result = await bot.execute("Weather in Paris?")
+        again = await bot.resume(result.run_id)  # tried again: the tool fails again
+        requests = sim.stats().requests
+    assert result.status == "failed" and isinstance(result.error, ToolExecutionError)
+    assert again.status == "failed" and again.error is not None
+    assert again.error.code == "TOOL_EXECUTION"
+    # Neither went on after its failed tool. (The resume re-sends the failed step's trip:
+    # a step settles after its tool round, and this one never did.)
+    assert requests == 2
+    assert [r.from_trip for r in again.report.resumes] == [0]
