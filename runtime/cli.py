@@ -119,6 +119,12 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--budget-usd", type=float, default=None, help="the whole job's budget in USD"
     )
     batch.add_argument(
+        "--fail-on-tool-error",
+        action="store_true",
+        help="an item whose run has a failed tool call fails (TOOL_EXECUTION) instead of "
+        "the model reading the error and going on",
+    )
+    batch.add_argument(
         "--estimate",
         action="store_true",
         help="run a random sample of the job (--sample items) and print its projected "

@@ -162,7 +162,8 @@ async def _in_bulk(
     """The batch of every question; its result and how long it took."""
     print(
         f"{len(rows)} questions from {len({r['session_id'] for r in rows})} travellers, "
-        f"{concurrency} at a time, each traveller in their own stored conversation:"
+        f"{concurrency} runs at a time, their requests held to the provider's bound of "
+        f"{BOUND} in flight, each traveller in their own stored conversation:"
     )
     started = time.perf_counter()
     result = await batch(

@@ -34,6 +34,8 @@ def test_demo_runs_the_bundled_dataset_and_says_the_model_is_the_simulator(
     assert "SIMULATOR, not a real LLM" in text
     assert f"backend: {backend}" in text
     assert "500 questions from 100 travellers" in text
+    # What runs: 64 runs at once, whose requests the provider's bound of 32 admits.
+    assert "64 runs at a time, their requests held to the provider's bound of 32" in text
     assert "500/500 done" in text  # progress, as lines when there is no terminal
     assert "summary: 500/500 completed, 0 failed" in text
     assert "cost $" in text

@@ -246,3 +246,29 @@ def test_the_simulators_yaml_examples_are_scripts_it_loads() -> None:
     assert examples
     for example in examples:
         assert Script.model_validate(yaml.safe_load(example)).rules
+
+
+# Run options for raygent's own use (a batch's, a nested run's), not for callers.
+INTERNAL_RUN_OPTIONS = {"parent", "job_budget", "continues", "recover"}
+
+
+def test_the_agent_table_names_every_parameter_and_run_option() -> None:
+    import inspect
+
+    import raygent
+    from raygent.agents import RunOptions
+
+    rows = (DOCS / "agents.md").read_text().splitlines()
+    factory = next(r for r in rows if r.startswith("| `raygent.agent("))
+    listed = set(re.findall(r"(\w+)=", factory.split("`")[1]))
+    assert listed == set(inspect.signature(raygent.agent).parameters)
+    options = next(r for r in rows if r.startswith("| options |"))
+    named = set(options.split("`")[1].replace(" ", "").split(","))
+    assert named == set(RunOptions.__annotations__) - INTERNAL_RUN_OPTIONS
+
+
+def test_the_home_page_says_no_written_page_is_coming() -> None:
+    for row in (DOCS / "index.md").read_text().splitlines():
+        page = re.match(r"\| \[[^]]+\]\(([\w-]+\.md)\)", row)
+        if page and (DOCS / page[1]).exists():
+            assert "(coming)" not in row, row

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..observers.views import ROWS, STYLE, badge, bar, clip, esc, more, secs, table, usage_line
 from ..seams.batch import BatchItem
 from ..usage import Usage
-from .report import BatchReport
+from .report import BatchReport, tool_errors_of
 
 __all__ = ["batch_html"]
 
@@ -30,9 +30,20 @@ def batch_html(report: BatchReport, items: list[BatchItem], usage: Usage) -> str
     )
     if report.stopped:
         head += f'<div class="err">stopped: {esc(report.stopped)}</div>'
+    if report.tool_errors:
+        first = report.first_tool_error
+        head += (
+            f'<div class="err">tool errors: {report.tool_errors} failed calls in '
+            f"{report.items_with_tool_errors} items"
+            f"{f' (first: {esc(clip(first))})' if first else ''}</div>"
+        )
     if report.errors:
         listed = ", ".join(f"{esc(code)} × {n}" for code, n in report.errors.items())
         head += f'<div class="err">errors: {listed}</div>'
+    if report.sink is not None:
+        head += _sink_note(report, len(items))
+        if not items:
+            return f'<div class="rg">{STYLE}{head}</div>'
     longest = max((i.latency or 0.0 for i in items[:ROWS]), default=0.0)
     rows = []
     for item in items[:ROWS]:
@@ -44,7 +55,21 @@ def batch_html(report: BatchReport, items: list[BatchItem], usage: Usage) -> str
         rows.append(
             f"<tr><td>{item.index}</td><td>{esc(clip(item.key))}</td>"
             f"<td>{badge(item.status, item.status)}</td><td>{item.attempts}</td>"
-            f"<td>{latency_bar}</td><td>{secs(item.latency)}</td><td>{cell}</td></tr>"
+            f"<td>{latency_bar}</td><td>{secs(item.latency)}</td>"
+            f"<td>{tool_errors_of(item) or ''}</td><td>{cell}</td></tr>"
         )
-    listed = table(["#", "key", "status", "attempts", "latency", "", "data / error"], rows)
+    headers = ["#", "key", "status", "attempts", "latency", "", "tool errors", "data / error"]
+    listed = table(headers, rows)
     return f'<div class="rg">{STYLE}{head}{listed}{more(len(items))}</div>'
+
+
+def _sink_note(report: BatchReport, listed: int) -> str:
+    """With a sink the results live there: say so, rather than show an empty table (the
+    result keeps only the items that did not complete)."""
+    where = esc(report.sink)
+    if not listed:
+        return f'<div class="meta">every item is in the sink: {where}</div>'
+    return (
+        f'<div class="meta">the items that did not complete are listed; '
+        f"every item is in the sink: {where}</div>"
+    )

@@ -25,7 +25,7 @@ import os
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from typing_extensions import Unpack
 
@@ -36,7 +36,7 @@ from ..seams.contract import Backend, BatchExecution, BatchPool, PoolPlan
 from ..seams.registry import current_backend
 from ..seams.retry import Retry
 from ..spend import Budget, BudgetReport, amount_of
-from ..usage import Usage
+from ..usage import Usage, dollars, total_cost
 from ._html import batch_html
 from .durable import BATCH_ITEMS, BATCH_RUNS, durable_items, item_runs
 from .engine import InFlight
@@ -54,7 +54,7 @@ from .lines import LinePool
 from .progress import Progress, wants_progress
 from .provider import ProviderBatch
 from .provider_job import check_batchable, deadline_of, line_pool, with_lines
-from .report import BatchReport, Tally
+from .report import BatchReport, Tally, counts_line
 from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
 
@@ -122,6 +122,10 @@ class BatchOptions(TypedDict, total=False):
     reuse: a `raygent.Estimate` of this job (`estimate` on the same items, with the same
         `item_key`): the items its sample completed are not run again; their results
         are recorded as this job's (sink, report, usage, `on_item`).
+    tool_errors: "fail": an item whose run has a tool call that fails ends failed
+        (`TOOL_EXECUTION`); "continue" (the agent's default) lets the model read the
+        error and go on. Either way the report counts the failed calls (`tool_errors`,
+        `items_with_tool_errors`) and each sink row its own. Needs an agent.
     """
 
     concurrency: int
@@ -141,6 +145,7 @@ class BatchOptions(TypedDict, total=False):
     cache: ResponseCache | None
     budget: Budget | None
     reuse: Answered | None
+    tool_errors: Literal["continue", "fail"] | None
 
 
 class Answered(Protocol):
@@ -188,6 +193,7 @@ class _Plan:
         cache = options.get("cache")
         if cache is not None:
             run_options = {**(run_options or {}), "cache": cache}
+        run_options = _with_tool_errors(run_options, options.get("tool_errors"))
         durable, approvals = options.get("durable"), options.get("approvals")
         if approvals is not None and durable is None:
             raise ValueError("approvals= needs durable= (the runs that wait are stored)")
@@ -239,6 +245,17 @@ def _deadline(value: float | datetime | None, provider_batch: ProviderBatch | No
     return deadline_of(value)
 
 
+def _with_tool_errors(
+    run_options: Mapping[str, Any] | None, tool_errors: str | None
+) -> Mapping[str, Any] | None:
+    """`tool_errors=` rides with every run's options (to the Ray runners too)."""
+    if tool_errors is None:
+        return run_options
+    if tool_errors not in ("continue", "fail"):
+        raise ValueError(f'tool_errors must be "continue" or "fail", not {tool_errors!r}')
+    return {**(run_options or {}), "tool_errors": tool_errors}
+
+
 def _budget(budget: Budget | None) -> Budget | None:
     if budget is not None and not isinstance(budget, Budget):
         raise TypeError(f"budget= takes raygent.Budget(...), not {budget!r}")
@@ -284,6 +301,17 @@ class BatchResult:
 
     def _repr_html_(self) -> str:
         return batch_html(self.report, self.items, self.usage)
+
+    def __repr__(self) -> str:
+        # One line (the default would print every item): counts, time, cost, the sink.
+        report = self.report
+        cost = total_cost(self.usage)
+        money = "cost unknown" if cost is None else dollars(cost, 6)
+        sink = f", sink={report.sink!r}" if report.sink else ""
+        stopped = f", stopped={report.stopped!r}" if report.stopped else ""
+        return (
+            f"BatchResult({counts_line(report)}, {report.duration:.1f} s, {money}{sink}{stopped})"
+        )
 
 
 async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) -> BatchResult:
@@ -336,6 +364,8 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     plan = _Plan.of(options)
     if plan.durable is not None and not callable(getattr(executable, "is_stored", None)):
         raise TypeError("durable= needs an agent (something with resume(run_id))")
+    if options.get("tool_errors") is not None and not hasattr(executable, "tool_errors"):
+        raise TypeError("tool_errors= needs an agent (flows and plain callables run no tools)")
     ledger = job_ledger(executable, plan.budget)
     if ledger is not None:
         held = {**(plan.run_options or {}), BATCH_BUDGET: ledger}
@@ -347,9 +377,10 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     runners = _runners_for(executable, plan)
     if runners is not None:
         runners.check(executable)
+    cache_failures = _cache_failures(options)
     source = open_items(items)
     sink = open_sink(plan.sink, plan.resume) if plan.sink is not None else None
-    collector = _Collector(plan, sink, source.total)
+    collector = _Collector(plan, sink, source.size)
     if plan.provider_batch is not None:
         lines = line_pool(plan.provider_batch, plan.sink, plan.resume)
         if runners is None:
@@ -371,12 +402,20 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
             await lines.close(interrupted=pool.signal.aborted)
         collector.close()
     result = collector.result()
+    result.report.cache_errors = _cache_failures(options) - cache_failures
+    result.report.input_items = source.size
     if lines is not None:
         result.report.provider_batch = lines.summary
     if ledger is not None and plan.budget is not None:
         _spent, reserved = await ledger.standing()
         result.report.budget = BudgetReport.of(plan.budget, amount_of(result.usage), reserved)
     return result
+
+
+def _cache_failures(options: BatchOptions) -> int:
+    """How often the job's cache failed to reach its store so far, in this process."""
+    cache = options.get("cache")
+    return cache.failures if cache is not None else 0
 
 
 def _ending_lines(lines: LinePool, deliver: Deliver) -> Deliver:

@@ -13,10 +13,11 @@ from ..cache import ResponseCache
 from ..errors import InvalidOptionsError
 from ..seams import backend_plugin, current_backend, init
 from ..spend import Budget
-from ..usage import dollars
+from ..usage import Usage, dollars, total_cost
 from .call import BatchOptions, BatchResult, Retry, batch_sync
 from .estimate import Estimate, EstimateOptions, estimate
 from .provider import ProviderBatch
+from .report import BatchReport, counts_line
 
 __all__ = ["load_target", "run_batch_command"]
 
@@ -35,6 +36,8 @@ def run_batch_command(args: argparse.Namespace) -> int:
         options["retry"] = Retry(attempts=args.retries + 1)
     if args.item_key is not None:
         options["item_key"] = args.item_key
+    if getattr(args, "fail_on_tool_error", False):
+        options["tool_errors"] = "fail"
     if args.provider_batch:
         timing = {
             name: value
@@ -42,9 +45,9 @@ def run_batch_command(args: argparse.Namespace) -> int:
             if (value := getattr(args, name, None)) is not None
         }
         options["provider_batch"] = ProviderBatch(**timing)
-    if getattr(args, "budget_usd", None) is not None:
-        options["budget"] = Budget(usd=args.budget_usd)
     try:
+        if getattr(args, "budget_usd", None) is not None:
+            options["budget"] = Budget(usd=args.budget_usd)
         if args.cache is not None:
             options["cache"] = ResponseCache.at(args.cache, ttl=args.cache_ttl)
         if args.backend is not None:
@@ -135,15 +138,19 @@ def _ship_by_value(target: str) -> None:
 
 def summary(result: BatchResult) -> str:
     r = result.report
-    line = (
-        f"{r.total} items: {r.succeeded} completed, {r.failed} failed, {r.cancelled} cancelled"
-        f"{f', {r.skipped} skipped (already done)' if r.skipped else ''}"
-        f" in {r.duration:.1f} s ({r.throughput:.1f} items/s)"
-    )
+    line = f"{counts_line(r)} in {r.duration:.1f} s ({r.throughput:.1f} items/s)"
     if r.sink:
         line += f" -> {r.sink}"
+    line += f"\n{cost_line(result.usage)}"
     if r.cache_hits:
-        line += f"\ncache: {r.cache_hits} trips answered, ${r.saved:.4f} saved"
+        line += f"\ncache: {r.cache_hits} trips answered, {dollars(r.saved)} saved"
+    if r.tool_errors:
+        line += f"\n{tool_errors_line(r)}"
+    if r.cache_errors:
+        line += (
+            f"\ncache: its store failed {r.cache_errors} times "
+            "(those requests were sent; see the first warning above)"
+        )
     if r.errors:
         line += "\nerrors: " + ", ".join(f"{code} x{n}" for code, n in sorted(r.errors.items()))
     if r.budget is not None:
@@ -159,8 +166,34 @@ def summary(result: BatchResult) -> str:
     if spent is not None:
         line += f"\nprovider batches: {len(spent.batches)}, {spent.lines} lines"
         if spent.cost is not None and spent.online_cost is not None:
-            line += f", ${spent.cost:.4f} (online: ${spent.online_cost:.4f})"
+            line += f", {dollars(spent.cost)} (online: {dollars(spent.online_cost)})"
     return line
+
+
+def tool_errors_line(report: BatchReport) -> str:
+    """`tool errors: 300 failed calls in 300 items (first: ...)`: what a model read and
+    went on from is not hidden behind "completed"."""
+    calls, items = report.tool_errors, report.items_with_tool_errors
+    line = (
+        f"tool errors: {calls} failed call{'s' if calls != 1 else ''} in {items} "
+        f"item{'s' if items != 1 else ''}"
+    )
+    if report.first_tool_error:
+        first = report.first_tool_error
+        line += f" (first: {first if len(first) <= 200 else first[:199] + '…'})"
+    if report.errors.get("TOOL_EXECUTION"):
+        return line
+    return line + "; --fail-on-tool-error fails such items"
+
+
+def cost_line(usage: Usage) -> str:
+    """`cost: $0.0123 (300 requests, 45,000 in / 9,000 out tokens)`, on every run."""
+    cost = total_cost(usage)
+    money = "unknown (no pricing for the model)" if cost is None else dollars(cost)
+    return (
+        f"cost: {money} ({usage.requests:,} requests, "
+        f"{usage.total_input_tokens:,} in / {usage.output_tokens:,} out tokens)"
+    )
 
 
 def _left(usd: float | None) -> str:

@@ -6,6 +6,7 @@ import math
 import random
 import statistics
 import time
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -14,7 +15,7 @@ from ..spend import BudgetReport
 from ..usage import Usage
 from .provider import ProviderBatchSummary
 
-__all__ = ["BatchReport", "Tally"]
+__all__ = ["BatchReport", "Tally", "counts_line", "tool_errors_of"]
 
 _RESERVOIR = 10_000  # latencies kept for the percentiles: exact up to this many items
 
@@ -37,6 +38,9 @@ class BatchReport(BaseModel):
     cancelled: int = 0
     awaiting_approval: int = 0
     skipped: int = 0
+    # The items the input holds, when known up front (a list, a JSONL, CSV or Parquet
+    # file): an interrupted job says "220 of 300".
+    input_items: int | None = None
     attempts: int = 0
     retries: int = 0
     duration: float = 0.0
@@ -54,7 +58,59 @@ class BatchReport(BaseModel):
     # those replies cost when they were paid (USD), each item's last attempt counted.
     cache_hits: int = 0
     saved: float = 0.0
+    # Reads and writes of the cache's store that failed (the requests were sent); counted
+    # in this process (on Ray, the runners' own copies of the cache log theirs).
+    cache_errors: int = 0
+    # Tool calls that failed in the items' runs (each item's last attempt), the items
+    # that had any, and the first one's error: with `tool_errors="continue"` the model
+    # read those errors and went on, so the items may still have completed.
+    tool_errors: int = 0
+    items_with_tool_errors: int = 0
+    first_tool_error: str | None = None
     budget: BudgetReport | None = None
+
+    def __repr__(self) -> str:
+        return _report_repr(self)
+
+
+def tool_errors_of(item: BatchItem) -> int:
+    """The failed tool calls of an item's run (its last attempt), nested runs' included."""
+    report = getattr(item.result, "report", None)  # a run's (an agent's, a flow's)
+    count = getattr(report, "tool_errors", 0)
+    return count if isinstance(count, int) else 0
+
+
+def _first_tool_error(report: Any) -> str | None:
+    for call in getattr(report, "tool_calls", None) or ():
+        if call.error is not None:
+            return f"{call.error.get('code')}: {call.error.get('message')}"
+    return None
+
+
+def counts_line(report: BatchReport) -> str:
+    """`220 of 300 items: 218 completed, 2 failed, 0 cancelled`: what ended, of the whole
+    input when it is known (a resume's skipped items are counted in)."""
+    ended = report.total
+    whole = report.input_items
+    done = ended + report.skipped
+    of = f"{ended} of {whole - report.skipped}" if whole is not None and done < whole else ended
+    noun = "item" if of == 1 else "items"
+    line = (
+        f"{of} {noun}: {report.succeeded} completed, {report.failed} failed, "
+        f"{report.cancelled} cancelled"
+    )
+    if report.awaiting_approval:
+        line += f", {report.awaiting_approval} awaiting approval"
+    if report.skipped:
+        line += f", {report.skipped} skipped (already done)"
+    return line
+
+
+def _report_repr(report: BatchReport) -> str:
+    extra = f", stopped={report.stopped!r}" if report.stopped else ""
+    if report.errors:
+        extra += f", errors={report.errors}"
+    return f"BatchReport({counts_line(report)}, {report.duration:.1f} s{extra})"
 
 
 class Tally:
@@ -67,6 +123,8 @@ class Tally:
         self.total = self.succeeded = self.failed = self.cancelled = self.awaiting = 0
         self.skipped = self.attempts = self.on_item_errors = self.cache_hits = 0
         self.saved = 0.0
+        self.tool_errors = self.items_with_tool_errors = 0
+        self.first_tool_error: str | None = None
         self.first_on_item_error: str | None = None
         self.errors: dict[str, int] = {}
         self._latencies: list[float] = []
@@ -97,6 +155,12 @@ class Tally:
             self.saved += report.saved  # type: ignore[union-attr]
         if item.latency is not None:
             self._sample(item.latency)
+        failed_calls = tool_errors_of(item)
+        if failed_calls:
+            self.tool_errors += failed_calls
+            self.items_with_tool_errors += 1
+            if self.first_tool_error is None:
+                self.first_tool_error = _first_tool_error(report)
 
     def on_item_failed(self, error: BaseException) -> None:
         self.on_item_errors += 1
@@ -121,6 +185,9 @@ class Tally:
             first_on_item_error=self.first_on_item_error,
             cache_hits=self.cache_hits,
             saved=self.saved,
+            tool_errors=self.tool_errors,
+            items_with_tool_errors=self.items_with_tool_errors,
+            first_tool_error=self.first_tool_error,
         )
         if self._latencies:
             ordered = sorted(self._latencies)

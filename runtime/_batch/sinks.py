@@ -32,6 +32,7 @@ from pydantic import BaseModel
 
 from .. import errors
 from ..seams.batch import EMPTY_USAGE, BatchItem
+from .report import tool_errors_of
 
 __all__ = ["JsonlSink", "ParquetSink", "Sink", "key_token", "open_sink", "record_of"]
 
@@ -76,6 +77,7 @@ def record_of(item: BatchItem) -> dict[str, Any]:
         "text": text if isinstance(text, str) else None,
         "error": error_dict(item.error),
         "attempts": item.attempts,
+        "tool_errors": tool_errors_of(item),
         "usage": _EMPTY_DUMP if item.usage is EMPTY_USAGE else item.usage.model_dump(mode="json"),
     }
 
@@ -191,6 +193,7 @@ class ParquetSink:
                 ("error", pa.string()),
                 ("attempts", pa.int64()),
                 ("usage", pa.string()),
+                ("tool_errors", pa.int64()),
             ]
         )
         if path.exists() and not path.is_dir():

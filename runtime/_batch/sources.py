@@ -30,7 +30,7 @@ from typing import Any
 from ..seams.batch import Feed, Job
 from .exec import InputError, Unreadable
 
-__all__ = ["Source", "feed", "open_items"]
+__all__ = ["Source", "count_rows", "feed", "open_items"]
 
 _CHUNK = 256  # rows a dataset hands over per thread hop
 
@@ -43,6 +43,14 @@ class Source:
     rows: Iterator[Any] | AsyncIterator[Any]
     total: int | None
     owned: bool
+    # A file's rows, counted up front when that is cheap (`count_rows`): a progress
+    # total and the report's "of N" (not `total`, which promises a list's every slot).
+    counted: int | None = None
+
+    @property
+    def size(self) -> int | None:
+        """How many items the input holds, when known before reading it."""
+        return self.total if self.total is not None else self.counted
 
     async def aclose(self) -> None:
         """Close what we opened (files, a dataset's reader); the caller's own iterators
@@ -58,7 +66,8 @@ class Source:
 def open_items(items: Any) -> Source:
     """Open `items`; a bad path or type raises here, before anything runs."""
     if isinstance(items, (str, os.PathLike)):
-        return Source(_read_path(Path(items)), None, True)
+        path = Path(items)
+        return Source(_read_path(path), None, True, counted=count_rows(path))
     if isinstance(items, Mapping):
         raise TypeError("batch items must be a list, an iterable, a path or a dataset, not a dict")
     iter_rows = getattr(items, "iter_rows", None)
@@ -167,6 +176,34 @@ def _parquet_rows(path: Path) -> Iterator[Any]:
         with pq.ParquetFile(part) as table:
             for chunk in table.iter_batches(batch_size=1024):
                 yield from chunk.to_pylist()
+
+
+_COUNT_JSONL_BYTES = 512 * 1024 * 1024  # counted under a second or two; larger: unknown
+_COUNT_CSV_BYTES = 64 * 1024 * 1024  # a CSV row may span lines: its reader counts, slower
+
+
+def count_rows(path: Path) -> int | None:
+    """The rows a file input holds, when that is cheap to know: a JSONL file's non-blank
+    lines, a CSV file's records, a Parquet file's (or directory's) metadata. None when it
+    is not (too large, unreadable: reading it will say why)."""
+    try:
+        suffix = path.suffix.lower()
+        if path.is_dir() or suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            parts = sorted(p for p in path.glob("*.parquet") if p.is_file())
+            found: int = sum(pq.ParquetFile(p).metadata.num_rows for p in (parts or [path]))
+            return found
+        size = path.stat().st_size
+        if suffix in (".jsonl", ".ndjson") and size <= _COUNT_JSONL_BYTES:
+            with path.open("rb") as lines:
+                return sum(1 for line in lines if line.strip())
+        if suffix == ".csv" and size <= _COUNT_CSV_BYTES:
+            with path.open(encoding="utf-8", newline="") as rows:
+                return max(0, sum(1 for row in csv.reader(rows) if row) - 1)  # less the header
+    except Exception:
+        return None
+    return None
 
 
 def _input_failed(index: int, exc: Exception) -> InputError:

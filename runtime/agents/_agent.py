@@ -47,6 +47,7 @@ from ._retry_resume import continued_run_id, saver_for
 from ._start import start_run
 from ._state import RunConfig, RunState
 from ._stream import AgentStream
+from ._tool_round import tool_errors_setting
 from .middleware import Middleware
 from .output import OutputSpec
 from .session import Session
@@ -90,7 +91,9 @@ class Agent(DurableRuns):
         approval_handler: ApprovalHandler | None = None,
         cache: ResponseCache | None = None,
         budget: Budget | None = None,
+        tool_errors: Literal["continue", "fail"] = "continue",
     ) -> None:
+        self.tool_errors = tool_errors_setting(tool_errors)
         if budget is not None and not isinstance(budget, Budget):
             raise TypeError("budget= takes raygent.Budget(...)")
         self.budget = budget
@@ -363,6 +366,7 @@ class Agent(DurableRuns):
             tool_schemas=options.get("tool_schemas") or self.tool_schemas,
             attachment_policy=options.get("attachment_policy") or self.attachment_policy,
             cache=_checked_cache(options.get("cache", self.cache)),
+            tool_errors=tool_errors_setting(options.get("tool_errors") or self.tool_errors),
         )
         return config, system
 
@@ -448,6 +452,7 @@ def agent(
     approval_handler: ApprovalHandler | None = None,
     cache: ResponseCache | None = None,
     budget: Budget | None = None,
+    tool_errors: Literal["continue", "fail"] = "continue",
 ) -> Agent:
     """Build an agent. See `Agent.execute` for a run and `RunOptions` for per-call options.
 
@@ -463,7 +468,9 @@ def agent(
     need approval in-process. `cache=raygent.ResponseCache(...)` answers a request the
     cache has seen from it, with no HTTP (a call's `cache=` overrides it; None: off).
     `budget=raygent.Budget(...)` holds each run to what it may spend (a call's `budget=`
-    holds as well).
+    holds as well). `tool_errors="fail"` fails a run whose tool call fails (error
+    `TOOL_EXECUTION`) instead of letting the model read the error and go on ("continue",
+    the default; a call's `tool_errors=` overrides it).
     """
     return Agent(
         model=model,
@@ -490,6 +497,7 @@ def agent(
         approval_handler=approval_handler,
         cache=cache,
         budget=budget,
+        tool_errors=tool_errors,
     )
 
 
@@ -546,6 +554,12 @@ def _as_messages(input: Any) -> list[Message]:
         return [input]
     if isinstance(input, Mapping) and "role" in input:
         return as_messages([input], "input")
+    if isinstance(input, (bytes, Mapping)) or not isinstance(input, Iterable):
+        raise InvalidOptionsError(
+            "input: expected text, a message, a list of messages or of content parts, "
+            f"not {type(input).__name__}",
+            option="input",
+        )
     items = list(input)
     if items and all(hasattr(i, "role") or (isinstance(i, Mapping) and "role" in i) for i in items):
         return as_messages(items, "input")

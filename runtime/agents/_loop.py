@@ -40,7 +40,7 @@ from ._next_step import (
 )
 from ._retry_resume import continue_stored, stored_answer
 from ._state import Progress, RunState, maybe_await, now
-from ._tool_round import run_tool_round
+from ._tool_round import check_tool_errors, run_tool_round
 from ._toolsets import resolve_toolsets
 from ._trip import model_trip
 
@@ -219,6 +219,7 @@ async def tool_step(
         raise
     if write is not None:
         await write.done()
+    check_tool_errors(run, trip_index)
 
 
 async def _pause(run: RunState, progress: Progress, pause: AwaitingApproval) -> AgentResult:

@@ -73,6 +73,9 @@ class RunOptions(TypedDict, total=False):
     observe: Observe
     # Replies kept by request (`raygent.ResponseCache`); None: this call sends every trip.
     cache: ResponseCache | None
+    # "fail": a failed tool call fails the run (TOOL_EXECUTION); "continue": the model
+    # reads the error and goes on. None: the agent's `tool_errors=`.
+    tool_errors: Literal["continue", "fail"] | None
     # What this run may spend (raygent.Budget); the agent's own `budget=` holds as well.
     budget: Budget | None
     # Internal: the job's ledger (a batch's `budget=`), shared by every run of the job.

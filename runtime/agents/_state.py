@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..toolsets import Toolset
 
 Phase = Literal["starting", "trip", "tools", "between_trips", "done"]
+ToolErrors = Literal["continue", "fail"]
 
 
 def now() -> datetime:
@@ -62,6 +63,9 @@ class RunConfig:
     attachment_policy: AttachmentPolicy | None = None
     # Replies kept by request (raygent.ResponseCache); None: every trip is sent.
     cache: ResponseCache | None = None
+    # "fail": a tool call that fails fails the run (TOOL_EXECUTION) instead of the model
+    # reading the error and going on ("continue").
+    tool_errors: ToolErrors = "continue"
 
 
 @dataclass

@@ -12,19 +12,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from ..abort import abortable
 from ..attachments.load import tool_parts
-from ..errors import AbortedError, RaygentError, ToolDeniedError, ToolExecutionError
+from ..errors import (
+    AbortedError,
+    InvalidOptionsError,
+    RaygentError,
+    ToolDeniedError,
+    ToolExecutionError,
+)
 from ..messages import ToolCall, ToolMessage
 from ..observers.events import ToolCalled, ToolCalling, ToolFailed
 from ..observers.report import Timing, ToolCallReport
 from ..seams.budgeted import held_ledgers, ledgers_of
 from ..tools import ToolContext, tool_result_content
-from ._state import RunState, maybe_await, now
+from ._state import RunState, ToolErrors, maybe_await, now
 
-__all__ = ["run_tool_round", "tool_context"]
+__all__ = ["check_tool_errors", "run_tool_round", "tool_context", "tool_errors_setting"]
 
 
 async def run_tool_round(
@@ -154,6 +160,32 @@ async def _invoke(run: RunState, trip_index: int, call: ToolCall, record: ToolCa
     for mw in reversed(config.middleware):
         value = await maybe_await(mw.after_tool(run.info, call, value))
     return value
+
+
+def check_tool_errors(run: RunState, trip_index: int) -> None:
+    """With `tool_errors="fail"`: raise the first failed call of this round as the run's
+    error (a denial is a decision, not a failure: the model reads it either way)."""
+    if run.config.tool_errors != "fail":
+        return
+    for record in run.report.tool_calls:
+        error = record.error
+        if record.trip_index != trip_index or error is None or error.get("code") == "TOOL_DENIED":
+            continue
+        raise ToolExecutionError(
+            f"tool {record.name!r} failed (tool_errors='fail'): {error.get('message')}",
+            tool=record.name,
+            call_id=record.call_id,
+            tool_error=error.get("code"),
+        )
+
+
+def tool_errors_setting(value: Any) -> ToolErrors:
+    """`tool_errors=` checked: "continue" (the model reads the error) or "fail"."""
+    if value not in ("continue", "fail"):
+        raise InvalidOptionsError(
+            f'tool_errors must be "continue" or "fail", not {value!r}', option="tool_errors"
+        )
+    return cast("ToolErrors", value)
 
 
 def tool_context(run: RunState, trip_index: int, call: ToolCall) -> ToolContext:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 import uuid
 import weakref
@@ -12,6 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ..abort import AbortSignal, abortable
+from ..errors import InvalidOptionsError
 from ..messages import Message
 from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
 from ..seams.contract import ModelAccess
@@ -101,6 +103,7 @@ class ResponseCache:
     ) -> ResponseCache:
         """A cache in the store `where` names, as the CLI's `--cache` takes it: "memory",
         a redis:// (rediss://) URL, a postgresql:// (postgres://) DSN, or a SQLite file."""
+        _check_where(where)
         store: CacheStore | None
         if where == "memory":
             store = None
@@ -129,14 +132,33 @@ class ResponseCache:
             data = await self._store.get_cached(self.namespace, key)
             return None if data is None else Entry.decode(data)
         except Exception as exc:
-            log.warning("response cache: reading %s failed, sending the request: %r", key, exc)
+            self._failed("reading", exc)
             return None
 
     async def _keep(self, key: str, entry: Entry) -> None:
         try:
             await self._store.put_cached(self.namespace, key, entry.encode(), self.ttl)
         except Exception as exc:
-            log.warning("response cache: storing %s failed: %r", key, exc)
+            self._failed("storing", exc)
+
+    @property
+    def failures(self) -> int:
+        """Reads and writes of the store that failed in this process (each request was
+        sent as if the cache missed); a batch's report counts them as `cache_errors`."""
+        failures: int = self.__dict__.get("_failures", 0)
+        return failures
+
+    def _failed(self, doing: str, exc: Exception) -> None:
+        # Logged once per cache and process: a store that cannot be reached would
+        # otherwise log a line per request (a job of 300 items, ~1,200 lines).
+        self._failures = self.failures + 1
+        if self._failures == 1:
+            log.warning(
+                "response cache: %s the store failed, sending requests as if it missed "
+                "(logged once; the batch summary counts the failures): %r",
+                doing,
+                exc,
+            )
 
     # -- single flight: one request per key in flight in this process ---------------------
 
@@ -184,6 +206,31 @@ class ResponseCache:
             if flight is None:
                 return None, self._lead(key)
         return await abortable(asyncio.shield(flight), signal), None
+
+
+_SCHEMES = ("redis", "rediss", "unix", "postgresql", "postgres")
+# Something that looks like a URL: a scheme then a colon or a slash (`redis//host`,
+# `redis:/host`, `reddis://host`), but not a Windows drive (`C:\\cache.db`).
+_URLISH = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]+)(?P<sep>:/*|//)")
+
+
+def _check_where(where: str) -> None:
+    """Refuse a `--cache` value that looks like a URL but is no URL raygent reads: a
+    typo must not become a SQLite file named after the scheme."""
+    if not isinstance(where, str) or not where:
+        raise InvalidOptionsError(f"a cache store must be named by a string, not {where!r}")
+    match = _URLISH.match(where)
+    if match is None:
+        return
+    scheme, sep = match.group("scheme"), match.group("sep")
+    if scheme in _SCHEMES and sep == "://":
+        return
+    known = ", ".join(f"{name}://" for name in _SCHEMES)
+    raise InvalidOptionsError(
+        f"cache store {where!r} looks like a URL but is none raygent reads "
+        f'(known: {known}; "memory"; or a SQLite file path)',
+        option="cache",
+    )
 
 
 class CachedAccess:

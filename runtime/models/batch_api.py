@@ -100,6 +100,17 @@ class BatchAPI(Protocol):
     def read_line(self, line: bytes) -> LineResult: ...
 
 
+async def _ended(api: BatchAPI, batch_id: str, error: ProviderError) -> bool:
+    """Whether a cancel refused with 409 (Conflict) met a batch that had already ended
+    (what the providers answer then): nothing was left to cancel, so no error."""
+    if error.details.get("status") != 409:
+        return False
+    try:
+        return (await api.state(batch_id)).ended
+    except ProviderError:
+        return False
+
+
 def split_results(raw: bytes) -> Iterator[tuple[str, bytes]]:
     """A batch's results JSONL, a line at a time: (its custom_id, its bytes). Lines
     that are not a JSON object with a custom_id are left out (a batch's missing lines
@@ -239,7 +250,11 @@ class OpenAIBatchAPI:
         return b"".join(p if p.endswith(b"\n") or not p else p + b"\n" for p in parts)
 
     async def cancel(self, batch_id: str) -> None:
-        await self.model._call_json("POST", f"/batches/{batch_id}/cancel")
+        try:
+            await self.model._call_json("POST", f"/batches/{batch_id}/cancel")
+        except ProviderError as exc:
+            if not await _ended(self, batch_id, exc):
+                raise
 
     def read_line(self, line: bytes) -> LineResult:
         data = _object(line)
@@ -334,7 +349,11 @@ class AnthropicBatchAPI:
         return raw if raw.endswith(b"\n") or not raw else raw + b"\n"
 
     async def cancel(self, batch_id: str) -> None:
-        await self.model._call_json("POST", f"/v1/messages/batches/{batch_id}/cancel")
+        try:
+            await self.model._call_json("POST", f"/v1/messages/batches/{batch_id}/cancel")
+        except ProviderError as exc:
+            if not await _ended(self, batch_id, exc):
+                raise
 
     def read_line(self, line: bytes) -> LineResult:
         data = _object(line)

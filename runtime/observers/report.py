@@ -12,6 +12,7 @@ from ..compaction.policy import CompactionRecord
 from ..errors import RaygentError
 from ..messages import Message, ProviderBlock
 from ..usage import Usage
+from ._summary import report_repr, result_repr, tool_call_repr, trip_repr
 from .views import ROWS, STYLE, badge, bar, clip, esc, more, secs, table, usage_line
 
 __all__ = [
@@ -69,6 +70,9 @@ class ToolCallReport(BaseModel):
     # supervisor).
     child: RunReport | None = None
 
+    def __repr__(self) -> str:
+        return tool_call_repr(self)
+
 
 class TripReport(BaseModel):
     """One model request and its reply."""
@@ -94,6 +98,9 @@ class TripReport(BaseModel):
     # (USD; 0 when that is unknown). Both left out of the JSON when unset.
     cache: Literal["hit", "miss"] | None = Field(default=None, exclude_if=lambda v: v is None)
     saved: float = Field(default=0.0, exclude_if=lambda v: v == 0.0)
+
+    def __repr__(self) -> str:
+        return trip_repr(self)
 
 
 class PendingCall(BaseModel):
@@ -161,6 +168,16 @@ class AgentReport(BaseModel):
         """Trips served from the response cache, nested runs' included."""
         own = sum(1 for trip in self.trips if trip.cache == "hit")
         return own + sum(c.child.cache_hits for c in self.tool_calls if c.child)
+
+    @property
+    def tool_errors(self) -> int:
+        """Tool calls that failed (the model read an error instead of a result), nested
+        runs' included."""
+        own = sum(1 for call in self.tool_calls if call.error is not None)
+        return own + sum(c.child.tool_errors for c in self.tool_calls if c.child)
+
+    def __repr__(self) -> str:
+        return report_repr(self)
 
     def to_json(self, indent: int | None = None) -> str:
         """The whole tree as JSON, nested runs included; `from_json` reads it back."""
@@ -261,6 +278,14 @@ class FlowReport(BaseModel):
         """Trips of the runs under this one served from the response cache."""
         return sum(run.cache_hits for run in self.runs())
 
+    @property
+    def tool_errors(self) -> int:
+        """Tool calls of the runs under this one that failed."""
+        return sum(run.tool_errors for run in self.runs())
+
+    def __repr__(self) -> str:
+        return report_repr(self)
+
     def to_json(self, indent: int | None = None) -> str:
         return self.model_dump_json(indent=indent)
 
@@ -328,6 +353,9 @@ class AgentResult:
     def _repr_html_(self) -> str:
         return report_html(self.report, result=self)
 
+    def __repr__(self) -> str:
+        return result_repr("AgentResult", self)
+
 
 @dataclass
 class FlowResult:
@@ -360,6 +388,9 @@ class FlowResult:
 
     def _repr_html_(self) -> str:
         return report_html(self.report, result=self)
+
+    def __repr__(self) -> str:
+        return result_repr("FlowResult", self)
 
 
 # -- notebook views (`_repr_html_`) ------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import BudgetExceededError
+from ..errors import BudgetExceededError, InvalidOptionsError
 from ..messages import Message
 from ..models.contract import Model, ModelOptions
 from ..pricing import Pricing, lookup_pricing
@@ -77,6 +77,13 @@ class Budget(BaseModel):
         output_tokens: int | None = None,
         requests: int | None = None,
     ) -> None:
+        _check_limits(
+            usd=usd,
+            tokens=tokens,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            requests=requests,
+        )
         super().__init__(
             usd=usd,
             tokens=tokens,
@@ -102,6 +109,21 @@ class Budget(BaseModel):
         return (self.usd, self.tokens, self.input_tokens, self.output_tokens, self.requests)
 
 
+def _check_limits(**limits: float | None) -> None:
+    """A budget limits something, and by a number that is not negative: said in raygent's
+    words (an `InvalidOptionsError`) before pydantic would say it in its own."""
+    given = {name: value for name, value in limits.items() if value is not None}
+    if not given:
+        raise InvalidOptionsError(
+            "Budget() needs a limit: usd=, tokens=, input_tokens=, output_tokens= or requests="
+        )
+    for name, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise InvalidOptionsError(f"Budget({name}=...) takes a number, not {value!r}")
+        if value < 0:
+            raise InvalidOptionsError(f"Budget({name}=...) cannot be negative, got {value!r}")
+
+
 class Spend(BaseModel):
     """An amount as reported: USD, tokens, input tokens, output tokens, requests."""
 
@@ -116,7 +138,8 @@ class Spend(BaseModel):
     def of(cls, amount: Sequence[float]) -> Spend:
         usd, *counts = amount
         rest = {k: round(v) for k, v in zip(DIMENSIONS[1:], counts, strict=True)}
-        return cls(usd=round(usd, 9), **rest)
+        # `+ 0.0`: a reservation settled to nothing may round to -0.0 ("$-0.0000").
+        return cls(usd=round(usd, 9) + 0.0, **rest)
 
 
 class BudgetReport(BaseModel):

@@ -211,6 +211,26 @@ async def test_input_given_as_message_dicts_runs(provider: str) -> None:
     assert requests == 1
 
 
+@pytest.mark.parametrize("value", [42, None, 3.5, b"bytes", {"text": "no role"}])
+@pytest.mark.parametrize("mode", ["execute", "execute_sync", "stream"])
+async def test_an_input_that_is_no_message_fails_in_raygents_words(value: Any, mode: str) -> None:
+    async with serve(OK) as sim:
+        bot = raygent.agent(model=make_model("openai", sim))
+        if mode == "execute":
+            result = await bot.execute(value)
+        elif mode == "execute_sync":
+            result = bot.execute_sync(value)
+        else:
+            _, result = await drain(bot.stream(value))
+        requests = sim.stats().requests
+    assert result.report.status == "failed"
+    assert isinstance(result.error, InvalidOptionsError)
+    assert result.error.message.startswith("input: expected text, a message"), result.error
+    assert type(value).__name__ in result.error.message
+    assert "not iterable" not in result.error.message
+    assert requests == 0
+
+
 class Opaque:
     """No JSON form: the model must never see its repr."""
 

@@ -115,3 +115,30 @@ def line_count(path: Path) -> int:
         return path.read_bytes().count(b"\n")
     except FileNotFoundError:
         return 0
+
+
+# For the CLI's cost line: the same agent with prices declared on its model.
+priced_echo_agent = raygent.agent(
+    model=FunctionModel(_shout, pricing=raygent.Pricing(input_per_mtok=1.0, output_per_mtok=2.0)),
+    name="shout",
+)
+
+
+@raygent.tool
+def broken_lookup(q: str) -> str:
+    """Look something up (the service is down)."""
+    raise RuntimeError(f"lookup service down for {q}")
+
+
+def _lookup_then_answer(messages: list[Message], options: ModelOptions) -> Any:
+    from raygent.testing import call, reply
+
+    if messages[-1].role == "tool":
+        return "answered without the lookup"
+    return reply(tool_calls=[call("broken_lookup", {"q": messages[-1].text})])
+
+
+# For the CLI's tool errors: an agent whose only tool always fails.
+broken_tool_agent = raygent.agent(
+    model=FunctionModel(_lookup_then_answer), tools=[broken_lookup], name="broken"
+)

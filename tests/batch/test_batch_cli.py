@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
+import signal
 from pathlib import Path
 
 import pytest
-from batch_support import raygent_cli, read_jsonl, write_jsonl
+from batch_support import (
+    HANG_FROM,
+    line_count,
+    raygent_cli,
+    read_jsonl,
+    wait_until,
+    write_jsonl,
+)
 
 from raygent.cli import main
 
@@ -91,3 +100,87 @@ def test_the_cli_on_ray_ships_a_module_the_workers_cannot_import(tmp_path: Path)
     assert "12 items: 12 completed, 0 failed, 0 cancelled" in err
     records = sorted(read_jsonl(sink), key=lambda r: r["index"])
     assert [r["data"] for r in records] == [f"HI {n}" for n in range(12)]
+
+
+def test_the_cli_refuses_a_negative_budget_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    source = write_jsonl(tmp_path / "in.jsonl", ["a"])
+    out = tmp_path / "out.jsonl"
+    args = ["tests.batch.batch_support:echo_agent", str(source), "-o", str(out)]
+    code = main(["batch", *args, "--budget-usd", "-1", "--backend", "local"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == "raygent batch: Budget(usd=...) cannot be negative, got -1.0\n"
+    assert not out.exists()
+
+
+def test_every_cli_run_prints_its_cost(tmp_path: Path) -> None:
+    source = write_jsonl(tmp_path / "in.jsonl", [f"hi {n}" for n in range(5)])
+    said = {}
+    for target in ("priced_echo_agent", "echo_agent"):
+        proc = raygent_cli(
+            "batch",
+            f"tests.batch.batch_support:{target}",
+            str(source),
+            "-o",
+            str(tmp_path / f"{target}.jsonl"),
+            "--backend",
+            "local",
+        )
+        _, said[target] = proc.communicate(timeout=60)
+        assert proc.returncode == 0, said[target]
+    priced = re.search(
+        r"^cost: \$(\d+\.\d{4}) \(5 requests, (\d+) in / (\d+) out tokens\)$",
+        said["priced_echo_agent"],
+        re.MULTILINE,
+    )
+    assert priced is not None, said["priced_echo_agent"]
+    tokens_in, tokens_out = int(priced[2]), int(priced[3])
+    assert tokens_in > 0 and tokens_out > 0
+    assert float(priced[1]) == round((tokens_in * 1.0 + tokens_out * 2.0) / 1e6, 4)
+    assert "cost: unknown (no pricing for the model) (5 requests" in said["echo_agent"]
+
+
+def test_an_interrupted_cli_run_counts_of_the_whole_input(tmp_path: Path) -> None:
+    source = write_jsonl(tmp_path / "in.jsonl", [{"n": n, "key": f"k{n}"} for n in range(30)])
+    sink = tmp_path / "out.jsonl"
+    args = ("tests.batch.batch_support:double_or_hang", str(source), "-o", str(sink))
+    proc = raygent_cli(
+        "batch", *args, "--concurrency", "4", "--no-progress", "--backend", "local",
+        env={**os.environ, HANG_FROM: "12"},
+    )  # fmt: skip
+    try:
+        wait_until(lambda: line_count(sink) >= 12, timeout=60, what="12 results")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    # 12 completed, the 4 hanging in flight cancelled; 14 never started: "16 of 30".
+    assert "16 of 30 items: 12 completed, 0 failed, 4 cancelled" in err, err
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_cli_shows_tool_errors_and_fails_on_them_when_asked(tmp_path: Path, fail: bool) -> None:
+    source = write_jsonl(tmp_path / "in.jsonl", [f"q{n}" for n in range(3)])
+    sink = tmp_path / "out.jsonl"
+    args = ["tests.batch.batch_support:broken_tool_agent", str(source), "-o", str(sink)]
+    args += ["--backend", "local", *(["--fail-on-tool-error"] if fail else [])]
+    proc = raygent_cli("batch", *args)
+    _, err = proc.communicate(timeout=60)
+    rows = read_jsonl(sink)
+    assert (
+        "tool errors: 3 failed calls in 3 items (first: TOOL_EXECUTION: tool 'broken_lookup'" in err
+    )
+    assert [r["tool_errors"] for r in rows] == [1, 1, 1]
+    if fail:
+        assert proc.returncode == 1, err
+        assert "3 items: 0 completed, 3 failed" in err and "TOOL_EXECUTION x3" in err
+        assert "--fail-on-tool-error fails" not in err
+    else:
+        assert proc.returncode == 0, err
+        assert "3 items: 3 completed, 0 failed" in err
+        assert "--fail-on-tool-error fails such items" in err

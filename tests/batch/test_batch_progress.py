@@ -7,17 +7,24 @@ are tested against this process."""
 
 from __future__ import annotations
 
+import csv
 import importlib
 import io
+import json
+import re
 import sys
 import warnings
+from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import tqdm.notebook
 import tqdm.std
 
 from raygent import batch
 from raygent._batch.progress import Progress, bar_class, has_widgets, in_notebook
+from raygent._batch.sources import count_rows
 
 
 def test_in_a_notebook_without_ipywidgets_the_text_bar_shows_without_a_warning() -> None:
@@ -74,3 +81,39 @@ def test_the_text_bar_shows_done_failed_retrying_and_throughput(
     assert last.startswith("batch:") and "3/4" in last
     assert "item/s" in last  # throughput
     assert "failed=1, retrying=0, cancelled=1" in last
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv", "parquet"])
+async def test_a_file_input_is_counted_so_the_bar_has_a_total_and_an_eta(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [{"n": n, "note": "a,b\nc" if n == 2 else "x"} for n in range(7)]
+    path = tmp_path / f"in.{kind}"
+    if kind == "jsonl":
+        path.write_text("\n".join(json.dumps(r) for r in rows[:3]) + "\n\n" + "".join(
+            json.dumps(r) + "\n" for r in rows[3:]
+        ))  # fmt: skip
+    elif kind == "csv":
+        with path.open("w", newline="") as out:
+            writer = csv.DictWriter(out, ["n", "note"])
+            writer.writeheader()
+            writer.writerows(rows)  # row 2 spans two lines, quoted
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    assert count_rows(path) == 7
+
+    async def echo(item: dict[str, object]) -> object:
+        return item["n"]
+
+    result = await batch(echo, path, progress=True)
+    bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert result.report.total == result.report.input_items == 7
+    assert "7/7" in bar and "100%" in bar  # a total, hence a percentage and an ETA
+    assert re.search(r"\[\d\d:\d\d<\d\d:\d\d", bar), bar  # elapsed<remaining
+
+
+def test_an_input_that_cannot_be_counted_has_no_total(tmp_path: Path) -> None:
+    path = tmp_path / "in.ndjson"
+    path.write_text('"a"\n')
+    assert count_rows(path) == 1
+    assert count_rows(tmp_path / "missing.jsonl") is None  # reading it will say why

@@ -29,6 +29,7 @@ from store_clock import StepClock
 import raygent
 from raygent import ResponseCache
 from raygent.cache import request_key
+from raygent.errors import InvalidOptionsError
 from raygent.models.contract import ModelOptions
 from raygent.sim import Fault, Latency, Match, Reply, Rule, serve
 from raygent.stores import RedisStore
@@ -296,3 +297,44 @@ async def test_the_cli_runs_a_batch_twice_and_pays_once(tmp_path: Path) -> None:
             assert proc.returncode == 0, err.decode()
             assert ("cache: 20 trips answered" in err.decode()) == (run == 1), err.decode()
         assert sim.stats().requests == 20
+
+
+@pytest.mark.parametrize(
+    "typo", ["redis//127.0.0.1", "redis:/127.0.0.1", "reddis://127.0.0.1", "REDIS://host"]
+)
+def test_a_cache_named_by_a_malformed_url_is_refused(
+    typo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # nothing may be created here
+    with pytest.raises(InvalidOptionsError, match="looks like a URL"):
+        ResponseCache.at(typo)
+    assert list(tmp_path.iterdir()) == []
+    assert repr(ResponseCache.at(str(tmp_path / "cache.db"))).startswith("ResponseCache(SQLite")
+
+
+async def test_the_cli_refuses_a_cache_typo_and_counts_a_dead_store_once(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"input": f"q {n}"}) + "\n" for n in range(6)))
+    async with serve([Rule(reply=Reply(text="an answer"))]) as sim:
+        env = {**os.environ, "RAYGENT_CACHE_TEST_SIM": sim.openai_base_url}
+        errs = []
+        for where in ("redis//127.0.0.1", "redis://127.0.0.1:1/0"):
+            proc = await asyncio.create_subprocess_exec(
+                *(sys.executable, "-m", "raygent", "batch", "tests.cache.cli_target:bot"),
+                *(str(source), "-o", str(tmp_path / "out.jsonl"), "--backend", "local"),
+                *("--cache", where, "--no-progress"),
+                cwd=ROOT,
+                env=env,
+                stderr=asyncio.subprocess.PIPE,
+            )
+            _, err = await asyncio.wait_for(proc.communicate(), 120)
+            errs.append((proc.returncode, err.decode()))
+        requests = sim.stats().requests
+    (typo_code, typo_err), (dead_code, dead_err) = errs
+    assert typo_code == 2 and typo_err.count("\n") == 1, typo_err
+    assert "raygent batch: cache store 'redis//127.0.0.1' looks like a URL" in typo_err
+    assert not (ROOT / "redis//127.0.0.1").exists()
+    assert dead_code == 0, dead_err
+    assert dead_err.count("response cache:") == 1, dead_err  # not one line per request
+    assert "cache: its store failed 12 times" in dead_err  # a read and a write per item
+    assert requests == 6

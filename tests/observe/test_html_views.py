@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 from observe_support import PRICING, nested_agents
 
@@ -140,3 +141,28 @@ async def test_an_eval_shows_pass_rates_and_cases() -> None:
     assert "1/2 passed (50%)" in shown
     assert "exact" in shown and HOSTILE in shown and "something else" in shown
     assert "✗ exact" in shown and "✓ exact" in shown
+
+
+async def test_a_batch_with_a_sink_says_where_its_items_are_instead_of_an_empty_table(
+    tmp_path: Path,
+) -> None:
+    def answer(messages: list[raygent.Message], options: raygent.ModelOptions) -> str:
+        if messages[-1].text == "bad":
+            raise ValueError("no")
+        return "done"
+
+    bot = raygent.agent(model=FunctionModel(answer, pricing=PRICING))
+    sink = tmp_path / "out.jsonl"
+    clean = await raygent.batch(bot, ["a", "b"], sink=sink, progress=False)
+    mixed = await raygent.batch(
+        bot,
+        ["a", "bad"],
+        sink=tmp_path / "mixed.jsonl",
+        progress=False,
+        retry=raygent.Retry(attempts=1),
+    )
+    clean_view, mixed_view = _safe(clean._repr_html_()), _safe(mixed._repr_html_())
+    assert "table" not in clean_view.tags  # no empty table of items
+    assert f"every item is in the sink: {sink}" in "".join(clean_view.text)
+    assert "table" in mixed_view.tags  # its failure is listed
+    assert "the items that did not complete are listed" in "".join(mixed_view.text)

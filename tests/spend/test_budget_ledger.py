@@ -8,11 +8,15 @@ import math
 
 import pytest
 
-from raygent import Budget, BudgetExceededError, Pricing, UserMessage
+from raygent import Budget, BudgetExceededError, Pricing, Usage, UserMessage
+from raygent._batch import BatchReport, BatchResult
+from raygent._batch.cli import summary
 from raygent.actors.gateway.budget_book import BudgetBook, Claim, Slice
 from raygent.actors.gateway.budget_lease import BudgetLease
+from raygent.errors import InvalidOptionsError
 from raygent.models import ModelOptions, OpenAIModel
-from raygent.spend import NOTHING, LocalLedger, worst_case
+from raygent.spend import NOTHING, BudgetReport, LocalLedger, worst_case
+from raygent.usage import dollars
 
 ONE = (1.0, 10.0, 4.0, 6.0, 1.0)  # a request: $1, 10 tokens (4 in, 6 out), 1 request
 
@@ -58,8 +62,15 @@ async def test_each_dimension_is_held() -> None:
 
 def test_a_budget_takes_its_limits_in_order_and_refuses_negative_ones() -> None:
     assert Budget(1.5, 100, requests=3).limits == (1.5, 100.0, math.inf, math.inf, 3.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(InvalidOptionsError, match="cannot be negative"):
         Budget(usd=-1)
+
+
+def test_a_budget_with_no_limit_is_refused_in_raygents_words() -> None:
+    with pytest.raises(InvalidOptionsError, match=r"Budget\(\) needs a limit: usd="):
+        Budget()
+    with pytest.raises(InvalidOptionsError, match="takes a number"):
+        Budget(usd="5")  # type: ignore[arg-type]
 
 
 def test_the_worst_case_is_the_prompt_estimated_plus_the_output_cap_at_the_model_prices() -> None:
@@ -204,3 +215,13 @@ async def test_a_holder_often_idle_tells_its_gateway_at_most_every_quarter_secon
     await lease.flush()  # a runner's share ended: its standing is told now
     assert book.stats()["reserved"][0] == 0.0  # type: ignore[index]
     assert book.stats()["spent"][0] == 75.0  # type: ignore[index]
+
+
+def test_a_reservation_settled_to_float_noise_prints_as_zero_not_negative() -> None:
+    # What a job's ledger holds once every request settled: float noise around zero.
+    report = BudgetReport.of(Budget(usd=1.0), (0.3, 0, 0, 0, 3), (-1e-12, 0, 0, 0, 0))
+    assert str(report.reserved.usd) == "0.0"
+    result = BatchResult(items=[], data=[], usage=Usage(), report=BatchReport(budget=report))
+    line = summary(result).splitlines()[-1]
+    assert line == "budget: $0.30 spent, $0.00 reserved, $0.70 left of $1.00"
+    assert dollars(-1e-17) == "$0.00" and dollars(-0.25) == "-$0.25"
