@@ -19,6 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_demo(commands)
     _add_batch(commands)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, to repeat it
     run: Callable[[argparse.Namespace], int] = args.run
     return run(args)
 
@@ -81,7 +82,18 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     batch.add_argument("--concurrency", type=int, default=None, help="runs in flight at once")
     batch.add_argument("--retries", type=int, default=None, help="retries per item (K+1 tries)")
-    batch.add_argument("--resume", action="store_true", help="skip items completed in OUTPUT")
+    batch.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the job that wrote OUTPUT: skip the items it completed",
+    )
+    batch.add_argument(
+        "--mode",
+        choices=["error", "overwrite", "append"],
+        default=None,
+        help="when OUTPUT holds an earlier job's results: stop (error, the default), "
+        "replace them (overwrite), or add this job's after them (append)",
+    )
     batch.add_argument("--item-key", default=None, help="the field that keys an item")
     batch.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     batch.add_argument(

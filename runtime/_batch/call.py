@@ -55,6 +55,7 @@ from .progress import Progress, wants_progress
 from .provider import ProviderBatch
 from .provider_job import check_batchable, deadline_of, line_pool, with_lines
 from .report import BatchReport, Tally
+from .sink_job import SinkJob, SinkMode, sink_job
 from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
 
@@ -90,7 +91,13 @@ class BatchOptions(TypedDict, total=False):
         in the report and the batch goes on.
     signal: an `AbortSignal` that cancels the batch.
     sink: a `.jsonl` file or a `.parquet` directory, written as items end.
-    resume: skip the items already completed in the sink; re-run failed and cancelled.
+    resume: go on with the job that wrote the sink: skip the items it completed, re-run
+        its failed and cancelled ones (their runs keep their ids: what they stored in
+        their sessions is continued, not stored twice).
+    mode: what a new job does with a sink that holds records: "error" (the default:
+        `SinkExistsError`, before anything runs), "overwrite", or "append" (this job's
+        rows after the old ones; each row names its `job`). An empty or absent sink is
+        simply written.
     item_key: the field (or a callable on the item) that keys an item.
     progress: a progress bar (default: on in a terminal or a notebook).
     run_options: the `RunOptions` of every agent run (`output`, `system_prompt`, ...).
@@ -127,6 +134,7 @@ class BatchOptions(TypedDict, total=False):
     signal: AbortSignal | None
     sink: str | os.PathLike[str] | None
     resume: bool
+    mode: SinkMode | None
     item_key: ItemKey | None
     progress: bool | None
     run_options: Mapping[str, Any] | None
@@ -158,6 +166,7 @@ class _Plan:
     provider_batch: ProviderBatch | None = None
     deadline: float | None = None  # time.time() by which the job must be done
     budget: Budget | None = None
+    sink_job: SinkJob | None = None  # the sink, checked, and the job that writes it
 
     @classmethod
     def of(cls, options: BatchOptions) -> _Plan:
@@ -172,6 +181,10 @@ class _Plan:
         sink, resume = options.get("sink"), bool(options.get("resume", False))
         if resume and sink is None:
             raise ValueError("resume=True needs a sink to resume from")
+        if options.get("mode") is not None and sink is None:
+            raise ValueError("mode= says what a job does with its sink: it needs sink=")
+        checked = None if sink is None else sink_job(sink, resume, options.get("mode"))
+        job = None if checked is None else checked.namespace
         run_options = options.get("run_options")
         cache = options.get("cache")
         if cache is not None:
@@ -184,11 +197,11 @@ class _Plan:
             run_options = {
                 **(run_options or {}),
                 "durable": durable,
-                BATCH_RUNS: durable_items(sink, approvals),
+                BATCH_RUNS: durable_items(job, approvals),
             }
         else:
             # So does the naming of its runs on sessions (one run per item, all attempts).
-            run_options = {**(run_options or {}), BATCH_ITEMS: item_runs(sink, resume)}
+            run_options = {**(run_options or {}), BATCH_ITEMS: item_runs(job, resume)}
         return cls(
             concurrency=concurrency,
             retry=options.get("retry") or Retry(),
@@ -205,6 +218,7 @@ class _Plan:
             provider_batch=provider_batch,
             deadline=_deadline(options.get("deadline"), provider_batch),
             budget=_budget(options.get("budget")),
+            sink_job=checked,
         )
 
 
@@ -326,7 +340,7 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     if runners is not None:
         runners.check(executable)
     source = open_items(items)
-    sink = open_sink(plan.sink, plan.resume) if plan.sink is not None else None
+    sink = open_sink(plan.sink_job) if plan.sink_job is not None else None
     collector = _Collector(plan, sink, source.total)
     if plan.provider_batch is not None:
         lines = line_pool(plan.provider_batch, plan.sink, plan.resume)
@@ -550,6 +564,8 @@ class _Collector:
             self.stopped = f"the batch failed: {pool.failure}"
         if pool.signal.aborted and self.stopped is None:
             self.stopped = f"cancelled: {pool.signal.reason or 'no reason given'}"
+            if self.sink is not None:
+                self.stopped += " (to go on with this job: resume=True, the same sink)"
         for failure in (pool.feed_error, pool.deliver_error):  # last guards, not paths
             if failure is not None and self.stopped is None:
                 self.stopped = f"the batch failed: {type(failure).__name__}: {failure}"

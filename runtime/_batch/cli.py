@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
 from typing import Any
 
@@ -16,8 +17,9 @@ from ..spend import Budget
 from .call import BatchOptions, BatchResult, Retry, batch_sync
 from .estimate import Estimate, estimate
 from .provider import ProviderBatch
+from .sink_job import sink_job
 
-__all__ = ["load_target", "run_batch_command"]
+__all__ = ["load_target", "resume_command", "run_batch_command"]
 
 INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT
 DECLINED = 3  # the job was estimated over --confirm-over and the answer was no
@@ -25,6 +27,8 @@ DECLINED = 3  # the job was estimated over --confirm-over and the answer was no
 
 def run_batch_command(args: argparse.Namespace) -> int:
     options = BatchOptions(sink=args.output, resume=args.resume, progress=args.progress)
+    if getattr(args, "mode", None) is not None:
+        options["mode"] = args.mode
     if args.concurrency is not None:
         options["concurrency"] = args.concurrency
     if args.retries is not None:
@@ -47,6 +51,9 @@ def run_batch_command(args: argparse.Namespace) -> int:
             init(args.backend)
         executable = load_target(args.target)
         _ship_by_value(args.target)
+        if args.output is not None and not getattr(args, "estimate", False):
+            # Before an estimate pays for its sample: the job may not write its sink.
+            sink_job(args.output, args.resume, options.get("mode"))
         declined = _estimated(executable, args)
         if declined is not None:
             return declined
@@ -64,8 +71,28 @@ def run_batch_command(args: argparse.Namespace) -> int:
     print(summary(result), file=sys.stderr)
     report = result.report
     if report.stopped is not None and report.stopped.startswith("cancelled"):
+        if report.sink is not None:
+            print(f"to go on with this job: {resume_command(args)}", file=sys.stderr)
         return INTERRUPTED
     return 0 if result.ok else 1
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """The command as it was given, with `--resume` (and without `--mode`)."""
+    given: list[str] = list(getattr(args, "argv", None) or [])
+    words: list[str] = []
+    skip = False
+    for word in given:
+        if skip or word.startswith("--mode="):
+            skip = False
+            continue
+        if word == "--mode":
+            skip = True
+            continue
+        words.append(word)
+    if "--resume" not in words:
+        words.append("--resume")
+    return shlex.join(["raygent", *words])
 
 
 def _estimated(executable: Any, args: argparse.Namespace) -> int | None:
