@@ -45,15 +45,16 @@ def run_batch_command(args: argparse.Namespace) -> int:
     if getattr(args, "budget_usd", None) is not None:
         options["budget"] = Budget(usd=args.budget_usd)
     try:
+        if args.output is not None and not getattr(args, "estimate", False):
+            # First (before Ray, before an estimate pays for its sample): may the job
+            # write its sink?
+            sink_job(args.output, args.resume, options.get("mode"))
         if args.cache is not None:
             options["cache"] = ResponseCache.at(args.cache, ttl=args.cache_ttl)
         if args.backend is not None:
             init(args.backend)
         executable = load_target(args.target)
         _ship_by_value(args.target)
-        if args.output is not None and not getattr(args, "estimate", False):
-            # Before an estimate pays for its sample: the job may not write its sink.
-            sink_job(args.output, args.resume, options.get("mode"))
         declined = _estimated(executable, args)
         if declined is not None:
             return declined
