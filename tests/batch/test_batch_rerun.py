@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from batch_support import ROOT, fails_on_odd, raygent_cli, read_jsonl, write_jsonl
 
+import raygent
 from raygent import batch
 from raygent.cli import main
 from raygent.errors import InvalidOptionsError, SinkExistsError
@@ -234,3 +235,22 @@ def test_a_refused_sink_is_refused_before_an_estimate_pays_for_its_sample(
     )
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "estimate" not in err and "--resume" in err, err
+
+
+async def test_a_cancelled_job_on_a_sink_says_how_to_go_on(tmp_path: Path) -> None:
+    controller = raygent.AbortController()
+    sink = tmp_path / "out.jsonl"
+
+    async def first_stops_the_job(row: dict[str, Any]) -> int:
+        controller.abort("enough")
+        await asyncio.Event().wait()  # the rest wait until the batch cancels them
+        return 0
+
+    result = await batch(
+        first_stops_the_job, [{"n": 1}], sink=sink, signal=controller.signal, progress=False
+    )
+    assert result.report.stopped is not None
+    assert result.report.stopped.startswith("cancelled: enough")
+    assert "resume=True" in result.report.stopped
+    without = await batch(Counted(), [{"n": 1}], signal=controller.signal, progress=False)
+    assert without.report.stopped == "cancelled: enough"  # no sink: nothing to go on with
