@@ -71,7 +71,8 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run an agent over every item of a JSONL, CSV or Parquet input",
         description="Run MODULE:AGENT (an agent, or an async callable) on each item of INPUT "
         "and write each result to OUTPUT as it completes. Ctrl-C cancels cleanly; --resume "
-        "then runs only what is not completed yet. Exit status: 0 if every item completed, "
+        "then runs only what is not completed yet. An OUTPUT that holds an earlier job's "
+        "results needs --resume or --mode. Exit status: 0 if every item completed, "
         "1 if some failed, 130 if interrupted. An agent's item is a string, a message, or an "
         'object with "input" (and "session_id", "user_id", "key" or "id"): docs/batch.md.',
     )

@@ -75,7 +75,7 @@ def sink_job(sink: str | os.PathLike[str], resume: bool, mode: SinkMode | None =
     chosen: SinkMode = mode or "error"
     holds = _holds_records(path, kind)
     if resume:
-        known = _read_job(path, kind)
+        known = _read_job(path, kind) or _last_rows_job(path, kind)
         if known is not None:
             return SinkJob(path, kind, True, chosen, known, known, fresh=False)
         if holds:  # written before jobs had ids: its runs were named by the sink's path
@@ -121,6 +121,24 @@ def _read_job(path: Path, kind: str) -> str | None:
     try:
         value = json.loads(_job_file(path, kind).read_text(encoding="utf-8")).get("job")
     except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None
+
+
+def _last_rows_job(path: Path, kind: str) -> str | None:
+    """The job of the sink's last row (the sink moved without the file beside it)."""
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            parts = sorted(path.glob("part-*.parquet"))
+            table = pq.read_table(parts[-1], columns=["job"]) if parts else None
+            value = table["job"][-1].as_py() if table is not None and table.num_rows else None
+        else:
+            with path.open("rb") as lines:
+                whole = [line for line in lines if line.endswith(b"\n") and line.strip()]
+            value = json.loads(whole[-1]).get("job") if whole else None
+    except (OSError, ValueError, KeyError, AttributeError):
         return None
     return value if isinstance(value, str) and value else None
 

@@ -7,6 +7,7 @@ whole), and `raygent batch --mode`."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -254,3 +255,17 @@ async def test_a_cancelled_job_on_a_sink_says_how_to_go_on(tmp_path: Path) -> No
     assert "resume=True" in result.report.stopped
     without = await batch(Counted(), [{"n": 1}], signal=controller.signal, progress=False)
     assert without.report.stopped == "cancelled: enough"  # no sink: nothing to go on with
+
+
+@pytest.mark.parametrize("name", SINKS)
+async def test_a_sink_moved_without_its_job_file_resumes_its_last_job(
+    tmp_path: Path, name: str
+) -> None:
+    sink, rows = tmp_path / name, [{"n": n, "key": f"k{n}"} for n in range(4)]
+    await batch(fails_on_odd, rows, sink=sink, progress=False)
+    job_file = sink / "_raygent_job" if sink.is_dir() else tmp_path / f"{name}.job"
+    job = json.loads(job_file.read_text())["job"]
+    job_file.unlink()
+    resumed = await batch(Counted(), rows, sink=sink, resume=True, progress=False)
+    assert (resumed.report.skipped, resumed.report.succeeded) == (2, 2)
+    assert {r["job"] for r in _rows(sink)} == {job}  # the same job, its runs named alike
