@@ -269,3 +269,20 @@ async def test_a_sink_moved_without_its_job_file_resumes_its_last_job(
     resumed = await batch(Counted(), rows, sink=sink, resume=True, progress=False)
     assert (resumed.report.skipped, resumed.report.succeeded) == (2, 2)
     assert {r["job"] for r in _rows(sink)} == {job}  # the same job, its runs named alike
+
+
+@pytest.mark.timeout(240)
+def test_the_demo_run_twice_in_one_folder_starts_afresh(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    command = [sys.executable, "-m", "raygent", "demo", "--latency-ms", "0", "--items", "4"]
+    for _ in (1, 2):
+        done = subprocess.run(
+            [*command, "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=200,
+            env={**_local_env(), "RAYGENT_OFFLINE": "1"},
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert len(read_jsonl(out / "results.jsonl")) == 4  # the second run's, whole
