@@ -105,8 +105,8 @@ class BatchOptions(TypedDict, total=False):
         128 of concurrency, at most one per CPU of the cluster); 0 runs it in this
         process. The local backend always runs it here.
     durable: a `raygent.Durable(store=...)`: each item's run is durable, under an id made
-        from its key (and the sink's path), so a retry, a dead runner or a resumed batch
-        continues it from its last settled step.
+        from its key (and the sink's job), so a retry, a dead runner or a resumed batch
+        continues it from its last settled step (a new job's items are new runs).
     approvals: with `durable`, decisions for items awaiting approval: item key ->
         {call_id: Approve() | Deny(reason)}; a resumed batch continues those items.
     provider_batch: True or a `raygent.ProviderBatch(...)`: the runs' model trips go
