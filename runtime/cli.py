@@ -19,6 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_demo(commands)
     _add_batch(commands)
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, to repeat it
     run: Callable[[argparse.Namespace], int] = args.run
     return run(args)
 
@@ -70,7 +71,8 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run an agent over every item of a JSONL, CSV or Parquet input",
         description="Run MODULE:AGENT (an agent, or an async callable) on each item of INPUT "
         "and write each result to OUTPUT as it completes. Ctrl-C cancels cleanly; --resume "
-        "then runs only what is not completed yet. Exit status: 0 if every item completed, "
+        "then runs only what is not completed yet. An OUTPUT that holds an earlier job's "
+        "results needs --resume or --mode. Exit status: 0 if every item completed, "
         "1 if some failed, 130 if interrupted. An agent's item is a string, a message, or an "
         'object with "input" (and "session_id", "user_id", "key" or "id"): docs/batch.md.',
     )
@@ -84,7 +86,18 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     batch.add_argument("--concurrency", type=int, default=None, help="runs in flight at once")
     batch.add_argument("--retries", type=int, default=None, help="retries per item (K+1 tries)")
-    batch.add_argument("--resume", action="store_true", help="skip items completed in OUTPUT")
+    batch.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with the job that wrote OUTPUT: skip the items it completed",
+    )
+    batch.add_argument(
+        "--mode",
+        choices=["error", "overwrite", "append"],
+        default=None,
+        help="when OUTPUT holds an earlier job's results: stop (error, the default), "
+        "replace them (overwrite), or add this job's after them (append)",
+    )
     batch.add_argument("--item-key", default=None, help="the field that keys an item")
     batch.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     batch.add_argument(

@@ -171,6 +171,7 @@ async def _in_bulk(
         rows,
         concurrency=concurrency,
         sink=sink,
+        mode="overwrite",  # each demo starts afresh (its sessions too, see `_fresh`)
         progress=None,
         on_item=_milestones(len(rows)),
     )

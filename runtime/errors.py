@@ -40,6 +40,7 @@ __all__ = [
     "RunNotFoundError",
     "SchemaValidationError",
     "ServerError",
+    "SinkExistsError",
     "StepFailedError",
     "ToolDeniedError",
     "ToolExecutionError",
@@ -277,6 +278,13 @@ class InvalidOptionsError(RaygentError):
 
     code = "INVALID_OPTIONS"
     category = "config"
+
+
+class SinkExistsError(InvalidOptionsError):
+    """A batch's sink holds the records of an earlier job, and the batch said neither
+    `resume=True` (go on with that job) nor `mode=` (`"overwrite"` or `"append"`)."""
+
+    code = "BATCH_SINK_EXISTS"
 
 
 class PromptError(RaygentError):

@@ -55,6 +55,7 @@ from .progress import Progress, wants_progress
 from .provider import ProviderBatch
 from .provider_job import check_batchable, deadline_of, line_pool, with_lines
 from .report import BatchReport, Tally, counts_line
+from .sink_job import SinkJob, SinkMode, sink_job
 from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
 
@@ -90,7 +91,13 @@ class BatchOptions(TypedDict, total=False):
         in the report and the batch goes on.
     signal: an `AbortSignal` that cancels the batch.
     sink: a `.jsonl` file or a `.parquet` directory, written as items end.
-    resume: skip the items already completed in the sink; re-run failed and cancelled.
+    resume: go on with the job that wrote the sink: skip the items it completed, re-run
+        its failed and cancelled ones (their runs keep their ids: what they stored in
+        their sessions is continued, not stored twice).
+    mode: what a new job does with a sink that holds records: "error" (the default:
+        `SinkExistsError`, before anything runs), "overwrite", or "append" (this job's
+        rows after the old ones; each row names its `job`). An empty or absent sink is
+        simply written.
     item_key: the field (or a callable on the item) that keys an item.
     progress: a progress bar (default: on in a terminal or a notebook).
     run_options: the `RunOptions` of every agent run (`output`, `system_prompt`, ...).
@@ -98,8 +105,8 @@ class BatchOptions(TypedDict, total=False):
         128 of concurrency, at most one per CPU of the cluster); 0 runs it in this
         process. The local backend always runs it here.
     durable: a `raygent.Durable(store=...)`: each item's run is durable, under an id made
-        from its key (and the sink's path), so a retry, a dead runner or a resumed batch
-        continues it from its last settled step.
+        from its key (and the sink's job), so a retry, a dead runner or a resumed batch
+        continues it from its last settled step (a new job's items are new runs).
     approvals: with `durable`, decisions for items awaiting approval: item key ->
         {call_id: Approve() | Deny(reason)}; a resumed batch continues those items.
     provider_batch: True or a `raygent.ProviderBatch(...)`: the runs' model trips go
@@ -134,6 +141,7 @@ class BatchOptions(TypedDict, total=False):
     signal: AbortSignal | None
     sink: str | os.PathLike[str] | None
     resume: bool
+    mode: SinkMode | None
     item_key: ItemKey | None
     progress: bool | None
     run_options: Mapping[str, Any] | None
@@ -175,6 +183,7 @@ class _Plan:
     deadline: float | None = None  # time.time() by which the job must be done
     budget: Budget | None = None
     reused: Mapping[str, BatchItem] | None = None  # items answered already, by key token
+    sink_job: SinkJob | None = None  # the sink, checked, and the job that writes it
 
     @classmethod
     def of(cls, options: BatchOptions) -> _Plan:
@@ -189,6 +198,10 @@ class _Plan:
         sink, resume = options.get("sink"), bool(options.get("resume", False))
         if resume and sink is None:
             raise ValueError("resume=True needs a sink to resume from")
+        if options.get("mode") is not None and sink is None:
+            raise ValueError("mode= says what a job does with its sink: it needs sink=")
+        checked = None if sink is None else sink_job(sink, resume, options.get("mode"))
+        job = None if checked is None else checked.namespace
         run_options = options.get("run_options")
         cache = options.get("cache")
         if cache is not None:
@@ -202,11 +215,11 @@ class _Plan:
             run_options = {
                 **(run_options or {}),
                 "durable": durable,
-                BATCH_RUNS: durable_items(sink, approvals),
+                BATCH_RUNS: durable_items(job, approvals),
             }
         else:
             # So does the naming of its runs on sessions (one run per item, all attempts).
-            run_options = {**(run_options or {}), BATCH_ITEMS: item_runs(sink, resume)}
+            run_options = {**(run_options or {}), BATCH_ITEMS: item_runs(job, resume)}
         return cls(
             concurrency=concurrency,
             retry=options.get("retry") or Retry(),
@@ -224,6 +237,7 @@ class _Plan:
             deadline=_deadline(options.get("deadline"), provider_batch),
             budget=_budget(options.get("budget")),
             reused=_reused(options.get("reuse")),
+            sink_job=checked,
         )
 
 
@@ -379,7 +393,7 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
         runners.check(executable)
     cache_failures = _cache_failures(options)
     source = open_items(items)
-    sink = open_sink(plan.sink, plan.resume) if plan.sink is not None else None
+    sink = open_sink(plan.sink_job) if plan.sink_job is not None else None
     collector = _Collector(plan, sink, source.size)
     if plan.provider_batch is not None:
         lines = line_pool(plan.provider_batch, plan.sink, plan.resume)
@@ -609,6 +623,8 @@ class _Collector:
             self.stopped = f"the batch failed: {pool.failure}"
         if pool.signal.aborted and self.stopped is None:
             self.stopped = f"cancelled: {pool.signal.reason or 'no reason given'}"
+            if self.sink is not None:
+                self.stopped += " (to go on with this job: resume=True, the same sink)"
         for failure in (pool.feed_error, pool.deliver_error):  # last guards, not paths
             if failure is not None and self.stopped is None:
                 self.stopped = f"the batch failed: {type(failure).__name__}: {failure}"

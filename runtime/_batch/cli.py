@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
 from typing import Any
 
@@ -18,8 +19,9 @@ from .call import BatchOptions, BatchResult, Retry, batch_sync
 from .estimate import Estimate, EstimateOptions, estimate
 from .provider import ProviderBatch
 from .report import BatchReport, counts_line
+from .sink_job import sink_job
 
-__all__ = ["load_target", "run_batch_command"]
+__all__ = ["load_target", "resume_command", "run_batch_command"]
 
 INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT
 DECLINED = 3  # the job was estimated over --confirm-over and the answer was no
@@ -30,6 +32,8 @@ def run_batch_command(args: argparse.Namespace) -> int:
         print("raygent batch: -o/--output is needed to run a job", file=sys.stderr)
         return 2
     options = BatchOptions(sink=args.output, resume=args.resume, progress=args.progress)
+    if getattr(args, "mode", None) is not None:
+        options["mode"] = args.mode
     if args.concurrency is not None:
         options["concurrency"] = args.concurrency
     if args.retries is not None:
@@ -46,6 +50,10 @@ def run_batch_command(args: argparse.Namespace) -> int:
         }
         options["provider_batch"] = ProviderBatch(**timing)
     try:
+        if args.output is not None and not getattr(args, "estimate", False):
+            # First (before Ray, before an estimate pays for its sample): may the job
+            # write its sink?
+            sink_job(args.output, args.resume, options.get("mode"))
         if getattr(args, "budget_usd", None) is not None:
             options["budget"] = Budget(usd=args.budget_usd)
         if args.cache is not None:
@@ -73,8 +81,28 @@ def run_batch_command(args: argparse.Namespace) -> int:
     print(summary(result), file=sys.stderr)
     report = result.report
     if report.stopped is not None and report.stopped.startswith("cancelled"):
+        if report.sink is not None:
+            print(f"to go on with this job: {resume_command(args)}", file=sys.stderr)
         return INTERRUPTED
     return 0 if result.ok else 1
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """The command as it was given, with `--resume` (and without `--mode`)."""
+    given: list[str] = list(getattr(args, "argv", None) or [])
+    words: list[str] = []
+    skip = False
+    for word in given:
+        if skip or word.startswith("--mode="):
+            skip = False
+            continue
+        if word == "--mode":
+            skip = True
+            continue
+        words.append(word)
+    if "--resume" not in words:
+        words.append("--resume")
+    return shlex.join(["raygent", *words])
 
 
 def _estimated(

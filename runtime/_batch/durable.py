@@ -1,6 +1,7 @@
 """Durable batch items: each item's run has an id made from its key, so that a retry,
-a runner that died, or a driver resumed from its sink continues the item's run from
-its last settled step instead of from scratch.
+a runner that died, or a driver resumed from its sink (`resume=True`) continues the
+item's run from its last settled step instead of from scratch; a new job on the same sink
+runs its items anew.
 
 An attempt resumes the item's run when it is stored (a completed one gives its result
 again, one awaiting approval takes the item's decisions from `approvals`), and starts
@@ -10,7 +11,6 @@ it under that id otherwise.
 from __future__ import annotations
 
 import hashlib
-import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,12 +30,10 @@ __all__ = [
 ]
 
 
-def _namespace(sink: str | os.PathLike[str] | None) -> str:
-    """A batch's name for its items' runs: by its sink (a resumed batch finds its runs
-    again), else new."""
-    if sink is not None:
-        return hashlib.sha256(os.path.abspath(sink).encode()).hexdigest()[:12]
-    return uuid.uuid4().hex[:12]
+def _namespace(job: str | None) -> str:
+    """A batch's name for its items' runs: its sink's job (a resumed batch finds its runs
+    again; a new job on the same sink names new ones, see `sink_job`), else new."""
+    return job if job is not None else uuid.uuid4().hex[:12]
 
 
 def _run_id(namespace: str, key: Any) -> str:
@@ -62,8 +60,9 @@ class ItemRuns:
         return attempts > 1 or self.resumed
 
 
-def item_runs(sink: str | os.PathLike[str] | None, resume: bool) -> ItemRuns:
-    return ItemRuns(_namespace(sink), resumed=resume)
+def item_runs(job: str | None, resume: bool) -> ItemRuns:
+    """`job`: the namespace of the sink's job (`SinkJob.namespace`), None without a sink."""
+    return ItemRuns(_namespace(job), resumed=resume)
 
 
 # The run option that carries a batch's ItemRuns to each attempt (popped there).
@@ -98,10 +97,11 @@ BATCH_RUNS = "durable_batch"
 
 
 def durable_items(
-    sink: str | os.PathLike[str] | None, approvals: Mapping[Any, Mapping[str, Any]] | None
+    job: str | None, approvals: Mapping[Any, Mapping[str, Any]] | None
 ) -> DurableItems:
-    """The batch's naming: by its sink (a resumed batch finds its runs again), else new."""
-    return DurableItems(_namespace(sink), approvals)
+    """The batch's naming: by its sink's job (a resumed batch finds its runs again), else
+    new."""
+    return DurableItems(_namespace(job), approvals)
 
 
 def attempt_usage(result: Any) -> Usage:

@@ -12,8 +12,10 @@ Both stay consistent when the driver is killed at any moment, and both resume:
   buffered, and those items simply run again on resume. (A single Parquet file is
   unreadable until its footer is written: one kill would lose it all.)
 
-Resume keeps completed items and drops the records of failed and cancelled ones (which
-run again), so the sink ends with each key once. Keys compare as text.
+Each row names the job that wrote it (`job`; see `sink_job`). Resume goes on with the
+sink's last job: it keeps that job's completed items and drops the records of its failed
+and cancelled ones (which run again), so the job's rows end with each key once; the rows
+of earlier jobs (`mode="append"`) stay as they are. Keys compare as text.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pydantic import BaseModel
 from .. import errors
 from ..seams.batch import EMPTY_USAGE, BatchItem
 from .report import tool_errors_of
+from .sink_job import SinkJob, job_of_row, write_job
 
 __all__ = ["JsonlSink", "ParquetSink", "Sink", "key_token", "open_sink", "record_of"]
 
@@ -51,15 +54,14 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-def open_sink(path: str | os.PathLike[str], resume: bool) -> Sink:
-    """A sink by the path's suffix; a bad path raises here, before anything runs."""
-    target = Path(path)
-    suffix = target.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        return JsonlSink(target, resume)
-    if suffix == ".parquet":
-        return ParquetSink(target, resume)
-    raise ValueError(f"cannot write {target}: the sink must be .jsonl, .ndjson or .parquet")
+def open_sink(job: SinkJob) -> Sink:
+    """The sink `job` checked (`sink_job`), opened for the job (its id kept beside it)."""
+    if job.kind == "jsonl":
+        sink: Sink = JsonlSink(job.path, job.resume, append=job.append, job=job.job)
+    else:
+        sink = ParquetSink(job.path, job.resume, append=job.append, job=job.job)
+    write_job(job)
+    return sink
 
 
 def key_token(key: Any) -> str:
@@ -109,16 +111,25 @@ def _default(value: Any) -> Any:
 
 
 class JsonlSink:
-    def __init__(self, path: Path, resume: bool) -> None:
+    """`append`: a new job's rows go after the old ones (else a new job truncates);
+    `job`: the id each row names (see `sink_job`)."""
+
+    def __init__(self, path: Path, resume: bool, *, append: bool = False, job: str = "") -> None:
         self.path = path
-        self.done: set[str] = _resume_jsonl(path) if resume and path.exists() else set()
+        self.job = job
+        self.done: set[str] = _resume_jsonl(path, job) if resume and path.exists() else set()
         path.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (0 if resume else os.O_TRUNC)
+        keep = resume or append
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (0 if keep else os.O_TRUNC)
         self._fd: int | None = os.open(path, flags, 0o644)
+        if append and not resume and _torn(path):
+            # The new rows start on lines of their own (resume drops the torn one).
+            os.write(self._fd, b"\n")
 
     def write(self, item: BatchItem) -> None:
         assert self._fd is not None, "the sink is closed"
-        line = memoryview((dumps(record_of(item)) + "\n").encode("utf-8"))
+        record = {**record_of(item), "job": self.job or None}
+        line = memoryview((dumps(record) + "\n").encode("utf-8"))
         while line:  # a regular file takes it in one write; loop for the odd short write
             line = line[os.write(self._fd, line) :]
 
@@ -128,10 +139,23 @@ class JsonlSink:
             self._fd = None
 
 
-def _resume_jsonl(path: Path) -> set[str]:
+def _torn(path: Path) -> bool:
+    """Whether the file's last line has no end (a kill tore it)."""
+    with path.open("rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        if not size:
+            return False
+        file.seek(size - 1)
+        return file.read(1) != b"\n"
+
+
+def _resume_jsonl(path: Path, job: str) -> set[str]:
+    """The keys `job` completed; its other rows (and unreadable lines) are dropped."""
     done: set[str] = set()
     clean = True
     for record in _jsonl_records(path):
+        if record is not None and job_of_row(record) != job:
+            continue  # an earlier job's row: kept as it is
         if record is not None and record.get("status") == "completed":
             done.add(key_token(record.get("key")))
         else:
@@ -141,7 +165,9 @@ def _resume_jsonl(path: Path) -> set[str]:
         tmp = path.with_name(path.name + ".tmp")
         with tmp.open("w", encoding="utf-8") as out:
             for record in _jsonl_records(path):
-                if record is not None and record.get("status") == "completed":
+                if record is not None and (
+                    record.get("status") == "completed" or job_of_row(record) != job
+                ):
                     out.write(dumps(record) + "\n")
             out.flush()
             os.fsync(out.fileno())
@@ -168,19 +194,23 @@ def _jsonl_records(path: Path) -> Iterator[dict[str, Any] | None]:
 
 class ParquetSink:
     """A directory of Parquet parts; rows are buffered up to `rows_per_part` rows or
-    `seconds_per_part` seconds, then written as one part."""
+    `seconds_per_part` seconds, then written as one part. `append` and `job`: as for
+    `JsonlSink`."""
 
     def __init__(
         self,
         path: Path,
         resume: bool,
         *,
+        append: bool = False,
+        job: str = "",
         rows_per_part: int = _PART_ROWS,
         seconds_per_part: float = _PART_SECONDS,
     ) -> None:
         import pyarrow as pa
 
         self.path = path
+        self.job = job
         self._rows_per_part = rows_per_part
         self._seconds_per_part = seconds_per_part
         self._schema = pa.schema(
@@ -194,6 +224,7 @@ class ParquetSink:
                 ("attempts", pa.int64()),
                 ("usage", pa.string()),
                 ("tool_errors", pa.int64()),
+                ("job", pa.string()),
             ]
         )
         if path.exists() and not path.is_dir():
@@ -203,7 +234,7 @@ class ParquetSink:
         path.mkdir(parents=True, exist_ok=True)
         for stale in path.glob("*.tmp"):
             stale.unlink()  # a part a kill interrupted: its rows were never recorded
-        if not resume:
+        if not resume and not append:
             for part in self._parts():
                 part.unlink()
         self.done = self._resume() if resume else set()
@@ -220,6 +251,7 @@ class ParquetSink:
             "data": None if item.data is None else dumps(record["data"]),
             "error": None if record["error"] is None else dumps(record["error"]),
             "usage": dumps(record["usage"]),
+            "job": self.job or None,
         }
         if not self._buffer:
             self._since = time.monotonic()
@@ -270,6 +302,7 @@ class ParquetSink:
         os.replace(tmp, final)
 
     def _resume(self) -> set[str]:
+        import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
@@ -277,8 +310,13 @@ class ParquetSink:
         for part in self._parts():
             table = pq.read_table(part)
             completed = pc.equal(table["status"], "completed")
-            kept = table.filter(completed)
-            done.update(kept["key"].to_pylist())
+            if "job" in table.column_names:
+                jobs = pc.fill_null(table["job"], "")
+            else:  # a part from before jobs had ids
+                jobs = pa.array([""] * table.num_rows, pa.string())
+            theirs = pc.not_equal(jobs, self.job)  # an earlier job's rows: kept as they are
+            done.update(table.filter(pc.and_(completed, pc.invert(theirs)))["key"].to_pylist())
+            kept = table.filter(pc.or_(completed, theirs))
             if kept.num_rows < table.num_rows:
                 # Drop the failed and cancelled rows: those items run again.
                 if kept.num_rows:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import signal
 from collections import Counter
 from pathlib import Path
@@ -215,6 +216,16 @@ def test_a_driver_stopped_mid_batch_resumes_with_every_item_once(
         assert proc.returncode == 130, err
         assert "cancelled" in err and "stopped: cancelled: interrupted" in err
         assert any(r["status"] == "cancelled" for r in read_jsonl(sink))
+        # It says how to go on: the command as given, with --resume (run below).
+        hint = next(line for line in err.splitlines() if line.startswith("to go on with"))
+        said = shlex.split(hint.partition(": ")[2])
+        assert said == ["raygent", "batch", *args, "--resume"], hint
+        # The same command without --resume refuses, before anything runs (issue 37.1).
+        before = sink.read_bytes()
+        again = raygent_cli("batch", *args)
+        _, refused = again.communicate(timeout=60)
+        assert again.returncode == 2 and "--resume" in refused and "--mode" in refused
+        assert sink.read_bytes() == before
     else:
         assert proc.returncode == -signal.SIGKILL
     # Unfinished items end cancelled: those in flight, and on Ray those a runner held
