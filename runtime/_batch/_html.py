@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..observers.views import ROWS, STYLE, badge, bar, clip, esc, more, secs, table, usage_line
 from ..seams.batch import BatchItem
 from ..usage import Usage
+from .provider import ProviderBatchSummary
 from .report import BatchReport
 
 __all__ = ["batch_html"]
@@ -33,6 +34,8 @@ def batch_html(report: BatchReport, items: list[BatchItem], usage: Usage) -> str
     if report.errors:
         listed = ", ".join(f"{esc(code)} × {n}" for code, n in report.errors.items())
         head += f'<div class="err">errors: {listed}</div>'
+    if report.provider_batch is not None:
+        head += _provider_batches(report.provider_batch)
     longest = max((i.latency or 0.0 for i in items[:ROWS]), default=0.0)
     rows = []
     for item in items[:ROWS]:
@@ -48,3 +51,24 @@ def batch_html(report: BatchReport, items: list[BatchItem], usage: Usage) -> str
         )
     listed = table(["#", "key", "status", "attempts", "latency", "", "data / error"], rows)
     return f'<div class="rg">{STYLE}{head}{listed}{more(len(items))}</div>'
+
+
+def _provider_batches(summary: ProviderBatchSummary) -> str:
+    """A provider-batch job's batches (id, provider, lines, status), its lines and its
+    cost beside the same replies' online price."""
+
+    def usd(value: float | None) -> str:
+        return "–" if value is None else f"${value:.4f}"
+
+    line = (
+        f"<div><b>provider batches</b> · {len(summary.batches)} batches · {summary.lines} lines"
+        f" ({summary.online_lines} trips online) · cost {usd(summary.cost)}"
+        f" (online {usd(summary.online_cost)})</div>"
+    )
+    rows = [
+        f"<tr><td>{esc(b.id)}</td><td>{esc(b.provider)}</td><td>{b.lines}</td>"
+        f"<td>{esc(b.status)}</td></tr>"
+        for b in summary.batches[:ROWS]
+    ]
+    listed = table(["batch", "provider", "lines", "status"], rows)
+    return line + listed + more(len(summary.batches))

@@ -1,0 +1,97 @@
+"""Provider batches are not cut by `concurrency` (issue 37, point 3), and what the bar
+shows while a job waits for them (point 5); on both backends.
+
+`concurrency` bounds the attempts working (tools, online trips); the items waiting for
+their lines are bounded by `ProviderBatch.max_waiting` (default: one batch's lines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import logging
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from pb_support import model_for
+from tqdm.notebook import tqdm as widget_bar
+
+import raygent
+import raygent._batch.progress as progress_module
+from raygent._batch.provider_job import max_waiting
+from raygent.sim import Match, Reply, Rule, ToolCallReply, serve
+
+ITEMS = 300
+# A trip's lines join its batch within a second of each other, even on a loaded machine.
+QUICK = raygent.ProviderBatch(gather_seconds=1.0, poll_seconds=0.05)
+REDIS_URL = "redis://127.0.0.1:6379/0"
+# INCR the tools running now; keep the highest count seen.
+_ENTER = """
+local now = redis.call('INCR', KEYS[1])
+if now > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], now) end
+return now
+"""
+
+
+
+def checked_round(key: str) -> list[Rule]:
+    """Two trips an item: a call of `checked` (counting under `key`), then the answer."""
+    return [
+        Rule(match=Match(after_tool_result=True), reply=Reply(text="answered")),
+        Rule(reply=Reply(tool_calls=[ToolCallReply("checked", {"q": "x", "key": key})])),
+    ]
+
+
+@raygent.tool
+async def checked(q: str, key: str) -> str:
+    """Look a question up (counting, in Redis, the lookups running at once: the batch
+    runners are other processes)."""
+    client = aioredis.from_url(REDIS_URL)
+    try:
+        await client.eval(_ENTER, 2, f"{key}:now", f"{key}:peak")
+        await asyncio.sleep(0.02)  # the tool's work: others start meanwhile
+        await client.decr(f"{key}:now")
+    finally:
+        await client.aclose()
+    return "found " + q
+
+
+def _batch_creates(sim: Any) -> int:
+    return sum(1 for r in sim.requests if r.method == "POST" and r.path == "/v1/batches")
+
+
+async def test_300_items_at_concurrency_8_go_in_one_batch_per_trip_with_8_tools_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    key = f"rg-test-peak-{uuid.uuid4().hex}"
+    async with serve(checked_round(key)) as sim:
+        bot = raygent.agent(model=model_for("chat", sim), tools=[checked])
+        with caplog.at_level(logging.WARNING):
+            result = await raygent.batch(
+                bot,
+                [f"q{i}" for i in range(ITEMS)],
+                concurrency=8,
+                provider_batch=QUICK,
+                progress=False,
+            )
+        stats, creates = sim.stats(), _batch_creates(sim)
+    client = aioredis.from_url(REDIS_URL)
+    try:
+        peak = int(await client.get(f"{key}:peak") or 0)
+        await client.delete(f"{key}:now", f"{key}:peak")
+    finally:
+        await client.aclose()
+    report = result.report
+    assert report.succeeded == ITEMS, report.errors
+    summary = report.provider_batch
+    assert summary is not None
+    # Two trips an item: two batches of every item's line, one after the other.
+    lines = [b.lines for b in summary.batches]
+    assert creates == 2 and lines == [ITEMS, ITEMS], lines
+    assert stats.batch_lines == 2 * ITEMS and stats.requests == stats.batch_calls
+    # concurrency still bounds the tools: at most 8 ran at once, and they did overlap.
+    assert 1 < peak <= 8, peak
+    assert not [r for r in caplog.records if "provider_batch:" in r.getMessage()]
