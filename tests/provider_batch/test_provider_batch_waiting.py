@@ -95,3 +95,70 @@ async def test_300_items_at_concurrency_8_go_in_one_batch_per_trip_with_8_tools_
     # concurrency still bounds the tools: at most 8 ran at once, and they did overlap.
     assert 1 < peak <= 8, peak
     assert not [r for r in caplog.records if "provider_batch:" in r.getMessage()]
+
+
+async def test_a_large_input_is_read_no_further_ahead_than_max_waiting(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    waiting, items = 40, 160
+    ahead: list[int] = []  # at each read: items read and not ended
+    ended = 0
+
+    def questions() -> Iterator[str]:  # a generator: its size is not known ahead
+        for i in range(items):
+            ahead.append(i + 1 - ended)
+            yield f"q{i}"
+
+    def count(item: raygent.BatchItem) -> None:
+        nonlocal ended
+        ended += 1
+
+    options = raygent.ProviderBatch(max_waiting=waiting, gather_seconds=0.2, poll_seconds=0.05)
+    async with serve([Rule(reply=Reply(text="ok"))]) as sim:
+        bot = raygent.agent(model=model_for("anthropic", sim))
+        with caplog.at_level(logging.WARNING):
+            result = await raygent.batch(
+                bot, questions(), concurrency=4, provider_batch=options, on_item=count, progress=False
+            )
+    assert result.report.succeeded == items, result.report.errors
+    assert len(ahead) == items and max(ahead) <= waiting, max(ahead)
+    summary = result.report.provider_batch
+    assert summary is not None and summary.lines == items
+    assert len(summary.batches) >= items // waiting
+    assert all(b.lines <= waiting for b in summary.batches)
+    warned = [r.getMessage() for r in caplog.records if "provider_batch:" in r.getMessage()]
+    assert warned == [
+        f"provider_batch: over {waiting} items, at most {waiting} in flight at once"
+        " (ProviderBatch(max_waiting=...)): each trip of the job goes in at least 2 provider"
+        " batches, one after another"
+    ]
+
+
+async def test_a_list_larger_than_max_waiting_is_warned_at_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    options = raygent.ProviderBatch(max_waiting=3, gather_seconds=0.1, poll_seconds=0.02)
+    async with serve([Rule(reply=Reply(text="ok"))]) as sim:
+        bot = raygent.agent(model=model_for("responses", sim))
+        with caplog.at_level(logging.WARNING):
+            result = await raygent.batch(
+                bot, ["a", "b", "c", "d", "e", "f", "g"], provider_batch=options, progress=False
+            )
+    assert result.report.succeeded == 7
+    warned = [r.getMessage() for r in caplog.records if "provider_batch:" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].startswith(
+        "provider_batch: 7 items, at most 3 in flight at once"
+    )
+    assert "at least 3 provider batches" in warned[0]
+
+
+def test_max_waiting_defaults_to_one_batchs_lines() -> None:
+    sim = type("Sim", (), {"openai_base_url": "http://x/v1", "anthropic_base_url": "http://x"})
+    openai = raygent.agent(model=model_for("chat", sim))
+    anthropic = raygent.agent(model=model_for("anthropic", sim))
+    assert max_waiting(raygent.ProviderBatch(), openai) == 50_000
+    assert max_waiting(raygent.ProviderBatch(), anthropic) == 100_000
+    assert max_waiting(raygent.ProviderBatch(max_lines=500), anthropic) == 500
+    assert max_waiting(raygent.ProviderBatch(max_lines=500, max_waiting=9), openai) == 9
+    with pytest.raises(ValueError, match="max_waiting"):
+        raygent.ProviderBatch(max_waiting=0)
