@@ -185,6 +185,7 @@ class LinePool:
             self._flush(key)
             group = None
         now = time.monotonic()
+        fresh = group is None
         if group is None:
             group = self._groups[key] = _Group(api, first=now)
             group.timer = asyncio.get_running_loop().call_later(
@@ -194,6 +195,8 @@ class LinePool:
         group.ids.append(custom_id)
         group.lines.append(line)
         group.size += size
+        if fresh:
+            self._changed()  # a batch begins to gather
         if len(group.lines) >= cap:
             self._flush(key)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -34,7 +35,6 @@ local now = redis.call('INCR', KEYS[1])
 if now > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], now) end
 return now
 """
-
 
 
 def checked_round(key: str) -> list[Rule]:
@@ -118,7 +118,12 @@ async def test_a_large_input_is_read_no_further_ahead_than_max_waiting(
         bot = raygent.agent(model=model_for("anthropic", sim))
         with caplog.at_level(logging.WARNING):
             result = await raygent.batch(
-                bot, questions(), concurrency=4, provider_batch=options, on_item=count, progress=False
+                bot,
+                questions(),
+                concurrency=4,
+                provider_batch=options,
+                on_item=count,
+                progress=False,
             )
     assert result.report.succeeded == items, result.report.errors
     assert len(ahead) == items and max(ahead) <= waiting, max(ahead)
@@ -162,3 +167,65 @@ def test_max_waiting_defaults_to_one_batchs_lines() -> None:
     assert max_waiting(raygent.ProviderBatch(max_lines=500, max_waiting=9), openai) == 9
     with pytest.raises(ValueError, match="max_waiting"):
         raygent.ProviderBatch(max_waiting=0)
+
+
+async def _one_trip_job(**options: Any) -> raygent.BatchResult:
+    async with serve([Rule(reply=Reply(text="ok"))]) as sim:
+        bot = raygent.agent(model=model_for("chat", sim))
+        return await raygent.batch(
+            bot, [f"q{i}" for i in range(20)], concurrency=4, provider_batch=QUICK, **options
+        )
+
+
+def _texts(output: str) -> list[str]:
+    """What the text bar drew, one redraw a line."""
+    return [line.strip() for line in output.replace("\r", "\n").splitlines() if line.strip()]
+
+
+async def test_the_bar_shows_the_batches_out_the_lines_answered_and_the_next_poll(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    result = await _one_trip_job(progress=True)
+    drawn = _texts(capsys.readouterr().err)
+    summary = result.report.provider_batch
+    assert result.report.succeeded == 20 and summary is not None
+    (batch,) = summary.batches
+    # While the batch is out (nothing ended, so nothing else moves the bar): its id and
+    # the provider's status, the lines answered of those sent, the next poll.
+    out = [t for t in drawn if f"batches: 1 out ({batch.id} in_progress), 0 ended" in t]
+    assert out and all("0/20 [" in t for t in out), drawn
+    assert any("lines 0/20 answered" in t and "next poll in 0s" in t for t in out), out
+    # Before it: the lines gathering; after it: the batch ended, every line answered.
+    assert any(
+        re.search(r"batches: 0 out, 0 ended · lines 0/0 answered · \d+ gathering", t) for t in drawn
+    )
+    assert "20/20" in drawn[-1] and "batches: 0 out, 1 ended · lines 20/20 answered" in drawn[-1]
+    assert drawn.index(out[0]) < len(drawn) - 1
+    # The notebook view of the result lists the batches too.
+    view = result._repr_html_()
+    assert "provider batches</b> · 1 batches · 20 lines (0 trips online)" in view
+    assert f"<td>{batch.id}</td><td>openai</td><td>20</td><td>completed</td>" in view
+
+
+async def test_the_notebook_widget_shows_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    drawn: list[str] = []
+
+    class Widget(widget_bar):  # type: ignore[misc]
+        """The notebook's bar, its text noted at each redraw."""
+
+        def display(self, *args: Any, **kwargs: Any) -> Any:
+            shown = super().display(*args, **kwargs)
+            text = self.container.children[2].value
+            drawn.append(html.unescape(text).replace("\u2007", " "))
+            return shown
+
+    monkeypatch.setattr(progress_module, "bar_class", lambda **_: Widget)
+    result = await _one_trip_job(progress=True)
+    summary = result.report.provider_batch
+    assert summary is not None
+    (batch,) = summary.batches
+    assert any(
+        f"batches: 1 out ({batch.id} in_progress), 0 ended · lines 0/20 answered" in t
+        for t in drawn
+    ), drawn
+    assert "batches: 0 out, 1 ended · lines 20/20 answered" in drawn[-1]
