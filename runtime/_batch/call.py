@@ -82,6 +82,9 @@ __all__ = [
 ]
 
 DEFAULT_CONCURRENCY = 16
+# With provider_batch, the attempts working at once (the ones waiting for their lines
+# aside): as many as the old bound on them all, so tools of a round run together.
+PROVIDER_BATCH_CONCURRENCY = 10_000
 # With a sink, results live in the sink; the failures kept in memory are a sample.
 KEPT_FAILURES = 1000
 
@@ -89,8 +92,9 @@ KEPT_FAILURES = 1000
 class BatchOptions(TypedDict, total=False):
     """The options of `batch`, `batch_sync` and `Agent.eval` (defaults in `_Plan.of`).
 
-    concurrency: attempts in flight at once (16); with `provider_batch`, attempts working
-        at once (tools, online trips): a run waiting for its line gives its slot back.
+    concurrency: attempts in flight at once (16); with `provider_batch`, the attempts
+        working at once (tools, online trips; 10,000): a run waiting for its line gives
+        its slot back.
     retry: per-item retries (`Retry()`: 3 attempts, exponential backoff).
     on_item: called with each `BatchItem` as it ends (sync or async; awaited before the
         next item is handed over, so keep it quick); if it raises, the error is counted
@@ -173,7 +177,8 @@ class _Plan:
         if unknown:
             raise TypeError(f"unknown batch options: {', '.join(sorted(unknown))}")
         provider_batch = _provider_batch(options.get("provider_batch"))
-        concurrency = options.get("concurrency", DEFAULT_CONCURRENCY)
+        default = DEFAULT_CONCURRENCY if provider_batch is None else PROVIDER_BATCH_CONCURRENCY
+        concurrency = options.get("concurrency", default)
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a positive int, not {concurrency!r}")
         sink, resume = options.get("sink"), bool(options.get("resume", False))
