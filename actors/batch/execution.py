@@ -383,6 +383,7 @@ class RunnerPool:
         try:
             plan = self._plan
             lines = plan.lines
+            active = self._active[runner.lane] if self._active else None
             opening = runner.handle.open.remote(
                 runner.share,
                 self._payload,
@@ -390,14 +391,7 @@ class RunnerPool:
                 runner.slots,
                 plan.retry,
                 plan.grace,
-                None
-                if lines is None
-                else (
-                    lines.options,
-                    lines.job,
-                    plan.deadline,
-                    self._active[runner.lane] if self._active else None,
-                ),
+                None if lines is None else (lines.options, lines.job, plan.deadline, active),
             )
             try:
                 await opening
