@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import html
+import json
 import logging
 import re
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 from pb_support import model_for
+from shared_support import driver_env
 from tqdm.notebook import tqdm as widget_bar
 
 import raygent
@@ -25,6 +29,7 @@ import raygent._batch.progress as progress_module
 from raygent._batch.provider_job import max_waiting
 from raygent.sim import Match, Reply, Rule, ToolCallReply, serve
 
+ROOT = Path(__file__).resolve().parents[2]
 ITEMS = 300
 # A trip's lines join its batch within a second of each other, even on a loaded machine.
 QUICK = raygent.ProviderBatch(gather_seconds=1.0, poll_seconds=0.05)
@@ -229,3 +234,36 @@ async def test_the_notebook_widget_shows_the_same(monkeypatch: pytest.MonkeyPatc
         for t in drawn
     ), drawn
     assert "batches: 0 out, 1 ended · lines 20/20 answered" in drawn[-1]
+
+
+@pytest.mark.local_only("the command runs in a process of its own, on the local backend")
+async def test_the_cli_takes_max_waiting_and_shows_the_batches(tmp_path: Path) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"input": f"q{i}", "key": i}) + "\n" for i in range(6)))
+    sink = tmp_path / "out.jsonl"
+    async with serve([Rule(reply="short")]) as sim:
+        env = {**driver_env("local"), "RAYGENT_TEST_SIM_URL": sim.openai_base_url}
+        command = [
+            sys.executable,
+            "-m",
+            "raygent",
+            "batch",
+            "tests.provider_batch.pb_cli_agent:bot",
+        ]
+        options = ["--provider-batch", "--gather-seconds", "0.1", "--poll-seconds", "0.02"]
+        done = await asyncio.create_subprocess_exec(
+            *command, str(source), "-o", str(sink), *options, "--max-waiting", "2",
+            "--concurrency", "1", "--progress",
+            env=env, cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        said, _ = await asyncio.wait_for(done.communicate(), 120)
+        stats = sim.stats()
+    text = said.decode()
+    assert done.returncode == 0, text
+    assert "provider_batch: over 2 items, at most 2 in flight at once" in text, text
+    assert re.search(r"batches: 1 out \(batch_\w+ in_progress\)", text), text
+    assert "lines 6/6 answered" in text
+    assert len(sink.read_text().splitlines()) == 6 and stats.batch_lines == 6
+    creates = [r for r in sim.requests if r.path == "/v1/batches" and r.method == "POST"]
+    assert len(creates) >= 3
