@@ -119,6 +119,13 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="with --provider-batch: how long requests are gathered into a batch (default 5)",
     )
     batch.add_argument(
+        "--max-waiting",
+        type=int,
+        default=None,
+        help="with --provider-batch: the most items in flight, waiting for their lines or"
+        " not (default: one batch's lines; --concurrency bounds those working)",
+    )
+    batch.add_argument(
         "--cache",
         default=None,
         metavar="STORE",

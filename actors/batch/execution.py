@@ -229,6 +229,9 @@ class RunnerPool:
         self._payload: Any = None
         self._id = uuid.uuid4().hex
         self._relay = LineRelay(plan.lines)
+        # provider_batch=: each lane's share of the attempts working at once (`slots`
+        # is then its share of the items in flight, most of them waiting for lines).
+        self._active: list[int] = []
         # The driver's global observers see the runners' runs by the usual rule.
         self._observed = uses_global(
             getattr(executable, "observe", None), (plan.run_options or {}).get("observe")
@@ -264,8 +267,12 @@ class RunnerPool:
         try:
             self._options.connect()
             self._payload = ray.put(_dumps(self._executable))
-            count = runner_count(self._plan.concurrency, self._plan.runners)
-            for lane, slots in enumerate(split_slots(self._plan.concurrency, count)):
+            plan = self._plan
+            count = runner_count(plan.concurrency, plan.runners)
+            if plan.active is not None:  # provider_batch=: each runner works on some
+                count = min(count, plan.active)
+                self._active = split_slots(plan.active, count)
+            for lane, slots in enumerate(split_slots(plan.concurrency, count)):
                 self._backlog.add_lane()
                 self._spawn(lane, slots)
             await self._drive(feed)
@@ -381,6 +388,7 @@ class RunnerPool:
         try:
             plan = self._plan
             lines = plan.lines
+            active = self._active[runner.lane] if self._active else None
             opening = runner.handle.open.remote(
                 runner.share,
                 self._payload,
@@ -388,7 +396,7 @@ class RunnerPool:
                 runner.slots,
                 plan.retry,
                 plan.grace,
-                None if lines is None else (lines.options, lines.job, plan.deadline),
+                None if lines is None else (lines.options, lines.job, plan.deadline, active),
             )
             try:
                 await opening

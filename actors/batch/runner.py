@@ -179,17 +179,19 @@ class BatchRunner:
         slots: int,
         retry: Retry,
         grace: float,
-        lines: tuple[Any, str, float | None] | None = None,
+        lines: tuple[Any, str, float | None, int | None] | None = None,
     ) -> None:
         """Take a share of a batch: `slots` attempts in flight. `lines`: with
-        `provider_batch=`, (its options, the job's name, its deadline): the runs' trips
-        go as lines to the driver's pool, in the results stream, answered by `answer`."""
+        `provider_batch=`, (its options, the job's name, its deadline, the attempts
+        working at once): the runs' trips go as lines to the driver's pool, in the
+        results stream, answered by `answer`; `slots` then counts the runs waiting
+        for their lines too."""
         attempt = attempt_for(load_executable(executable), run_options)
         relay: RelayedLines | None = None
         if lines is not None:
             relay = RelayedLines(lambda: self._wake(batch_id))
-            options, job_name, deadline = lines
-            attempt = with_lines(attempt, relay, options, job_name, deadline)
+            options, job_name, deadline, active = lines
+            attempt = with_lines(attempt, relay, options, job_name, deadline, active)
         state = _Batch(
             pool=InFlight(
                 attempt,

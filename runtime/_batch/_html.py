@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..observers.views import ROWS, STYLE, badge, bar, clip, esc, more, secs, table, usage_line
 from ..seams.batch import BatchItem
-from ..usage import Usage
+from ..usage import Usage, dollars
+from .provider import ProviderBatchSummary
 from .report import BatchReport, tool_errors_of
 
 __all__ = ["batch_html"]
@@ -40,6 +41,8 @@ def batch_html(report: BatchReport, items: list[BatchItem], usage: Usage) -> str
     if report.errors:
         listed = ", ".join(f"{esc(code)} × {n}" for code, n in report.errors.items())
         head += f'<div class="err">errors: {listed}</div>'
+    if report.provider_batch is not None:
+        head += _provider_batches(report.provider_batch)
     if report.sink is not None:
         head += _sink_note(report, len(items))
         if not items:
@@ -61,6 +64,27 @@ def batch_html(report: BatchReport, items: list[BatchItem], usage: Usage) -> str
     headers = ["#", "key", "status", "attempts", "latency", "", "tool errors", "data / error"]
     listed = table(headers, rows)
     return f'<div class="rg">{STYLE}{head}{listed}{more(len(items))}</div>'
+
+
+def _provider_batches(summary: ProviderBatchSummary) -> str:
+    """A provider-batch job's batches (id, provider, lines, status), its lines and its
+    cost beside the same replies' online price."""
+
+    def usd(value: float | None) -> str:
+        return "–" if value is None else dollars(value)
+
+    line = (
+        f"<div><b>provider batches</b> · {len(summary.batches)} batches · {summary.lines} lines"
+        f" ({summary.online_lines} trips online) · cost {usd(summary.cost)}"
+        f" (online {usd(summary.online_cost)})</div>"
+    )
+    rows = [
+        f"<tr><td>{esc(b.id)}</td><td>{esc(b.provider)}</td><td>{b.lines}</td>"
+        f"<td>{esc(b.status)}</td></tr>"
+        for b in summary.batches[:ROWS]
+    ]
+    listed = table(["batch", "provider", "lines", "status"], rows)
+    return line + listed + more(len(summary.batches))
 
 
 def _sink_note(report: BatchReport, listed: int) -> str:

@@ -53,7 +53,15 @@ from .job_budget import job_ledger
 from .lines import LinePool
 from .progress import Progress, wants_progress
 from .provider import ProviderBatch
-from .provider_job import check_batchable, deadline_of, line_pool, with_lines
+from .provider_job import (
+    check_batchable,
+    deadline_of,
+    line_pool,
+    max_waiting,
+    show_lines,
+    warn_past,
+    with_lines,
+)
 from .report import BatchReport, Tally, counts_line
 from .sink_job import SinkJob, SinkMode, sink_job
 from .sinks import Sink, key_token, open_sink
@@ -75,7 +83,8 @@ __all__ = [
 ]
 
 DEFAULT_CONCURRENCY = 16
-# With provider_batch: a run waiting for its line holds no connection, only memory.
+# With provider_batch, the attempts working at once (the ones waiting for their lines
+# aside): as many as the old bound on them all, so tools of a round run together.
 PROVIDER_BATCH_CONCURRENCY = 10_000
 # With a sink, results live in the sink; the failures kept in memory are a sample.
 KEPT_FAILURES = 1000
@@ -84,7 +93,9 @@ KEPT_FAILURES = 1000
 class BatchOptions(TypedDict, total=False):
     """The options of `batch`, `batch_sync` and `Agent.eval` (defaults in `_Plan.of`).
 
-    concurrency: attempts in flight at once (16).
+    concurrency: attempts in flight at once (16); with `provider_batch`, the attempts
+        working at once (tools, online trips; 10,000): a run waiting for its line gives
+        its slot back.
     retry: per-item retries (`Retry()`: 3 attempts, exponential backoff).
     on_item: called with each `BatchItem` as it ends (sync or async; awaited before the
         next item is handed over, so keep it quick); if it raises, the error is counted
@@ -111,9 +122,10 @@ class BatchOptions(TypedDict, total=False):
         {call_id: Approve() | Deny(reason)}; a resumed batch continues those items.
     provider_batch: True or a `raygent.ProviderBatch(...)`: the runs' model trips go
         through the providers' batch APIs, at half the price, answered within 24 hours
-        (concurrency then defaults to 10,000: a run waiting for its line costs memory
-        only). With a sink and `resume=True`, a job whose driver died collects the
-        batches it had sent instead of sending them again.
+        (the items in flight are bounded by its `max_waiting`, not by `concurrency`: a
+        run waiting for its line costs memory only). With a sink and `resume=True`, a
+        job whose driver died collects the batches it had sent instead of sending them
+        again.
     deadline: with `provider_batch`, when the job (or an item, by its `deadline` field)
         must be done: seconds from now, or a datetime. A trip that could not wait for a
         batch any more goes online.
@@ -395,25 +407,35 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     source = open_items(items)
     sink = open_sink(plan.sink_job) if plan.sink_job is not None else None
     collector = _Collector(plan, sink, source.size)
+    waiting: int | None = None  # provider_batch=: the items in flight (`_batch.active`)
     if plan.provider_batch is not None:
+        waiting = max_waiting(plan.provider_batch, executable)
         lines = line_pool(plan.provider_batch, plan.sink, plan.resume)
         if runners is None:
-            attempt = with_lines(attempt, lines, lines.options, lines.job, plan.deadline)
+            attempt = with_lines(
+                attempt, lines, lines.options, lines.job, plan.deadline, plan.concurrency
+            )
     deliver = collector.deliver if lines is None else _ending_lines(lines, collector.deliver)
-    pool = _pool(executable, attempt, plan, deliver, runners, lines)
+    pool = _pool(executable, attempt, plan, deliver, runners, lines, waiting)
     collector.pool = pool
     make = JobMaker(runnable=is_runnable(executable), item_key=plan.item_key)
     skips = (sink is not None and sink.done) or collector.answers
     jobs = feed(source, make, collector.skip if skips else None)
+    if waiting is not None:
+        jobs = warn_past(jobs, source.total, waiting)
+    ticker = show_lines(lines, collector.progress) if lines is not None else None
     try:
         await pool.run(jobs)
         await collector.reused_on_item()
         if pool.signal.aborted and source.total is not None and sink is None:
             await collector.cancel_unread(jobs, pool.signal)
     finally:
+        if ticker is not None:
+            ticker.cancel()
         await _close(jobs, source)
         if lines is not None:
             await lines.close(interrupted=pool.signal.aborted)
+            collector.progress.lines(lines.status())
         collector.close()
     result = collector.result()
     result.report.cache_errors = _cache_failures(options) - cache_failures
@@ -465,15 +487,17 @@ def _pool(
     deliver: Deliver,
     runners: BatchExecution | None,
     lines: LinePool | None,
+    held: int | None,
 ) -> BatchPool:
-    """The backend's runners (Ray), else an in-flight pool in this process."""
+    """The backend's runners (Ray), else an in-flight pool in this process. With
+    `provider_batch=`, `held` items are in flight, `concurrency` of them working."""
     grace = grace_for(executable)
     if runners is not None:
         return runners.pool(
             executable,
             PoolPlan(
                 run_options=plan.run_options,
-                concurrency=plan.concurrency,
+                concurrency=held or plan.concurrency,
                 retry=plan.retry,
                 deliver=deliver,
                 signal=plan.signal,
@@ -481,11 +505,12 @@ def _pool(
                 runners=plan.runners,
                 lines=lines,
                 deadline=plan.deadline,
+                active=None if held is None else plan.concurrency,
             ),
         )
     return InFlight(
         attempt,
-        concurrency=plan.concurrency,
+        concurrency=held or plan.concurrency,
         retry=plan.retry,
         deliver=deliver,
         signal=plan.signal,

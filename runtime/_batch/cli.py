@@ -45,7 +45,7 @@ def run_batch_command(args: argparse.Namespace) -> int:
     if args.provider_batch:
         timing = {
             name: value
-            for name in ("poll_seconds", "gather_seconds")
+            for name in ("poll_seconds", "gather_seconds", "max_waiting")
             if (value := getattr(args, name, None)) is not None
         }
         options["provider_batch"] = ProviderBatch(**timing)

@@ -21,7 +21,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -41,7 +41,7 @@ from .ledger import Ledger, SentBatch
 from .provider import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
 from .sinks import key_token
 
-__all__ = ["LinePool", "Route"]
+__all__ = ["LinePool", "LinesStatus", "Route"]
 
 logger = logging.getLogger(__name__)
 # A group of lines still growing is sent anyway once its first line has waited this
@@ -70,6 +70,20 @@ class Route:
 
 def _stamp(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, timezone.utc)
+
+
+@dataclass(frozen=True, slots=True)
+class LinesStatus:
+    """Where a job's lines are, for its progress: the batches out (id, provider status),
+    how many ended, the lines sent and answered, those gathering for the next batch,
+    and the seconds to the next poll (None: nothing out)."""
+
+    out: tuple[tuple[str, str], ...] = ()
+    ended: int = 0
+    sent: int = 0
+    answered: int = 0
+    gathering: int = 0
+    next_poll: float | None = None
 
 
 @dataclass(slots=True)
@@ -116,6 +130,9 @@ class LinePool:
         self._poller: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._closed = False
+        self._answered_count = 0  # lines whose answer (or failure) came back
+        # Told when batches go out, are polled or end (the job's progress shows them).
+        self.on_change: Callable[[], None] | None = None
 
     # -- asking for a line ----------------------------------------------------------
 
@@ -168,6 +185,7 @@ class LinePool:
             self._flush(key)
             group = None
         now = time.monotonic()
+        fresh = group is None
         if group is None:
             group = self._groups[key] = _Group(api, first=now)
             group.timer = asyncio.get_running_loop().call_later(
@@ -177,6 +195,8 @@ class LinePool:
         group.ids.append(custom_id)
         group.lines.append(line)
         group.size += size
+        if fresh:
+            self._changed()  # a batch begins to gather
         if len(group.lines) >= cap:
             self._flush(key)
 
@@ -258,6 +278,7 @@ class LinePool:
         if self._poller is None or self._poller.done():
             self._poller = asyncio.get_running_loop().create_task(self._poll())
         self._wake.set()
+        self._changed()
 
     def _fail(self, ids: Sequence[str], where: str, error: ProviderError) -> None:
         for custom_id in ids:
@@ -265,6 +286,7 @@ class LinePool:
 
     def _settle(self, custom_id: str, answer: bytes | LineResult, batch_id: str) -> None:
         self._out_lines.discard(custom_id)
+        self._answered_count += 1
         future = self._futures.pop(custom_id, None)
         if future is not None and not future.done():
             future.set_result((answer, batch_id))
@@ -314,12 +336,14 @@ class LinePool:
         out.info.status = state.status
         if not state.ended:
             out.next_poll = time.monotonic() + self._period()
+            self._changed()
             return
         failure = state.failure
         self.ledger.ended(out.sent, state.status, raw, None if failure is None else str(failure))
         del self._out[batch_id]
         out.info.ended = _stamp(state.ended_at) or datetime.now(timezone.utc)
         self._route(out.sent, out.api, raw, failure, batch_id)
+        self._changed()
 
     def _route(
         self,
@@ -342,6 +366,27 @@ class LinePool:
                 batch_id=batch_id,
             )
             self._fail(sorted(expected), batch_id, error)
+
+    # -- what the job's progress shows ------------------------------------------------
+
+    def status(self) -> LinesStatus:
+        """Where the job's lines are now."""
+        polls = [out.next_poll for out in self._out.values()]
+        return LinesStatus(
+            out=tuple((batch_id, out.info.status) for batch_id, out in self._out.items()),
+            ended=len(self.summary.batches) - len(self._out),
+            sent=self.summary.lines,
+            answered=self._answered_count,
+            gathering=sum(len(group.ids) for group in self._groups.values()),
+            next_poll=max(0.0, min(polls) - time.monotonic()) if polls else None,
+        )
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception as exc:  # a progress bar must not cost a batch
+                logger.warning("provider-batch progress: %r", exc)
 
     # -- a resumed job: the batches its ledger knows ----------------------------------
 

@@ -8,11 +8,22 @@ import importlib.util
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Progress", "bar_class", "has_widgets", "in_notebook", "wants_progress"]
+if TYPE_CHECKING:
+    from .lines import LinesStatus
+
+__all__ = [
+    "Progress",
+    "bar_class",
+    "has_widgets",
+    "in_notebook",
+    "lines_text",
+    "wants_progress",
+]
 
 _POSTFIX_EVERY = 0.25  # seconds between postfix redraws: formatting it per item is costly
+_BATCHES_SHOWN = 3  # provider batches named in the bar; the others are counted
 
 
 def wants_progress(choice: bool | None) -> bool:
@@ -53,12 +64,32 @@ def bar_class(*, notebook: bool, widgets: bool) -> Any:
     return text_bar
 
 
+def lines_text(status: LinesStatus) -> str:
+    """A provider-batch job's lines, as its bar shows them: the batches out (id and the
+    provider's status), the lines answered of those sent, those gathering for the next
+    batch, and when the next poll is."""
+    shown = [f"{batch_id} {state}" for batch_id, state in status.out[:_BATCHES_SHOWN]]
+    if len(status.out) > _BATCHES_SHOWN:
+        shown.append(f"+{len(status.out) - _BATCHES_SHOWN} more")
+    out = f"{len(status.out)} out" + (f" ({', '.join(shown)})" if shown else "")
+    parts = [f"batches: {out}, {status.ended} ended"]
+    parts.append(f"lines {status.answered}/{status.sent} answered")
+    if status.gathering:
+        parts.append(f"{status.gathering} gathering")
+    if status.next_poll is not None:
+        parts.append(f"next poll in {status.next_poll:.0f}s")
+    return " · ".join(parts)
+
+
 class Progress:
-    """done (the bar), failed and retrying counts, items/s; a no-op when disabled."""
+    """done (the bar), failed and retrying counts, items/s; with `provider_batch=`, the
+    job's batches and lines too (`lines`); a no-op when disabled."""
 
     def __init__(self, enabled: bool, total: int | None, skipped: int = 0) -> None:
         self._bar: Any = None
         self._last = 0.0
+        self._lines = ""  # the provider-batch part of the postfix
+        self._counts: dict[str, int] = _counts(0, 0, 0)
         if enabled:
             bar = bar_class(notebook=in_notebook(), widgets=has_widgets())
             self._bar = bar(total=total, initial=skipped, unit="item", desc="batch")
@@ -75,12 +106,31 @@ class Progress:
         now = time.monotonic()
         if now - self._last >= _POSTFIX_EVERY:
             self._last = now
-            bar.set_postfix(_counts(failed, retrying, cancelled), refresh=False)
+            self._counts = _counts(failed, retrying, cancelled)
+            self._postfix(refresh=False)
+
+    @property
+    def enabled(self) -> bool:
+        return self._bar is not None
+
+    def lines(self, status: LinesStatus) -> None:
+        """Show where a provider-batch job's lines are (redrawn now: while every item
+        waits for its lines, nothing else moves the bar)."""
+        if self._bar is not None:
+            self._lines = lines_text(status)
+            self._postfix(refresh=True)
 
     def close(self, failed: int, cancelled: int, retrying: int) -> None:
         if self._bar is not None:
-            self._bar.set_postfix(_counts(failed, retrying, cancelled))
+            self._counts = _counts(failed, retrying, cancelled)
+            self._postfix(refresh=True)
             self._bar.close()
+
+    def _postfix(self, *, refresh: bool) -> None:
+        text = ", ".join(f"{name}={count}" for name, count in self._counts.items())
+        if self._lines:
+            text = f"{text} · {self._lines}"
+        self._bar.set_postfix_str(text, refresh=refresh)
 
 
 def _counts(failed: int, retrying: int, cancelled: int) -> dict[str, int]:

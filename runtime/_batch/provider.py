@@ -23,6 +23,12 @@ class ProviderBatch(BaseModel):
     max_lines: the most lines of one provider batch (default: the provider's own
         limits, OpenAI 50,000 lines and 200 MB a file, Anthropic 100,000 requests and
         256 MB; a bigger group is split).
+    max_waiting: the most items of the job in flight at once, running or waiting for
+        their lines (default: the most lines of one batch, so that every item in flight
+        joins one batch per trip). A waiting run holds memory only, no connection: this
+        bounds memory, not the provider; `concurrency` bounds the runs working at once
+        (tools, online trips). A job of more items than this is warned that its trips
+        go in several batches.
     gather_seconds: how long trips are gathered before a partial batch is sent: it goes
         once no trip joined it for that long (at most 12 times that after its first).
     poll_seconds: how often a batch that is out is polled (with jitter; backing off on
@@ -39,6 +45,7 @@ class ProviderBatch(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     max_lines: int | None = Field(default=None, ge=1)
+    max_waiting: int | None = Field(default=None, ge=1)
     gather_seconds: float = Field(default=5.0, ge=0)
     poll_seconds: float = Field(default=30.0, gt=0)
     on_expired: Literal["retry", "online", "fail"] = "retry"

@@ -3,26 +3,44 @@ set around each attempt of an item."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import time
 import uuid
+from collections.abc import AsyncGenerator, Generator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from ..abort import AbortSignal
 from ..errors import InvalidOptionsError
-from ..seams.batch import Attempt, Job, Outcome
+from ..seams.batch import Attempt, Feed, Job, Outcome
 from ..seams.lines import current_lines
+from .active import ActiveSlots
 from .item_lines import ItemLines, LineSender, batch_api_of, line_token
 from .ledger import Ledger
 from .lines import LinePool
+from .progress import Progress
 from .provider import ProviderBatch
 from .sinks import key_token
 
-__all__ = ["check_batchable", "deadline_of", "item_lines", "line_pool", "with_lines"]
+__all__ = [
+    "check_batchable",
+    "deadline_of",
+    "item_lines",
+    "line_pool",
+    "max_waiting",
+    "show_lines",
+    "split_warning",
+    "warn_past",
+    "with_lines",
+]
+
+logger = logging.getLogger(__name__)
+LINES_TICK = 1.0  # seconds between redraws of a provider-batch job's bar while it waits
 
 
 def check_batchable(executable: Any) -> None:
@@ -41,6 +59,30 @@ def check_batchable(executable: Any) -> None:
             f"provider_batch=: {first!r} has no batch API (OpenAIModel on an OpenAI"
             " /v1 endpoint, OpenAIResponsesModel and AnthropicModel have one)"
         )
+
+
+def max_waiting(options: ProviderBatch, executable: Any) -> int:
+    """The most items of the job in flight at once (running or waiting for a line):
+    `max_waiting`, else the most lines of one batch (`max_lines`, else the provider's
+    limit), so that every item in flight can join one batch per trip."""
+    if options.max_waiting is not None:
+        return options.max_waiting
+    model = getattr(executable, "model", None)
+    first = (getattr(model, "models", None) or [model])[0]
+    api = batch_api_of(first)
+    limit = api.max_lines if api is not None else 50_000
+    return min(options.max_lines or limit, limit)
+
+
+def split_warning(items: int | None, waiting: int) -> str:
+    """What a job of more `items` (None: not counted) than may wait at once is told."""
+    told = f"{items} items" if items is not None else f"over {waiting} items"
+    batches = -(-items // waiting) if items is not None else 2
+    return (
+        f"provider_batch: {told}, at most {waiting} in flight at once"
+        f" (ProviderBatch(max_waiting=...)): each trip of the job goes in at least"
+        f" {batches} provider batches, one after another"
+    )
 
 
 def deadline_of(value: float | datetime) -> float:
@@ -83,9 +125,14 @@ def with_lines(
     options: ProviderBatch,
     job_name: str,
     deadline: float | None,
+    active: int | None = None,
 ) -> Attempt:
     """`attempt`, with the item's trips sent as lines through `sender` (the job's pool,
-    or on a Ray runner its relay to the driver's pool)."""
+    or on a Ray runner its relay to the driver's pool); with `active`, at most that many
+    attempts work at once, those waiting for lines aside (`ActiveSlots`)."""
+    slots = ActiveSlots(active) if active is not None else None
+    if slots is not None:
+        sender = slots.sender(sender)
 
     async def run(job: Job, signal: AbortSignal) -> Outcome:
         token = current_lines.set(item_lines(sender, options, job_name, job, deadline))
@@ -94,4 +141,54 @@ def with_lines(
         finally:
             current_lines.reset(token)
 
-    return run
+    return run if slots is None else slots.attempt(run)
+
+
+def warn_past(jobs: Feed, total: int | None, held: int) -> Feed:
+    """`jobs`; a provider-batch job of more items than may be in flight at once is
+    warned (its trips go in several batches): at once if its size is known, else when
+    the item past that bound is read."""
+    if total is not None:
+        if total > held:
+            logger.warning(split_warning(total, held))
+        return jobs
+    if isinstance(jobs, AsyncGenerator):
+        return _warn_past_async(jobs, held)
+    return _warn_past_sync(jobs, held)  # type: ignore[arg-type]
+
+
+def _warn_past_sync(jobs: Generator[Job, None, None], held: int) -> Generator[Job, None, None]:
+    try:
+        for count, job in enumerate(jobs, 1):
+            if count == held + 1:
+                logger.warning(split_warning(None, held))
+            yield job
+    finally:
+        jobs.close()
+
+
+async def _warn_past_async(jobs: AsyncGenerator[Job, None], held: int) -> AsyncGenerator[Job, None]:
+    try:
+        count = 0
+        async for job in jobs:
+            count += 1
+            if count == held + 1:
+                logger.warning(split_warning(None, held))
+            yield job
+    finally:
+        await jobs.aclose()
+
+
+def show_lines(lines: LinePool, progress: Progress) -> asyncio.Task[None] | None:
+    """The bar shows the job's batches and lines: as they go out, are polled and end,
+    and every second between (the next poll counting down)."""
+    if not progress.enabled:
+        return None
+    lines.on_change = lambda: progress.lines(lines.status())
+
+    async def tick() -> None:
+        while True:
+            await asyncio.sleep(LINES_TICK)
+            progress.lines(lines.status())
+
+    return asyncio.get_running_loop().create_task(tick())

@@ -119,6 +119,9 @@ class PoolPlan:
     # and the job's deadline (time.time()), past which a trip goes online.
     lines: Any = None
     deadline: float | None = None
+    # provider_batch=: `concurrency` is then the items held (running or waiting for
+    # their lines), and `active` the attempts working at once (see `_batch.active`).
+    active: int | None = None
 
 
 class Budgets(Protocol):
