@@ -82,9 +82,8 @@ MAX_LOST = 3  # runners an item may take down before it fails
 # Builds the backend each runner runs with, from the options (`raygent.actors.ray_backend`).
 RunnerBackend = Callable[[RayOptions], Backend]
 
-# A runner is topped up once an eighth of its slots are free: a slot stays empty until
-# then, and waiting for a quarter cost about a tenth of the throughput at 100 ms a trip
-# (issue 38), while a submit call per eighth of the slots costs little.
+# A runner is topped up once an eighth of its slots are free (a quarter left slots empty
+# for a tenth of the throughput at 100 ms a trip; a submit per eighth costs little).
 REFILL_SHARE = 8
 
 

@@ -32,8 +32,9 @@ from ..pricing import lookup_pricing
 from ..seams.batch import BatchItem
 from ..spend import pricing_of
 from ..usage import Usage, dollars, total_cost
-from .call import DEFAULT_CONCURRENCY, batch
+from .call import batch
 from .exec import ItemKey, JobMaker, is_runnable
+from .plan import DEFAULT_CONCURRENCY
 from .provider import ProviderBatch
 from .provider_job import check_batchable
 from .sinks import key_token

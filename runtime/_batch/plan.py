@@ -1,0 +1,248 @@
+"""What `raygent.batch` takes (`BatchOptions`, defined once and shared by `batch`,
+`batch_sync`, `Agent.eval`, `estimate` and `raygent batch`) and the `Plan` they resolve
+to: the one place their defaults live."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
+
+from ..abort import AbortSignal
+from ..seams.batch import BatchItem
+from ..seams.retry import Retry
+from ..spend import Budget
+from .durable import BATCH_ITEMS, BATCH_RUNS, durable_items, item_runs
+from .exec import ItemKey
+from .progress import wants_progress
+from .provider import ProviderBatch
+from .provider_job import deadline_of
+from .sink_job import SinkJob, SinkMode, sink_job
+
+if TYPE_CHECKING:
+    from ..cache import ResponseCache
+    from ..durable.options import Decision, Durable
+
+__all__ = ["DEFAULT_CONCURRENCY", "KEPT_FAILURES", "Answered", "BatchOptions", "Plan"]
+
+DEFAULT_CONCURRENCY = 16
+# With provider_batch, the attempts working at once (the ones waiting for their lines
+# aside): as many as the old bound on them all, so tools of a round run together.
+PROVIDER_BATCH_CONCURRENCY = 10_000
+# With a sink, results live in the sink; the failures kept in memory are a sample.
+KEPT_FAILURES = 1000
+
+
+class BatchOptions(TypedDict, total=False):
+    """The options of `batch`, `batch_sync` and `Agent.eval` (defaults in `Plan.of`).
+
+    concurrency: attempts in flight at once (16); with `provider_batch`, the attempts
+        working at once (tools, online trips; 10,000): a run waiting for its line gives
+        its slot back.
+    retry: per-item retries (`Retry()`: 3 attempts, exponential backoff).
+    on_item: called with each `BatchItem` as it ends (sync or async; awaited before the
+        next item is handed over, so keep it quick); if it raises, the error is counted
+        in the report and the batch goes on.
+    signal: an `AbortSignal` that cancels the batch.
+    sink: a `.jsonl` file or a `.parquet` directory, written as items end.
+    resume: go on with the job that wrote the sink: skip the items it completed, re-run
+        its failed and cancelled ones (their runs keep their ids: what they stored in
+        their sessions is continued, not stored twice).
+    mode: what a new job does with a sink that holds records: "error" (the default:
+        `SinkExistsError`, before anything runs), "overwrite", or "append" (this job's
+        rows after the old ones; each row names its `job`). An empty or absent sink is
+        simply written.
+    item_key: the field (or a callable on the item) that keys an item.
+    progress: a progress bar (default: on in a terminal or a notebook).
+    run_options: the `RunOptions` of every agent run (`output`, `system_prompt`, ...).
+    runners: on the Ray backend, how many runner actors share the batch (None: one per
+        128 of concurrency, at most one per CPU of the cluster); 0 runs it in this
+        process. The local backend always runs it here.
+    durable: a `raygent.Durable(store=...)`: each item's run is durable, under an id made
+        from its key (and the sink's job), so a retry, a dead runner or a resumed batch
+        continues it from its last settled step (a new job's items are new runs).
+    approvals: with `durable`, decisions for items awaiting approval: item key ->
+        {call_id: Approve() | Deny(reason)}; a resumed batch continues those items.
+    provider_batch: True or a `raygent.ProviderBatch(...)`: the runs' model trips go
+        through the providers' batch APIs, at half the price, answered within 24 hours
+        (the items in flight are bounded by its `max_waiting`, not by `concurrency`: a
+        run waiting for its line costs memory only). With a sink and `resume=True`, a
+        job whose driver died collects the batches it had sent instead of sending them
+        again.
+    deadline: with `provider_batch`, when the job (or an item, by its `deadline` field)
+        must be done: seconds from now, or a datetime. A trip that could not wait for a
+        batch any more goes online.
+    cache: a `raygent.ResponseCache`: every run answers the requests the cache has seen
+        from it, with no HTTP (rides with the run options, to the Ray runners too): a
+        finished batch run again sends nothing; a resumed one pays only for what it had
+        not received.
+    budget: a `raygent.Budget` for the whole job, shared by its runs (on Ray, held by
+        the gateway cluster-wide). A request whose worst case does not fit is not sent:
+        its item fails `BUDGET_EXCEEDED` (not retried), the items in flight finish, and
+        the items not started end with that error; the report's `budget` shows spent,
+        reserved and left. Needs an agent or a flow (every agent a flow runs is held).
+    reuse: a `raygent.Estimate` of this job (`estimate` on the same items, with the same
+        `item_key`): the items its sample completed are not run again; their results
+        are recorded as this job's (sink, report, usage, `on_item`).
+    tool_errors: "fail": an item whose run has a tool call that fails ends failed
+        (`TOOL_EXECUTION`); "continue" (the agent's default) lets the model read the
+        error and go on. Either way the report counts the failed calls (`tool_errors`,
+        `items_with_tool_errors`) and each sink row its own. Needs an agent.
+    """
+
+    concurrency: int
+    retry: Retry | None
+    on_item: Callable[[BatchItem], Any] | None
+    signal: AbortSignal | None
+    sink: str | os.PathLike[str] | None
+    resume: bool
+    mode: SinkMode | None
+    item_key: ItemKey | None
+    progress: bool | None
+    run_options: Mapping[str, Any] | None
+    runners: int | None
+    durable: Durable | None
+    approvals: Mapping[Any, Mapping[str, Decision]] | None
+    provider_batch: bool | ProviderBatch | None
+    deadline: float | datetime | None
+    cache: ResponseCache | None
+    budget: Budget | None
+    reuse: Answered | None
+    tool_errors: Literal["continue", "fail"] | None
+
+
+class Answered(Protocol):
+    """What `reuse=` takes (an `Estimate`): completed items by their key's token."""
+
+    @property
+    def answers(self) -> Mapping[str, BatchItem]: ...
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The options resolved: the one place their defaults live."""
+
+    concurrency: int
+    retry: Retry
+    on_item: Callable[[BatchItem], Any] | None
+    signal: AbortSignal | None
+    sink: str | os.PathLike[str] | None
+    resume: bool
+    item_key: ItemKey | None
+    progress: bool
+    run_options: Mapping[str, Any] | None
+    runners: int | None
+    durable: Durable | None = None
+    approvals: Mapping[Any, Mapping[str, Decision]] | None = None
+    provider_batch: ProviderBatch | None = None
+    deadline: float | None = None  # time.time() by which the job must be done
+    budget: Budget | None = None
+    reused: Mapping[str, BatchItem] | None = None  # items answered already, by key token
+    sink_job: SinkJob | None = None  # the sink, checked, and the job that writes it
+
+    @classmethod
+    def of(cls, options: BatchOptions) -> Plan:
+        unknown = set(options) - set(BatchOptions.__annotations__)
+        if unknown:
+            raise TypeError(f"unknown batch options: {', '.join(sorted(unknown))}")
+        provider_batch = _provider_batch(options.get("provider_batch"))
+        default = DEFAULT_CONCURRENCY if provider_batch is None else PROVIDER_BATCH_CONCURRENCY
+        concurrency = options.get("concurrency", default)
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive int, not {concurrency!r}")
+        sink, resume = options.get("sink"), bool(options.get("resume", False))
+        if resume and sink is None:
+            raise ValueError("resume=True needs a sink to resume from")
+        if options.get("mode") is not None and sink is None:
+            raise ValueError("mode= says what a job does with its sink: it needs sink=")
+        checked = None if sink is None else sink_job(sink, resume, options.get("mode"))
+        job = None if checked is None else checked.namespace
+        run_options = options.get("run_options")
+        cache = options.get("cache")
+        if cache is not None:
+            run_options = {**(run_options or {}), "cache": cache}
+        run_options = _with_tool_errors(run_options, options.get("tool_errors"))
+        durable, approvals = options.get("durable"), options.get("approvals")
+        if approvals is not None and durable is None:
+            raise ValueError("approvals= needs durable= (the runs that wait are stored)")
+        if durable is not None:
+            # The item's run id rides with the run options (to the Ray runners too).
+            run_options = {
+                **(run_options or {}),
+                "durable": durable,
+                BATCH_RUNS: durable_items(job, approvals),
+            }
+        else:
+            # So does the naming of its runs on sessions (one run per item, all attempts).
+            run_options = {**(run_options or {}), BATCH_ITEMS: item_runs(job, resume)}
+        return cls(
+            concurrency=concurrency,
+            retry=options.get("retry") or Retry(),
+            on_item=options.get("on_item"),
+            signal=options.get("signal"),
+            sink=sink,
+            resume=resume,
+            item_key=options.get("item_key"),
+            progress=wants_progress(options.get("progress")),
+            run_options=run_options,
+            runners=_runners(options.get("runners")),
+            durable=durable,
+            approvals=approvals,
+            provider_batch=provider_batch,
+            deadline=_deadline(options.get("deadline"), provider_batch),
+            budget=_budget(options.get("budget")),
+            reused=_reused(options.get("reuse")),
+            sink_job=checked,
+        )
+
+
+def _provider_batch(value: bool | ProviderBatch | None) -> ProviderBatch | None:
+    if value is None or value is False:
+        return None
+    if value is True:
+        return ProviderBatch()
+    if not isinstance(value, ProviderBatch):
+        raise TypeError(f"provider_batch must be True or a ProviderBatch, not {value!r}")
+    return value
+
+
+def _deadline(value: float | datetime | None, provider_batch: ProviderBatch | None) -> float | None:
+    if value is None:
+        return None
+    if provider_batch is None:
+        raise ValueError("deadline= is for provider_batch= jobs (what cannot wait goes online)")
+    return deadline_of(value)
+
+
+def _with_tool_errors(
+    run_options: Mapping[str, Any] | None, tool_errors: str | None
+) -> Mapping[str, Any] | None:
+    """`tool_errors=` rides with every run's options (to the Ray runners too)."""
+    if tool_errors is None:
+        return run_options
+    if tool_errors not in ("continue", "fail"):
+        raise ValueError(f'tool_errors must be "continue" or "fail", not {tool_errors!r}')
+    return {**(run_options or {}), "tool_errors": tool_errors}
+
+
+def _budget(budget: Budget | None) -> Budget | None:
+    if budget is not None and not isinstance(budget, Budget):
+        raise TypeError(f"budget= takes raygent.Budget(...), not {budget!r}")
+    return budget
+
+
+def _reused(reuse: Answered | None) -> Mapping[str, BatchItem] | None:
+    if reuse is None:
+        return None
+    answers = getattr(reuse, "answers", None)
+    if not isinstance(answers, Mapping):
+        raise TypeError(f"reuse= takes a raygent.Estimate of this job, not {reuse!r}")
+    return answers
+
+
+def _runners(runners: int | None) -> int | None:
+    if runners is not None and (not isinstance(runners, int) or runners < 0):
+        raise ValueError(f"runners must be a non-negative int or None, not {runners!r}")
+    return runners
