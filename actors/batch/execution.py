@@ -16,11 +16,10 @@ Runners belong to the driver (they end with it) and are kept for its next batche
 batch takes the ones it needs and makes those missing. The driver knows which items
 each runner holds. A runner that dies (killed, its node lost) gives its unfinished
 items back: they run again on the runner that replaces it in its lane (so its sessions
-move with them, still in order), their lost attempt counted. An item is
-recorded when its result reaches the driver, and only then, so none is recorded twice.
-An item that has taken down `MAX_LOST` runners fails (typed) instead of taking down
-more; if runners cannot be started at all, the batch stops with that error rather than
-reading the rest of its items.
+move with them, still in order), their lost attempt counted. An item is recorded when
+its result reaches the driver, and only then, so none is recorded twice. An item that
+has taken down `MAX_LOST` runners fails (typed) instead of taking down more; if runners
+cannot be started at all, the batch stops with that error, reading no more items.
 """
 
 from __future__ import annotations
