@@ -81,9 +81,11 @@ MAX_LOST = 3  # runners an item may take down before it fails
 # Builds the backend each runner runs with, from the options (`raygent.actors.ray_backend`).
 RunnerBackend = Callable[[RayOptions], Backend]
 
-# A runner is topped up once an eighth of its slots are free (a quarter left slots empty
-# for a tenth of the throughput at 100 ms a trip; a submit per eighth costs little).
+# A runner is topped up once an eighth of its slots are free, and holds a quarter more
+# jobs than slots: a queued job starts as a slot frees, not a trip to the driver later
+# (issue 38: 0.71 -> 0.91-0.94 of a hand loop); unstarted, it costs a resume nothing.
 REFILL_SHARE = 8
+AHEAD_SHARE = 4
 
 
 class RunnerLostError(RaygentError):
@@ -183,8 +185,7 @@ class _Backlogs:
 
 @dataclass(eq=False)
 class _Runner:
-    """A runner's share of this batch (a runner may serve it again after a failure:
-    each share has its own id there)."""
+    """A runner's share of this batch (each share has its own id on a runner)."""
 
     handle: Any
     slots: int
@@ -322,10 +323,10 @@ class RunnerPool:
         for runner in self._lanes:
             if runner.ended or runner.closed or not runner.opened:
                 continue
-            # A runner holds at most its slots: the jobs it runs, and the results on their
-            # way back. So a driver killed mid-batch loses (and a resume pays again for)
-            # at most the runs in flight, never finished results queued behind them.
-            room = runner.slots - len(runner.held)
+            # A runner holds its slots and a quarter: the jobs it runs or has queued, and
+            # the results on their way back. So a driver killed mid-batch loses (and a
+            # resume pays again for) at most 1.25x the runs in flight.
+            room = runner.slots + runner.slots // AHEAD_SHARE - len(runner.held)
             if room < max(1, runner.slots // REFILL_SHARE):
                 continue
             chunk = [job async for job in self._take(feed, runner.lane, room)]
@@ -593,8 +594,7 @@ class _Fleet:
 
 
 def _fleet_key(options: RayOptions) -> tuple[str, str]:
-    # Runners run with the backend of the options that made them: one fleet per options.
-    return (job_id(), repr(options))
+    return (job_id(), repr(options))  # one fleet per options (the backend they run with)
 
 
 _fleet = _Fleet()
