@@ -20,7 +20,7 @@ from ..errors import AbortedError, RaygentError, ToolDeniedError, ToolExecutionE
 from ..messages import ToolCall, ToolMessage
 from ..observers.events import ToolCalled, ToolCalling, ToolFailed
 from ..observers.report import Timing, ToolCallReport
-from ..seams.budgeted import held_ledgers, ledgers_of
+from ..seams.budgeted import held_ledgers
 from ..tools import ToolContext, tool_result_content
 from ._state import RunState, maybe_await, now
 
@@ -132,7 +132,7 @@ async def _invoke(run: RunState, trip_index: int, call: ToolCall, record: ToolCa
         )
     ctx = tool_context(run, trip_index, call)
     # An agent this tool runs (a nested run) is held to this run's budgets too.
-    held = held_ledgers.set(ledgers_of(config.backend))
+    held = held_ledgers.set(config.ledgers)
     try:
         value = await config.backend.tools.invoke(tool, call.arguments, ctx)
     except BaseException as exc:
