@@ -5,6 +5,7 @@ or failed releases its reservation."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -111,8 +112,6 @@ async def test_lines_not_answered_release_their_reservation(backend_kind: str, m
 
 @pytest.mark.local_only("the command runs in a process of its own, on the local backend")
 async def test_the_cli_holds_a_budget_under_provider_batches(tmp_path: Path) -> None:
-    import asyncio
-
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(i) + "\n" for i in _items(5)))
     sink = tmp_path / "out.jsonl"
