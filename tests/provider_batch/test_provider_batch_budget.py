@@ -38,11 +38,11 @@ async def test_a_budget_of_a_third_of_the_jobs_batch_cost_stops_items_and_holds(
 ) -> None:
     async with serve([Rule(reply=Reply(text=ANSWER))]) as sim:
         bot = _agent(sim)
-        whole = await raygent.batch(bot, _items(ITEMS), provider_batch=QUICK, progress=False)
-        summary = whole.report.provider_batch
-        assert whole.report.succeeded == ITEMS and summary is not None
-        assert summary.cost is not None and summary.cost > 0
-        budget = Budget(usd=summary.cost / 3)
+        # Every item is the same size: the job's batch cost is its items' online cost
+        # at half the rates (the model declares no batch rates).
+        probe = await bot.execute(_items(1)[0]["input"])
+        assert probe.usage.cost is not None and probe.usage.cost.total > 0
+        budget = Budget(usd=ITEMS * probe.usage.cost.total / 2 / 3)
         lines_before = sim.stats().batch_lines
         result = await raygent.batch(
             bot, _items(ITEMS), provider_batch=QUICK, budget=budget, progress=False
@@ -52,7 +52,7 @@ async def test_a_budget_of_a_third_of_the_jobs_batch_cost_stops_items_and_holds(
     assert sorted(item.key for item in result.items) == list(range(ITEMS))  # each once
     assert report.succeeded > 0 and report.failed > 0, report.errors
     assert report.errors == {"BUDGET_EXCEEDED": report.failed}
-    assert online_requests(stats) == 0  # what ran, ran by batch
+    assert online_requests(stats) == 1  # the probe: what the job ran, ran by batch
     # Only the items that fitted were sent as lines; what they cost stays in the budget
     # (nothing is in flight once the job is over).
     assert stats.batch_lines - lines_before == report.succeeded
