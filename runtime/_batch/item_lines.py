@@ -25,6 +25,7 @@ from ..models.batch_api import BatchAPI, LineResult
 from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
 from ..pricing import price_usage
 from ..seams.contract import ModelAccess
+from ..seams.lines import SendOnline
 from .provider import ProviderBatch
 
 __all__ = [
@@ -158,7 +159,7 @@ class RelayedLines:
 class ItemLines:
     """One attempt of an item: its trips as lines (`TripLines`, set around the attempt)."""
 
-    __slots__ = ("attempt", "deadline", "online_within", "pool", "sender", "token")
+    __slots__ = ("attempt", "deadline", "online_within", "outlet", "pool", "token")
 
     def __init__(
         self,
@@ -168,7 +169,7 @@ class ItemLines:
         attempt: int,
         deadline: float | None = None,
     ) -> None:
-        self.sender = sender
+        self.outlet = sender
         self.pool = pool_options
         self.token = token
         self.attempt = attempt
@@ -176,21 +177,33 @@ class ItemLines:
         # A trip this close to its deadline cannot wait for a batch: it goes online.
         self.online_within = pool_options.gather_seconds + 2 * pool_options.poll_seconds
 
-    def access(self, online: ModelAccess, trip: int) -> ModelAccess:
-        return _LineAccess(self, online, trip)
+    def by_batch(self, model: Model, *, first: bool) -> bool:
+        """Whether a request to `model` goes by batch: it has a batch API, it is not a
+        fallback's next model under `fallback="online"`, and the deadline is not near."""
+        if not first and self.pool.fallback == "online":
+            return False
+        return batch_api_of(model) is not None and not self.must_go_online()
+
+    def sender(self, trip: int) -> ModelAccess:
+        return _LineSend(self, trip)
+
+    def note_online(self) -> None:
+        note = getattr(self.outlet, "note_online", None)
+        if note is not None:
+            note()
 
     def must_go_online(self) -> bool:
         return self.deadline is not None and self.deadline - time.time() < self.online_within
 
 
-class _LineAccess:
-    """A trip's model access: by batch where the model has a batch API, else online."""
+class _LineSend:
+    """Where a trip's requests that go by batch end (the request path's route decided
+    so): each is a line of its model's batch API, answered whole."""
 
-    __slots__ = ("asked", "lines", "online", "trip")
+    __slots__ = ("lines", "trip")
 
-    def __init__(self, lines: ItemLines, online: ModelAccess, trip: int) -> None:
-        self.lines, self.online, self.trip = lines, online, trip
-        self.asked = 0
+    def __init__(self, lines: ItemLines, trip: int) -> None:
+        self.lines, self.trip = lines, trip
 
     async def complete(
         self,
@@ -199,17 +212,9 @@ class _LineAccess:
         options: ModelOptions,
         signal: AbortSignal | None,
     ) -> ModelResponse:
-        through = getattr(model, "through", None)
-        if callable(through):  # a fallback: each of its models comes back here
-            routed: Model = through(self)
-            return await routed.complete(messages, options, signal=signal)
+        api = batch_api_of(model)
+        assert api is not None  # the route sends here only what has a batch API
         lines = self.lines
-        self.asked += 1  # a fallback's models, one after another
-        late = self.asked > 1 and lines.pool.fallback == "online"
-        api = None if late else batch_api_of(model)
-        if api is None or lines.must_go_online():
-            _note_online(lines)
-            return await self.online.complete(model, messages, options, signal)
         request = model.request_body(messages, options, stream=False)  # type: ignore[attr-defined]
         request.pop("stream", None)
         body = pydantic_core.to_json(request)  # encoded once, here, where the run is
@@ -218,12 +223,12 @@ class _LineAccess:
             custom_id = base if resend == 0 else f"{base}-r{resend}"
             started = time.monotonic()
             line = api.encode(custom_id, body)
-            answer, batch_id = await lines.sender.line(model, custom_id, line, signal)
+            answer, batch_id = await lines.outlet.line(model, custom_id, line, signal)
             result = answer if isinstance(answer, LineResult) else api.read_line(answer)
             if result.outcome == "succeeded":
                 assert result.body is not None
                 response: ModelResponse = model.batch_reply(result.body)  # type: ignore[attr-defined]
-                counter = getattr(lines.sender, "count", None)
+                counter = getattr(lines.outlet, "count", None)
                 if counter is not None:
                     counter(model, response)
                 waited = time.monotonic() - started
@@ -232,9 +237,8 @@ class _LineAccess:
                 assert result.error is not None
                 raise result.error
             mode = lines.pool.on_expired
-            if mode == "online":
-                _note_online(lines)
-                return await self.online.complete(model, messages, options, signal)
+            if mode == "online":  # the route sends it online, released from the batch's
+                raise SendOnline(f"{model.provider}: line {custom_id} {result.outcome}")
             if mode == "fail" or resend == MAX_RESENDS:
                 raise ProviderBatchExpiredError(
                     f"{model.provider}: line {custom_id} of batch {batch_id} was"
@@ -255,9 +259,3 @@ class _LineAccess:
     ) -> AsyncIterator[StreamChunk]:
         # A batch line's reply comes whole: its stream is that reply.
         yield Done(await self.complete(model, messages, options, signal))
-
-
-def _note_online(lines: ItemLines) -> None:
-    note = getattr(lines.sender, "note_online", None)
-    if note is not None:
-        note()

@@ -34,7 +34,7 @@ from ..observers.delivery import observers_for, own_observers
 from ..observers.events import Dispatcher, Event, EventHandler, Handlers, handler_list
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
-from ..seams.budgeted import budgeted, held_ledgers
+from ..seams.budgeted import held_ledgers
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
 from ..spend import Budget, Ledger, LocalLedger
@@ -346,7 +346,8 @@ class Agent(DurableRuns):
         guard = options.get("streaming_tool_guard")
         config = RunConfig(
             model=self.model,
-            backend=budgeted(self.backend or current_backend(), self._ledgers(options)),
+            backend=self.backend or current_backend(),
+            ledgers=tuple(self._ledgers(options)),
             tools=self.tools,
             options=model_options,
             output=output,

@@ -73,7 +73,7 @@ async def compact_before_trip(run: RunState, trip_index: int) -> None:
         signal=run.signal,
         from_index=offered[0],
         to_index=offered[1],
-        models=run.config.backend.models,
+        models=run.config.models(),  # its calls held as the run's (cache, budgets)
     )
     try:
         result = await _resolve(spec.summarize(run.messages[offered[0] : offered[1]], ctx), run)

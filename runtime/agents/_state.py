@@ -16,7 +16,10 @@ from ..observers import Observer
 from ..observers.events import Dispatcher, Event
 from ..observers.report import AgentReport, AgentResult, ModelInfo
 from ..run_context import RunInfo
-from ..seams.contract import Backend
+from ..seams.contract import Backend, ModelAccess
+from ..seams.lines import TripLines
+from ..seams.request_path import request_path
+from ..spend import Ledger
 from ..usage import Usage
 from .middleware import Middleware
 from .output import OutputSpec, Repair
@@ -66,6 +69,15 @@ class RunConfig:
     # "fail": a tool call that fails fails the run (TOOL_EXECUTION) instead of the model
     # reading the error and going on ("continue").
     tool_errors: ToolErrors = "continue"
+    # The budgets each request of the run is held to (its own, its job's, its parent's).
+    ledgers: tuple[Ledger, ...] = ()
+
+    def models(self, lines: TripLines | None = None, trip: int = 0) -> ModelAccess:
+        """The model access of the run's trip number `trip` (`lines`: its provider-batch
+        lines), built by the request path from the run's cache and budgets."""
+        return request_path(
+            self.backend.models, cache=self.cache, ledgers=self.ledgers, lines=lines, trip=trip
+        )
 
 
 @dataclass

@@ -26,7 +26,7 @@ from ..errors import (
 from ..messages import ToolCall, ToolMessage
 from ..observers.events import ToolCalled, ToolCalling, ToolFailed
 from ..observers.report import Timing, ToolCallReport
-from ..seams.budgeted import held_ledgers, ledgers_of
+from ..seams.budgeted import held_ledgers
 from ..tools import ToolContext, tool_result_content
 from ._state import RunState, ToolErrors, maybe_await, now
 
@@ -138,7 +138,7 @@ async def _invoke(run: RunState, trip_index: int, call: ToolCall, record: ToolCa
         )
     ctx = tool_context(run, trip_index, call)
     # An agent this tool runs (a nested run) is held to this run's budgets too.
-    held = held_ledgers.set(ledgers_of(config.backend))
+    held = held_ledgers.set(config.ledgers)
     try:
         value = await config.backend.tools.invoke(tool, call.arguments, ctx)
     except BaseException as exc:

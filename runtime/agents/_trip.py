@@ -30,7 +30,7 @@ from ..seams.local import closing_stream
 from ..usage import total_cost
 from ._compact import compact_before_trip
 from ._guard import GuardBuffer, extract_tool_calls
-from ._state import RunConfig, RunState, maybe_await, now
+from ._state import RunState, maybe_await, now
 
 __all__ = ["model_trip"]
 
@@ -90,27 +90,21 @@ async def _send(run: RunState, index: int) -> ModelResponse:
             return short  # type: ignore[no-any-return]
     try:
         lines = current_lines.get()
-        if lines is not None:  # a provider-batch job: the reply comes whole, later
-            access = lines.access(config.backend.models, index)
-            if config.cache is not None:
-                access = config.cache.around(access)
-            return await access.complete(config.model, run.messages, config.options, run.signal)
-        if config.streaming:
-            return await _streamed(run, index)
-        return await _models(config).complete(
-            config.model, run.messages, config.options, run.signal
-        )
+        access = config.models(lines, index)
+        if config.streaming and lines is None:  # (a provider batch's reply comes whole)
+            return await _streamed(run, index, access)
+        return await access.complete(config.model, run.messages, config.options, run.signal)
     except BaseException as exc:
         for mw in config.middleware:
             await maybe_await(mw.on_trip_error(run.info, exc))
         raise
 
 
-async def _streamed(run: RunState, index: int) -> ModelResponse:
+async def _streamed(run: RunState, index: int, access: ModelAccess) -> ModelResponse:
     config = run.config
     guard = GuardBuffer(config.guard_max_buffer) if config.guard_max_buffer else None
     response: ModelResponse | None = None
-    chunks = _models(config).stream(config.model, run.messages, config.options, run.signal)
+    chunks = access.stream(config.model, run.messages, config.options, run.signal)
     async with closing_stream(chunks):
         async for chunk in chunks:
             if isinstance(chunk, Done):
@@ -127,12 +121,6 @@ async def _streamed(run: RunState, index: int) -> ModelResponse:
         if rest:
             await run.emit(TripStreaming, trip_index=index, text=rest)
     return response
-
-
-def _models(config: RunConfig) -> ModelAccess:
-    """The run's model access, through its response cache when it has one."""
-    models = config.backend.models
-    return models if config.cache is None else config.cache.around(models)
 
 
 async def _relay(run: RunState, index: int, chunk: StreamChunk, guard: GuardBuffer | None) -> None:

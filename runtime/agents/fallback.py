@@ -66,8 +66,9 @@ class FallbackModel:
         )
 
     def through(self, access: ModelAccess) -> FallbackModel:
-        """This fallback, sending each attempt through `access`, so that every model's
-        provider bounds (concurrency, rates) hold as if it were used on its own."""
+        """This fallback, sending each attempt through `access` (a run's request path:
+        its outermost link splits a fallback here), so that every model's cache entry,
+        budget reservation and provider bounds hold as if it were used on its own."""
         routed = FallbackModel(self.models, retry_on=self.retry_on)
         routed._access = access
         return routed

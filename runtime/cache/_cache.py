@@ -17,6 +17,7 @@ from ..errors import InvalidOptionsError
 from ..messages import Message
 from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
 from ..seams.contract import ModelAccess
+from ..seams.link import Link
 from ..seams.local import closing_stream
 from ..stores import CacheStore, InMemoryStore
 from ._entry import Entry, storable, with_fields
@@ -55,7 +56,8 @@ class ResponseCache:
 
     A request is keyed on the provider, the endpoint, the model and the exact body it
     sends, less the stream fields (see `_key.request_key`); models that cannot say what
-    they send (test doubles, fallbacks) are not cached. A hit sends nothing: its trip's
+    they send (test doubles) are not cached. A fallback's models are cached each under
+    its own key: a reply is found whichever of them gave it. A hit sends nothing: its trip's
     report says `cache="hit"`, its usage counts the reply's tokens with no request and no
     cost, and `saved` what it cost when it was paid. Concurrent identical requests in one
     process are sent once. Errors, refusals and incomplete replies are never stored, and
@@ -233,15 +235,19 @@ def _check_where(where: str) -> None:
     )
 
 
-class CachedAccess:
-    """A `ModelAccess` that answers from a `ResponseCache` when it can, else sends
-    through the access it wraps and keeps what came back."""
+class CachedAccess(Link):
+    """The cache link of a run's request path (`raygent.seams.request_path`): answers
+    from a `ResponseCache` when it can, else sends through the access it wraps and keeps
+    what came back. A fallback's models are cached each under its own key (the link
+    sees them one at a time)."""
+
+    __slots__ = ("cache",)
 
     def __init__(self, inner: ModelAccess, cache: ResponseCache) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.cache = cache
 
-    async def complete(
+    async def send(
         self,
         model: Model,
         messages: Sequence[Message],
@@ -269,7 +275,7 @@ class CachedAccess:
             cache._drop(key, flight)
         return with_fields(response, cache="miss")
 
-    async def stream(
+    async def send_stream(
         self,
         model: Model,
         messages: Sequence[Message],

@@ -20,8 +20,9 @@ _DELIVERY = ("stream", "stream_options")
 
 def request_key(model: Model, messages: Sequence[Message], options: ModelOptions) -> str | None:
     """The key of this request to `model`, or None when it cannot be cached: the model
-    does not say what it sends (a test double, a fallback of several models), or saying
-    it fails (the adapter's own request raises the error then).
+    does not say what it sends (a test double), or saying it fails (the adapter's own
+    request raises the error then). A fallback is keyed model by model (the request
+    path hands the cache one model at a time).
 
     The key covers the provider, the endpoint (the adapter's kind and base URL), the
     model's name and the exact JSON body the adapter sends, less the stream fields: a

@@ -9,7 +9,11 @@ local         the seams implemented in this process: `LOCAL`
 registry      `init`, `current_backend`, `use_backend`: the backend of this process, and
               `backend_plugin`: a backend found through the entry-point group
               `raygent.backends`, never imported by name
-budgeted      `budgeted`, `BudgetedAccess`: a run's model access held to its budgets
+request_path  `request_path`: a run's model access built from its options, link by link
+              (cache, route, budget, bound) in one documented order
+link          `Link`: the base of every link (routes a fallback model once)
+budgeted      `BudgetedAccess`: the budget link (a request held to the run's budgets)
+lines         `TripLines`, `current_lines`: an attempt's way to its provider batches
 _endpoint_bound  an endpoint's bound in this process (each request under its own limit)
 
 May import the base, models' contract, spend (budgets) and memory (session
@@ -18,7 +22,7 @@ raygent.actors plugs in at run time through the registry.
 """
 
 from .batch import EMPTY_USAGE, BatchItem, Deliver, Feed, ItemStatus, Job, Outcome
-from .budgeted import BudgetedAccess, budgeted
+from .budgeted import BudgetedAccess
 from .contract import (
     Backend,
     BackendPlugin,
@@ -31,6 +35,7 @@ from .contract import (
 )
 from .local import LOCAL, LocalModelAccess, LocalToolExecution, closing_stream, routed
 from .registry import backend_plugin, current_backend, init, use_backend
+from .request_path import Link, request_path
 from .retry import Retry
 
 __all__ = [
@@ -47,6 +52,7 @@ __all__ = [
     "Feed",
     "ItemStatus",
     "Job",
+    "Link",
     "LocalModelAccess",
     "LocalToolExecution",
     "ModelAccess",
@@ -55,10 +61,10 @@ __all__ = [
     "Retry",
     "ToolExecution",
     "backend_plugin",
-    "budgeted",
     "closing_stream",
     "current_backend",
     "init",
+    "request_path",
     "routed",
     "use_backend",
 ]

@@ -1,10 +1,11 @@
-"""Model access under budgets: each request reserves its worst case in every ledger of
-its run before it is sent, and settles at its real usage after.
+"""The budget link of a run's request path: each request reserves its worst case in every
+ledger of its run before it is sent, and settles at its real usage after.
 
-`budgeted(backend, ledgers)` is the backend a run with budgets runs on: its model access
-wraps the backend's, so every request of the run is held (its trips, a compaction's
-summaries, each attempt of a fallback model at that model's own prices), whatever the
-backend, and a request that is never sent (a cached reply, a middleware's) costs nothing.
+A run with budgets gets this link in its request path (see `request_path`), so every
+request of the run is held (its trips, a compaction's summaries, each attempt of a
+fallback model at that model's own prices), whatever the backend, and a request that is
+never sent (a cached reply, a middleware's) costs nothing. A provider-batch line is held
+at its model's batch rates.
 
 `held_ledgers` carries a run's ledgers into the tools it calls: an agent run as a tool
 (a nested run, in the caller's process) is held to its parent's budgets besides its own.
@@ -12,77 +13,67 @@ backend, and a request that is never sent (a cached reply, a middleware's) costs
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
-from typing import Any
 
 from ..abort import AbortSignal
 from ..errors import InvalidOptionsError, ProviderError
 from ..messages import Message
 from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
 from ..spend import NOTHING, Amount, Ledger, amount_of, worst_case
-from .contract import Backend, ModelAccess
-from .local import closing_stream, routed
+from .contract import ModelAccess
+from .lines import SendOnline
+from .link import Link
+from .local import closing_stream
 
-__all__ = ["BudgetedAccess", "budgeted", "held_ledgers", "ledgers_of"]
+__all__ = ["BudgetedAccess", "held_ledgers"]
 
 # The ledgers of the run whose tool is running (set around each tool call).
 held_ledgers: ContextVar[tuple[Ledger, ...]] = ContextVar("raygent_held_ledgers", default=())
 
 
-def budgeted(backend: Backend, ledgers: Sequence[Ledger]) -> Backend:
-    """`backend` with its model access held to `ledgers` (itself when there are none)."""
-    if not ledgers:
-        return backend
-    models = BudgetedAccess(backend.models, tuple(ledgers))
-    return dataclasses.replace(backend, models=models)
-
-
-def ledgers_of(backend: Backend) -> tuple[Ledger, ...]:
-    """The ledgers a run on `backend` (made by `budgeted`) is held to."""
-    models = backend.models
-    return models.ledgers if isinstance(models, BudgetedAccess) else ()
-
-
 class _Hold:
     """One request's reservation in each ledger."""
 
-    __slots__ = ("amount", "ledgers")
+    __slots__ = ("amount", "batch", "ledgers")
 
-    def __init__(self, ledgers: tuple[Ledger, ...], amount: Amount) -> None:
-        self.ledgers, self.amount = ledgers, amount
+    def __init__(self, ledgers: tuple[Ledger, ...], amount: Amount, batch: bool) -> None:
+        self.ledgers, self.amount, self.batch = ledgers, amount, batch
 
     def settle(self, actual: Amount) -> None:
         for ledger in self.ledgers:
             ledger.settle(self.amount, actual)
 
     def failed(self, error: BaseException) -> None:
-        """A provider's error reply was not billed; anything else (cut off, cancelled,
-        timed out) may have been: it is charged its whole reservation."""
-        if isinstance(error, ProviderError) and error.details.get("status") is not None:
+        """A provider's error reply was not billed, nor a provider-batch line that failed
+        or was not answered (its provider bills answers only); anything else (cut off,
+        cancelled, timed out) may have been: it is charged its whole reservation."""
+        if isinstance(error, SendOnline) or (
+            isinstance(error, ProviderError)
+            and (self.batch or error.details.get("status") is not None)
+        ):
             self.settle(NOTHING)
         else:
             self.settle(self.amount)
 
 
-class BudgetedAccess:
-    """`ModelAccess` that reserves every request in the run's ledgers (see the module
-    docstring); the requests themselves go through `inner`."""
+class BudgetedAccess(Link):
+    """The budget link (see the module docstring): reserves every request in `ledgers`,
+    at its model's batch rates with `batch=True`; the requests go through `inner`."""
 
-    def __init__(self, inner: ModelAccess, ledgers: tuple[Ledger, ...]) -> None:
-        self.inner = inner
+    __slots__ = ("batch", "ledgers")
+
+    def __init__(
+        self, inner: ModelAccess, ledgers: tuple[Ledger, ...], *, batch: bool = False
+    ) -> None:
+        super().__init__(inner)
         self.ledgers = ledgers
-
-    def failing_fast(self) -> BudgetedAccess:
-        """The inner access's fail-fast form, still budgeted (for a fallback model)."""
-        fast = getattr(self.inner, "failing_fast", None)
-        return BudgetedAccess(fast(), self.ledgers) if callable(fast) else self
+        self.batch = batch
 
     async def _hold(
         self, model: Model, messages: Sequence[Message], options: ModelOptions
     ) -> _Hold:
-        amount, pricing = worst_case(model, messages, options)
+        amount, pricing = worst_case(model, messages, options, batch=self.batch)
         ledgers = self.ledgers
         if pricing is None:
             for ledger in ledgers:
@@ -103,18 +94,15 @@ class BudgetedAccess:
             for ledger in taken:
                 ledger.settle(amount, NOTHING)
             raise
-        return _Hold(ledgers, amount)
+        return _Hold(ledgers, amount, self.batch)
 
-    async def complete(
+    async def send(
         self,
         model: Model,
         messages: Sequence[Message],
         options: ModelOptions,
         signal: AbortSignal | None,
     ) -> ModelResponse:
-        if callable(getattr(model, "through", None)):
-            # A fallback: each of its attempts comes back here, held at its own prices.
-            return await routed(model, self).complete(messages, options, signal=signal)
         hold = await self._hold(model, messages, options)
         try:
             response = await self.inner.complete(model, messages, options, signal)
@@ -124,20 +112,13 @@ class BudgetedAccess:
         hold.settle(amount_of(response.usage))
         return response
 
-    async def stream(
+    async def send_stream(
         self,
         model: Model,
         messages: Sequence[Message],
         options: ModelOptions,
         signal: AbortSignal | None,
     ) -> AsyncIterator[StreamChunk]:
-        chunks: AsyncIterator[Any]
-        if callable(getattr(model, "through", None)):
-            chunks = routed(model, self).stream(messages, options, signal=signal)
-            async with closing_stream(chunks):
-                async for chunk in chunks:
-                    yield chunk
-            return
         hold = await self._hold(model, messages, options)
         settled = False
         try:

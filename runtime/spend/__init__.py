@@ -6,7 +6,7 @@ budget   `Budget` (what may be spent), `Ledger` (reserve before a request, settl
          reservation), `BudgetReport` and `Spend` (a budget's standing)
 
 May import the base and the models' contract only: the seams (`Backend.budgets`, the
-budgeted model access) build on it, and so do agents and batch.
+request path's budget link) build on it, and so do agents and batch.
 """
 
 from .budget import (

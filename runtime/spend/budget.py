@@ -175,34 +175,42 @@ def amount_of(usage: Usage) -> Amount:
     )
 
 
-_pricings: dict[tuple[str, str], Pricing | None] = {}
+_pricings: dict[tuple[str, str, bool], Pricing | None] = {}
+_batch_rates: dict[Pricing, Pricing] = {}  # a declared pricing's batch form, made once
 
 
-def pricing_of(model: Model) -> Pricing | None:
-    """The model's declared pricing, else genai-prices' (None: unknown)."""
+def pricing_of(model: Model, *, batch: bool = False) -> Pricing | None:
+    """The model's declared pricing, else genai-prices' (None: unknown); with `batch`,
+    the rates of its provider's batch API (`Pricing.for_batch`)."""
     declared = getattr(model, "pricing", None)
     if isinstance(declared, Pricing):
-        return declared
-    key = (model.provider, model.name)
+        if not batch:
+            return declared
+        rates = _batch_rates.get(declared)
+        if rates is None:
+            rates = _batch_rates[declared] = declared.for_batch()
+        return rates
+    key = (model.provider, model.name, batch)
     if key not in _pricings:
-        _pricings[key] = lookup_pricing(*key)
+        _pricings[key] = lookup_pricing(model.provider, model.name, batch=batch)
     return _pricings[key]
 
 
 def worst_case(
-    model: Model, messages: Sequence[Message], options: ModelOptions
+    model: Model, messages: Sequence[Message], options: ModelOptions, *, batch: bool = False
 ) -> tuple[Amount, Pricing | None]:
     """A request's worst case, before it is sent: its prompt estimated from its JSON
     (bytes / 4, more than a tokenizer counts), plus its output cap (`max_tokens`, else
     the adapter's default, else `DEFAULT_OUTPUT_RESERVE`), at the model's highest input
-    and output rates; and the pricing used (None: unknown, 0 USD reserved)."""
+    and output rates (`batch`: its provider batch API's); and the pricing used (None:
+    unknown, 0 USD reserved)."""
     size = len(pydantic_core.to_json(list(messages)))
     if options.tools:
         size += len(pydantic_core.to_json(options.tools))
     prompt = float(size // CHARS_PER_TOKEN + 1)
     cap = options.max_tokens or getattr(model, "default_max_tokens", None)
     output = float(cap or DEFAULT_OUTPUT_RESERVE)
-    pricing = pricing_of(model)
+    pricing = pricing_of(model, batch=batch)
     usd = 0.0
     if pricing is not None:
         input_rate = max(
