@@ -22,7 +22,7 @@ import the shared helpers and never each other, except batch, which uses session
 from ._options import RayOptions, RetryPolicy
 from .gateway.access import RayModelAccess, endpoint_digest, gateway_key, gateway_names
 from .gateway.actor import Gateway
-from .gateway.ledger import Bounds
+from .gateway.endpoint_ledger import Bounds
 from .plugin import PLUGIN, connect, ray_backend, ship_by_value
 from .sessions.persistence import LeaseExpiredError, RaySessions, SessionHostError
 from .tools.execution import RayToolExecution

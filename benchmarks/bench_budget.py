@@ -34,10 +34,10 @@ from _sim_process import sim_process
 import raygent
 from raygent import Budget, OpenAIModel, Pricing, UserMessage
 from raygent.actors import RayOptions, gateway_names, ray_backend
+from raygent.budgets import LocalBudgetLedger, amount_of, worst_case
 from raygent.models import ModelOptions
 from raygent.seams.contract import Backend
 from raygent.seams.local import LOCAL
-from raygent.spend import LocalLedger, amount_of, worst_case
 
 PRICING = Pricing(input_per_mtok=2.5, output_per_mtok=10.0)
 NAMESPACE = "raygent-bench-budget"
@@ -155,7 +155,7 @@ async def alone(bench: Bench) -> None:
     model = bench.agents["local"].model
     messages = [UserMessage(content="what is the capital of France? " * 4)]
     options = ModelOptions(max_tokens=64)
-    ledger = LocalLedger(ROOMY)
+    ledger = LocalBudgetLedger(ROOMY)
     actual = amount_of(raygent.Usage(requests=1, input_tokens=30, output_tokens=20))
     rounds = 20_000
     start = time.perf_counter()

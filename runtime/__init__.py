@@ -22,6 +22,7 @@ from .agents.middleware import Middleware
 from .agents.output import Repair
 from .agents.session import Session
 from .attachments import AttachmentPolicy, OutboundPolicy
+from .budgets import Budget
 from .cache import ResponseCache
 from .compaction import Compaction, CompactionResult
 from .errors import BudgetExceededError
@@ -71,7 +72,6 @@ from .models import (
 from .observers.report import AgentReport, AgentResult, PendingCall
 from .pricing import Pricing
 from .seams.registry import current_backend, init
-from .spend import Budget
 from .tools import Tool, ToolContext, ToolResult, tool
 from .usage import Cost, Usage, total_cost
 

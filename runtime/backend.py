@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 from ._batch.engine import InFlight
 from ._batch.exec import BATCH_BUDGET, InputError, agent_input, attempt_for, is_runnable
-from ._batch.item_lines import RelayedLines
-from ._batch.provider_job import with_lines
+from ._batch.provider.job import with_lines
+from ._batch.provider.trip_lines import RelayedLines
 from ._batch.sinks import dumps
 from .abort import AbortController, AbortSignal, AbortWatch, abortable
+from .budgets import Account, Amount, Budget, BudgetLedger
 from .durable.scope import scope_of
 from .errors import (
     BudgetExceededError,
@@ -66,7 +67,6 @@ from .seams import (
     use_backend,
 )
 from .seams.batch import cancelled, ended, session_of
-from .spend import Account, Amount, Budget, Ledger
 from .tools import Tool, ToolContext, ToolTimeoutError
 from .toolsets import close_toolsets, owning_toolsets
 from .usage import Cost, Usage
@@ -91,6 +91,7 @@ __all__ = [
     "BatchPool",
     "Budget",
     "BudgetExceededError",
+    "BudgetLedger",
     "Cost",
     "Deliver",
     "Done",
@@ -99,7 +100,6 @@ __all__ = [
     "InFlight",
     "InputError",
     "Job",
-    "Ledger",
     "LocalSessions",
     "Memory",
     "Message",

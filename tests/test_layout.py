@@ -70,7 +70,7 @@ SUBPACKAGES = {
     "observers": "observers",
     "seams": "seams",
     "sim": "sim",
-    "spend": "spend",
+    "budgets": "budgets",
 }
 TOP_LEVEL = {
     "eval": "eval",
@@ -88,33 +88,33 @@ MAY_IMPORT: dict[str, set[str]] = {
     "sim": set(),  # the simulator plays the provider: it stands alone
     "stores": {"base"},
     "models": {"base"},
-    "spend": {"base"},  # budgets: beside the model contract, below the seams
+    "budgets": {"base"},  # beside the model contract, below the seams
     "memory": {"base", "stores"},
     "attachments": {"base", "models"},
-    "seams": {"base", "memory", "spend"},
+    "seams": {"base", "memory", "budgets"},
     # The response cache wraps the seams' model access and keeps replies in the stores.
     "cache": {"base", "seams", "stores"},
     "compaction": {"base", "memory", "seams", "stores"},
     "observers": {"base", "compaction"},
     "mcp": {"base", "models", "observers"},
     "durable": {"base", "memory", "observers", "stores"},
-    "batch": {"base", "models", "seams", "observers", "durable", "cache", "spend"},
+    "batch": {"base", "models", "seams", "observers", "durable", "cache", "budgets"},
     "eval": {"base", "batch", "observers"},
     "agents": {
         *("base", "models", "memory", "attachments", "compaction", "observers"),
-        *("seams", "durable", "stores", "eval", "batch", "cache", "spend"),
+        *("seams", "durable", "stores", "eval", "batch", "cache", "budgets"),
     },
     "flows": {"base", "models", "observers", "seams", "durable", "agents", "stores"},
     "data": {"base", "seams", "batch"},
     "testing": {"base", "models", "observers", "flows"},
     "contract": {
         *("base", "models", "memory", "seams", "observers", "durable", "batch"),
-        *("agents", "stores", "spend"),
+        *("agents", "stores", "budgets"),
     },
     "entry": {
         *("base", "sim", "models", "memory", "attachments", "seams", "compaction"),
         *("observers", "mcp", "durable", "batch", "eval", "agents", "flows", "data"),
-        *("testing", "stores", "cache", "spend"),
+        *("testing", "stores", "cache", "budgets"),
     },
     # The Ray backend: the public API, the backend contract and the stores, nothing else.
     "actors": {"entry", "contract", "stores"},

@@ -19,7 +19,7 @@ REPLY_INTERVAL = 0.02
 
 
 class LineRelay:
-    """Between the runners and the job's pool (`raygent._batch.lines.LinePool`)."""
+    """Between the runners and the job's pool (`raygent._batch.provider.pool.LinePool`)."""
 
     def __init__(self, pool: Any) -> None:
         self._pool = pool

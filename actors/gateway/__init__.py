@@ -3,7 +3,8 @@
 access     `RayModelAccess` (the `ModelAccess` seam): HTTP from the process that runs the
            agent, inside a leased slice of the endpoint's bound; gateway names and keys
 actor      `Gateway`: the detached gateway actor that owns the bounds and leases slices
-ledger     one endpoint's bound as its gateway keeps it (`Ledger`, `Bounds`): plain Python
+endpoint_ledger  one endpoint's bound as its gateway keeps it (`EndpointLedger`,
+           `Bounds`): plain Python
 lease      `EndpointLease`: a process's lease on one endpoint's bound, admitting requests
 sends      sending one request inside a lease: admission, 429 retries, the trip's record
 budgets    `RayBudgets` (the `budgets` seam): a job's budget kept by the gateway

@@ -45,8 +45,8 @@ from raygent.backend import (
 from .._options import RayOptions
 from .._ray import job_id, named_actor, reconstructed
 from .actor import Gateway
+from .endpoint_ledger import Bounds, Grant, Report, partition
 from .lease import EndpointLease, GatewayUnavailable
-from .ledger import Bounds, Grant, Report, partition
 from .sends import send_complete, send_stream
 
 __all__ = ["RayModelAccess", "endpoint_digest", "gateway_key", "gateway_names"]

@@ -2,7 +2,7 @@
 
 `Gateway` is a plain class; `gateway.access` makes it a named, detached async
 Ray actor (`raygent-gw-<i>`), one for the whole cluster by default, hosting the bound
-of every endpoint it is asked about (a ledger each, `ledger.Ledger`). It sends no HTTP:
+of every endpoint it is asked about (a ledger each, `EndpointLedger`). It sends no HTTP:
 the processes that run agents do, each inside the slice it holds. It is usable
 in-process too, which is how the lease protocol is unit-tested.
 
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .budget_book import BudgetBook, Claim, Slice
-from .ledger import Bounds, Grant, Ledger, Report
+from .endpoint_ledger import Bounds, EndpointLedger, Grant, Report
 
 __all__ = ["Gateway", "GatewayClosedError"]
 
@@ -35,7 +35,7 @@ class GatewayClosedError(Exception):
 
 @dataclass(eq=False)
 class _Endpoint:
-    ledger: Ledger
+    ledger: EndpointLedger
     parked: dict[str, asyncio.Future[None]] = field(default_factory=dict)
     timer: asyncio.TimerHandle | None = None
 
@@ -169,7 +169,7 @@ class Gateway:
         endpoint = self._endpoints.get(key)
         if endpoint is None:
             # Until its holders declare theirs, the limits of the first one to ask.
-            ledger = Ledger(bounds, time.monotonic(), claims_until=self._claims_until)
+            ledger = EndpointLedger(bounds, time.monotonic(), claims_until=self._claims_until)
             endpoint = self._endpoints[key] = _Endpoint(ledger)
         return endpoint
 

@@ -1,6 +1,6 @@
 """A job's budget as its gateway keeps it: what each holder was granted and has spent.
 
-Plain Python (no Ray, no asyncio), like `ledger.Ledger` for the provider bounds: the
+Plain Python (no Ray, no asyncio), like `EndpointLedger` for the provider bounds: the
 gateway applies every holder's `Claim` to it and answers with a `Slice`; tests drive it
 directly.
 

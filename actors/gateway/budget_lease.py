@@ -65,7 +65,7 @@ class BudgetChannel(Protocol):
 
 
 class BudgetLease:
-    """A job's budget as this process holds it (a `raygent.spend.Ledger`)."""
+    """A job's budget as this process holds it (a `raygent.budgets.BudgetLedger`)."""
 
     scope = "job"
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ray.exceptions import RayActorError, RayTaskError
 
-from raygent.backend import Amount, Budget, BudgetExceededError, Ledger
+from raygent.backend import Amount, Budget, BudgetExceededError, BudgetLedger
 
 from .._options import RayOptions
 from .access import forget_handle, gateway_handle, gateway_names
@@ -129,5 +129,5 @@ class RayBudgets:
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.options,))
 
-    def job(self, budget: Budget, key: str) -> Ledger:
+    def job(self, budget: Budget, key: str) -> BudgetLedger:
         return RayJobLedger(self.options, budget, key)

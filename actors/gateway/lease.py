@@ -32,7 +32,7 @@ from typing import Protocol
 
 from raygent.backend import redacting_logger
 
-from .ledger import Bounds, Grant, Report
+from .endpoint_ledger import Bounds, Grant, Report
 
 __all__ = ["Channel", "EndpointLease", "GatewayUnavailable", "Ticket"]
 

@@ -13,14 +13,11 @@ sinks         where results go (JSONL, Parquet), and what `resume` skips
 progress      the bar; report: `BatchReport`; _html: the notebook view of a result
 estimate      `estimate`, `estimate_sync`, `Estimate`: a job's cost from a sample run
 cli           `raygent batch MODULE:AGENT INPUT -o OUTPUT`
-provider      `ProviderBatch`: trips through the providers' batch APIs (half price);
-provider_job  such a job's checks, ledger, pool, and the lines set around each attempt
-lines         the pool of a job's lines (gathered, submitted, polled, routed back)
-item_lines    each attempt's trips as lines (to the pool, or a Ray runner's relay)
-ledger        what a job sent by batch, beside its sink, for a resume after a crash
+provider/     provider batches (the providers' batch APIs, half price): `ProviderBatch`,
+              a job's pool of lines, each attempt's trips as lines, the on-disk log
 
 A private name: `raygent.batch` is the public function, which a subpackage would shadow.
-May import the base, models (the providers' batch APIs), seams, the cache and spend
+May import the base, models (the providers' batch APIs), seams, the cache and budgets
 (a job's cache and budget), observers and durable (the types of `durable=` and
 approvals); never agents or flows (it runs any executable, through its methods). The
 Ray batch runners (raygent.actors) run engine's core; this package reaches them only
@@ -38,7 +35,7 @@ from .call import (
     batch_sync,
 )
 from .estimate import Estimate, EstimateOptions, estimate, estimate_sync
-from .provider import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
+from .provider.options import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
 
 __all__ = [
     "BatchItem",

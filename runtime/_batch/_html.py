@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..observers.views import ROWS, STYLE, badge, bar, clip, esc, more, secs, table, usage_line
 from ..seams.batch import BatchItem
 from ..usage import Usage, dollars
-from .provider import ProviderBatchSummary
+from .provider.options import ProviderBatchSummary
 from .report import BatchReport, tool_errors_of
 
 __all__ = ["batch_html"]

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..abort import AbortSignal
 from ..seams.batch import Attempt, Job, Outcome
-from .item_lines import Answer, LineSender
+from .provider.trip_lines import Answer, LineSender
 
 __all__ = ["ActiveSlots"]
 

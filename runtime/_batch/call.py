@@ -29,11 +29,11 @@ from typing_extensions import Unpack
 
 from .._sync import on_interrupt, run_sync
 from ..abort import AbortController, AbortSignal
+from ..budgets import BudgetReport, amount_of
 from ..seams.batch import Attempt, BatchItem, Deliver, Feed, Job, Outcome, cancelled, ended
 from ..seams.contract import Backend, BatchExecution, BatchPool, PoolPlan
 from ..seams.registry import current_backend
 from ..seams.retry import Retry
-from ..spend import BudgetReport, amount_of
 from ..usage import Usage, dollars, total_cost
 from ._html import batch_html
 from .engine import InFlight
@@ -46,10 +46,9 @@ from .exec import (
     is_runnable,
 )
 from .job_budget import job_ledger
-from .lines import LinePool
 from .plan import KEPT_FAILURES, BatchOptions, Plan
 from .progress import Progress
-from .provider_job import (
+from .provider.job import (
     check_batchable,
     line_pool,
     max_waiting,
@@ -57,6 +56,7 @@ from .provider_job import (
     warn_past,
     with_lines,
 )
+from .provider.pool import LinePool
 from .report import BatchReport, Tally, counts_line
 from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items

@@ -10,14 +10,14 @@ import sys
 from typing import Any
 
 from .._sync import run_sync
+from ..budgets import Budget
 from ..cache import ResponseCache
 from ..errors import InvalidOptionsError
 from ..seams import backend_plugin, current_backend, init
-from ..spend import Budget
 from ..usage import Usage, dollars, total_cost
 from .call import BatchOptions, BatchResult, Retry, batch_sync
 from .estimate import Estimate, EstimateOptions, estimate
-from .provider import ProviderBatch
+from .provider.options import ProviderBatch
 from .report import BatchReport, counts_line
 from .sink_job import sink_job
 

@@ -28,15 +28,15 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 from typing_extensions import Unpack
 
 from .._sync import run_sync
+from ..budgets import pricing_of
 from ..pricing import lookup_pricing
 from ..seams.batch import BatchItem
-from ..spend import pricing_of
 from ..usage import Usage, dollars, total_cost
 from .call import batch
 from .exec import ItemKey, JobMaker, is_runnable
 from .plan import DEFAULT_CONCURRENCY
-from .provider import ProviderBatch
-from .provider_job import check_batchable
+from .provider.job import check_batchable
+from .provider.options import ProviderBatch
 from .sinks import key_token
 from .sources import open_items
 

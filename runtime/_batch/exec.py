@@ -14,11 +14,11 @@ from typing import Any, TypeAlias, cast
 
 from .._message_input import as_messages
 from ..abort import AbortSignal
+from ..budgets import BudgetLedger
 from ..errors import AbortedError, BudgetExceededError, RaygentError
 from ..messages import MESSAGE_TYPES, ImagePart, TextPart
 from ..observers.report import AgentResult
 from ..seams.batch import EMPTY_USAGE, Attempt, Job, Outcome
-from ..spend import Ledger
 from ..usage import Usage
 from .durable import BATCH_ITEMS, BATCH_RUNS, DurableItems, ItemRuns, attempt_usage
 
@@ -167,7 +167,7 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
         options = {k: v for k, v in (run_options or {}).items() if k != "signal"}
         durable_runs = cast("DurableItems | None", options.pop(BATCH_RUNS, None))
         item_runs = cast("ItemRuns | None", options.pop(BATCH_ITEMS, None))
-        job_budget = cast("Ledger | None", options.get(BATCH_BUDGET))
+        job_budget = cast("BudgetLedger | None", options.get(BATCH_BUDGET))
         # Only an agent with memory writes its item's session (the others ignore it).
         on_sessions = item_runs is not None and getattr(executable, "memory", None) is not None
 

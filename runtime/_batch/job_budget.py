@@ -7,15 +7,15 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from ..budgets import Budget, BudgetLedger, pricing_of
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
-from ..spend import Budget, Ledger, pricing_of
 from .exec import is_runnable
 
 __all__ = ["job_ledger"]
 
 
-def job_ledger(executable: Any, budget: Budget | None) -> Ledger | None:
+def job_ledger(executable: Any, budget: Budget | None) -> BudgetLedger | None:
     """The job's budget, held by the executable's backend (Ray: its gateway); checked
     before anything runs."""
     if budget is None:

@@ -11,14 +11,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from ..abort import AbortSignal
+from ..budgets import Budget
 from ..seams.batch import BatchItem
 from ..seams.retry import Retry
-from ..spend import Budget
 from .durable import BATCH_ITEMS, BATCH_RUNS, durable_items, item_runs
 from .exec import ItemKey
 from .progress import wants_progress
-from .provider import ProviderBatch
-from .provider_job import deadline_of
+from .provider.job import deadline_of
+from .provider.options import ProviderBatch
 from .sink_job import SinkJob, SinkMode, sink_job
 
 if TYPE_CHECKING:

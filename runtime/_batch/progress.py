@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .lines import LinesStatus
+    from .provider.pool import LinesStatus
 
 __all__ = [
     "Progress",

@@ -10,10 +10,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..budgets import BudgetReport
 from ..seams.batch import BatchItem
-from ..spend import BudgetReport
 from ..usage import Usage
-from .provider import ProviderBatchSummary
+from .provider.options import ProviderBatchSummary
 
 __all__ = ["BatchReport", "Tally", "counts_line", "tool_errors_of"]
 

@@ -19,6 +19,7 @@ from .._message_input import MessageLike, as_messages, check_answered
 from .._sync import run_sync
 from ..abort import AbortController, AbortSignal
 from ..attachments import AttachmentLike, AttachmentPolicy
+from ..budgets import Budget, BudgetLedger, LocalBudgetLedger
 from ..cache import ResponseCache
 from ..compaction.policy import Compaction
 from ..durable.options import ApprovalHandler, Durable
@@ -37,7 +38,6 @@ from ..run_context import RunInfo
 from ..seams.budgeted import held_ledgers
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
-from ..spend import Budget, Ledger, LocalLedger
 from ..tools import Tool, ToolContext, tool
 from ..toolsets import Toolset
 from ._durable_api import DurableRuns, journal_for
@@ -371,15 +371,15 @@ class Agent(DurableRuns):
         )
         return config, system
 
-    def _ledgers(self, options: RunOptions) -> list[Ledger]:
+    def _ledgers(self, options: RunOptions) -> list[BudgetLedger]:
         """The budgets this run is held to: the call's and the agent's (each a ledger of
         this run's own), its job's (shared), and, run as a tool, its parent run's."""
-        ledgers: list[Ledger] = []
+        ledgers: list[BudgetLedger] = []
         for budget in (options.get("budget"), self.budget):
             if budget is not None:
                 if not isinstance(budget, Budget):
                     raise TypeError("budget= takes raygent.Budget(...)")
-                ledgers.append(LocalLedger(budget))
+                ledgers.append(LocalBudgetLedger(budget))
         for shared in (options.get("job_budget"), *held_ledgers.get()):
             if shared is not None and all(shared is not mine for mine in ledgers):
                 ledgers.append(shared)

@@ -11,6 +11,7 @@ from typing import Any, Literal, TypedDict
 from .._message_input import MessageLike
 from ..abort import AbortSignal
 from ..attachments import AttachmentLike, AttachmentPolicy
+from ..budgets import Budget, BudgetLedger
 from ..cache import ResponseCache
 from ..durable.options import ApprovalHandler, Durable
 from ..errors import PromptError
@@ -18,7 +19,6 @@ from ..observers import Observe
 from ..observers.events import Handlers
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
-from ..spend import Budget, Ledger
 from ._guard import GuardSetting
 from .output import Repair
 
@@ -79,7 +79,7 @@ class RunOptions(TypedDict, total=False):
     # What this run may spend (raygent.Budget); the agent's own `budget=` holds as well.
     budget: Budget | None
     # Internal: the job's ledger (a batch's `budget=`), shared by every run of the job.
-    job_budget: Ledger | None
+    job_budget: BudgetLedger | None
     # Durable runs (see raygent.Durable and Agent.resume).
     durable: Durable | None
     run_id: str | None

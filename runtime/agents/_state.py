@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..abort import AbortController
+from ..budgets import BudgetLedger
 from ..memory.save import RunSaver
 from ..messages import Message, ToolCall
 from ..models.contract import Model, ModelOptions, ModelResponse
@@ -17,9 +18,8 @@ from ..observers.events import Dispatcher, Event
 from ..observers.report import AgentReport, AgentResult, ModelInfo
 from ..run_context import RunInfo
 from ..seams.contract import Backend, ModelAccess
-from ..seams.lines import TripLines
+from ..seams.provider_lines import TripLines
 from ..seams.request_path import request_path
-from ..spend import Ledger
 from ..usage import Usage
 from .middleware import Middleware
 from .output import OutputSpec, Repair
@@ -70,7 +70,7 @@ class RunConfig:
     # reading the error and going on ("continue").
     tool_errors: ToolErrors = "continue"
     # The budgets each request of the run is held to (its own, its job's, its parent's).
-    ledgers: tuple[Ledger, ...] = ()
+    ledgers: tuple[BudgetLedger, ...] = ()
 
     def models(self, lines: TripLines | None = None, trip: int = 0) -> ModelAccess:
         """The model access of the run's trip number `trip` (`lines`: its provider-batch

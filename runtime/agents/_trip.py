@@ -25,8 +25,8 @@ from ..observers.events import (
 )
 from ..observers.report import Timing, TripReport
 from ..seams.contract import ModelAccess
-from ..seams.lines import current_lines
 from ..seams.local import closing_stream
+from ..seams.provider_lines import current_lines
 from ..usage import total_cost
 from ._compact import compact_before_trip
 from ._guard import GuardBuffer, extract_tool_calls

@@ -16,7 +16,7 @@ budgeted      `BudgetedAccess`: the budget link (a request held to the run's bud
 lines         `TripLines`, `current_lines`: an attempt's way to its provider batches
 _endpoint_bound  an endpoint's bound in this process (each request under its own limit)
 
-May import the base, models' contract, spend (budgets) and memory (session
+May import the base, models' contract, budgets and memory (session
 persistence). Never a backend:
 raygent.actors plugs in at run time through the registry.
 """

@@ -17,19 +17,19 @@ from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
 
 from ..abort import AbortSignal
+from ..budgets import NOTHING, Amount, BudgetLedger, amount_of, worst_case
 from ..errors import InvalidOptionsError, ProviderError
 from ..messages import Message
 from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
-from ..spend import NOTHING, Amount, Ledger, amount_of, worst_case
 from .contract import ModelAccess
-from .lines import SendOnline
 from .link import Link
 from .local import closing_stream
+from .provider_lines import SendOnline
 
 __all__ = ["BudgetedAccess", "held_ledgers"]
 
 # The ledgers of the run whose tool is running (set around each tool call).
-held_ledgers: ContextVar[tuple[Ledger, ...]] = ContextVar("raygent_held_ledgers", default=())
+held_ledgers: ContextVar[tuple[BudgetLedger, ...]] = ContextVar("raygent_held_ledgers", default=())
 
 
 class _Hold:
@@ -37,7 +37,7 @@ class _Hold:
 
     __slots__ = ("amount", "batch", "ledgers")
 
-    def __init__(self, ledgers: tuple[Ledger, ...], amount: Amount, batch: bool) -> None:
+    def __init__(self, ledgers: tuple[BudgetLedger, ...], amount: Amount, batch: bool) -> None:
         self.ledgers, self.amount, self.batch = ledgers, amount, batch
 
     def settle(self, actual: Amount) -> None:
@@ -64,7 +64,7 @@ class BudgetedAccess(Link):
     __slots__ = ("batch", "ledgers")
 
     def __init__(
-        self, inner: ModelAccess, ledgers: tuple[Ledger, ...], *, batch: bool = False
+        self, inner: ModelAccess, ledgers: tuple[BudgetLedger, ...], *, batch: bool = False
     ) -> None:
         super().__init__(inner)
         self.ledgers = ledgers
@@ -85,7 +85,7 @@ class BudgetedAccess(Link):
                         provider=model.provider,
                         model=model.name,
                     )
-        taken: list[Ledger] = []
+        taken: list[BudgetLedger] = []
         try:
             for ledger in ledgers:
                 await ledger.reserve(amount)

@@ -15,10 +15,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..abort import AbortSignal
+from ..budgets import Budget, BudgetLedger, LocalBudgets
 from ..memory import LocalSessions, SessionPersistence
 from ..messages import Message
 from ..models.contract import Model, ModelOptions, ModelResponse, StreamChunk
-from ..spend import Budget, Ledger, LocalBudgets
 from .batch import Deliver, Feed
 from .retry import Retry
 
@@ -114,7 +114,7 @@ class PoolPlan:
     signal: AbortSignal | None
     grace: float
     runners: int | None
-    # provider_batch=: the job's pool of provider-batch lines (a `raygent._batch.lines.
+    # provider_batch=: the job's pool of provider-batch lines (a `raygent._batch.provider.pool.
     # LinePool`, in the driver), whose lines the runners' runs send through the driver;
     # and the job's deadline (time.time()), past which a trip goes online.
     lines: Any = None
@@ -125,10 +125,10 @@ class PoolPlan:
 
 
 class Budgets(Protocol):
-    """Where a job's budget is held (`spend.LocalBudgets`: in this process; Ray: by its
+    """Where a job's budget is held (`budgets.LocalBudgets`: in this process; Ray: by its
     gateway, every process leasing slices of it)."""
 
-    def job(self, budget: Budget, key: str) -> Ledger:
+    def job(self, budget: Budget, key: str) -> BudgetLedger:
         """The ledger of the job `key` (picklable: each process that unpickles it holds
         the same budget)."""
 

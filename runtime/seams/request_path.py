@@ -32,13 +32,13 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
 from ..abort import AbortSignal
+from ..budgets import BudgetLedger
 from ..messages import Message
 from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
-from ..spend import Ledger
 from .budgeted import BudgetedAccess
 from .contract import ModelAccess
-from .lines import SendOnline, TripLines
 from .link import Link
+from .provider_lines import SendOnline, TripLines
 
 __all__ = ["Cache", "Link", "Route", "request_path"]
 
@@ -53,7 +53,7 @@ def request_path(
     bound: ModelAccess,
     *,
     cache: Cache | None = None,
-    ledgers: Sequence[Ledger] = (),
+    ledgers: Sequence[BudgetLedger] = (),
     lines: TripLines | None = None,
     trip: int = 0,
 ) -> ModelAccess:

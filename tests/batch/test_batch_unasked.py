@@ -27,16 +27,16 @@ from raygent.sim import Latency, serve
 ITEMS = 24
 # (module, attribute): each a constructor or a function a feature runs per job or item.
 UNASKED = [
-    ("raygent._batch.lines", "LinePool"),
-    ("raygent._batch.item_lines", "ItemLines"),
-    ("raygent._batch.item_lines", "RelayedLines"),
-    ("raygent._batch.item_lines", "_LineAccess"),
-    ("raygent._batch.ledger", "Ledger"),
+    ("raygent._batch.provider.pool", "LinePool"),
+    ("raygent._batch.provider.trip_lines", "ItemLines"),
+    ("raygent._batch.provider.trip_lines", "RelayedLines"),
+    ("raygent._batch.provider.trip_lines", "_LineAccess"),
+    ("raygent._batch.provider.log", "Ledger"),
     ("raygent._batch.sinks", "JsonlSink"),
     ("raygent._batch.sinks", "ParquetSink"),
     ("raygent._batch.progress", "bar_class"),
-    ("raygent.spend.budget", "LocalLedger"),
-    ("raygent.spend.budget", "Account"),
+    ("raygent.budgets.budget", "LocalBudgetLedger"),
+    ("raygent.budgets.budget", "Account"),
     ("raygent.seams.budgeted", "BudgetedAccess"),
     ("raygent.seams.budgeted", "_Hold"),
     ("raygent.cache._cache", "CachedAccess"),
@@ -126,13 +126,13 @@ def test_the_traps_fire_when_a_feature_is_asked_for(tmp_path: Any) -> None:
         agent = raygent.agent(model=_model(sim.openai_base_url), backend=LOCAL)
         with pytest.raises(UnaskedFeatureRan, match="JsonlSink"):
             raygent.batch_sync(agent, ["q"] * 2, sink=str(tmp_path / "out.jsonl"))
-        with pytest.raises(UnaskedFeatureRan, match="LocalLedger"):
+        with pytest.raises(UnaskedFeatureRan, match="LocalBudgetLedger"):
             raygent.batch_sync(agent, ["q"] * 2, budget=raygent.Budget(tokens=10_000))
         # ...and per run: a run's own budget reaches its ledger inside the run.
         result = raygent.batch_sync(
             agent, ["q"] * 2, progress=False, run_options={"budget": raygent.Budget(tokens=9)}
         )
-        assert ["LocalLedger ran" in str(item.error) for item in result.items] == [True] * 2
+        assert ["LocalBudgetLedger ran" in str(item.error) for item in result.items] == [True] * 2
 
 
 @pytest.mark.parametrize("backend", ["local", "ray"])
@@ -155,5 +155,5 @@ def test_a_plain_batch_runs_none_of_the_features_it_did_not_ask_for(
             agent, ["q"] * 2, progress=False, run_options={"budget": raygent.Budget(tokens=9)}
         )
     assert [item.error for item in result.items if item.error is not None] == []
-    assert ["LocalLedger ran" in str(item.error) for item in budgeted.items] == [True] * 2
+    assert ["LocalBudgetLedger ran" in str(item.error) for item in budgeted.items] == [True] * 2
     assert result.report.succeeded == ITEMS

@@ -11,13 +11,13 @@ from typing import Any
 import raygent
 from raygent import Budget, ResponseCache
 from raygent.abort import AbortSignal
+from raygent.budgets import LocalBudgetLedger
 from raygent.cache import CachedAccess
 from raygent.errors import RateLimitError
 from raygent.messages import Message
 from raygent.models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
 from raygent.seams import LOCAL, BudgetedAccess, Link, ModelAccess, request_path
 from raygent.seams.request_path import Route
-from raygent.spend import LocalLedger
 from raygent.testing import ScriptedModel
 
 
@@ -89,7 +89,7 @@ async def test_a_run_with_no_cache_budget_or_batch_gets_the_backends_access_itse
 
 
 def test_the_links_are_chained_in_their_documented_order() -> None:
-    bound, cache, ledger = Recorder(), ResponseCache(), LocalLedger(Budget(tokens=10**6))
+    bound, cache, ledger = Recorder(), ResponseCache(), LocalBudgetLedger(Budget(tokens=10**6))
     only_budget = request_path(bound, ledgers=[ledger])
     assert isinstance(only_budget, BudgetedAccess) and only_budget.inner is bound
     path = request_path(bound, cache=cache, ledgers=[ledger], lines=Lines(), trip=3)
@@ -110,7 +110,7 @@ def test_the_links_are_chained_in_their_documented_order() -> None:
 
 async def test_a_fallback_is_split_once_and_its_first_model_fails_fast_at_the_bound() -> None:
     bound = Recorder(down=["m1"])
-    ledger = LocalLedger(Budget(tokens=10**6))
+    ledger = LocalBudgetLedger(Budget(tokens=10**6))
     bot = raygent.agent(
         model=_fallback(),
         backend=dataclasses.replace(LOCAL, models=bound),

@@ -101,10 +101,10 @@ def _typed(kind: Any, value: dict[str, Any]) -> None:
 def test_the_ledger_reads_back_what_a_kill_left_and_goes_on_after_a_cut_line(
     tmp_path: Path,
 ) -> None:
-    from raygent._batch.ledger import Ledger, SentBatch
+    from raygent._batch.provider.log import SentBatch, SubmissionLog
 
     folder = tmp_path / "out.jsonl.provider-batches"
-    ledger = Ledger(folder, resume=False)
+    ledger = SubmissionLog(folder, resume=False)
     sent = SentBatch("rg-j-0", "openai", "http://x/v1", "/v1/chat/completions", ["a", "b"], 1.0)
     ledger.submitting(sent)
     ledger.submitted(sent, "batch_1")
@@ -113,14 +113,14 @@ def test_the_ledger_reads_back_what_a_kill_left_and_goes_on_after_a_cut_line(
     ledger.close()
     log = folder / "batches.jsonl"
     log.write_bytes(log.read_bytes() + b'{"submitted": "rg-j-1", "i')  # the kill, mid-write
-    again = Ledger(folder, resume=True)
+    again = SubmissionLog(folder, resume=True)
     assert again.batches["rg-j-0"].results == b'{"custom_id": "a"}\n'
     assert again.batches["rg-j-1"].id is None  # its naming never made it to the disk
     again.submitted(again.batches["rg-j-1"], "batch_2")
     again.close()
-    third = Ledger(folder, resume=True)
+    third = SubmissionLog(folder, resume=True)
     assert third.batches["rg-j-1"].id == "batch_2"
     third.close()
-    fresh = Ledger(folder, resume=False)
+    fresh = SubmissionLog(folder, resume=False)
     assert fresh.batches == {}  # a new job starts afresh
     fresh.close()

@@ -26,7 +26,7 @@ from tqdm.notebook import tqdm as widget_bar
 
 import raygent
 import raygent._batch.progress as progress_module
-from raygent._batch.provider_job import max_waiting
+from raygent._batch.provider.job import max_waiting
 from raygent.sim import Match, Reply, Rule, ToolCallReply, serve
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ import random
 from dataclasses import replace
 
 from raygent.actors import Bounds, Gateway
+from raygent.actors.gateway.endpoint_ledger import Grant, Report
 from raygent.actors.gateway.lease import EndpointLease, GatewayUnavailable
-from raygent.actors.gateway.ledger import Grant, Report
 
 KEY = "endpoint"
 

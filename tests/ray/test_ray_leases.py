@@ -13,7 +13,7 @@ from ray_support import sim_model
 
 from raygent import ModelOptions, UserMessage
 from raygent.actors import Bounds, Gateway, RetryPolicy
-from raygent.actors.gateway.ledger import Ledger, Report, partition, waterfill
+from raygent.actors.gateway.endpoint_ledger import EndpointLedger, Report, partition, waterfill
 from raygent.actors.gateway.sends import send_complete
 from raygent.errors import InvalidRequestError, RateLimitError
 from raygent.sim import Fault, Match, Reply, Rule, serve
@@ -41,7 +41,7 @@ def _report(seq: int, *, version: int = 0, want: int = 0, held: int = 0, **more:
 
 
 def test_the_ledger_counts_a_shrunk_slice_until_its_holder_says_it_is_free() -> None:
-    ledger = Ledger(Bounds(10), now=0.0)
+    ledger = EndpointLedger(Bounds(10), now=0.0)
     ledger.report("a", _report(1, want=10), "me", now=0.0, ttl=10)
     a = ledger.holders["a"]
     assert a.grant == a.occupied == 10
@@ -67,7 +67,7 @@ def test_the_ledger_counts_a_shrunk_slice_until_its_holder_says_it_is_free() -> 
 def test_the_ledger_holds_the_tightest_declaration_of_its_live_holders() -> None:
     # The ledger was made by a process that declared 8; a model rebuilt with 2 brings
     # its own holder: from then on 2 holds for everyone, until that holder is gone.
-    ledger = Ledger(Bounds(8, requests_per_minute=600), now=0.0)
+    ledger = EndpointLedger(Bounds(8, requests_per_minute=600), now=0.0)
     ledger.report("old", _report(1, want=8), "me", 0.0, 10, bounds=Bounds(8, 600))
     old = ledger.holders["old"]
     assert old.grant == 8
@@ -174,7 +174,7 @@ async def test_a_request_rate_holds_across_holders() -> None:
 
 
 def test_tokens_used_beyond_the_estimate_are_a_debt_the_next_takers_pay() -> None:
-    ledger = Ledger(Bounds(8, tokens_per_minute=6000), now=0.0)
+    ledger = EndpointLedger(Bounds(8, tokens_per_minute=6000), now=0.0)
     ledger.report("a", _report(1, want=1, tokens_wanted=6000.0), "me", now=0.0, ttl=10)
     assert ledger.holders["a"].tokens == 6000  # a minute's worth, all there at first
     ledger.report("a", _report(2, want=1, token_debt=3000.0), "me", now=0.0, ttl=10)

@@ -13,16 +13,16 @@ from raygent._batch import BatchReport, BatchResult
 from raygent._batch.cli import summary
 from raygent.actors.gateway.budget_book import BudgetBook, Claim, Slice
 from raygent.actors.gateway.budget_lease import BudgetLease
+from raygent.budgets import NOTHING, BudgetReport, LocalBudgetLedger, worst_case
 from raygent.errors import InvalidOptionsError
 from raygent.models import ModelOptions, OpenAIModel
-from raygent.spend import NOTHING, BudgetReport, LocalLedger, worst_case
 from raygent.usage import dollars
 
 ONE = (1.0, 10.0, 4.0, 6.0, 1.0)  # a request: $1, 10 tokens (4 in, 6 out), 1 request
 
 
 async def test_a_reservation_waits_for_those_in_flight_and_fails_when_it_never_fits() -> None:
-    ledger = LocalLedger(Budget(usd=2.5))
+    ledger = LocalBudgetLedger(Budget(usd=2.5))
     await ledger.reserve(ONE)
     await ledger.reserve(ONE)
     # $2 reserved: a third $1 fits only once a request in flight settles (for less).
@@ -52,7 +52,7 @@ async def test_each_dimension_is_held() -> None:
         (Budget(output_tokens=11), "output_tokens"),
         (Budget(requests=1), "requests"),
     ):
-        ledger = LocalLedger(budget)
+        ledger = LocalBudgetLedger(budget)
         await ledger.reserve(ONE)
         ledger.settle(ONE, ONE)
         with pytest.raises(BudgetExceededError) as caught:

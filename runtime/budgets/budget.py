@@ -5,9 +5,9 @@ its `max_tokens` of output, at the model's prices); the reply settles it at the 
 usage. A reservation that does not fit beside those in flight waits for them to settle;
 one that would not fit even with none in flight raises `BudgetExceededError` and the
 request is not sent. Amounts are plain tuples over `DIMENSIONS` (a request's accounting must cost
-next to nothing); `Spend` is their reported form.
+next to nothing); `BudgetAmount` is their reported form.
 
-`Account` is the arithmetic (limits, reserved, spent), written once: a `LocalLedger`
+`Account` is the arithmetic (limits, reserved, spent), written once: a `LocalBudgetLedger`
 (one per run, or per job in this process) is an account whose limits are the budget's;
 a Ray holder keeps an account whose limits are the slices its gateway granted it.
 """
@@ -34,11 +34,11 @@ __all__ = [
     "Account",
     "Amount",
     "Budget",
+    "BudgetAmount",
+    "BudgetLedger",
     "BudgetReport",
-    "Ledger",
+    "LocalBudgetLedger",
     "LocalBudgets",
-    "LocalLedger",
-    "Spend",
     "amount_of",
     "pricing_of",
     "worst_case",
@@ -124,7 +124,7 @@ def _check_limits(**limits: float | None) -> None:
             raise InvalidOptionsError(f"Budget({name}=...) cannot be negative, got {value!r}")
 
 
-class Spend(BaseModel):
+class BudgetAmount(BaseModel):
     """An amount as reported: USD, tokens, input tokens, output tokens, requests."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -135,7 +135,7 @@ class Spend(BaseModel):
     requests: int = 0
 
     @classmethod
-    def of(cls, amount: Sequence[float]) -> Spend:
+    def of(cls, amount: Sequence[float]) -> BudgetAmount:
         usd, *counts = amount
         rest = {k: round(v) for k, v in zip(DIMENSIONS[1:], counts, strict=True)}
         # `+ 0.0`: a reservation settled to nothing may round to -0.0 ("$-0.0000").
@@ -148,8 +148,8 @@ class BudgetReport(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     limit: Budget
-    spent: Spend
-    reserved: Spend
+    spent: BudgetAmount
+    reserved: BudgetAmount
     left: dict[str, float | None]
 
     @classmethod
@@ -158,7 +158,12 @@ class BudgetReport(BaseModel):
             name: None if math.isinf(limit) else max(0.0, limit - s - r)
             for name, limit, s, r in zip(DIMENSIONS, budget.limits, spent, reserved, strict=True)
         }
-        return cls(limit=budget, spent=Spend.of(spent), reserved=Spend.of(reserved), left=left)
+        return cls(
+            limit=budget,
+            spent=BudgetAmount.of(spent),
+            reserved=BudgetAmount.of(reserved),
+            left=left,
+        )
 
 
 def amount_of(usage: Usage) -> Amount:
@@ -281,11 +286,11 @@ class Account:
         )
 
 
-class Ledger(Protocol):
+class BudgetLedger(Protocol):
     """A budget as the requests of a run see it: reserve before a request, settle after.
 
     `exhausted` is the error of the first reservation that did not fit (a batch starts no
-    new item after it). Locally a `LocalLedger`; on Ray a job's ledger is a holder's
+    new item after it). Locally a `LocalBudgetLedger`; on Ray a job's ledger is a holder's
     lease on the budget its gateway keeps."""
 
     budget: Budget
@@ -304,7 +309,7 @@ class Ledger(Protocol):
         """(spent, reserved) as this ledger knows them."""
 
 
-class LocalLedger:
+class LocalBudgetLedger:
     """A budget held in this process (a run's, or a job's on the local backend).
 
     A request that does not fit beside the reservations in flight waits for them to
@@ -358,5 +363,5 @@ class LocalLedger:
 class LocalBudgets:
     """The local backend's `budgets`: a job's budget is a ledger in this process."""
 
-    def job(self, budget: Budget, key: str) -> Ledger:
-        return LocalLedger(budget, "job")
+    def job(self, budget: Budget, key: str) -> BudgetLedger:
+        return LocalBudgetLedger(budget, "job")

@@ -15,17 +15,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..abort import AbortSignal
-from ..errors import InvalidOptionsError
-from ..seams.batch import Attempt, Feed, Job, Outcome
-from ..seams.lines import current_lines
-from .active import ActiveSlots
-from .item_lines import ItemLines, LineSender, batch_api_of, line_token
-from .ledger import Ledger
-from .lines import LinePool
-from .progress import Progress
-from .provider import ProviderBatch
-from .sinks import key_token
+from ...abort import AbortSignal
+from ...errors import InvalidOptionsError
+from ...seams.batch import Attempt, Feed, Job, Outcome
+from ...seams.provider_lines import current_lines
+from ..active import ActiveSlots
+from ..progress import Progress
+from ..sinks import key_token
+from .log import SubmissionLog
+from .options import ProviderBatch
+from .pool import LinePool
+from .trip_lines import ItemLines, LineSender, batch_api_of, line_token
 
 __all__ = [
     "check_batchable",
@@ -98,11 +98,11 @@ def line_pool(options: ProviderBatch, sink: Any, resume: bool) -> LinePool:
     """The job's pool; with a sink its ledger lives beside it (and the job's name, in
     every line's id, comes from the sink's path), so a resumed job finds its batches."""
     if sink is None:
-        return LinePool(options, Ledger(None, resume=False), uuid.uuid4().hex)
+        return LinePool(options, SubmissionLog(None, resume=False), uuid.uuid4().hex)
     path = Path(os.fspath(sink)).resolve()
     folder = path.parent / f"{path.name}.provider-batches"
     job = hashlib.blake2b(str(path).encode(), digest_size=8).hexdigest()
-    return LinePool(options, Ledger(folder, resume=resume), job)
+    return LinePool(options, SubmissionLog(folder, resume=resume), job)
 
 
 def item_lines(

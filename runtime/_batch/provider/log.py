@@ -18,7 +18,7 @@ from typing import Any
 
 import pydantic_core
 
-__all__ = ["Ledger", "SentBatch"]
+__all__ = ["SentBatch", "SubmissionLog"]
 
 
 @dataclass(slots=True)
@@ -38,7 +38,7 @@ class SentBatch:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class Ledger:
+class SubmissionLog:
     """The batches of one job, in memory and (with a folder) on disk."""
 
     def __init__(self, folder: Path | None, *, resume: bool) -> None:

@@ -1,9 +1,9 @@
-"""Spend: budgets and what holds them.
+"""Budgets and what holds them.
 
-budget   `Budget` (what may be spent), `Ledger` (reserve before a request, settle after),
-         `LocalLedger` and `LocalBudgets` (held in this process), `Account` (the
+budget   `Budget` (what may be spent), `BudgetLedger` (reserve before a request, settle after),
+         `LocalBudgetLedger` and `LocalBudgets` (held in this process), `Account` (the
          arithmetic, shared with the Ray backend's holders), `worst_case` (a request's
-         reservation), `BudgetReport` and `Spend` (a budget's standing)
+         reservation), `BudgetReport` and `BudgetAmount` (a budget's standing)
 
 May import the base and the models' contract only: the seams (`Backend.budgets`, the
 request path's budget link) build on it, and so do agents and batch.
@@ -15,11 +15,11 @@ from .budget import (
     Account,
     Amount,
     Budget,
+    BudgetAmount,
+    BudgetLedger,
     BudgetReport,
-    Ledger,
+    LocalBudgetLedger,
     LocalBudgets,
-    LocalLedger,
-    Spend,
     amount_of,
     pricing_of,
     worst_case,
@@ -31,11 +31,11 @@ __all__ = [
     "Account",
     "Amount",
     "Budget",
+    "BudgetAmount",
+    "BudgetLedger",
     "BudgetReport",
-    "Ledger",
+    "LocalBudgetLedger",
     "LocalBudgets",
-    "LocalLedger",
-    "Spend",
     "amount_of",
     "pricing_of",
     "worst_case",

@@ -1,7 +1,7 @@
 """Each attempt's way into its job's provider batches: its trips as lines
 (`ItemLines`, set around the attempt), sent to the job's pool or, in a process that does
 not hold it (a Ray batch runner), to a relay (`RelayedLines`); and what lines cost
-(`Spend`).
+(`LineCost`).
 
 A line's `custom_id` names the job's item, the attempt, the trip and the request itself
 (a digest of its body): the same run made again (a resumed job) asks by the same id.
@@ -18,22 +18,22 @@ from typing import Any, Protocol
 
 import pydantic_core
 
-from ..abort import AbortSignal, abortable
-from ..errors import ProviderBatchExpiredError
-from ..messages import Message
-from ..models.batch_api import BatchAPI, LineResult
-from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
-from ..pricing import price_usage
-from ..seams.contract import ModelAccess
-from ..seams.lines import SendOnline
-from .provider import ProviderBatch
+from ...abort import AbortSignal, abortable
+from ...errors import ProviderBatchExpiredError
+from ...messages import Message
+from ...models.batch_api import BatchAPI, LineResult
+from ...models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+from ...pricing import price_usage
+from ...seams.contract import ModelAccess
+from ...seams.provider_lines import SendOnline
+from .options import ProviderBatch
 
 __all__ = [
     "Answer",
     "ItemLines",
+    "LineCost",
     "LineSender",
     "RelayedLines",
-    "Spend",
     "batch_api_of",
     "line_token",
     "spend_of",
@@ -78,7 +78,7 @@ class LineSender(Protocol):
 
 
 @dataclass(slots=True)
-class Spend:
+class LineCost:
     """What lines cost (USD, at batch rates), what they would have online, and how
     many trips went online instead."""
 
@@ -86,7 +86,7 @@ class Spend:
     online_cost: float | None = None
     online_lines: int = 0
 
-    def add(self, other: Spend) -> None:
+    def add(self, other: LineCost) -> None:
         if other.cost is not None:
             self.cost = (self.cost or 0.0) + other.cost
         if other.online_cost is not None:
@@ -94,17 +94,17 @@ class Spend:
         self.online_lines += other.online_lines
 
 
-def spend_of(model: Any, response: ModelResponse) -> Spend:
+def spend_of(model: Any, response: ModelResponse) -> LineCost:
     cost = response.usage.cost
     if cost is None:
-        return Spend()
+        return LineCost()
     online = price_usage(
         response.usage,
         provider=model.provider,
         model=model.name,
         declared=getattr(model, "pricing", None),
     ).cost
-    return Spend(cost.total, None if online is None else online.total)
+    return LineCost(cost.total, None if online is None else online.total)
 
 
 class RelayedLines:
@@ -116,7 +116,7 @@ class RelayedLines:
         self._wake = wake
         self._outbox: list[tuple[str, Any, bytes]] = []
         self._waiting: dict[str, asyncio.Future[Answer]] = {}
-        self._spend = Spend()
+        self._spend = LineCost()
 
     async def line(
         self, model: Any, custom_id: str, line: bytes, signal: AbortSignal | None
@@ -134,12 +134,12 @@ class RelayedLines:
 
     @property
     def pending(self) -> bool:
-        return bool(self._outbox) or self._spend != Spend()
+        return bool(self._outbox) or self._spend != LineCost()
 
-    def take(self) -> tuple[list[tuple[str, Any, bytes]], Spend]:
+    def take(self) -> tuple[list[tuple[str, Any, bytes]], LineCost]:
         """The lines not yet relayed, and the spend counted since the last take."""
         lines, self._outbox = self._outbox, []
-        spend, self._spend = self._spend, Spend()
+        spend, self._spend = self._spend, LineCost()
         return lines, spend
 
     def answer(self, answers: Sequence[tuple[str, bytes | LineResult, str]]) -> None:

@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-__all__ = ["UNBOUNDED", "Bounds", "Grant", "Ledger", "Report", "partition", "waterfill"]
+__all__ = ["UNBOUNDED", "Bounds", "EndpointLedger", "Grant", "Report", "partition", "waterfill"]
 
 N = TypeVar("N", int, float)
 UNBOUNDED = 1 << 30  # an endpoint that declares no concurrency bound
@@ -170,7 +170,7 @@ def waterfill(capacity: int, wants: dict[str, int]) -> dict[str, int]:
 
 
 @dataclass
-class Ledger:
+class EndpointLedger:
     """The bound of one endpoint (one gateway's share of it).
 
     `limit` adapts below the declared bound (AIMD): a 429 lowers it to one under the

@@ -1,7 +1,7 @@
 """A job's model trips as lines of provider batches: the pool that gathers, submits,
-polls and routes them (`LinePool`; each attempt's way into it: `item_lines`).
+polls and routes them (`LinePool`; each attempt's way into it: `trip_lines`).
 
-A run's trip asks for its reply by a `custom_id` (see `item_lines`), with its line
+A run's trip asks for its reply by a `custom_id` (see `trip_lines`), with its line
 encoded where the run is; the pool answers with the line's bytes from the batch's
 results (read where the run is: on Ray, in the runner). The same run made
 again (a resumed job) asks by the same id, so a line the ledger knows was sent is waited
@@ -26,20 +26,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ..abort import AbortSignal, abortable
-from ..errors import (
+from ...abort import AbortSignal, abortable
+from ...errors import (
     ProviderBatchError,
     ProviderConnectionError,
     ProviderError,
     ProviderTimeoutError,
     ServerError,
 )
-from ..models.batch_api import BatchAPI, LineResult, split_results
-from ..models.contract import ModelResponse
-from .item_lines import Answer, Spend, batch_api_of, line_token, spend_of
-from .ledger import Ledger, SentBatch
-from .provider import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
-from .sinks import key_token
+from ...models.batch_api import BatchAPI, LineResult, split_results
+from ...models.contract import ModelResponse
+from ..sinks import key_token
+from .log import SentBatch, SubmissionLog
+from .options import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
+from .trip_lines import Answer, LineCost, batch_api_of, line_token, spend_of
 
 __all__ = ["LinePool", "LinesStatus", "Route"]
 
@@ -109,7 +109,7 @@ class _Out:
 class LinePool:
     """The provider batches of one job (see the module's docstring)."""
 
-    def __init__(self, options: ProviderBatch, ledger: Ledger, job: str) -> None:
+    def __init__(self, options: ProviderBatch, ledger: SubmissionLog, job: str) -> None:
         self.options = options
         self.ledger = ledger
         self.job = job
@@ -453,7 +453,7 @@ class LinePool:
         """Adds a line's reply to the job's cost, and what it would have cost online."""
         self.add_spend(spend_of(model, response))
 
-    def add_spend(self, spend: Spend) -> None:
+    def add_spend(self, spend: LineCost) -> None:
         summary = self.summary
         if spend.cost is not None:
             summary.cost = (summary.cost or 0.0) + spend.cost
@@ -463,7 +463,7 @@ class LinePool:
 
 
 def _item_of(custom_id: str) -> str:
-    """The item part of a line's custom_id (see `item_lines.line_token`)."""
+    """The item part of a line's custom_id (see `trip_lines.line_token`)."""
     return custom_id.partition("-")[0]
 
 
