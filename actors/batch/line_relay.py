@@ -12,6 +12,8 @@ import asyncio
 import functools
 from typing import Any
 
+from raygent.backend import ProviderBatchPool
+
 __all__ = ["LineRelay"]
 
 # Replies to lines that come within this many seconds go back to a runner in one call.
@@ -21,7 +23,7 @@ REPLY_INTERVAL = 0.02
 class LineRelay:
     """Between the runners and the job's pool (`raygent._batch.provider.pool.LinePool`)."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: ProviderBatchPool | None) -> None:
         self._pool = pool
         if pool is not None:
             pool.keep_answers = True  # a runner that dies: its items' runs ask again
@@ -32,13 +34,16 @@ class LineRelay:
         """A runner's lines (custom_id, model, the line's bytes) and the spend it
         counted since."""
         lines, spend = relayed
-        self._pool.add_spend(spend)
+        pool = self._pool
+        if pool is None:  # a runner relays lines only when the job has a pool
+            raise RuntimeError("lines relayed by a job with no provider_batch=")
+        pool.add_spend(spend)
         routes: dict[int, Any] = {}  # a payload's lines share their model object
         for custom_id, model, line in lines:
             route = routes.get(id(model))
             if route is None:
-                route = routes[id(model)] = self._pool.route(model)
-            future = self._pool.line_future(model, route, custom_id, line)
+                route = routes[id(model)] = pool.route(model)
+            future = pool.line_future(model, route, custom_id, line)
             self._waiting.add(future)
             future.add_done_callback(functools.partial(self._answered, handle, share, custom_id))
 

@@ -1,8 +1,9 @@
 """The seams between the core and where work runs, and the registry that picks a backend.
 
 contract      the protocols a backend implements (`Backend`, `ModelAccess`,
-              `ToolExecution`, `BatchExecution`, `BatchPool`, `PoolPlan`) and the plug-in
-              a backend package registers (`BackendPlugin`)
+              `ToolExecution`, `BatchExecution`, `BatchPool`, `PoolPlan`,
+              `ProviderBatchPool`) and the plug-in a backend package registers
+              (`BackendPlugin`)
 batch         the shapes a batch seam carries: `Job`, `Outcome`, `BatchItem`, `Feed`...
 retry         `Retry`: how a batch item or a flow step is tried again
 local         the seams implemented in this process: `LOCAL`
@@ -31,6 +32,7 @@ from .contract import (
     Budgets,
     ModelAccess,
     PoolPlan,
+    ProviderBatchPool,
     ToolExecution,
 )
 from .local import LOCAL, LocalModelAccess, LocalToolExecution, closing_stream, routed
@@ -58,6 +60,7 @@ __all__ = [
     "ModelAccess",
     "Outcome",
     "PoolPlan",
+    "ProviderBatchPool",
     "Retry",
     "ToolExecution",
     "backend_plugin",

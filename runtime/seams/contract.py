@@ -9,6 +9,7 @@ tests run on both.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -35,6 +36,7 @@ __all__ = [
     "Budgets",
     "ModelAccess",
     "PoolPlan",
+    "ProviderBatchPool",
     "ToolExecution",
 ]
 
@@ -102,6 +104,29 @@ class BatchExecution(Protocol):
         that the next batch begins at once."""
 
 
+class ProviderBatchPool(Protocol):
+    """A job's pool of provider-batch lines as a backend reaches it: the members the Ray
+    backend's relay uses (`raygent._batch.provider.pool.LinePool` implements them)."""
+
+    options: Any  # the job's `raygent.ProviderBatch` (shipped to the runners)
+    job: str  # the job's name, in every line's custom_id
+    keep_answers: bool  # keep answers until their item ends (a run asks again)
+
+    def route(self, model: Any) -> object | None:
+        """Where `model`'s lines go (None: it has no provider-batch API)."""
+        ...
+
+    def line_future(
+        self, model: Any, route: Any, custom_id: str, line: bytes
+    ) -> asyncio.Future[tuple[Any, str]]:
+        """The answer to one line (its result, its batch id), for a caller by callback."""
+        ...
+
+    def add_spend(self, spend: Any) -> None:
+        """What a runner's lines cost (a `LineCost`), added to the job's summary."""
+        ...
+
+
 @dataclass(frozen=True)
 class PoolPlan:
     """What a batch pool is asked to do (the options of `raygent.batch` that concern
@@ -114,10 +139,10 @@ class PoolPlan:
     signal: AbortSignal | None
     grace: float
     runners: int | None
-    # provider_batch=: the job's pool of provider-batch lines (a `raygent._batch.provider.pool.
-    # LinePool`, in the driver), whose lines the runners' runs send through the driver;
-    # and the job's deadline (time.time()), past which a trip goes online.
-    lines: Any = None
+    # provider_batch=: the job's pool of provider-batch lines (in the driver), whose lines
+    # the runners' runs send through the driver; and the job's deadline (time.time()),
+    # past which a trip goes online.
+    lines: ProviderBatchPool | None = None
     deadline: float | None = None
     # provider_batch=: `concurrency` is then the items held (running or waiting for
     # their lines), and `active` the attempts working at once (see `_batch.active`).
