@@ -18,6 +18,7 @@ from ..budgets import BudgetLedger
 from ..errors import AbortedError, BudgetExceededError, RaygentError
 from ..messages import MESSAGE_TYPES, ImagePart, TextPart
 from ..observers.report import AgentResult
+from ..seams.attempt import AttemptState, current_attempt
 from ..seams.batch import EMPTY_USAGE, Attempt, Job, Outcome
 from ..usage import Usage
 from .durable import BATCH_ITEMS, BATCH_RUNS, DurableItems, ItemRuns, attempt_usage
@@ -167,7 +168,9 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
         options = {k: v for k, v in (run_options or {}).items() if k != "signal"}
         durable_runs = cast("DurableItems | None", options.pop(BATCH_RUNS, None))
         item_runs = cast("ItemRuns | None", options.pop(BATCH_ITEMS, None))
-        job_budget = cast("BudgetLedger | None", options.get(BATCH_BUDGET))
+        # The job's ledger travels in the plan's options (to the runners): the run gets it
+        # as attempt state, never as a run option.
+        job_budget = cast("BudgetLedger | None", options.pop(BATCH_BUDGET, None))
         # Only an agent with memory writes its item's session (the others ignore it).
         on_sessions = item_runs is not None and getattr(executable, "memory", None) is not None
 
@@ -176,6 +179,7 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
                 return Outcome("failed", error=_not_started(job_budget.exhausted))
             meta = job.meta
             item_options = options
+            recover = False
             if meta is not None and not SESSION_FIELDS.isdisjoint(meta):
                 # An item's own session: its runs load and save that conversation.
                 item_options = {**options, **{k: meta[k] for k in SESSION_FIELDS & set(meta)}}
@@ -184,10 +188,10 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
                     assert item_runs is not None
                     item_options["run_id"] = item_runs.run_id(job.key)
                     if job.previous is None and item_runs.recovers(job.attempts):
-                        item_options["recover"] = True  # what it stored, the store says
-            if job.previous is not None:
-                # A retry is the same run: it continues what its failed attempt stored.
-                item_options = {**item_options, "continues": job.previous}
+                        recover = True  # what it stored, the store says
+            # A retry is the same run: it continues what its failed attempt stored.
+            state = AttemptState(job_budget, continues=job.previous, recover=recover)
+            token = current_attempt.set(state)
             try:
                 if durable_runs is not None:
                     value = await durable_runs.attempt(
@@ -199,6 +203,8 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
                 return Outcome("cancelled", error=exc)
             except Exception as exc:
                 return Outcome("failed", error=exc, usage=_usage_of(exc))
+            finally:
+                current_attempt.reset(token)
             job.previous = (
                 value if isinstance(value, AgentResult) and value.trail is not None else None
             )

@@ -21,6 +21,7 @@ from ..messages import Message
 from ..observers.events import Event
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
+from ..seams.attempt import AttemptState, current_attempt
 from ._journal import Journal, Outcome
 from ._options import RunOptions
 from ._resume import already_resolved, restore, resume_state
@@ -40,8 +41,6 @@ _STORED_OPTIONS = (
     "attachments",
     "run_id",
     "resume",
-    "continues",
-    "recover",
 )
 _default: Durable | None = None
 
@@ -97,6 +96,16 @@ class DurableRuns:
             raise TypeError("durable= takes raygent.Durable(store=...)")
         return durable
 
+    def _prepare_resume(self, options: RunOptions) -> RunState:
+        """A resumed run takes its id and what it stored from the store: of a batch's
+        attempt state it keeps only the job's budget."""
+        held = AttemptState(job_budget=current_attempt.get().job_budget)
+        token = current_attempt.set(held)
+        try:
+            return self._prepare([], _resume_options(options), streaming=False, sink=None)[0]
+        finally:
+            current_attempt.reset(token)
+
     async def resume(
         self,
         run: str,
@@ -114,7 +123,7 @@ class DurableRuns:
         run's start (provider, model, tools, max_trips, output, compaction, version)
         gets a failed result with `DriftError` and changes nothing; `force=True` resumes
         anyway. `user_id` / `metadata` name the run's tenant as they did at its start."""
-        state, _ = self._prepare([], _resume_options(options), streaming=False, sink=None)
+        state = self._prepare_resume(options)
         return await self._resume_into(state, run, approvals, force, options)
 
     def resume_sync(
@@ -151,7 +160,7 @@ class DurableRuns:
         """End a durable run without finishing it: it becomes cancelled, its session
         records the error (as a failed run's would be), and a later resume returns this
         result. A run that already ended is returned as it ended."""
-        state, _ = self._prepare([], _resume_options(options), streaming=False, sink=None)
+        state = self._prepare_resume(options)
         durable = self._durable_for(options)
         if durable is None:
             return await self._resume_into(state, run, None, False, options)

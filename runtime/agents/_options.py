@@ -11,13 +11,12 @@ from typing import Any, Literal, TypedDict
 from .._message_input import MessageLike
 from ..abort import AbortSignal
 from ..attachments import AttachmentLike, AttachmentPolicy
-from ..budgets import Budget, BudgetLedger
+from ..budgets import Budget
 from ..cache import ResponseCache
 from ..durable.options import ApprovalHandler, Durable
 from ..errors import PromptError
 from ..observers import Observe
 from ..observers.events import Handlers
-from ..observers.report import AgentResult
 from ..run_context import RunInfo
 from ._guard import GuardSetting
 from .output import Repair
@@ -78,15 +77,8 @@ class RunOptions(TypedDict, total=False):
     tool_errors: Literal["continue", "fail"] | None
     # What this run may spend (raygent.Budget); the agent's own `budget=` holds as well.
     budget: Budget | None
-    # Internal: the job's ledger (a batch's `budget=`), shared by every run of the job.
-    job_budget: BudgetLedger | None
     # Durable runs (see raygent.Durable and Agent.resume).
     durable: Durable | None
     run_id: str | None
     approval_handler: ApprovalHandler | None
     resume: str | None
-    # Internal: a batch retry continues its failed attempt (its run id, what it stored).
-    continues: AgentResult | None
-    # Internal: this run's id may have written to its session before (a batch item
-    # tried again after its runner died, or a resumed batch): go on after what it wrote.
-    recover: bool | None

@@ -30,6 +30,7 @@ from ..errors import AbortedError, InvalidOptionsError, RaygentError, StepFailed
 from ..observers import Observe
 from ..observers.events import Event, EventHandler, Handlers, handler_list
 from ..observers.report import FlowReport, FlowResult, FlowResume
+from ..seams.attempt import current_attempt
 from ..seams.budgeted import held_ledgers
 from ..tools import Tool
 from ..usage import Usage
@@ -95,7 +96,7 @@ class Flow(ABC):
         the steps produced before in `result.outputs`). Options: `context=` (a dict the
         steps see, never stored), `deps=`, `signal=`, `on=`, `observe=`, `run_id=`, and
         `parent=` when run inside another run. A batch's `budget=` reaches it as
-        `job_budget=` (internal): every agent the run starts is held to it."""
+        its attempt (`seams.attempt`): every agent the run starts is held to it."""
         return await self._run(self._new_run(options, None), input)
 
     def execute_sync(self, input: Any, **options: Any) -> FlowResult:
@@ -196,7 +197,7 @@ class Flow(ABC):
         stored one), recording any failure on the result."""
         # A job's ledger (a batch's budget) holds every agent run below this one, as a
         # tool's caller holds its nested runs: by the context the child runs inherit.
-        job = run.options.get("job_budget")
+        job = None if run.options.get("parent") is not None else current_attempt.get().job_budget
         held = held_ledgers.set((*held_ledgers.get(), job)) if job is not None else None
         await run.start()
         try:

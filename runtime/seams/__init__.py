@@ -10,11 +10,13 @@ local         the seams implemented in this process: `LOCAL`
 registry      `init`, `current_backend`, `use_backend`: the backend of this process, and
               `backend_plugin`: a backend found through the entry-point group
               `raygent.backends`, never imported by name
+attempt       `current_attempt`, `AttemptState`: what a batch sets around an item's
+              attempt for the run it makes (a job's budget, a retry's continuation)
 request_path  `request_path`: a run's model access built from its options, link by link
               (cache, route, budget, bound) in one documented order
 link          `Link`: the base of every link (routes a fallback model once)
 budgeted      `BudgetedAccess`: the budget link (a request held to the run's budgets)
-lines         `TripLines`, `current_lines`: an attempt's way to its provider batches
+provider_lines  `TripLines`, `current_lines`: an attempt's way to its provider batches
 _endpoint_bound  an endpoint's bound in this process (each request under its own limit)
 
 May import the base, models' contract, budgets and memory (session

@@ -3,8 +3,9 @@ batch runner SIGKILLed, a driver resumed) goes on after what the store holds of 
 returns its stored answer without a request: one logical run, turns contiguous.
 
 Here the earlier attempt is a run that failed after its first tool turn was stored, or
-one that completed; the next is the same run id with `recover=True`, as a batch gives
-an item's attempt after its runner died (tests/ray/test_ray_batch.py kills runners).
+one that completed; the next is the same run id with `recover=True` in its attempt
+state (`raygent.seams.attempt`), as a batch gives an item's attempt after its runner died
+(tests/ray/test_ray_batch.py kills runners).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from batch_support import as_attempt
 
 import raygent
 from raygent import Memory
@@ -73,7 +75,7 @@ async def test_a_run_that_stored_a_turn_goes_on_after_it(
     first = await bot.execute("Owls?", session_id="s", run_id="item-1")
     assert first.error is not None
     model.fail, model.requests = False, 0
-    again = await bot.execute("Owls?", session_id="s", run_id="item-1", recover=True)
+    again = await as_attempt(bot.execute("Owls?", session_id="s", run_id="item-1"), recover=True)
     assert again.ok and again.text == "Owls hoot."
     stored = await _stored(tmp_path)
     roles = [role for _, _, role in stored]
@@ -94,7 +96,7 @@ async def test_a_run_whose_answer_is_stored_returns_it_without_a_request(
     assert (await bot.execute("Owls?", session_id="s", run_id="item-1")).ok
     before = await _stored(tmp_path)
     model.requests = 0
-    again = await bot.execute("Owls?", session_id="s", run_id="item-1", recover=True)
+    again = await as_attempt(bot.execute("Owls?", session_id="s", run_id="item-1"), recover=True)
     assert again.ok and again.text == "Owls hoot." and model.requests == 0
     assert await _stored(tmp_path) == before
 
@@ -106,3 +108,11 @@ async def test_without_recover_a_new_run_id_is_a_new_run(tmp_path: Path) -> None
     assert (await bot.execute("Owls?", session_id="s")).ok
     roles = [role for _, _, role in await _stored(tmp_path)]
     assert roles.count("user") == 2  # two runs, two questions
+
+
+def test_run_options_are_only_what_users_pass() -> None:
+    """A batch's internal state (a job's ledger, a retry's continuation, recovery) is set
+    around the attempt (`raygent.seams.attempt`), not passed as run options."""
+    from raygent.agents import RunOptions
+
+    assert not {"job_budget", "continues", "recover"} & set(RunOptions.__annotations__)
