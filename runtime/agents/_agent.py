@@ -35,7 +35,7 @@ from ..observers.delivery import observers_for, own_observers
 from ..observers.events import Dispatcher, Event, EventHandler, Handlers, handler_list
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
-from ..seams.attempt import NO_ATTEMPT, AttemptState, current_attempt
+from ..seams.attempt import attempt_of
 from ..seams.budgeted import held_ledgers
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
@@ -301,8 +301,8 @@ class Agent(DurableRuns):
             scope,
             persistence,
             info.run_id,
-            _attempt(options).continues,
-            recover=_attempt(options).recover,
+            attempt_of(options.get("parent")).continues,
+            recover=attempt_of(options.get("parent")).recover,
         )
         return saver, None
 
@@ -315,11 +315,8 @@ class Agent(DurableRuns):
 
     def _run_info(self, options: RunOptions) -> RunInfo:
         parent = options.get("parent")
-        run_id = (
-            continued_run_id(_attempt(options).continues)
-            or options.get("run_id")
-            or uuid.uuid4().hex
-        )
+        continues = attempt_of(parent).continues
+        run_id = continued_run_id(continues) or options.get("run_id") or uuid.uuid4().hex
         return RunInfo(
             run_id=run_id,
             root_run_id=parent.root_run_id if parent else run_id,
@@ -383,7 +380,7 @@ class Agent(DurableRuns):
                 if not isinstance(budget, Budget):
                     raise TypeError("budget= takes raygent.Budget(...)")
                 ledgers.append(LocalBudgetLedger(budget))
-        for shared in (_attempt(options).job_budget, *held_ledgers.get()):
+        for shared in (attempt_of(options.get("parent")).job_budget, *held_ledgers.get()):
             if shared is not None and all(shared is not mine for mine in ledgers):
                 ledgers.append(shared)
         return ledgers
@@ -600,9 +597,3 @@ def agent_tool(agent: Agent, *, name: str | None, description: str | None) -> To
         description=description or f"Ask the agent {agent.name!r}; it answers in text.",
     )
     return make(run_nested)
-
-
-def _attempt(options: RunOptions) -> AttemptState:
-    """What a batch set around this run's attempt (`seams.attempt`): a root run's only; a
-    nested run is part of its parent's (the job's budget reaches it as a held ledger)."""
-    return current_attempt.get() if options.get("parent") is None else NO_ATTEMPT

@@ -30,7 +30,7 @@ from ..errors import AbortedError, InvalidOptionsError, RaygentError, StepFailed
 from ..observers import Observe
 from ..observers.events import Event, EventHandler, Handlers, handler_list
 from ..observers.report import FlowReport, FlowResult, FlowResume
-from ..seams.attempt import current_attempt
+from ..seams.attempt import attempt_of
 from ..seams.budgeted import held_ledgers
 from ..tools import Tool
 from ..usage import Usage
@@ -197,7 +197,7 @@ class Flow(ABC):
         stored one), recording any failure on the result."""
         # A job's ledger (a batch's budget) holds every agent run below this one, as a
         # tool's caller holds its nested runs: by the context the child runs inherit.
-        job = None if run.options.get("parent") is not None else current_attempt.get().job_budget
+        job = attempt_of(run.options.get("parent")).job_budget
         held = held_ledgers.set((*held_ledgers.get(), job)) if job is not None else None
         await run.start()
         try:

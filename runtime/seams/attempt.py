@@ -15,7 +15,7 @@ from typing import Any
 
 from ..budgets import BudgetLedger
 
-__all__ = ["NO_ATTEMPT", "AttemptState", "current_attempt"]
+__all__ = ["NO_ATTEMPT", "AttemptState", "attempt_of", "current_attempt"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,3 +33,9 @@ class AttemptState:
 
 NO_ATTEMPT = AttemptState()
 current_attempt: ContextVar[AttemptState] = ContextVar("raygent_attempt", default=NO_ATTEMPT)
+
+
+def attempt_of(parent: object | None) -> AttemptState:
+    """The attempt state of a run whose parent is `parent`: a root run's (`parent` None)
+    is what the batch set; a nested run's is none (it is part of its parent's)."""
+    return current_attempt.get() if parent is None else NO_ATTEMPT
