@@ -176,7 +176,6 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     runners = _runners_for(executable, plan)
     if runners is not None:
         runners.check(executable)
-    cache_failures = _cache_failures(options)
     source = open_items(items)
     sink = open_sink(plan.sink_job) if plan.sink_job is not None else None
     collector = _Collector(plan, sink, source.size)
@@ -211,7 +210,6 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
             collector.progress.lines(lines.status())
         collector.close()
     result = collector.result()
-    result.report.cache_errors = _cache_failures(options) - cache_failures
     result.report.input_items = source.size
     if lines is not None:
         result.report.provider_batch = lines.summary
@@ -219,12 +217,6 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
         _spent, reserved = await ledger.standing()
         result.report.budget = BudgetReport.of(plan.budget, amount_of(result.usage), reserved)
     return result
-
-
-def _cache_failures(options: BatchOptions) -> int:
-    """How often the job's cache failed to reach its store so far, in this process."""
-    cache = options.get("cache")
-    return cache.failures if cache is not None else 0
 
 
 def _ending_lines(lines: LinePool, deliver: Deliver) -> Deliver:

@@ -176,7 +176,7 @@ def summary(result: BatchResult) -> str:
         line += f"\n{tool_errors_line(r)}"
     if r.cache_errors:
         line += (
-            f"\ncache: its store failed {r.cache_errors} times "
+            f"\ncache: its store could not be reached for {r.cache_errors} trips "
             "(those requests were sent; see the first warning above)"
         )
     if r.errors:

@@ -58,8 +58,8 @@ class BatchReport(BaseModel):
     # those replies cost when they were paid (USD), each item's last attempt counted.
     cache_hits: int = 0
     saved: float = 0.0
-    # Reads and writes of the cache's store that failed (the requests were sent); counted
-    # in this process (on Ray, the runners' own copies of the cache log theirs).
+    # Trips whose response cache could not reach its store (each sent as a miss), in
+    # whichever process ran them (each process's cache logs its first failure once).
     cache_errors: int = 0
     # Tool calls that failed in the items' runs (each item's last attempt), the items
     # that had any, and the first one's error: with `tool_errors="continue"` the model
@@ -122,6 +122,7 @@ class Tally:
         self.usage = Usage()
         self.total = self.succeeded = self.failed = self.cancelled = self.awaiting = 0
         self.skipped = self.attempts = self.on_item_errors = self.cache_hits = 0
+        self.cache_errors = 0
         self.saved = 0.0
         self.tool_errors = self.items_with_tool_errors = 0
         self.first_tool_error: str | None = None
@@ -153,6 +154,7 @@ class Tally:
         if hits:
             self.cache_hits += hits
             self.saved += report.saved  # type: ignore[union-attr]
+        self.cache_errors += getattr(report, "cache_errors", 0)
         if item.latency is not None:
             self._sample(item.latency)
         failed_calls = tool_errors_of(item)
@@ -184,6 +186,7 @@ class Tally:
             on_item_errors=self.on_item_errors,
             first_on_item_error=self.first_on_item_error,
             cache_hits=self.cache_hits,
+            cache_errors=self.cache_errors,
             saved=self.saved,
             tool_errors=self.tool_errors,
             items_with_tool_errors=self.items_with_tool_errors,

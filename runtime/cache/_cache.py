@@ -27,6 +27,14 @@ __all__ = ["CachedAccess", "ResponseCache"]
 
 log = logging.getLogger("raygent.cache")
 
+
+class _Unavailable:
+    """What a lookup gives when the store failed: the request is sent as a miss, and its
+    trip says `cache="unavailable"` (so a batch counts it, in whichever process ran it)."""
+
+
+UNAVAILABLE = _Unavailable()
+
 # The in-memory stores of caches made without a store, by the cache's token: every copy
 # of one cache in this process (an agent's and a batch's, unpickled apart) shares one,
 # for as long as a copy lives.
@@ -129,24 +137,28 @@ class ResponseCache:
 
     # -- the store: a failing cache is a missing one -----------------------------------
 
-    async def _lookup(self, key: str) -> Entry | None:
+    async def _lookup(self, key: str) -> Entry | _Unavailable | None:
         try:
             data = await self._store.get_cached(self.namespace, key)
             return None if data is None else Entry.decode(data)
         except Exception as exc:
             self._failed("reading", exc)
-            return None
+            return UNAVAILABLE
 
-    async def _keep(self, key: str, entry: Entry) -> None:
+    async def _keep(self, key: str, entry: Entry) -> bool:
+        """Whether `entry` is in the store now."""
         try:
             await self._store.put_cached(self.namespace, key, entry.encode(), self.ttl)
         except Exception as exc:
             self._failed("storing", exc)
+            return False
+        return True
 
     @property
     def failures(self) -> int:
         """Reads and writes of the store that failed in this process (each request was
-        sent as if the cache missed); a batch's report counts them as `cache_errors`."""
+        sent as if the cache missed); a batch's report counts the trips they touched as
+        `cache_errors`, whichever process ran them."""
         failures: int = self.__dict__.get("_failures", 0)
         return failures
 
@@ -193,15 +205,18 @@ class ResponseCache:
 
     async def _entry_for(
         self, key: str, signal: AbortSignal | None
-    ) -> tuple[Entry | None, asyncio.Future[Entry | None] | None]:
+    ) -> tuple[Entry | _Unavailable | None, asyncio.Future[Entry | None] | None]:
         """The stored entry for `key`, or the one the request in flight for it brought;
         else None and the flight this caller now leads (it sends the request, `_land`s
         the reply, then `_drop`s the flight), or None and no flight when the request it
         followed brought nothing to share (an error, a refusal, a cut-off reply, it was
-        stopped): then each follower sends its own, at once."""
+        stopped): then each follower sends its own, at once. `UNAVAILABLE`: the store
+        failed (the caller sends the request, leading no flight)."""
         flight = self._flight(key)
         if flight is None:
             entry = await self._lookup(key)
+            if entry is UNAVAILABLE:
+                return entry, None
             if entry is not None:
                 return entry, None
             flight = self._flight(key)  # someone may have taken off meanwhile
@@ -259,9 +274,10 @@ class CachedAccess(Link):
             return await self.inner.complete(model, messages, options, signal)
         cache = self.cache
         entry, flight = await cache._entry_for(key, signal)
-        if entry is not None:
+        if isinstance(entry, Entry):
             return entry.hit()
         kept: Entry | None = None  # (no flight: it followed one that brought nothing)
+        reached = entry is not UNAVAILABLE
         try:
             try:
                 response = await self.inner.complete(model, messages, options, signal)
@@ -269,11 +285,11 @@ class CachedAccess(Link):
                     kept = Entry.of(response)
             finally:
                 cache._land(flight, kept)  # the followers go on at once
-            if kept is not None:
-                await cache._keep(key, kept)
+            if kept is not None and reached:
+                reached = await cache._keep(key, kept)
         finally:
             cache._drop(key, flight)
-        return with_fields(response, cache="miss")
+        return with_fields(response, cache="miss" if reached else "unavailable")
 
     async def send_stream(
         self,
@@ -291,11 +307,12 @@ class CachedAccess(Link):
             return
         cache = self.cache
         entry, flight = await cache._entry_for(key, signal)
-        if entry is not None:
+        if isinstance(entry, Entry):
             for chunk in entry.replay():
                 yield chunk
             return
         kept: Entry | None = None
+        reached = entry is not UNAVAILABLE
         recorded: list[StreamChunk] = []
         try:
             chunks = self.inner.stream(model, messages, options, signal)
@@ -306,9 +323,11 @@ class CachedAccess(Link):
                         if storable(response):
                             kept = Entry.of(response, recorded)
                         cache._land(flight, kept)
-                        if kept is not None:
-                            await cache._keep(key, kept)
-                        chunk = Done(with_fields(response, cache="miss"))
+                        if kept is not None and reached:
+                            reached = await cache._keep(key, kept)
+                        chunk = Done(
+                            with_fields(response, cache="miss" if reached else "unavailable")
+                        )
                     else:
                         recorded.append(chunk)
                     yield chunk

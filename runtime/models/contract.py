@@ -149,7 +149,9 @@ class ModelResponse(BaseModel):
     # Set by a response cache (`raygent.ResponseCache`): "hit", served from it with no
     # request (`usage` counts the reply's tokens at no cost, `saved` what they cost
     # when paid), or "miss". Left out of the JSON when unset.
-    cache: Literal["hit", "miss"] | None = Field(default=None, exclude_if=lambda v: v is None)
+    cache: Literal["hit", "miss", "unavailable"] | None = Field(
+        default=None, exclude_if=lambda v: v is None
+    )
     saved: Cost | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @property

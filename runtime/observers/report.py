@@ -94,9 +94,12 @@ class TripReport(BaseModel):
     provider_batch: str | None = None
     batch_wait: float | None = None
     # With a response cache: "hit" (no request sent; `usage` counts the reply's tokens at
-    # no cost) or "miss"; None without a cache. `saved`: what a hit cost when it was paid
+    # no cost), "miss", or "unavailable" (its store failed: sent as a miss); None without
+    # a cache. `saved`: what a hit cost when it was paid
     # (USD; 0 when that is unknown). Both left out of the JSON when unset.
-    cache: Literal["hit", "miss"] | None = Field(default=None, exclude_if=lambda v: v is None)
+    cache: Literal["hit", "miss", "unavailable"] | None = Field(
+        default=None, exclude_if=lambda v: v is None
+    )
     saved: float = Field(default=0.0, exclude_if=lambda v: v == 0.0)
 
     def __repr__(self) -> str:
@@ -168,6 +171,13 @@ class AgentReport(BaseModel):
         """Trips served from the response cache, nested runs' included."""
         own = sum(1 for trip in self.trips if trip.cache == "hit")
         return own + sum(c.child.cache_hits for c in self.tool_calls if c.child)
+
+    @property
+    def cache_errors(self) -> int:
+        """Trips whose response cache could not reach its store (sent as if it missed),
+        nested runs' included."""
+        own = sum(1 for trip in self.trips if trip.cache == "unavailable")
+        return own + sum(c.child.cache_errors for c in self.tool_calls if c.child)
 
     @property
     def tool_errors(self) -> int:
@@ -277,6 +287,11 @@ class FlowReport(BaseModel):
     def cache_hits(self) -> int:
         """Trips of the runs under this one served from the response cache."""
         return sum(run.cache_hits for run in self.runs())
+
+    @property
+    def cache_errors(self) -> int:
+        """Trips whose response cache could not reach its store, in every run."""
+        return sum(run.cache_errors for run in self.runs())
 
     @property
     def tool_errors(self) -> int:

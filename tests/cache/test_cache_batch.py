@@ -11,6 +11,7 @@ from cache_support import WEATHER, get_weather, make_model
 
 import raygent
 from raygent.sim import serve
+from raygent.stores import RedisStore
 
 ITEMS = 1000
 TRIPS = 2  # each item: a tool call, then the answer
@@ -89,3 +90,23 @@ async def test_an_item_whose_second_trip_failed_pays_only_that_trip_again(
     assert not failed.ok and paid == 2
     assert done.ok and more == 1  # the tool-call trip came from the cache
     assert [t.cache for t in done.report.trips] == ["hit", "miss"]
+
+
+async def test_a_dead_store_is_counted_per_trip_wherever_the_runs_ran(
+    backend_kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # On Ray the runs (and their copies of the cache) are in the runners: the count
+    # reaches the driver's report on each trip, not from the driver's own copy.
+    cache = raygent.ResponseCache(RedisStore("redis://127.0.0.1:1/0"))
+    async with serve(WEATHER) as sim:
+        bot = raygent.agent(model=make_model("openai", sim), tools=[get_weather])
+        result = await raygent.batch(bot, questions(6), concurrency=3, cache=cache)
+        sent = sim.stats().requests
+    assert result.ok, result.report.errors
+    assert sent == 6 * TRIPS  # a cache that fails never fails a run
+    assert result.report.cache_errors == 6 * TRIPS
+    assert result.report.cache_hits == 0
+    trips = [trip for item in result.items for trip in item.result.report.trips]
+    assert {trip.cache for trip in trips} == {"unavailable"}
+    if backend_kind == "local":  # (the runners' logs are theirs)
+        assert sum("response cache:" in r.getMessage() for r in caplog.records) == 1
