@@ -220,7 +220,7 @@ async def test_a_store_that_fails_never_fails_a_run() -> None:
             assert sim.stats().requests == 2
     finally:
         await dead.aclose()
-    assert all(r.ok and trips(r) == ["miss"] for r in results)
+    assert all(r.ok and trips(r) == ["unavailable"] for r in results)
 
 
 async def test_models_that_do_not_say_what_they_send_are_not_cached() -> None:
