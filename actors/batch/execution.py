@@ -228,6 +228,7 @@ class RunnerPool:
         self._payload: Any = None
         self._id = uuid.uuid4().hex
         self._relay = LineRelay(plan.lines)
+        self._ahead = 1 / AHEAD_SHARE if plan.lines is None else 0.0  # (max_waiting bounds)
         # provider_batch=: each lane's share of the attempts working at once (`slots`
         # is then its share of the items in flight, most of them waiting for lines).
         self._active: list[int] = []
@@ -323,10 +324,9 @@ class RunnerPool:
         for runner in self._lanes:
             if runner.ended or runner.closed or not runner.opened:
                 continue
-            # A runner holds its slots and a quarter: the jobs it runs or has queued, and
-            # the results on their way back. So a driver killed mid-batch loses (and a
-            # resume pays again for) at most 1.25x the runs in flight.
-            room = runner.slots + runner.slots // AHEAD_SHARE - len(runner.held)
+            # A runner holds its slots and a quarter (the jobs it runs or has queued, the
+            # results on their way back): a killed driver loses at most 1.25x its runs.
+            room = runner.slots + int(runner.slots * self._ahead) - len(runner.held)
             if room < max(1, runner.slots // REFILL_SHARE):
                 continue
             chunk = [job async for job in self._take(feed, runner.lane, room)]

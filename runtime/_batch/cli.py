@@ -216,7 +216,7 @@ def tool_errors_line(report: BatchReport) -> str:
 
 def cost_line(usage: Usage) -> str:
     """`cost: $0.0123 (300 requests, 45,000 in / 9,000 out tokens)`, on every run."""
-    cost = total_cost(usage)
+    cost = total_cost(usage) if usage.requests else 0.0  # nothing sent costs nothing
     money = "unknown (no pricing for the model)" if cost is None else dollars(cost)
     return (
         f"cost: {money} ({usage.requests:,} requests, "

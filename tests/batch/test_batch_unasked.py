@@ -30,8 +30,9 @@ UNASKED = [
     ("raygent._batch.provider.pool", "LinePool"),
     ("raygent._batch.provider.trip_lines", "ItemLines"),
     ("raygent._batch.provider.trip_lines", "RelayedLines"),
-    ("raygent._batch.provider.trip_lines", "_LineAccess"),
-    ("raygent._batch.provider.log", "Ledger"),
+    ("raygent._batch.provider.trip_lines", "_LineSend"),
+    ("raygent._batch.provider.log", "SubmissionLog"),
+    ("raygent.seams.request_path", "Route"),
     ("raygent._batch.sinks", "JsonlSink"),
     ("raygent._batch.sinks", "ParquetSink"),
     ("raygent._batch.progress", "bar_class"),
@@ -80,17 +81,26 @@ def _install(always: bool) -> Callable[[], None]:
     import sys
 
     undo: list[tuple[Any, str, Any]] = []
-    for module_name, attr in UNASKED:
-        module = importlib.import_module(module_name)
-        original = getattr(module, attr)
-        trapped = _trap(f"{module_name}.{attr}", original, always)
-        for other in list(sys.modules.values()):
-            if getattr(other, "__name__", "").startswith("raygent") and (
-                getattr(other, attr, None) is original
-            ):
-                undo.append((other, attr, original))
-                setattr(other, attr, trapped)
-    return lambda: [setattr(m, a, o) for m, a, o in reversed(undo)] and None
+
+    def undo_all() -> None:
+        for module, attr, original in reversed(undo):
+            setattr(module, attr, original)
+
+    try:
+        for module_name, attr in UNASKED:
+            module = importlib.import_module(module_name)
+            original = getattr(module, attr)  # a renamed entry point fails here, loudly
+            trapped = _trap(f"{module_name}.{attr}", original, always)
+            for other in list(sys.modules.values()):
+                if getattr(other, "__name__", "").startswith("raygent") and (
+                    getattr(other, attr, None) is original
+                ):
+                    undo.append((other, attr, original))
+                    setattr(other, attr, trapped)
+    except BaseException:
+        undo_all()  # never leave a trap behind for the tests that follow
+        raise
+    return undo_all
 
 
 @contextmanager

@@ -139,4 +139,4 @@ async def test_the_cli_holds_a_budget_under_provider_batches(tmp_path: Path) -> 
     rows = [json.loads(line) for line in sink.read_text().splitlines()]
     assert sorted(r["key"] for r in rows) == list(range(5))
     assert all(r["error"]["code"] == "BUDGET_EXCEEDED" for r in rows), rows[0]
-    assert "budget: $0.0000 spent" in text, text
+    assert "budget: $0.00 spent" in text, text

@@ -96,9 +96,9 @@ def test_the_cli_asks_before_a_job_estimated_over_confirm_over(
     code, sink = _cli(tmp_path, "--confirm-over", "0.01", "--sample", "5")
     assert code == 0 and len(sink.read_text().splitlines()) == 30
     capsys.readouterr()
-    # Under the threshold it runs without asking.
+    # Under the threshold it runs without asking (a new job on the same sink, said so).
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
-    code, _ = _cli(tmp_path, "--confirm-over", "1000", "--sample", "5")
+    code, _ = _cli(tmp_path, "--confirm-over", "1000", "--sample", "5", "--mode", "overwrite")
     assert code == 0 and "run it?" not in capsys.readouterr().err
 
 
