@@ -72,4 +72,7 @@ async def test_a_resume_after_the_driver_was_killed_pays_again_only_for_runs_in_
     assert keys == list(range(ITEMS))  # every item once
     again = paid - 2 * ITEMS
     print(f"\n{backend}: {written} items sunk before the kill, {again} requests paid twice")
-    assert 0 <= again <= 2 * CONCURRENCY, again
+    # Two trips an item; on Ray a runner also holds a quarter more jobs than its slots
+    # (started only as slots free), so at most 1.25x the runs in flight are lost there.
+    held = CONCURRENCY if backend == "local" else CONCURRENCY + CONCURRENCY // 4
+    assert 0 <= again <= 2 * held, again
