@@ -17,6 +17,7 @@ from raygent.errors import RateLimitError
 from raygent.messages import Message
 from raygent.models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
 from raygent.seams import LOCAL, BudgetedAccess, Link, ModelAccess, request_path
+from raygent.seams.attempt import AttemptState, current_attempt
 from raygent.seams.request_path import Route
 from raygent.testing import ScriptedModel
 
@@ -117,7 +118,11 @@ async def test_a_fallback_is_split_once_and_its_first_model_fails_fast_at_the_bo
         cache=ResponseCache(),
         budget=Budget(tokens=10**6),
     )
-    result = await bot.execute("hi", job_budget=ledger)
+    token = current_attempt.set(AttemptState(job_budget=ledger))  # as a batch's job sets it
+    try:
+        result = await bot.execute("hi")
+    finally:
+        current_attempt.reset(token)
     assert result.ok and result.text == "two"
     # Each model came down the chain alone; the one with a model after it failed fast.
     assert [(model.name, fast) for model, fast in bound.seen] == [("m1", True), ("m2", False)]
