@@ -248,8 +248,8 @@ def test_the_simulators_yaml_examples_are_scripts_it_loads() -> None:
         assert Script.model_validate(yaml.safe_load(example)).rules
 
 
-# Run options for raygent's own use (a batch's, a nested run's), not for callers.
-INTERNAL_RUN_OPTIONS = {"parent", "job_budget", "continues", "recover"}
+# Run options for raygent's own use (a nested run's), not for callers.
+INTERNAL_RUN_OPTIONS = {"parent"}
 
 
 def test_the_agent_table_names_every_parameter_and_run_option() -> None:
