@@ -29,11 +29,11 @@ from typing_extensions import Unpack
 
 from .._sync import run_sync
 from ..budgets import pricing_of
-from ..pricing import lookup_pricing
 from ..seams.batch import BatchItem
 from ..usage import Usage, dollars, total_cost
 from .call import batch
 from .exec import ItemKey, JobMaker, is_runnable
+from .job_budget import agents_of, models_of
 from .plan import DEFAULT_CONCURRENCY
 from .provider.job import check_batchable
 from .provider.options import ProviderBatch
@@ -162,7 +162,7 @@ async def estimate(
         cost, low, high = _projected([float(c or 0.0) for c in costs], total)
     limits = [
         limit
-        for agent in _agents(executable)
+        for agent in agents_of(executable)
         if (limit := getattr(agent.model, "max_concurrency", None))
     ]
     in_flight = min(bound, *limits)
@@ -210,15 +210,9 @@ def _batch_rates(executable: Any) -> Rates | None:
     """What the providers' batch APIs charge of the online rates, for the executable's
     models (the highest if they differ: an estimate errs high); None: a pricing unknown."""
     ratios: list[Rates] = []
-    for agent in _agents(executable):
-        for model in getattr(agent.model, "models", None) or [agent.model]:
-            online = pricing_of(model)
-            declared = getattr(model, "pricing", None)
-            batched = (
-                declared.for_batch()
-                if declared is not None
-                else lookup_pricing(model.provider, model.name, batch=True)
-            )
+    for agent in agents_of(executable):
+        for model in models_of(agent):
+            online, batched = pricing_of(model), pricing_of(model, batch=True)
             if online is None or batched is None:
                 return None
             ratios.append((_ratio(batched.input_per_mtok, online.input_per_mtok),
@@ -226,14 +220,6 @@ def _batch_rates(executable: Any) -> Rates | None:
     if not ratios:
         return None
     return max(r[0] for r in ratios), max(r[1] for r in ratios)
-
-
-def _agents(executable: Any) -> list[Any]:
-    """The agents whose models a job's requests go to: the agent, or a flow's."""
-    if hasattr(executable, "model"):
-        return [executable]
-    agents = getattr(executable, "agents", None)
-    return list(agents()) if callable(agents) else []
 
 
 def _ratio(batched: float, online: float) -> float:
