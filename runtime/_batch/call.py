@@ -23,7 +23,7 @@ import dataclasses
 import inspect
 from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from typing_extensions import Unpack
 
@@ -60,9 +60,6 @@ from .provider.pool import LinePool
 from .report import BatchReport, Tally, counts_line
 from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "BatchItem",

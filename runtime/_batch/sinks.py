@@ -128,7 +128,8 @@ class JsonlSink:
 
     def write(self, item: BatchItem) -> None:
         assert self._fd is not None, "the sink is closed"
-        record = {**record_of(item), "job": self.job or None}
+        record = record_of(item)  # a dict of its own: tagged in place
+        record["job"] = self.job or None
         line = memoryview((dumps(record) + "\n").encode("utf-8"))
         while line:  # a regular file takes it in one write; loop for the odd short write
             line = line[os.write(self._fd, line) :]

@@ -9,10 +9,11 @@ own access, and nothing of the other features runs per request. The order, and w
 
 - **cache** first: a hit sends nothing, so it reserves nothing and costs nothing; each
   model's reply is kept under that model's own request key.
-- **route** (a provider-batch job's trip): decides once per request whether it goes as
-  a line of a provider batch or online, so that its reservation is at the rates of
-  where it goes; a line its provider did not answer that is to go online after all
-  (`on_expired="online"`) is released from the batch branch and sent down the online one.
+- **route** (`BatchOrOnline`, a provider-batch job's trip): decides once per request
+  whether it goes as a line of a provider batch or online, so that its reservation is at
+  the rates of where it goes; a line its provider did not answer that is to go online
+  after all (`on_expired="online"`) is released from the batch branch and sent down the
+  online one.
 - **budget**: reserves the request's worst case before it is sent and settles at the
   real usage after; a request that is never billed (an error reply, a line that expired
   or failed) releases its reservation.
@@ -40,7 +41,7 @@ from .contract import ModelAccess
 from .link import Link
 from .provider_lines import SendOnline, TripLines
 
-__all__ = ["Cache", "Link", "Route", "request_path"]
+__all__ = ["BatchOrOnline", "Cache", "Link", "request_path"]
 
 
 class Cache(Protocol):
@@ -67,11 +68,11 @@ def request_path(
         by_batch = lines.sender(trip)
         if held:
             by_batch = BudgetedAccess(by_batch, held, batch=True)
-        access = Route(lines, online, by_batch)
+        access = BatchOrOnline(lines, online, by_batch)
     return access if cache is None else cache.around(access)
 
 
-class Route(Link):
+class BatchOrOnline(Link):
     """A provider-batch job's trip: each request goes by batch (where its model has a
     batch API and the job's options let it) or online, decided once per request."""
 

@@ -32,7 +32,7 @@ UNASKED = [
     ("raygent._batch.provider.trip_lines", "RelayedLines"),
     ("raygent._batch.provider.trip_lines", "_LineSend"),
     ("raygent._batch.provider.log", "SubmissionLog"),
-    ("raygent.seams.request_path", "Route"),
+    ("raygent.seams.request_path", "BatchOrOnline"),
     ("raygent._batch.sinks", "JsonlSink"),
     ("raygent._batch.sinks", "ParquetSink"),
     ("raygent._batch.progress", "bar_class"),

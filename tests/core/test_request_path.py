@@ -18,7 +18,7 @@ from raygent.messages import Message
 from raygent.models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
 from raygent.seams import LOCAL, BudgetedAccess, Link, ModelAccess, request_path
 from raygent.seams.attempt import AttemptState, current_attempt
-from raygent.seams.request_path import Route
+from raygent.seams.request_path import BatchOrOnline
 from raygent.testing import ScriptedModel
 
 
@@ -97,7 +97,7 @@ def test_the_links_are_chained_in_their_documented_order() -> None:
     # cache -> route -> {batch: budget at batch rates -> line | online: budget -> bound}
     assert isinstance(path, CachedAccess) and path.cache is cache
     route = path.inner
-    assert isinstance(route, Route)
+    assert isinstance(route, BatchOrOnline)
     online, by_batch = route.inner, route.by_batch
     assert isinstance(online, BudgetedAccess) and not online.batch and online.inner is bound
     assert isinstance(by_batch, BudgetedAccess) and by_batch.batch

@@ -47,13 +47,12 @@ def check_batchable(executable: Any) -> None:
     """InvalidOptionsError, before anything is sent, unless the executable's model has a
     batch API (a fallback's first model must; the others go by batch where they can,
     else online)."""
-    model = getattr(executable, "model", None)
-    if model is None:
+    if getattr(executable, "model", None) is None:
         raise InvalidOptionsError(
             "provider_batch= needs an agent (its model's requests go by batch), not"
             f" {type(executable).__name__}"
         )
-    first = (getattr(model, "models", None) or [model])[0]
+    first = _first_model(executable)
     if batch_api_of(first) is None:
         raise InvalidOptionsError(
             f"provider_batch=: {first!r} has no batch API (OpenAIModel on an OpenAI"
@@ -67,11 +66,15 @@ def max_waiting(options: ProviderBatch, executable: Any) -> int:
     limit), so that every item in flight can join one batch per trip."""
     if options.max_waiting is not None:
         return options.max_waiting
-    model = getattr(executable, "model", None)
-    first = (getattr(model, "models", None) or [model])[0]
-    api = batch_api_of(first)
+    api = batch_api_of(_first_model(executable))
     limit = api.max_lines if api is not None else 50_000
     return min(options.max_lines or limit, limit)
+
+
+def _first_model(executable: Any) -> Any:
+    """The agent's model, or a fallback's first: the one whose batch API a job uses."""
+    model = getattr(executable, "model", None)
+    return (getattr(model, "models", None) or [model])[0]
 
 
 def split_warning(items: int | None, waiting: int) -> str:

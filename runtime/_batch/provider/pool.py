@@ -41,7 +41,7 @@ from .log import SentBatch, SubmissionLog
 from .options import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
 from .trip_lines import Answer, LineCost, batch_api_of, line_token, spend_of
 
-__all__ = ["LinePool", "LinesStatus", "Route"]
+__all__ = ["LinePool", "LineRoute", "LinesStatus"]
 
 logger = logging.getLogger(__name__)
 # A group of lines still growing is sent anyway once its first line has waited this
@@ -53,14 +53,14 @@ _UNCERTAIN = (ProviderTimeoutError, ProviderConnectionError, ServerError)
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
+class LineRoute:
     """Where a model's lines go: its batch API and the group of lines it joins."""
 
     api: BatchAPI
     key: tuple[Any, ...]
 
     @classmethod
-    def of(cls, model: Any) -> Route | None:
+    def of(cls, model: Any) -> LineRoute | None:
         api = batch_api_of(model)
         if api is None:
             return None
@@ -139,19 +139,19 @@ class LinePool:
     async def line(
         self, model: Any, custom_id: str, line: bytes, signal: AbortSignal | None
     ) -> Answer:
-        route = Route.of(model)
+        route = LineRoute.of(model)
         if route is None:
             raise ProviderBatchError(f"{model!r} has no batch API", provider=model.provider)
         await self._adopt(model, route.api)
         return await abortable(asyncio.shield(self._ask(route, custom_id, line)), signal)
 
     @staticmethod
-    def route(model: Any) -> Route | None:
+    def route(model: Any) -> LineRoute | None:
         """Where `model`'s lines go (None: it has no batch API)."""
-        return Route.of(model)
+        return LineRoute.of(model)
 
     def line_future(
-        self, model: Any, route: Route | None, custom_id: str, line: bytes
+        self, model: Any, route: LineRoute | None, custom_id: str, line: bytes
     ) -> asyncio.Future[Answer]:
         """`line`, for a caller that waits by callback (the Ray relay: no task a line)."""
         endpoint = None if route is None else (route.api.provider, model.base_url)
@@ -160,7 +160,7 @@ class LinePool:
             return asyncio.ensure_future(self.line(model, custom_id, line, None))
         return self._ask(route, custom_id, line)
 
-    def _ask(self, route: Route, custom_id: str, line: bytes) -> asyncio.Future[Answer]:
+    def _ask(self, route: LineRoute, custom_id: str, line: bytes) -> asyncio.Future[Answer]:
         future = self._futures.get(custom_id)
         if future is not None:
             return future
@@ -176,7 +176,7 @@ class LinePool:
             self._add(route, custom_id, line)
         return future
 
-    def _add(self, route: Route, custom_id: str, line: bytes) -> None:
+    def _add(self, route: LineRoute, custom_id: str, line: bytes) -> None:
         api, key = route.api, route.key
         cap = min(self.options.max_lines or api.max_lines, api.max_lines)
         size = len(line) + 1  # and its separator
