@@ -95,6 +95,7 @@ class ResponseCache:
     def _setup(self) -> None:
         self._store: CacheStore = self.store if self.store is not None else _memory(self._token)
         self._flights: dict[str, asyncio.Future[Entry | None]] = {}
+        self._logged = False  # a failing store, told once
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: self.__dict__[k] for k in ("store", "ttl", "namespace", "_token")}
@@ -154,19 +155,12 @@ class ResponseCache:
             return False
         return True
 
-    @property
-    def failures(self) -> int:
-        """Reads and writes of the store that failed in this process (each request was
-        sent as if the cache missed); a batch's report counts the trips they touched as
-        `cache_errors`, whichever process ran them."""
-        failures: int = self.__dict__.get("_failures", 0)
-        return failures
-
     def _failed(self, doing: str, exc: Exception) -> None:
         # Logged once per cache and process: a store that cannot be reached would
-        # otherwise log a line per request (a job of 300 items, ~1,200 lines).
-        self._failures = self.failures + 1
-        if self._failures == 1:
+        # otherwise log a line per request (a job of 300 items, ~1,200 lines). The trips
+        # it touched say `cache="unavailable"`, and a batch's report counts those.
+        if not self._logged:
+            self._logged = True
             log.warning(
                 "response cache: %s the store failed, sending requests as if it missed "
                 "(logged once; the batch summary counts the failures): %r",
