@@ -23,6 +23,11 @@ class Pricing(BaseModel):
     `batch_input_per_mtok` / `batch_output_per_mtok`: the rates of the provider's batch
     API (OpenAI Batch, Anthropic Message Batches); unset, half the online ones (what
     both providers charge). The other channels move with them.
+
+    `flex_multiplier` / `priority_multiplier`: what a reply served at the flex or the
+    priority service tier costs of these rates. Unset, flex is charged the batch rates
+    (what OpenAI charges for flex) and priority these rates (Anthropic's priority tier
+    is bought by commitment, its tokens at the standard rates).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -34,6 +39,26 @@ class Pricing(BaseModel):
     reasoning_per_mtok: float | None = None
     batch_input_per_mtok: float | None = None
     batch_output_per_mtok: float | None = None
+    flex_multiplier: float | None = None
+    priority_multiplier: float | None = None
+
+    def for_tier(self, tier: str | None) -> Pricing:
+        """The rates of a reply served at `tier` (as the provider names the tier it used:
+        "flex", "priority", "batch"; any other is the standard tier's)."""
+        if tier == "batch" or (tier == "flex" and self.flex_multiplier is None):
+            return self.for_batch()
+        multiplier = {"flex": self.flex_multiplier, "priority": self.priority_multiplier}
+        times = multiplier.get(tier or "")
+        if times is None:
+            return self
+        return Pricing(
+            input_per_mtok=self.input_per_mtok * times,
+            output_per_mtok=self.output_per_mtok * times,
+            cached_input_per_mtok=_times(self.cached_input_per_mtok, times),
+            cache_write_per_mtok=_times(self.cache_write_per_mtok, times),
+            cache_write_1h_per_mtok=_times(self.cache_write_1h_per_mtok, times),
+            reasoning_per_mtok=_times(self.reasoning_per_mtok, times),
+        )
 
     def for_batch(self) -> Pricing:
         """The rates a provider batch API charges: the declared batch rates, else half."""
@@ -87,26 +112,45 @@ def price_usage(
     model: str,
     declared: Pricing | None = None,
     batch: bool = False,
+    tier: str | None = None,
 ) -> Usage:
     """Return `usage` with its cost fixed: the declared pricing wins, else genai-prices.
-    `batch`: the request went through the provider's batch API (its rates)."""
+    `batch`: the request went through the provider's batch API (its rates); `tier`: the
+    service tier the reply says it was served at (its rates)."""
     if declared is not None:
-        pricing: Pricing | None = declared.for_batch() if batch else declared
+        pricing: Pricing | None = declared.for_tier("batch" if batch else tier)
     else:
-        pricing = lookup_pricing(provider, model, usage.total_input_tokens, batch=batch)
+        tokens = usage.total_input_tokens
+        pricing = lookup_pricing(provider, model, tokens, batch=batch, tier=tier)
     if pricing is None:
         return usage if usage.cost is None else usage.model_copy(update={"cost": None})
     return usage.model_copy(update={"cost": pricing.cost(usage)})
 
 
 def lookup_pricing(
-    provider: str, model: str, input_tokens: int = 0, *, batch: bool = False
+    provider: str,
+    model: str,
+    input_tokens: int = 0,
+    *,
+    batch: bool = False,
+    tier: str | None = None,
 ) -> Pricing | None:
     """Rates for a provider's model from genai-prices, with tiers chosen by input size;
-    `batch`: its batch-API rates (genai-prices' where it has them, else half)."""
+    `batch`: its batch-API rates (genai-prices' where it has them, else half); `tier`: a
+    service tier's rates (genai-prices' where it knows the tier for the model, else as
+    `Pricing.for_tier` prices an undeclared tier)."""
+    if tier == "batch":
+        batch, tier = True, None
     prices = _model_prices(provider, model, False)
     if prices is None:
         return None
+    if tier in _PRICED_TIERS and not batch:
+        tiered = _model_prices(provider, model, False, tier)
+        if tiered is not None and tiered != prices:
+            prices = tiered
+        else:  # genai-prices does not know the tier for this model
+            online = lookup_pricing(provider, model, input_tokens)
+            return None if online is None else online.for_tier(tier)
     if batch:
         batch_prices = _model_prices(provider, model, True)
         if batch_prices is None or batch_prices == prices:  # no batch variant known
@@ -126,18 +170,27 @@ def lookup_pricing(
     )
 
 
+# The service tiers whose own rates genai-prices may know (by the name a reply gives).
+_PRICED_TIERS = ("flex", "priority")
+
+
 @functools.lru_cache(maxsize=256)
-def _model_prices(provider: str, model: str, batch: bool) -> dict[str, Any] | None:
+def _model_prices(
+    provider: str, model: str, batch: bool, tier: str | None = None
+) -> dict[str, Any] | None:
     # Looking a model up in genai-prices costs ~130 us; prices are cached per process.
     from genai_prices import Usage as PriceUsage
     from genai_prices import calc_price
 
+    context: dict[str, str] | None = {"processing": "batch"} if batch else None
+    if tier is not None:
+        context = {"service_tier": tier}
     try:
         found = calc_price(
             PriceUsage(input_tokens=0, output_tokens=0),
             model,
             provider_id=provider,
-            price_context={"processing": "batch"} if batch else None,
+            price_context=context,
         )
     except LookupError:
         return None

@@ -21,6 +21,7 @@ from ..messages import (
 from ..usage import Usage
 from .contract import CacheControl, Capabilities, FinishReason, ModelOptions, ToolSpec
 from .media import image_data, require_vision
+from .tiers import body_tier
 
 PROVIDER = "anthropic"
 API_VERSION = "2023-06-01"
@@ -71,6 +72,9 @@ def request_body(
             body["tool_choice"] = {"type": "any"}
     if options.cache_control is not None and capabilities.prompt_caching:
         _mark_cache(body, options.cache_control, last_blocks)
+    tier = body_tier(options, None)
+    if tier is not None:
+        body["service_tier"] = tier
     if stream:
         body["stream"] = True
     body.update(options.provider_options.get(PROVIDER, {}))
@@ -280,6 +284,7 @@ class StreamState:
     response_id: str | None = None
     model: str | None = None
     usage: Usage | None = None
+    service_tier: str | None = None
 
     def finished_blocks(self) -> list[dict[str, Any]]:
         """The blocks as a non-streamed reply has them. A block that received

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
+import inspect
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import httpx
 import pydantic_core
@@ -30,6 +32,9 @@ from ._errors import error_from_response, error_from_stream_event
 from ._pool import shared_transport
 from ._sse import SSE, iter_sse
 from .contract import Capabilities
+
+if TYPE_CHECKING:
+    from .tiers import TierFallback
 
 __all__ = ["MALFORMED", "HTTPModel", "text_field"]
 
@@ -126,8 +131,11 @@ class HTTPModel:
     provider: str = "http"
     env_key: str = ""
     default_base_url: str = ""
+    # The settings this adapter takes (a TypedDict): any other is refused at construction.
+    settings_type: ClassVar[type] = ModelSettings
 
     def __init__(self, name: str, **settings: Unpack[ModelSettings]) -> None:
+        self._refuse_unknown(settings)
         self.name = name
         self.base_url = (settings.get("base_url") or self.default_base_url).rstrip("/")
         self.capabilities = settings.get("capabilities") or self.default_capabilities(name)
@@ -156,6 +164,26 @@ class HTTPModel:
     def default_capabilities(cls, name: str) -> Capabilities:
         """What a model of this provider can do, by its name, unless told otherwise."""
         return Capabilities()
+
+    def _refuse_unknown(self, settings: Mapping[str, Any]) -> None:
+        """TypeError for a setting this adapter does not know (a misspelt one would be
+        silently ignored), naming the closest it knows. The known names come from the
+        settings TypedDict and the adapter's own keywords, so they cannot drift."""
+        cls = type(self)
+        typed = self.settings_type
+        known = set(typed.__required_keys__) | set(typed.__optional_keys__)  # type: ignore[attr-defined]
+        unknown = sorted(set(settings) - known)
+        if not unknown:
+            return
+        own = inspect.signature(cls.__init__).parameters
+        keywords = [n for n, p in own.items() if p.kind is p.KEYWORD_ONLY]
+        choices = sorted(known | set(keywords))
+        close = difflib.get_close_matches(unknown[0], choices, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TypeError(
+            f"{cls.__name__}() got an unknown setting {unknown[0]!r}{hint}; it takes "
+            + ", ".join(choices)
+        )
 
     # -- identity -------------------------------------------------------------------
 
@@ -209,27 +237,40 @@ class HTTPModel:
 
     @asynccontextmanager
     async def _post(
-        self, path: str, body: dict[str, Any], signal: AbortSignal | None
+        self,
+        path: str,
+        body: dict[str, Any],
+        signal: AbortSignal | None,
+        fallback: TierFallback | None = None,
     ) -> AsyncIterator[httpx.Response]:
-        """POST `body`; yield the open response once its status is 2xx, else raise typed."""
+        """POST `body`; yield the open response once its status is 2xx, else raise typed.
+        `fallback`: a service tier refused for capacity is asked again at its fallback."""
         self._may_send()
-        request = httpx.Request(
+        response = await self._send(self._json_request(path, body), signal)
+        try:
+            while response.status_code >= 400:
+                raw = await abortable(self._read(response), signal)
+                error = error_from_response(
+                    response, raw, provider=self.provider, secrets=self._secrets
+                )
+                again = None if fallback is None else fallback.next_body(body, error)
+                if again is None:
+                    raise error
+                await response.aclose()
+                body = again
+                response = await self._send(self._json_request(path, body), signal)
+            yield response
+        finally:
+            await response.aclose()
+
+    def _json_request(self, path: str, body: dict[str, Any]) -> httpx.Request:
+        return httpx.Request(
             "POST",
             self._url(path),
             content=pydantic_core.to_json(body),
             headers=self._request_headers(),
             extensions={"timeout": self._timeouts},
         )
-        response = await self._send(request, signal)
-        try:
-            if response.status_code >= 400:
-                raw = await abortable(self._read(response), signal)
-                raise error_from_response(
-                    response, raw, provider=self.provider, secrets=self._secrets
-                )
-            yield response
-        finally:
-            await response.aclose()
 
     def _may_send(self) -> None:
         """Raise before any I/O: no key where one is needed (said first: that is what
@@ -378,9 +419,13 @@ class HTTPModel:
         return error_from_response(response, raw, provider=self.provider, secrets=self._secrets)
 
     async def _post_json(
-        self, path: str, body: dict[str, Any], signal: AbortSignal | None
+        self,
+        path: str,
+        body: dict[str, Any],
+        signal: AbortSignal | None,
+        fallback: TierFallback | None = None,
     ) -> tuple[dict[str, Any], httpx.Response]:
-        async with self._post(path, body, signal) as response:
+        async with self._post(path, body, signal, fallback) as response:
             raw = await abortable(self._read(response), signal)
         try:
             data = pydantic_core.from_json(raw)
@@ -430,7 +475,12 @@ class HTTPModel:
     def _stream_error(self, data: dict[str, Any]) -> ProviderError:
         return error_from_stream_event(data, provider=self.provider, secrets=self._secrets)
 
-    def _priced(self, usage: Usage, *, batch: bool = False) -> Usage:
+    def _priced(self, usage: Usage, *, batch: bool = False, tier: str | None = None) -> Usage:
         return price_usage(
-            usage, provider=self.provider, model=self.name, declared=self.pricing, batch=batch
+            usage,
+            provider=self.provider,
+            model=self.name,
+            declared=self.pricing,
+            batch=batch,
+            tier=tier,
         )

@@ -21,6 +21,7 @@ from ..messages import (
 from ..usage import Usage
 from .contract import Capabilities, FinishReason, ModelOptions
 from .media import image_url, require_vision
+from .tiers import openai_fields
 
 PROVIDER = "openai"
 
@@ -68,6 +69,7 @@ def request_body(
         }
     if options.reasoning is not None and options.reasoning.effort and capabilities.reasoning:
         body["reasoning_effort"] = options.reasoning.effort
+    body.update(openai_fields(options))
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -268,6 +270,7 @@ class StreamState:
     response_id: str | None = None
     model: str | None = None
     usage: Usage | None = None
+    service_tier: str | None = None
 
     def content(self) -> list[ContentPart]:
         """Reasoning a compatible server sent (kept as a `thinking` block: it is not

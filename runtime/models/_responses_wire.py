@@ -21,6 +21,7 @@ from ..messages import (
 from ..usage import Usage
 from .contract import Capabilities, FinishReason, ModelOptions, ToolSpec
 from .media import image_url, require_vision
+from .tiers import openai_fields
 
 PROVIDER = "openai"
 # The key of `ModelOptions.provider_options` this adapter merges into its bodies (not
@@ -75,6 +76,7 @@ def request_body(
             # Nothing is kept server-side: the reasoning comes back encrypted, to be
             # replayed verbatim on the next trip.
             body["include"] = [ENCRYPTED_REASONING]
+    body.update(openai_fields(options))
     if stream:
         body["stream"] = True
     body.update(options.provider_options.get(OPTIONS_KEY, {}))

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 import pydantic_core
@@ -16,7 +16,7 @@ from .._message_input import MessageLike, given_messages
 from ..abort import AbortSignal
 from ..usage import Usage
 from . import _anthropic_wire as wire
-from ._http import MALFORMED, HTTPModel, ModelSettings, text_field
+from ._http import MALFORMED, HTTPModel, text_field
 from .batch_api import AnthropicBatchAPI, BatchAPI
 from .contract import (
     Capabilities,
@@ -29,6 +29,10 @@ from .contract import (
     ToolCallDelta,
     UsageChunk,
 )
+from .tiers import AnthropicSettings, served_tier, tier_fallback, with_defaults, with_refusals
+
+if TYPE_CHECKING:
+    from ._http import ModelSettings
 
 __all__ = ["AnthropicModel"]
 
@@ -41,18 +45,21 @@ class AnthropicModel(HTTPModel):
 
     `base_url` is what the official SDK takes (no `/v1`). The key comes from `api_key` or
     `ANTHROPIC_API_KEY`. `default_max_tokens` is sent when a request gives none (the API
-    requires one).
+    requires one). `service_tier`: see `AnthropicSettings`; a reply is priced at the tier
+    its `usage.service_tier` names.
     """
 
     provider = "anthropic"
     env_key = "ANTHROPIC_API_KEY"
     default_base_url = "https://api.anthropic.com"
+    settings_type = AnthropicSettings
 
     def __init__(
-        self, name: str, *, default_max_tokens: int = 4096, **settings: Unpack[ModelSettings]
+        self, name: str, *, default_max_tokens: int = 4096, **settings: Unpack[AnthropicSettings]
     ) -> None:
-        super().__init__(name, **settings)
+        super().__init__(name, **cast("ModelSettings", settings))  # checked there in full
         self.default_max_tokens = default_max_tokens
+        self.service_tier = settings.get("service_tier")
 
     @classmethod
     def default_capabilities(cls, name: str) -> Capabilities:
@@ -78,7 +85,7 @@ class AnthropicModel(HTTPModel):
         return wire.request_body(
             self.name,
             given_messages(messages),
-            options or _NO_OPTIONS,
+            with_defaults(options or _NO_OPTIONS, self.service_tier),
             self.capabilities,
             stream=stream,
             default_max_tokens=self.default_max_tokens,
@@ -92,8 +99,9 @@ class AnthropicModel(HTTPModel):
         signal: AbortSignal | None = None,
     ) -> ModelResponse:
         body = self.request_body(messages, options, stream=False)
-        data, response = await self._post_json("/v1/messages", body, signal)
-        return self._reply(data, response)
+        fallback = tier_fallback(options or _NO_OPTIONS, self.service_tier, self.name, "anthropic")
+        data, response = await self._post_json("/v1/messages", body, signal, fallback)
+        return with_refusals(self._reply(data, response), fallback)
 
     def batch_api(self) -> BatchAPI | None:
         """Anthropic's Message Batches API for this model's requests."""
@@ -109,7 +117,8 @@ class AnthropicModel(HTTPModel):
         try:
             content, calls = wire.content_from(data["content"])
             usage = wire.usage_from(data.get("usage"))
-            return self._response(content, calls, data.get("stop_reason"), data, usage, batch)
+            meta = {**data, "service_tier": (data.get("usage") or {}).get("service_tier")}
+            return self._response(content, calls, data.get("stop_reason"), meta, usage, batch)
         except MALFORMED:
             raw = json.dumps(data).encode()
             raise self._bad_reply(response, "malformed message", raw) from None
@@ -141,15 +150,17 @@ class AnthropicModel(HTTPModel):
         batch: bool = False,
     ) -> ModelResponse:
         finish = wire.finish_reason(stop_reason)
+        tier = served_tier(data.get("service_tier"))
         return ModelResponse(
             content=content,
             tool_calls=calls,
             finish_reason=finish,
-            usage=self._priced(usage, batch=batch),
+            usage=self._priced(usage, batch=batch, tier=tier),
             response_id=data.get("id"),
             model=data.get("model"),
             provider=self.provider,
             refusal="refused" if finish == "refusal" else None,
+            service_tier=tier,
         )
 
     async def stream(
@@ -160,9 +171,10 @@ class AnthropicModel(HTTPModel):
         signal: AbortSignal | None = None,
     ) -> AsyncIterator[StreamChunk]:
         body = self.request_body(messages, options, stream=True)
+        fallback = tier_fallback(options or _NO_OPTIONS, self.service_tier, self.name, "anthropic")
         state = wire.StreamState()
         async with (
-            self._post("/v1/messages", body, signal) as response,
+            self._post("/v1/messages", body, signal, fallback) as response,
             aclosing(self._events(response, signal)) as events,
         ):
             async for event in events:
@@ -186,18 +198,23 @@ class AnthropicModel(HTTPModel):
             raise self._bad_reply(None, "the stream ended before the reply was complete")
         try:
             content, calls = wire.content_from(state.finished_blocks())
-            meta = {"id": state.response_id, "model": state.model}
+            meta = {
+                "id": state.response_id,
+                "model": state.model,
+                "service_tier": state.service_tier,
+            }
             usage = state.usage or Usage()
             done = self._response(content, calls, state.stop_reason, meta, usage)
         except MALFORMED:
             raise self._bad_reply(None, "malformed content blocks in the stream") from None
-        yield Done(done)
+        yield Done(with_refusals(done, fallback))
 
     def _feed(self, state: wire.StreamState, kind: str, data: dict[str, Any]) -> list[StreamChunk]:
         if kind == "message_start":
             message = data["message"]
             state.response_id, state.model = message.get("id"), message.get("model")
             state.usage = wire.usage_from(message.get("usage"))
+            state.service_tier = served_tier((message.get("usage") or {}).get("service_tier"))
             return []
         if kind == "content_block_start":
             block = data["content_block"]
@@ -210,7 +227,7 @@ class AnthropicModel(HTTPModel):
         if kind == "message_delta":
             state.stop_reason = data.get("delta", {}).get("stop_reason") or state.stop_reason
             state.usage = wire.usage_from(data.get("usage"), state.usage)
-            return [UsageChunk(self._priced(state.usage))]
+            return [UsageChunk(self._priced(state.usage, tier=state.service_tier))]
         if kind == "message_stop":
             state.stopped = True
         return []

@@ -25,6 +25,7 @@ __all__ = [
     "ResponseSchema",
     "StreamChunk",
     "TextDelta",
+    "Tier",
     "ToolCallDelta",
     "ToolSpec",
     "UsageChunk",
@@ -113,9 +114,25 @@ class CacheControl(BaseModel):
         return value
 
 
+class Tier(BaseModel):
+    """A service tier to ask for, and the one to ask for when the provider refuses it for
+    capacity: `Tier("flex", fallback="default")` sends a request at flex and, answered
+    429 `resource_unavailable`, sends it again at the default tier (the trip's
+    `attempts` keep the refusal; a batch report counts `tier_fallbacks`)."""
+
+    model_config = _FROZEN
+    tier: str
+    fallback: str | None = None
+
+    def __init__(self, tier: str, fallback: str | None = None) -> None:
+        super().__init__(tier=tier, fallback=fallback)
+
+
 class ModelOptions(BaseModel):
     """Options for one request. `provider_options` is keyed by adapter name
-    ("openai", "anthropic"); each adapter merges only its own key into the request body."""
+    ("openai", "anthropic"); each adapter merges only its own key into the request body.
+    `service_tier` (a tier's name or a `Tier`) and the prompt-cache key and retention
+    (OpenAI) override the model's own settings for this request."""
 
     model_config = _FROZEN
     temperature: float | None = None
@@ -125,6 +142,9 @@ class ModelOptions(BaseModel):
     response_schema: ResponseSchema | None = None
     reasoning: ReasoningOptions | None = None
     cache_control: CacheControl | None = None
+    service_tier: str | Tier | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     provider_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
@@ -153,6 +173,9 @@ class ModelResponse(BaseModel):
         default=None, exclude_if=lambda v: v is None
     )
     saved: Cost | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The service tier the provider says it used (OpenAI's `service_tier`, Anthropic's
+    # `usage.service_tier`): what `usage` is priced at. Left out of the JSON when unset.
+    service_tier: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @property
     def text(self) -> str:

@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 import pydantic_core
@@ -16,7 +16,7 @@ from .._message_input import MessageLike, given_messages
 from ..abort import AbortSignal
 from ..usage import Usage
 from . import _openai_wire as wire
-from ._http import MALFORMED, HTTPModel, ModelSettings, text_field
+from ._http import MALFORMED, HTTPModel, text_field
 from .batch_api import BatchAPI, OpenAIBatchAPI
 from .contract import (
     Capabilities,
@@ -29,6 +29,10 @@ from .contract import (
     ToolCallDelta,
     UsageChunk,
 )
+from .tiers import OpenAISettings, served_tier, tier_fallback, with_defaults, with_refusals
+
+if TYPE_CHECKING:
+    from ._http import ModelSettings
 
 __all__ = ["OpenAIModel"]
 
@@ -49,12 +53,14 @@ class OpenAIModel(HTTPModel):
     `api_key` or `OPENAI_API_KEY`. `max_tokens_field` is `max_completion_tokens` on
     api.openai.com and `max_tokens` elsewhere, unless given. `vision` is inferred from
     the name (text-only: gpt-3.5, gpt-4 base, o1-mini, o1-preview, o3-mini, ...); an
-    explicit `vision=` wins, over `capabilities=` too.
+    explicit `vision=` wins, over `capabilities=` too. `service_tier`,
+    `prompt_cache_key` and `prompt_cache_retention`: see `OpenAISettings`.
     """
 
     provider = "openai"
     env_key = "OPENAI_API_KEY"
     default_base_url = "https://api.openai.com/v1"
+    settings_type = OpenAISettings
 
     def __init__(
         self,
@@ -62,9 +68,12 @@ class OpenAIModel(HTTPModel):
         *,
         max_tokens_field: str | None = None,
         vision: bool | None = None,
-        **settings: Unpack[ModelSettings],
+        **settings: Unpack[OpenAISettings],
     ) -> None:
-        super().__init__(name, **settings)
+        super().__init__(name, **cast("ModelSettings", settings))  # checked there in full
+        self.service_tier = settings.get("service_tier")
+        self.prompt_cache_key = settings.get("prompt_cache_key")
+        self.prompt_cache_retention = settings.get("prompt_cache_retention")
         if vision is not None:
             self.capabilities = self.capabilities.model_copy(update={"vision": vision})
         if max_tokens_field is None:
@@ -91,7 +100,7 @@ class OpenAIModel(HTTPModel):
         return wire.request_body(
             self.name,
             given_messages(messages),
-            options or _NO_OPTIONS,
+            self._options(options),
             self.capabilities,
             stream=stream,
             max_tokens_field=self.max_tokens_field,
@@ -104,9 +113,20 @@ class OpenAIModel(HTTPModel):
         *,
         signal: AbortSignal | None = None,
     ) -> ModelResponse:
+        options = self._options(options)
         body = self.request_body(messages, options, stream=False)
-        data, response = await self._post_json("/chat/completions", body, signal)
-        return self._reply(data, response)
+        fallback = tier_fallback(options, None, self.name, self.provider)
+        data, response = await self._post_json("/chat/completions", body, signal, fallback)
+        return with_refusals(self._reply(data, response), fallback)
+
+    def _options(self, options: ModelOptions | None) -> ModelOptions:
+        """The call's options, the model's settings filling what it left unset."""
+        return with_defaults(
+            options or _NO_OPTIONS,
+            self.service_tier,
+            self.prompt_cache_key,
+            self.prompt_cache_retention,
+        )
 
     def batch_api(self) -> BatchAPI | None:
         """The OpenAI Batch API for this model's requests (None where its base URL is
@@ -126,15 +146,17 @@ class OpenAIModel(HTTPModel):
         try:
             reply = wire.parse_choice(data["choices"][0])
             state = wire.StreamState(text=[reply.text], reasoning=[reply.reasoning])
+            tier = served_tier(data.get("service_tier"))
             return ModelResponse(
                 content=state.content(),
                 tool_calls=reply.tool_calls,
                 finish_reason=reply.finish_reason,
-                usage=self._priced(wire.usage_from(data.get("usage")), batch=batch),
+                usage=self._priced(wire.usage_from(data.get("usage")), batch=batch, tier=tier),
                 response_id=data.get("id"),
                 model=data.get("model"),
                 provider=self.provider,
                 refusal=reply.refusal,
+                service_tier=tier,
             )
         except MALFORMED:
             raw = json.dumps(data).encode()
@@ -147,11 +169,13 @@ class OpenAIModel(HTTPModel):
         *,
         signal: AbortSignal | None = None,
     ) -> AsyncIterator[StreamChunk]:
+        options = self._options(options)
         body = self.request_body(messages, options, stream=True)
+        fallback = tier_fallback(options, None, self.name, self.provider)
         state = wire.StreamState()
         done = False
         async with (
-            self._post("/chat/completions", body, signal) as response,
+            self._post("/chat/completions", body, signal, fallback) as response,
             aclosing(self._events(response, signal)) as events,
         ):
             async for event in events:
@@ -179,23 +203,25 @@ class OpenAIModel(HTTPModel):
                 content=state.content(),
                 tool_calls=state.tool_calls(),
                 finish_reason=wire.finish_reason(state.finish, refusal),
-                usage=self._priced(state.usage or Usage(requests=1)),
+                usage=self._priced(state.usage or Usage(requests=1), tier=state.service_tier),
                 response_id=state.response_id,
                 model=state.model,
                 provider=self.provider,
                 refusal=refusal,
+                service_tier=state.service_tier,
             )
         except MALFORMED:
             raise self._bad_reply(None, "malformed chunks in the stream") from None
-        yield Done(whole)
+        yield Done(with_refusals(whole, fallback))
 
     def _feed(self, state: wire.StreamState, chunk: dict[str, Any]) -> list[StreamChunk]:
         out: list[StreamChunk] = []
         state.response_id = state.response_id or chunk.get("id")
         state.model = state.model or chunk.get("model")
+        state.service_tier = served_tier(chunk.get("service_tier")) or state.service_tier
         if chunk.get("usage"):
             state.usage = wire.usage_from(chunk["usage"])
-            out.append(UsageChunk(self._priced(state.usage)))
+            out.append(UsageChunk(self._priced(state.usage, tier=state.service_tier)))
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
             text, reasoning = wire.content_parts(delta.get("content"))

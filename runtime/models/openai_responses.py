@@ -6,7 +6,7 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 import pydantic_core
@@ -16,7 +16,7 @@ from .._message_input import MessageLike, given_messages
 from ..abort import AbortSignal
 from ..errors import ProviderError
 from . import _responses_wire as wire
-from ._http import MALFORMED, HTTPModel, ModelSettings, text_field
+from ._http import MALFORMED, HTTPModel, text_field
 from .batch_api import BatchAPI, OpenAIBatchAPI
 from .contract import (
     Capabilities,
@@ -30,6 +30,10 @@ from .contract import (
     UsageChunk,
 )
 from .openai import OpenAIModel
+from .tiers import OpenAISettings, served_tier, tier_fallback, with_defaults, with_refusals
+
+if TYPE_CHECKING:
+    from ._http import ModelSettings
 
 __all__ = ["OpenAIResponsesModel"]
 
@@ -89,18 +93,23 @@ class OpenAIResponsesModel(HTTPModel):
     (`include=["reasoning.encrypted_content"]`) as opaque provider blocks, replayed
     verbatim on the next trip. Capabilities are inferred from the name as for
     `OpenAIModel`. `ModelOptions.provider_options["openai_responses"]` is merged into
-    the request body.
+    the request body. `service_tier`, `prompt_cache_key` and `prompt_cache_retention`:
+    see `OpenAISettings`.
     """
 
     provider = "openai"
     env_key = "OPENAI_API_KEY"
     default_base_url = "https://api.openai.com/v1"
+    settings_type = OpenAISettings
 
     def __init__(
-        self, name: str, *, store: bool = False, **settings: Unpack[ModelSettings]
+        self, name: str, *, store: bool = False, **settings: Unpack[OpenAISettings]
     ) -> None:
-        super().__init__(name, **settings)
+        super().__init__(name, **cast("ModelSettings", settings))  # checked there in full
         self.store = store
+        self.service_tier = settings.get("service_tier")
+        self.prompt_cache_key = settings.get("prompt_cache_key")
+        self.prompt_cache_retention = settings.get("prompt_cache_retention")
 
     @classmethod
     def default_capabilities(cls, name: str) -> Capabilities:
@@ -116,10 +125,19 @@ class OpenAIResponsesModel(HTTPModel):
         return wire.request_body(
             self.name,
             given_messages(messages),
-            options or _NO_OPTIONS,
+            self._options(options),
             self.capabilities,
             stream=stream,
             store=self.store,
+        )
+
+    def _options(self, options: ModelOptions | None) -> ModelOptions:
+        """The call's options, the model's settings filling what it left unset."""
+        return with_defaults(
+            options or _NO_OPTIONS,
+            self.service_tier,
+            self.prompt_cache_key,
+            self.prompt_cache_retention,
         )
 
     async def complete(
@@ -129,9 +147,11 @@ class OpenAIResponsesModel(HTTPModel):
         *,
         signal: AbortSignal | None = None,
     ) -> ModelResponse:
+        options = self._options(options)
         body = self.request_body(messages, options, stream=False)
-        data, response = await self._post_json("/responses", body, signal)
-        return self._reply(data, response)
+        fallback = tier_fallback(options, None, self.name, self.provider)
+        data, response = await self._post_json("/responses", body, signal, fallback)
+        return with_refusals(self._reply(data, response), fallback)
 
     def batch_api(self) -> BatchAPI | None:
         if not self.base_url.endswith("/v1"):
@@ -155,15 +175,17 @@ class OpenAIResponsesModel(HTTPModel):
 
     def _response(self, data: dict[str, Any], *, batch: bool = False) -> ModelResponse:
         reply = wire.parse_response(data)
+        tier = served_tier(data.get("service_tier"))
         return ModelResponse(
             content=reply.content,
             tool_calls=reply.tool_calls,
             finish_reason=reply.finish_reason,
-            usage=self._priced(reply.usage, batch=batch),
+            usage=self._priced(reply.usage, batch=batch, tier=tier),
             response_id=data.get("id"),
             model=data.get("model"),
             provider=self.provider,
             refusal=reply.refusal,
+            service_tier=tier,
         )
 
     def _failed(self, data: dict[str, Any]) -> ProviderError:
@@ -177,10 +199,12 @@ class OpenAIResponsesModel(HTTPModel):
         *,
         signal: AbortSignal | None = None,
     ) -> AsyncIterator[StreamChunk]:
+        options = self._options(options)
         body = self.request_body(messages, options, stream=True)
+        fallback = tier_fallback(options, None, self.name, self.provider)
         state = _Stream()
         async with (
-            self._post("/responses", body, signal) as response,
+            self._post("/responses", body, signal, fallback) as response,
             aclosing(self._events(response, signal)) as events,
         ):
             async for event in events:
@@ -206,7 +230,7 @@ class OpenAIResponsesModel(HTTPModel):
         except MALFORMED:
             raise self._bad_reply(None, "malformed response in the stream") from None
         yield UsageChunk(done.usage)
-        yield Done(done)
+        yield Done(with_refusals(done, fallback))
 
     def _feed(self, state: _Stream, kind: str, data: dict[str, Any]) -> list[StreamChunk]:
         if kind == "response.output_text.delta":

@@ -1,0 +1,165 @@
+"""Service tiers and prompt-cache keys: what the OpenAI and Anthropic adapters take
+beyond `ModelSettings`, and a flex request's fallback when the provider has no capacity.
+
+OpenAI's `service_tier` is "auto", "default", "flex" or "priority"; the reply says which
+tier served it. Anthropic's is "auto" or "standard_only"; its reply says `standard`,
+`priority` or `batch` in `usage.service_tier`. A reply is priced at the tier it names
+(`raygent.pricing`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..errors import ProviderError, RateLimitError
+from ..usage import Cost, Usage
+from ._http import ModelSettings
+from .contract import ModelOptions, ModelResponse, Tier
+
+__all__ = [
+    "AnthropicSettings",
+    "OpenAISettings",
+    "TierFallback",
+    "body_tier",
+    "openai_fields",
+    "served_tier",
+    "tier_fallback",
+    "with_defaults",
+    "with_refusals",
+]
+
+OpenAITier = Literal["auto", "default", "flex", "priority"]
+AnthropicTier = Literal["auto", "standard_only"]
+CacheRetention = Literal["in_memory", "24h"]
+# What OpenAI answers a flex request it has no capacity for: 429 with this code.
+CAPACITY_CODES = ("resource_unavailable",)
+
+
+class OpenAISettings(ModelSettings, total=False):
+    """`ModelSettings`, and what an OpenAI model (Chat Completions, Responses) sends with
+    every request unless a call's `ModelOptions` says otherwise: `service_tier` (a tier's
+    name, or `raygent.Tier("flex", fallback="default")`), `prompt_cache_key` (a string;
+    "session" or "agent": one derived per session, or per agent, by the agent's runs) and
+    `prompt_cache_retention` ("in_memory" or "24h")."""
+
+    service_tier: OpenAITier | Tier | None
+    prompt_cache_key: str | None
+    prompt_cache_retention: CacheRetention | None
+
+
+class AnthropicSettings(ModelSettings, total=False):
+    """`ModelSettings`, and `service_tier` ("auto": priority capacity when the
+    organisation has it, else standard; "standard_only")."""
+
+    service_tier: AnthropicTier | Tier | None
+
+
+def body_tier(options: ModelOptions, default: str | Tier | None) -> str | None:
+    """The tier a request asks for: the call's, else the model's (a `Tier`'s first)."""
+    tier = options.service_tier if options.service_tier is not None else default
+    return tier.tier if isinstance(tier, Tier) else tier
+
+
+@dataclass
+class TierFallback:
+    """A request's `Tier` with a fallback: the body to send again when the provider
+    refused the tier for capacity, and the refusals it answered (the response's
+    `attempts`)."""
+
+    tier: Tier
+    model: str
+    provider: str
+    refusals: list[dict[str, Any]] = field(default_factory=list)
+
+    def next_body(self, body: dict[str, Any], error: ProviderError) -> dict[str, Any] | None:
+        """`body` at the fallback tier when `error` refused the tier for capacity (once);
+        None: the error stands."""
+        if self.refusals or body.get("service_tier") != self.tier.tier:
+            return None
+        if not (isinstance(error, RateLimitError) and _capacity(error)):
+            return None
+        self.refusals.append(
+            {
+                "model": self.model,
+                "provider": self.provider,
+                "service_tier": self.tier.tier,
+                "fallback": self.tier.fallback,
+                "error": error.to_dict(),
+            }
+        )
+        return {**body, "service_tier": self.tier.fallback}
+
+
+def _capacity(error: RateLimitError) -> bool:
+    code = (getattr(error, "provider_code", None) or "").lower()
+    return code in CAPACITY_CODES or "resource unavailable" in str(error).lower()
+
+
+def tier_fallback(
+    options: ModelOptions, default: str | Tier | None, model: str, provider: str
+) -> TierFallback | None:
+    """The fallback of a request's tier, if it has one."""
+    tier = options.service_tier if options.service_tier is not None else default
+    if isinstance(tier, Tier) and tier.fallback is not None:
+        return TierFallback(tier, model, provider)
+    return None
+
+
+def with_refusals(response: ModelResponse, fallback: TierFallback | None) -> ModelResponse:
+    """The response with the refusals before it: listed on `attempts`, counted as
+    requests billed at nothing."""
+    if fallback is None or not fallback.refusals:
+        return response
+    failed = Usage(requests=len(fallback.refusals), cost=Cost())
+    usage = response.usage
+    usage = (
+        usage + failed
+        if usage.cost is not None
+        else usage.model_copy(update={"requests": usage.requests + len(fallback.refusals)})
+    )
+    attempts = [*fallback.refusals, *response.attempts]
+    return response.model_copy(update={"attempts": attempts, "usage": usage})
+
+
+# The prompt-cache keys an agent derives (per session, per agent): a model given one
+# outside an agent's run sends none.
+DERIVED_KEYS = ("session", "agent")
+
+
+def with_defaults(
+    options: ModelOptions,
+    service_tier: str | Tier | None,
+    cache_key: str | None = None,
+    retention: str | None = None,
+) -> ModelOptions:
+    """`options` with the model's settings where the call set none (copied only when a
+    setting fills a gap: most requests pass through untouched)."""
+    update: dict[str, Any] = {}
+    if options.service_tier is None and service_tier is not None:
+        update["service_tier"] = service_tier
+    if options.prompt_cache_key is None and cache_key is not None:
+        update["prompt_cache_key"] = cache_key
+    if options.prompt_cache_retention is None and retention is not None:
+        update["prompt_cache_retention"] = retention
+    return options.model_copy(update=update) if update else options
+
+
+def openai_fields(options: ModelOptions) -> dict[str, Any]:
+    """The tier and prompt-cache fields of an OpenAI request body (Chat Completions and
+    Responses name them alike)."""
+    fields: dict[str, Any] = {}
+    tier = body_tier(options, None)
+    if tier is not None:
+        fields["service_tier"] = tier
+    key = options.prompt_cache_key
+    if key is not None and key not in DERIVED_KEYS:
+        fields["prompt_cache_key"] = key
+    if options.prompt_cache_retention is not None:
+        fields["prompt_cache_retention"] = options.prompt_cache_retention
+    return fields
+
+
+def served_tier(value: object) -> str | None:
+    """The tier a reply names (a string), else None."""
+    return value if isinstance(value, str) and value else None
