@@ -67,6 +67,7 @@ from .models import (
     OpenAIModel,
     OpenAIResponsesModel,
     ResponseSchema,
+    Tier,
     ToolSpec,
 )
 from .observers.report import AgentReport, AgentResult, PendingCall
@@ -127,6 +128,7 @@ __all__ = [
     "SystemMessage",
     "SystemPrompt",
     "TextPart",
+    "Tier",
     "Tool",
     "ToolCall",
     "ToolContext",

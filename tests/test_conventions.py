@@ -85,6 +85,7 @@ PUBLIC_API = {
     "SystemMessage",
     "SystemPrompt",
     "TextPart",
+    "Tier",
     "Tool",
     "ToolCall",
     "ToolContext",

@@ -29,6 +29,7 @@ from typing_extensions import Unpack
 
 from .._sync import run_sync
 from ..budgets import pricing_of
+from ..models.contract import Tier
 from ..seams.batch import BatchItem
 from ..usage import Usage, dollars, total_cost
 from .call import batch
@@ -103,13 +104,15 @@ class EstimateOptions(TypedDict, total=False):
     run_options: the `RunOptions` of every run. cache: the job's `ResponseCache` (its
     replies cost nothing). provider_batch: True or a `ProviderBatch`: priced at the
     batch rates. item_key: how the job keys its items (so that `reuse=` finds them).
-    runners: as for `batch` (the sample runs where the job would)."""
+    runners: as for `batch` (the sample runs where the job would). service_tier: as for
+    `batch`: the sample runs at the tier, each trip priced at the tier it was served."""
 
     run_options: Mapping[str, Any] | None
     cache: ResponseCache | None
     provider_batch: bool | ProviderBatch | None
     item_key: ItemKey | None
     runners: int | None
+    service_tier: str | Tier | None
 
 
 async def estimate(
@@ -129,6 +132,8 @@ async def estimate(
     by_batch = options.get("provider_batch") not in (None, False)
     if by_batch:
         check_batchable(executable)
+        if options.get("service_tier") is not None:
+            raise ValueError("service_tier= and provider_batch= are two prices: choose one")
     maker = JobMaker(runnable=is_runnable(executable), item_key=options.get("item_key"))
     total, chosen = await _reservoir(items, sample, random.Random(seed))
     bound = concurrency or DEFAULT_CONCURRENCY
@@ -148,6 +153,7 @@ async def estimate(
         run_options=options.get("run_options"),
         cache=options.get("cache"),
         runners=options.get("runners"),
+        service_tier=options.get("service_tier"),
     )
     ran = result.items
     rates = _batch_rates(executable) if by_batch else None

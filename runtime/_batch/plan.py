@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from ..abort import AbortSignal
 from ..budgets import Budget
+from ..models.contract import Tier
 from ..seams.batch import BatchItem
 from ..seams.retry import Retry
 from .durable import BATCH_ITEMS, BATCH_RUNS, durable_items, item_runs
@@ -90,6 +91,11 @@ class BatchOptions(TypedDict, total=False):
         (`TOOL_EXECUTION`); "continue" (the agent's default) lets the model read the
         error and go on. Either way the report counts the failed calls (`tool_errors`,
         `items_with_tool_errors`) and each sink row its own. Needs an agent.
+    service_tier: the service tier of every request of the job's agent runs (a tier's
+        name, e.g. "flex", or `raygent.Tier("flex", fallback="default")`), over the
+        agents' and models' own; each trip is priced at the tier its reply names, and
+        the report counts trips by tier (`tiers`) and fallbacks (`tier_fallbacks`).
+        Not with `provider_batch` (a batch line has the batch API's own price).
     """
 
     concurrency: int
@@ -111,6 +117,7 @@ class BatchOptions(TypedDict, total=False):
     budget: Budget | None
     reuse: Answered | None
     tool_errors: Literal["continue", "fail"] | None
+    service_tier: str | Tier | None
 
 
 class Answered(Protocol):
@@ -164,6 +171,7 @@ class Plan:
         if cache is not None:
             run_options = {**(run_options or {}), "cache": cache}
         run_options = _with_tool_errors(run_options, options.get("tool_errors"))
+        run_options = _with_tier(run_options, options.get("service_tier"), provider_batch)
         durable, approvals = options.get("durable"), options.get("approvals")
         if approvals is not None and durable is None:
             raise ValueError("approvals= needs durable= (the runs that wait are stored)")
@@ -225,6 +233,22 @@ def _with_tool_errors(
     if tool_errors not in ("continue", "fail"):
         raise ValueError(f'tool_errors must be "continue" or "fail", not {tool_errors!r}')
     return {**(run_options or {}), "tool_errors": tool_errors}
+
+
+def _with_tier(
+    run_options: Mapping[str, Any] | None,
+    tier: str | Tier | None,
+    provider_batch: ProviderBatch | None,
+) -> Mapping[str, Any] | None:
+    """`service_tier=` rides with every run's model options (to the Ray runners too)."""
+    if tier is None:
+        return run_options
+    if not isinstance(tier, str | Tier):
+        raise TypeError(f"service_tier= takes a tier's name or raygent.Tier(...), not {tier!r}")
+    if provider_batch is not None:
+        raise ValueError("service_tier= and provider_batch= are two prices: choose one")
+    model_options = {**((run_options or {}).get("model_options") or {}), "service_tier": tier}
+    return {**(run_options or {}), "model_options": model_options}
 
 
 def _budget(budget: Budget | None) -> Budget | None:

@@ -15,7 +15,7 @@ from ..seams.batch import BatchItem
 from ..usage import Usage
 from .provider.options import ProviderBatchSummary
 
-__all__ = ["BatchReport", "Tally", "counts_line", "tool_errors_of"]
+__all__ = ["BatchReport", "Tally", "counts_line", "tool_errors_of", "trips_of"]
 
 _RESERVOIR = 10_000  # latencies kept for the percentiles: exact up to this many items
 
@@ -68,6 +68,10 @@ class BatchReport(BaseModel):
     items_with_tool_errors: int = 0
     first_tool_error: str | None = None
     budget: BudgetReport | None = None
+    # Trips by the service tier their replies name (each item's last attempt; "" where a
+    # reply named none), and the requests sent again at a `Tier`'s fallback.
+    tiers: dict[str, int] = Field(default_factory=dict)
+    tier_fallbacks: int = 0
 
     def __repr__(self) -> str:
         return _report_repr(self)
@@ -78,6 +82,19 @@ def tool_errors_of(item: BatchItem) -> int:
     report = getattr(item.result, "report", None)  # a run's (an agent's, a flow's)
     count = getattr(report, "tool_errors", 0)
     return count if isinstance(count, int) else 0
+
+
+def trips_of(report: Any) -> list[Any]:
+    """Every trip of a run's report (an agent's, a flow's), nested runs' included."""
+    if report is None:
+        return []
+    runs = getattr(report, "runs", None)
+    if callable(runs):  # a flow: the runs under it
+        return [trip for run in runs() for trip in trips_of(run)]
+    trips = list(getattr(report, "trips", None) or ())
+    for call in getattr(report, "tool_calls", None) or ():
+        trips.extend(trips_of(call.child))
+    return trips
 
 
 def _first_tool_error(report: Any) -> str | None:
@@ -124,7 +141,8 @@ class Tally:
         self.skipped = self.attempts = self.on_item_errors = self.cache_hits = 0
         self.cache_errors = 0
         self.saved = 0.0
-        self.tool_errors = self.items_with_tool_errors = 0
+        self.tool_errors = self.items_with_tool_errors = self.tier_fallbacks = 0
+        self.tiers: dict[str, int] = {}
         self.first_tool_error: str | None = None
         self.first_on_item_error: str | None = None
         self.errors: dict[str, int] = {}
@@ -155,6 +173,10 @@ class Tally:
             self.cache_hits += hits
             self.saved += report.saved  # type: ignore[union-attr]
         self.cache_errors += getattr(report, "cache_errors", 0)
+        self.tier_fallbacks += getattr(report, "tier_fallbacks", 0)
+        for trip in trips_of(report):
+            tier = trip.service_tier or ""
+            self.tiers[tier] = self.tiers.get(tier, 0) + 1
         if item.latency is not None:
             self._sample(item.latency)
         failed_calls = tool_errors_of(item)
@@ -191,6 +213,8 @@ class Tally:
             tool_errors=self.tool_errors,
             items_with_tool_errors=self.items_with_tool_errors,
             first_tool_error=self.first_tool_error,
+            tiers=dict(self.tiers),
+            tier_fallbacks=self.tier_fallbacks,
         )
         if self._latencies:
             ordered = sorted(self._latencies)

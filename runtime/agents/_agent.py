@@ -43,6 +43,7 @@ from ..tools import Tool, ToolContext, tool
 from ..toolsets import Toolset
 from ._durable_api import DurableRuns, journal_for
 from ._guard import GuardSetting, guard_buffer
+from ._model_options import run_model_options
 from ._options import RunOptions, SystemPrompt
 from ._retry_resume import continued_run_id, saver_for
 from ._start import start_run
@@ -58,8 +59,6 @@ if TYPE_CHECKING:
     from ..eval import EvalReport, Scorer
 
 __all__ = ["Agent", "AgentStream", "RunOptions", "SystemPrompt", "agent"]
-
-_IGNORED_MODEL_OPTIONS = ("tools", "signal", "response_schema")
 
 
 class Agent(DurableRuns):
@@ -329,9 +328,7 @@ class Agent(DurableRuns):
     def _config(self, options: RunOptions, streaming: bool) -> tuple[RunConfig, str]:
         output = self._output_spec(options)
         caps = self.model.capabilities
-        merged = {**self.model_options, **(options.get("model_options") or {})}
-        for key in _IGNORED_MODEL_OPTIONS:
-            merged.pop(key, None)
+        merged = run_model_options(self.name, self.model, self.model_options, options)
         native = output is not None and caps.structured_output
         model_options = ModelOptions(
             **merged,

@@ -71,6 +71,7 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
     if response.via is not None:
         trip.via, trip.provider_batch, trip.batch_wait = response.via
     trip.cache, trip.saved = response.cache, total_cost(response.saved) or 0.0
+    trip.service_tier = response.service_tier
     run.phase = "between_trips"  # the reply is in: what follows is not mid-trip
     await run.emit(
         TripCompleted,

@@ -9,7 +9,7 @@ import inspect
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
+from typing import Any, ClassVar, Protocol, TypedDict
 
 import httpx
 import pydantic_core
@@ -33,8 +33,13 @@ from ._pool import shared_transport
 from ._sse import SSE, iter_sse
 from .contract import Capabilities
 
-if TYPE_CHECKING:
-    from .tiers import TierFallback
+
+class Resend(Protocol):
+    """What a request sends again after an error (`tiers.TierFallback`): the body to
+    send, or None (the error stands)."""
+
+    def next_body(self, body: dict[str, Any], error: ProviderError) -> dict[str, Any] | None: ...
+
 
 __all__ = ["MALFORMED", "HTTPModel", "text_field"]
 
@@ -241,7 +246,7 @@ class HTTPModel:
         path: str,
         body: dict[str, Any],
         signal: AbortSignal | None,
-        fallback: TierFallback | None = None,
+        fallback: Resend | None = None,
     ) -> AsyncIterator[httpx.Response]:
         """POST `body`; yield the open response once its status is 2xx, else raise typed.
         `fallback`: a service tier refused for capacity is asked again at its fallback."""
@@ -423,7 +428,7 @@ class HTTPModel:
         path: str,
         body: dict[str, Any],
         signal: AbortSignal | None,
-        fallback: TierFallback | None = None,
+        fallback: Resend | None = None,
     ) -> tuple[dict[str, Any], httpx.Response]:
         async with self._post(path, body, signal, fallback) as response:
             raw = await abortable(self._read(response), signal)

@@ -39,10 +39,11 @@ def trip_repr(trip: Any) -> str:
     tokens = f"{usage.total_input_tokens:,} in / {usage.output_tokens:,} out tokens"
     cache = f", cache={trip.cache}" if trip.cache else ""
     via = ", via=batch" if trip.via == "batch" else ""
+    tier = f", tier={trip.service_tier}" if trip.service_tier else ""
     took = f", {trip.timing.duration:.2f} s" if trip.timing.duration is not None else ""
     return (
         f"TripReport(#{trip.index} {trip.purpose}, finish={trip.finish_reason}, "
-        f"{tokens}{cache}{via}{took})"
+        f"{tokens}{cache}{via}{tier}{took})"
     )
 
 

@@ -12,6 +12,7 @@ from ..compaction.policy import CompactionRecord
 from ..errors import RaygentError
 from ..messages import Message, ProviderBlock
 from ..usage import Usage
+from ._records import PendingCall, ResumeRecord
 from ._summary import report_repr, result_repr, tool_call_repr, trip_repr
 from .views import ROWS, STYLE, badge, bar, clip, esc, more, secs, table, usage_line
 
@@ -95,36 +96,17 @@ class TripReport(BaseModel):
     batch_wait: float | None = None
     # With a response cache: "hit" (no request sent; `usage` counts the reply's tokens at
     # no cost), "miss", or "unavailable" (its store failed: sent as a miss); None without
-    # a cache. `saved`: what a hit cost when it was paid
-    # (USD; 0 when that is unknown). Both left out of the JSON when unset.
+    # a cache. `saved`: what a hit cost when it was paid (USD; 0 when that is unknown).
+    # `service_tier`: the tier the provider says it served (what `usage` is priced at).
+    # All three left out of the JSON when unset.
     cache: Literal["hit", "miss", "unavailable"] | None = Field(
         default=None, exclude_if=lambda v: v is None
     )
     saved: float = Field(default=0.0, exclude_if=lambda v: v == 0.0)
+    service_tier: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def __repr__(self) -> str:
         return trip_repr(self)
-
-
-class PendingCall(BaseModel):
-    """A tool call waiting for approval: what the model asked for, nothing run yet."""
-
-    call_id: str
-    tool: str
-    arguments: dict[str, Any] | None
-    trip_index: int
-
-
-class ResumeRecord(BaseModel):
-    """One resume of a durable run: where it picked up and what it had to redo."""
-
-    at: datetime
-    from_trip: int
-    reran_calls: list[str] = Field(default_factory=list)
-    approvals: dict[str, str] = Field(default_factory=dict)
-    forced: bool = False
-    drift: list[str] = Field(default_factory=list)
-    already_resolved: bool = False
 
 
 class AgentReport(BaseModel):
@@ -174,15 +156,19 @@ class AgentReport(BaseModel):
 
     @property
     def cache_errors(self) -> int:
-        """Trips whose response cache could not reach its store (sent as if it missed),
-        nested runs' included."""
+        """Trips whose response cache could not reach its store (sent as misses), nested too."""
         own = sum(1 for trip in self.trips if trip.cache == "unavailable")
         return own + sum(c.child.cache_errors for c in self.tool_calls if c.child)
 
     @property
+    def tier_fallbacks(self) -> int:
+        """Requests sent again at their `Tier`'s fallback (refused for capacity), nested too."""
+        own = sum(1 for trip in self.trips for a in trip.attempts if "fallback" in a)
+        return own + sum(c.child.tier_fallbacks for c in self.tool_calls if c.child)
+
+    @property
     def tool_errors(self) -> int:
-        """Tool calls that failed (the model read an error instead of a result), nested
-        runs' included."""
+        """Tool calls that failed (the model read an error, not a result), nested too."""
         own = sum(1 for call in self.tool_calls if call.error is not None)
         return own + sum(c.child.tool_errors for c in self.tool_calls if c.child)
 
@@ -292,6 +278,11 @@ class FlowReport(BaseModel):
     def cache_errors(self) -> int:
         """Trips whose response cache could not reach its store, in every run."""
         return sum(run.cache_errors for run in self.runs())
+
+    @property
+    def tier_fallbacks(self) -> int:
+        """Requests of every run sent again at their `Tier`'s fallback."""
+        return sum(run.tier_fallbacks for run in self.runs())
 
     @property
     def tool_errors(self) -> int:
@@ -492,7 +483,8 @@ def _timeline(report: AgentReport) -> str:
         label = (
             f"trip {trip.index} · {esc(trip.purpose)}"
             f' <span class="meta">{esc(trip.finish_reason or "")} · '
-            f"{trip.usage.total_tokens} tokens</span>"
+            f"{trip.usage.total_tokens} tokens"
+            f"{f' · {esc(trip.service_tier)}' if trip.service_tier else ''}</span>"
         )
         cells = f"<td>{label}</td><td>{bar(left, width, 'trip')}</td>"
         rows.append((trip.timing.started_at, _row(cells, trip.timing)))
