@@ -17,6 +17,7 @@ from ._script import (
 )
 from ._serve import Simulator, serve
 from ._stats import RecordedRequest, SimStats
+from ._tiers import ServiceTiers
 
 __all__ = [
     "Fault",
@@ -27,6 +28,7 @@ __all__ = [
     "Rule",
     "Script",
     "ServerToolReply",
+    "ServiceTiers",
     "SimStats",
     "Simulator",
     "ToolCallReply",

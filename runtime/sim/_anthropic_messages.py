@@ -7,6 +7,7 @@ from typing import Any, Final
 
 from pydantic_core import from_json, to_json
 
+from ._tiers import requested_tier
 from ._tokens import MEDIA_TOKENS, MESSAGE_OVERHEAD, PrefixHasher, count_tokens, stream_pieces
 from ._types import Finish, ParsedRequest, Plan, SSEStream, WireError, typed_parts
 
@@ -73,6 +74,7 @@ class AnthropicWire:
             json_mode=False,
             input_tokens=walk.total,
             prior_tool_calls=walk.tool_uses,
+            service_tier=requested_tier(body, anthropic=True),
         )
         if walk.breakpoints or body.get("cache_control"):
             _cache_prefixes(req, walk, top_level=bool(body.get("cache_control")))
@@ -169,7 +171,7 @@ def _usage(plan: Plan, req: ParsedRequest) -> dict[str, Any]:
             "ephemeral_5m_input_tokens": written - long_ttl,
             "ephemeral_1h_input_tokens": long_ttl,
         },
-        "service_tier": "standard",
+        "service_tier": req.served_tier or "standard",
     }
 
 

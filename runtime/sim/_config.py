@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ._script import Fault, FaultKind, Latency
+from ._tiers import ServiceTiers
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class SimConfig:
     api_key: str | None = None
     batch_seconds: float = 0.0
     batch_expire_after: int | None = None
+    tiers: ServiceTiers = field(default_factory=ServiceTiers)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fault_rate <= 1.0:

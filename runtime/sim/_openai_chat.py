@@ -8,6 +8,7 @@ from typing import Any, Final
 
 from pydantic_core import to_json
 
+from ._tiers import requested_tier
 from ._tokens import (
     MESSAGE_OVERHEAD,
     OPENAI_CACHE_MIN_TOKENS,
@@ -83,6 +84,7 @@ class OpenAIWire:
             json_mode=False,
             input_tokens=input_tokens,
             prior_tool_calls=facts.tool_calls,
+            service_tier=requested_tier(body, anthropic=False),
         )
         _response_format(body.get("response_format"), req)
         if input_tokens >= OPENAI_CACHE_MIN_TOKENS:
@@ -157,7 +159,7 @@ class OpenAIWire:
                 "model": req.model,
                 "choices": [] if plan.empty else [choice],
                 "usage": _usage(plan),
-                "service_tier": "default",
+                "service_tier": req.served_tier or "default",
                 "system_fingerprint": FINGERPRINT,
             }
         )
@@ -168,7 +170,7 @@ class OpenAIWire:
             "object": "chat.completion.chunk",
             "created": int(time.time()),
             "model": req.model,
-            "service_tier": "default",
+            "service_tier": req.served_tier or "default",
             "system_fingerprint": FINGERPRINT,
         }
         if req.include_usage:

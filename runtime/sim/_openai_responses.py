@@ -12,6 +12,7 @@ from pydantic_core import from_json, to_json
 from ._openai_chat import OpenAIWire, url_citations
 from ._plan import thinking_signature
 from ._responses_stream import stream_events
+from ._tiers import requested_tier
 from ._tokens import (
     MESSAGE_OVERHEAD,
     OPENAI_CACHE_MIN_TOKENS,
@@ -83,6 +84,7 @@ class ResponsesWire:
             input_tokens=input_tokens,
             prior_tool_calls=walk.calls,
             encrypted_reasoning="reasoning.encrypted_content" in include,
+            service_tier=requested_tier(body, anthropic=False),
         )
         _text_format(body.get("text"), req)
         if input_tokens >= OPENAI_CACHE_MIN_TOKENS:
@@ -280,6 +282,7 @@ def response_object(
         "tool_choice": "auto",
         "tools": [],
         "max_output_tokens": req.max_tokens,
+        "service_tier": req.served_tier or "default",
         "usage": {
             "input_tokens": plan.input_tokens,
             "input_tokens_details": {

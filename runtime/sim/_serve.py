@@ -14,6 +14,7 @@ from ._config import SimConfig
 from ._script import Fault, FaultKind, Latency, ScriptLike, load_script
 from ._server import SimCore
 from ._stats import RecordedRequest, SimStats
+from ._tiers import ServiceTiers
 
 _T = TypeVar("_T")
 _START_TIMEOUT = 30.0
@@ -192,6 +193,7 @@ def serve(
     api_key: str | None = None,
     batch_seconds: float = 0.0,
     batch_expire_after: int | None = None,
+    tiers: ServiceTiers | None = None,
 ) -> Simulator:
     """A provider simulator speaking the OpenAI Chat Completions and Anthropic Messages
     wires; enter it (``with`` / ``async with``) to run it.
@@ -214,6 +216,8 @@ def serve(
     ``batch_expire_after``: after that many answered lines a batch expires, the rest
     answered as expired (``None``: never). An OpenAI batch may override both with the
     metadata keys ``sim_batch_seconds`` and ``sim_expire_after``.
+    ``tiers``: how service tiers are served (:class:`ServiceTiers`: flex slower and
+    sometimes refused for capacity, priority faster); every reply names its tier.
     """
     config = SimConfig(
         host=host,
@@ -229,5 +233,6 @@ def serve(
         api_key=api_key,
         batch_seconds=batch_seconds,
         batch_expire_after=batch_expire_after,
+        tiers=tiers or ServiceTiers(),
     )
     return Simulator(SimCore(load_script(script), config))

@@ -26,6 +26,7 @@ from ._respond import Exchange, fault_body, respond_plan, verbatim
 from ._rules import RuleBook
 from ._script import Fault, Reply, Script
 from ._stats import RecordedRequest, StatsRecorder, redact_headers
+from ._tiers import TierDesk
 from ._tokens import PromptCache
 from ._types import ParsedRequest, Plan, Wire, WireError
 
@@ -52,6 +53,7 @@ class SimCore:
         self._rules = RuleBook(script)
         self._faults = config.faults()
         self._cache = PromptCache()
+        self._tiers = TierDesk(config.tiers)
         self._latency_rng = random.Random(config.latency.seed)
         self._fault_rng = random.Random(config.seed)
         self._request_ids = itertools.count(1)
@@ -110,6 +112,7 @@ class SimCore:
         self.stats.reset()
         self._rules.reset()
         self._cache.clear()
+        self._tiers.reset()
         self._latency_rng.seed(self.config.latency.seed)
         self._fault_rng.seed(self.config.seed)
 
@@ -178,6 +181,9 @@ class SimCore:
         refusal = self._context_refusal(wire, req, ex.request_id)
         if refusal is not None:
             return ex.response(400, refusal)
+        no_capacity = self._tiers.admit(wire, req, ex.request_id)
+        if no_capacity is not None:
+            return ex.response(429, no_capacity)
         reply, fault = self._choose(req)
         return await self._answer(ex, req, reply, fault)
 
@@ -194,6 +200,7 @@ class SimCore:
             error = wire.error(400, exc.message, request_id=rid, code=exc.code, param=exc.param)
             return JsonAnswer(400, error, rid)
         req.stream = False
+        req.served_tier = "batch" if wire.api == "anthropic" else "default"
         refusal = self._context_refusal(wire, req, rid)
         if refusal is not None:
             return JsonAnswer(400, refusal, rid)
@@ -246,8 +253,9 @@ class SimCore:
     async def _answer(
         self, ex: Exchange, req: ParsedRequest, reply: Reply, fault: Fault | None
     ) -> web.StreamResponse:
-        ex.ttfb = self._ttfb_ms(reply) / 1000
-        ex.per_token = self.config.latency.per_token_ms / 1000
+        scale = self._tiers.latency(req)  # flex slower, priority faster
+        ex.ttfb = self._ttfb_ms(reply) / 1000 * scale
+        ex.per_token = self.config.latency.per_token_ms / 1000 * scale
         unstreamed_error = fault is not None and fault.kind == "stream_error" and not req.stream
         if fault is not None and (fault.kind in _ERROR_FAULTS or unstreamed_error):
             await ex.sleep(ex.ttfb)

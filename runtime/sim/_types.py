@@ -55,6 +55,9 @@ class ParsedRequest:
     cache_ttl_1h: bool = False
     # Responses: reasoning items carry their encrypted content (``include``).
     encrypted_reasoning: bool = False
+    # The service tier asked for, and the one the reply names (``_tiers``).
+    service_tier: str | None = None
+    served_tier: str | None = None
 
 
 @dataclass(slots=True)
