@@ -192,6 +192,7 @@ def test_public_exports() -> None:
         "Rule",
         "Script",
         "ServerToolReply",
+        "ServiceTiers",
         "SimStats",
         "Simulator",
         "ToolCallReply",
