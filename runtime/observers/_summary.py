@@ -39,7 +39,9 @@ def trip_repr(trip: Any) -> str:
     tokens = f"{usage.total_input_tokens:,} in / {usage.output_tokens:,} out tokens"
     cache = f", cache={trip.cache}" if trip.cache else ""
     via = ", via=batch" if trip.via == "batch" else ""
-    tier = f", tier={trip.service_tier}" if trip.service_tier else ""
+    # A tier is shown when it is not the provider's standard one.
+    shown = trip.service_tier not in (None, "default", "standard")
+    tier = f", tier={trip.service_tier}" if shown else ""
     took = f", {trip.timing.duration:.2f} s" if trip.timing.duration is not None else ""
     return (
         f"TripReport(#{trip.index} {trip.purpose}, finish={trip.finish_reason}, "

@@ -483,8 +483,7 @@ def _timeline(report: AgentReport) -> str:
         label = (
             f"trip {trip.index} · {esc(trip.purpose)}"
             f' <span class="meta">{esc(trip.finish_reason or "")} · '
-            f"{trip.usage.total_tokens} tokens"
-            f"{f' · {esc(trip.service_tier)}' if trip.service_tier else ''}</span>"
+            f"{trip.usage.total_tokens} tokens{_tier(trip.service_tier)}</span>"
         )
         cells = f"<td>{label}</td><td>{bar(left, width, 'trip')}</td>"
         rows.append((trip.timing.started_at, _row(cells, trip.timing)))
@@ -586,6 +585,11 @@ def _kind(report: RunReport) -> str:
 def _error(error: dict[str, Any]) -> str:
     code, message = error.get("code", ""), error.get("message", "")
     return f'<div class="err">{esc(code)}: {esc(message)}</div>'
+
+
+def _tier(tier: str | None) -> str:
+    # A tier is shown when it is not the provider's standard one.
+    return f" · {esc(tier)}" if tier not in (None, "default", "standard") else ""
 
 
 def _row(cells: str, timing: Timing) -> str:
