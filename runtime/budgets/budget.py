@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import BudgetExceededError, InvalidOptionsError
 from ..messages import Message
-from ..models.contract import Model, ModelOptions
+from ..models.contract import Model, ModelOptions, Tier
 from ..pricing import Pricing, lookup_pricing
 from ..usage import Usage
 
@@ -216,6 +216,8 @@ def worst_case(
     cap = options.max_tokens or getattr(model, "default_max_tokens", None)
     output = float(cap or DEFAULT_OUTPUT_RESERVE)
     pricing = pricing_of(model, batch=batch)
+    if pricing is not None and not batch and "priority" in _tiers_asked(model, options):
+        pricing = _priority_rates(model, pricing)  # served at priority, it costs more
     usd = 0.0
     if pricing is not None:
         input_rate = max(
@@ -226,6 +228,23 @@ def worst_case(
         output_rate = max(pricing.output_per_mtok, pricing.reasoning_per_mtok or 0.0)
         usd = (prompt * input_rate + output * output_rate) / _PER_MTOK
     return (usd, prompt + output, prompt, output, 1.0), pricing
+
+
+def _tiers_asked(model: Model, options: ModelOptions) -> tuple[str | None, ...]:
+    """The tiers a request may be served at: the one it asks for and its fallback."""
+    tier = options.service_tier
+    if tier is None:
+        tier = getattr(model, "service_tier", None)
+    if isinstance(tier, Tier):
+        return (tier.tier, tier.fallback)
+    return (tier if isinstance(tier, str) else None,)
+
+
+def _priority_rates(model: Model, online: Pricing) -> Pricing:
+    declared = getattr(model, "pricing", None)
+    if isinstance(declared, Pricing):
+        return declared.for_tier("priority")
+    return lookup_pricing(model.provider, model.name, tier="priority") or online
 
 
 class Account:

@@ -132,3 +132,22 @@ async def test_openai_cached_input_tokens_are_priced_as_cached(
     assert usage.cost.cached_input == pytest.approx(usage.cached_tokens * cached_rate / 1e6)
     fresh = usage.input_tokens - usage.cached_tokens
     assert usage.cost.input == pytest.approx(fresh * PRICING.input_per_mtok * 0.5 / 1e6)
+
+
+async def test_a_budget_reserves_a_priority_request_at_the_priority_rates(
+    backend_kind: str,
+) -> None:
+    from raygent.budgets.budget import worst_case
+
+    with serve(rules()) as sim:
+        priced = model(sim)
+        asks = [raygent.UserMessage(content="hello")]
+        usd = worst_case(priced, asks, raygent.ModelOptions(max_tokens=50))[0][0]
+        # Room for a request's worst case at the standard rates, not at priority's (2x).
+        budget = raygent.Budget(usd=usd * 1.5)
+        agent = raygent.agent(model=priced, model_options={"max_tokens": 50}, budget=budget)
+        standard = await agent.execute("hello")
+        priority = await agent.execute("hello", model_options={"service_tier": "priority"})
+        assert asked(sim) == [None]  # the priority request was never sent
+    assert standard.ok, standard.error
+    assert priority.error is not None and priority.error.code == "BUDGET_EXCEEDED"
