@@ -217,6 +217,7 @@ class _LineSend:
         lines = self.lines
         request = model.request_body(messages, options, stream=False)  # type: ignore[attr-defined]
         request.pop("stream", None)
+        request.pop("service_tier", None)  # a line is at the batch API's own tier and price
         body = pydantic_core.to_json(request)  # encoded once, here, where the run is
         base = f"{lines.token}-a{lines.attempt}-t{self.trip}-{_digest(body)}"
         for resend in range(MAX_RESENDS + 1):
