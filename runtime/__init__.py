@@ -67,6 +67,7 @@ from .models import (
     OpenAIModel,
     OpenAIResponsesModel,
     ResponseSchema,
+    ServerCompaction,
     ToolSpec,
 )
 from .observers.report import AgentReport, AgentResult, PendingCall
@@ -120,6 +121,7 @@ __all__ = [
     "ResponseSchema",
     "Retry",
     "Router",
+    "ServerCompaction",
     "Session",
     "Step",
     "Supervisor",

@@ -209,15 +209,20 @@ class HTTPModel:
 
     @asynccontextmanager
     async def _post(
-        self, path: str, body: dict[str, Any], signal: AbortSignal | None
+        self,
+        path: str,
+        body: dict[str, Any],
+        signal: AbortSignal | None,
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[httpx.Response]:
-        """POST `body`; yield the open response once its status is 2xx, else raise typed."""
+        """POST `body` (with `headers` besides the model's own); yield the open response
+        once its status is 2xx, else raise typed."""
         self._may_send()
         request = httpx.Request(
             "POST",
             self._url(path),
             content=pydantic_core.to_json(body),
-            headers=self._request_headers(),
+            headers={**self._request_headers(), **headers} if headers else self._request_headers(),
             extensions={"timeout": self._timeouts},
         )
         response = await self._send(request, signal)
@@ -378,9 +383,13 @@ class HTTPModel:
         return error_from_response(response, raw, provider=self.provider, secrets=self._secrets)
 
     async def _post_json(
-        self, path: str, body: dict[str, Any], signal: AbortSignal | None
+        self,
+        path: str,
+        body: dict[str, Any],
+        signal: AbortSignal | None,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[dict[str, Any], httpx.Response]:
-        async with self._post(path, body, signal) as response:
+        async with self._post(path, body, signal, headers) as response:
             raw = await abortable(self._read(response), signal)
         try:
             data = pydantic_core.from_json(raw)

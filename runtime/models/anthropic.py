@@ -33,6 +33,11 @@ from .contract import (
 __all__ = ["AnthropicModel"]
 
 _THINKING_MODELS = re.compile(r"claude-(3-7|(opus|sonnet|haiku)-4|4)")
+# The models Anthropic's reference lists for server-side compaction (compact_20260112).
+_COMPACTING_MODELS = re.compile(
+    r"claude-(fable-5(-1)?|mythos-(5(-1)?|preview)|opus-(5(-5)?|4-[678])"
+    r"|sonnet-(5(-5)?|4-6)|haiku-5-5)(-\d{8})?$"
+)
 _NO_OPTIONS = ModelOptions()
 
 
@@ -63,6 +68,7 @@ class AnthropicModel(HTTPModel):
             reasoning=bool(_THINKING_MODELS.search(name)),
             prompt_caching=True,
             temperature=False,
+            server_compaction=bool(_COMPACTING_MODELS.match(name)),
         )
 
     def _auth_headers(self) -> dict[str, str]:
@@ -92,8 +98,11 @@ class AnthropicModel(HTTPModel):
         signal: AbortSignal | None = None,
     ) -> ModelResponse:
         body = self.request_body(messages, options, stream=False)
-        data, response = await self._post_json("/v1/messages", body, signal)
+        data, response = await self._post_json("/v1/messages", body, signal, self._betas(body))
         return self._reply(data, response)
+
+    def _betas(self, body: dict[str, Any]) -> dict[str, str] | None:
+        return wire.beta_headers(body, self.extra_headers.get("anthropic-beta"))
 
     def batch_api(self) -> BatchAPI | None:
         """Anthropic's Message Batches API for this model's requests."""
@@ -109,7 +118,11 @@ class AnthropicModel(HTTPModel):
         try:
             content, calls = wire.content_from(data["content"])
             usage = wire.usage_from(data.get("usage"))
-            return self._response(content, calls, data.get("stop_reason"), data, usage, batch)
+            response = self._response(content, calls, data.get("stop_reason"), data, usage, batch)
+            iterations = wire.iterations_of(data.get("usage"))
+            return (
+                response.model_copy(update={"iterations": iterations}) if iterations else response
+            )
         except MALFORMED:
             raw = json.dumps(data).encode()
             raise self._bad_reply(response, "malformed message", raw) from None
@@ -125,7 +138,9 @@ class AnthropicModel(HTTPModel):
         body = self.request_body(messages, options, stream=False)
         for key in ("max_tokens", "stream", "temperature", "metadata"):
             body.pop(key, None)
-        data, response = await self._post_json("/v1/messages/count_tokens", body, signal)
+        data, response = await self._post_json(
+            "/v1/messages/count_tokens", body, signal, self._betas(body)
+        )
         tokens = data.get("input_tokens")
         if not isinstance(tokens, int):
             raise self._bad_reply(response, "count_tokens reply without input_tokens")
@@ -162,7 +177,7 @@ class AnthropicModel(HTTPModel):
         body = self.request_body(messages, options, stream=True)
         state = wire.StreamState()
         async with (
-            self._post("/v1/messages", body, signal) as response,
+            self._post("/v1/messages", body, signal, self._betas(body)) as response,
             aclosing(self._events(response, signal)) as events,
         ):
             async for event in events:
@@ -191,7 +206,7 @@ class AnthropicModel(HTTPModel):
             done = self._response(content, calls, state.stop_reason, meta, usage)
         except MALFORMED:
             raise self._bad_reply(None, "malformed content blocks in the stream") from None
-        yield Done(done)
+        yield Done(done.model_copy(update={"iterations": state.iterations}))
 
     def _feed(self, state: wire.StreamState, kind: str, data: dict[str, Any]) -> list[StreamChunk]:
         if kind == "message_start":
@@ -210,6 +225,7 @@ class AnthropicModel(HTTPModel):
         if kind == "message_delta":
             state.stop_reason = data.get("delta", {}).get("stop_reason") or state.stop_reason
             state.usage = wire.usage_from(data.get("usage"), state.usage)
+            state.iterations = wire.iterations_of(data.get("usage")) or state.iterations
             return [UsageChunk(self._priced(state.usage))]
         if kind == "message_stop":
             state.stopped = True
@@ -245,4 +261,9 @@ class AnthropicModel(HTTPModel):
             return [ReasoningDelta(text)]
         if kind == "signature_delta":
             block["signature"] = block.get("signature", "") + text_field(delta["signature"])
+        if kind == "compaction_delta":
+            # The summary comes whole in one delta (as the SDK's accumulator reads it).
+            for key in ("content", "encrypted_content"):
+                if key in delta:
+                    block[key] = delta[key]
         return []
