@@ -478,4 +478,5 @@ def mark(run: RunState, kind: Literal["accepted", "turn"]) -> SaverMark | None:
 
 
 def _applied(run: RunState) -> int:
-    return sum(1 for c in run.report.compactions if c.status == "applied")
+    # Only a client compaction rewrites the conversation (a server one adds a turn).
+    return sum(1 for c in run.report.compactions if c.status == "applied" and c.kind == "client")

@@ -118,11 +118,9 @@ class AnthropicModel(HTTPModel):
         try:
             content, calls = wire.content_from(data["content"])
             usage = wire.usage_from(data.get("usage"))
-            response = self._response(content, calls, data.get("stop_reason"), data, usage, batch)
+            reply = self._response(content, calls, data.get("stop_reason"), data, usage, batch)
             iterations = wire.iterations_of(data.get("usage"))
-            return (
-                response.model_copy(update={"iterations": iterations}) if iterations else response
-            )
+            return reply.model_copy(update={"iterations": iterations}) if iterations else reply
         except MALFORMED:
             raw = json.dumps(data).encode()
             raise self._bad_reply(response, "malformed message", raw) from None

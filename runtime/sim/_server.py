@@ -17,6 +17,7 @@ from pydantic_core import from_json, to_json
 from ._anthropic_batches import AnthropicBatches
 from ._anthropic_messages import AnthropicWire
 from ._batch_common import JsonAnswer, Timing
+from ._compaction import check_beta
 from ._config import SimConfig
 from ._openai_batches import OpenAIBatches
 from ._openai_chat import OpenAIWire
@@ -162,6 +163,8 @@ class SimCore:
         if body is None:
             return ex.response(400, wire.error(400, _invalid_json(wire), request_id=rid))
         try:
+            if wire.api == "anthropic":
+                check_beta(body, request.headers)  # a beta field needs its header
             return (parse or wire.parse)(body)
         except WireError as exc:
             body = wire.error(400, exc.message, request_id=rid, code=exc.code, param=exc.param)

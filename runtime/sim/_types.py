@@ -55,6 +55,22 @@ class ParsedRequest:
     cache_ttl_1h: bool = False
     # Responses: reasoning items carry their encrypted content (``include``).
     encrypted_reasoning: bool = False
+    # Anthropic server-side compaction this request triggered (``_compaction``).
+    compacted: Compacted | None = None
+
+
+@dataclass(slots=True)
+class Compacted:
+    """A server-side compaction made while answering: the block that goes first in the
+    reply, the tokens of the context it closed, of the summary it wrote and of what the
+    reply's turn reads after it, and whether the reply stops after it
+    (``pause_after_compaction``)."""
+
+    block: dict[str, Any]
+    closed_tokens: int
+    summary_tokens: int
+    after_tokens: int
+    pause: bool
 
 
 @dataclass(slots=True)
