@@ -113,8 +113,11 @@ def compacted(
     trigger); `kept_tokens` is what the turn reads besides the summary (system, tools)."""
     if total < edit["trigger"]["value"]:
         return None
-    about = (last_user or "").strip()[:_SUMMARY_CHARS]
-    summary = f"Summary of the conversation so far ({total} tokens). The user last asked: {about}"
+    about = (last_user or "").strip()[-_SUMMARY_CHARS:]
+    summary = (
+        f"Summary of the conversation so far ({total} tokens). The user's last message"
+        f" ends: {about}"
+    )
     block = {"type": "compaction", "content": summary, "encrypted_content": seal(summary)}
     return Compacted(
         block=block,
