@@ -13,6 +13,7 @@ from agent_support import KEY, add, drain
 
 import raygent
 from raygent import AnthropicModel, OpenAIModel, ProviderBlock, ServerCompaction
+from raygent.compaction import CompactionContext, CompactionResult
 from raygent.errors import CapabilityError
 from raygent.sim import Match, Reply, Rule, Simulator, ToolCallReply, serve
 from raygent.sim._compaction import seal
@@ -156,3 +157,70 @@ async def test_a_session_goes_on_from_the_compacted_history(tmp_path: Any) -> No
     assert sent[-1] == {"role": "user", "content": [{"type": "text", "text": "And in short?"}]}
     assert LONG not in str(sent)
     assert second.report.compactions == []  # the second request is far below the trigger
+
+
+@raygent.tool
+def read_part(n: int) -> str:
+    """Read one part of the report.
+
+    Args:
+        n: which part.
+    """
+    return f"part {n}: " + "x" * 6_000  # ~1,500 tokens
+
+
+READ_PARTS = [
+    Rule(
+        match=Match(after_tool_result=False),
+        reply=Reply(tool_calls=[ToolCallReply("read_part", {"n": 1})]),
+        times=1,
+    ),
+    Rule(
+        match=Match(after_tool_result=True),
+        reply=[
+            *(Reply(tool_calls=[ToolCallReply("read_part", {"n": n})]) for n in (2, 3, 4)),
+            Reply(text="done"),
+        ],
+    ),
+]
+
+
+async def test_with_client_compaction_the_server_goes_first() -> None:
+    seen: list[list[raygent.Message]] = []
+
+    def summarize(history: list[raygent.Message], ctx: CompactionContext) -> CompactionResult:
+        seen.append(history)
+        return CompactionResult(
+            summary=raygent.AssistantMessage(content="Parts read so far: all x."),
+            replaces_from_index=ctx.from_index,
+            replaces_to_index=ctx.to_index,
+        )
+
+    async with serve(READ_PARTS) as sim:
+        bot = raygent.agent(
+            model=_model(sim),
+            tools=[read_part],
+            compaction=raygent.Compaction(after_tokens=2_000, keep=1, summarize=summarize),
+            server_compaction=SERVER,
+            capture_messages=True,
+        )
+        result = await bot.execute(LONG)
+        last = sim.requests[-1].body["messages"]
+    assert result.ok, result.error
+    decisions = [(c.kind, c.trip_index, c.status, c.reason) for c in result.report.compactions]
+    # Over the server's trigger the client leaves it to the provider, which compacts.
+    assert decisions[:2] == [
+        ("client", 0, "skipped", "server-first"),
+        ("server", 0, "applied", None),
+    ]
+    # Later, below the server's trigger and above its own, the client summarises, but
+    # only what follows the compaction block's turn (which is never summarised).
+    applied = [c for c in result.report.compactions[2:] if c.status == "applied"]
+    assert applied and all(c.kind == "client" for c in applied)
+    assert all(c.replaces_from_index is not None and c.replaces_from_index > 1 for c in applied)
+    assert seen and not any(
+        isinstance(p, ProviderBlock) for history in seen for m in history for p in m.content
+    )
+    (block,) = _compaction_blocks(result)
+    assert last[0]["content"][0] == block.data  # still sent from the block, verbatim
+    assert any("Parts read so far" in str(m) for m in last)
