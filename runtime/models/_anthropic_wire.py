@@ -115,10 +115,15 @@ def beta_headers(body: dict[str, Any], given: str | None) -> dict[str, str] | No
     edits = (body.get("context_management") or {}).get("edits") or ()
     if not any(e.get("type") == _COMPACT_EDIT for e in edits):
         return None
+    return compact_betas(given)
+
+
+def compact_betas(given: str | None) -> dict[str, str]:
+    """The `anthropic-beta` header of server-side compaction, with the model's own."""
     betas = [b.strip() for b in (given or "").split(",") if b.strip()]
-    return {
-        "anthropic-beta": ",".join([*betas, COMPACT_BETA] if COMPACT_BETA not in betas else betas)
-    }
+    if COMPACT_BETA not in betas:
+        betas.append(COMPACT_BETA)
+    return {"anthropic-beta": ",".join(betas)}
 
 
 def since_compaction(messages: Sequence[Message]) -> list[Message]:

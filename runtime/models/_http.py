@@ -329,12 +329,13 @@ class HTTPModel:
         files: Mapping[str, tuple[str, bytes, str]] | None = None,
         form: Mapping[str, str] | None = None,
         signal: AbortSignal | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[bytes, httpx.Response]:
         """A request besides a model call (a batch API's files and jobs): the reply read
         whole; a status of 400 or more raises typed, as a model call's does. `body` is
-        sent as JSON; `content`, JSON already encoded."""
+        sent as JSON; `content`, JSON already encoded; `headers` go besides the model's."""
         self._may_send()
-        headers = dict(self._request_headers())
+        headers = {**self._request_headers(), **(headers or {})}
         if files is not None:
             headers.pop("content-type")  # multipart: httpx sets it, with the boundary
             request = httpx.Request(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic_core
 import pytest
 from _sdk_types import assert_conforms
 from anthropic.types.beta.message_create_params import (
@@ -134,3 +135,17 @@ async def test_the_beta_header_joins_one_the_model_was_given() -> None:
         asked, plain = sim.requests
     assert asked.headers["anthropic-beta"] == "context-1m-2025-08-07,compact-2026-01-12"
     assert plain.headers["anthropic-beta"] == "context-1m-2025-08-07"
+
+
+async def test_a_provider_batch_of_compacting_lines_carries_the_beta_header() -> None:
+    async with serve() as sim:
+        model = AnthropicModel("claude-opus-4-6", api_key=KEY, base_url=sim.anthropic_base_url)
+        api = model.batch_api()
+        assert api is not None
+        body = model.request_body([UserMessage(content="hi")], OPTIONS, stream=False)
+        plain = model.request_body([UserMessage(content="hi")], None, stream=False)
+        await api.submit([api.encode("a", pydantic_core.to_json(body))], "tag-a")
+        await api.submit([api.encode("b", pydantic_core.to_json(plain))], "tag-b")
+        asked, unasked = (r for r in sim.requests if r.path == "/v1/messages/batches")
+    assert asked.headers["anthropic-beta"] == "compact-2026-01-12"
+    assert "anthropic-beta" not in unasked.headers
