@@ -8,6 +8,7 @@ from pathlib import Path
 
 import raygent
 from raygent import Approve, Durable, ProviderBlock, ServerCompaction
+from raygent.errors import DriftError
 from raygent.sim import Match, Reply, Rule, ToolCallReply, serve
 from raygent.sim._compaction import seal
 from raygent.stores import SQLiteStore
@@ -28,7 +29,7 @@ def send(to: str) -> str:
     return f"sent to {to}"
 
 
-def _agent(sim: object, store: SQLiteStore) -> raygent.Agent:
+def _agent(sim: object, store: SQLiteStore, trigger: int = 50_000) -> raygent.Agent:
     model = raygent.AnthropicModel(
         "claude-opus-4-6",
         base_url=sim.anthropic_base_url,  # type: ignore[attr-defined]
@@ -38,7 +39,7 @@ def _agent(sim: object, store: SQLiteStore) -> raygent.Agent:
         model=model,
         tools=[send],
         durable=Durable(store=store),
-        server_compaction=ServerCompaction(trigger=50_000),
+        server_compaction=ServerCompaction(trigger=trigger),
         capture_messages=True,
     )
 
@@ -79,3 +80,18 @@ def first_block(messages: list[raygent.Message]) -> ProviderBlock:
         for p in m.content
         if isinstance(p, ProviderBlock) and p.kind == "compaction"
     )
+
+
+async def test_a_resume_with_another_trigger_is_drift(tmp_path: Path) -> None:
+    async with serve(SCRIPT) as sim:
+        store = SQLiteStore(tmp_path / "runs.db")
+        paused = await _agent(sim, store).execute(LONG)
+        (call,) = paused.pending
+        drifted = await _agent(sim, store, trigger=60_000).resume(
+            paused.run_id, approvals={call.call_id: Approve()}
+        )
+        await store.aclose()
+        sent = len(sim.requests)
+    assert isinstance(drifted.error, DriftError)
+    assert "server_compaction_trigger" in str(drifted.error)
+    assert sent == 1  # nothing sent after the pause
