@@ -30,6 +30,7 @@ own class (`_ItemPickler`): by value, the driver would rebuild it for every item
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import io
@@ -227,7 +228,7 @@ class BatchRunner:
             # The servers its runs open (an MCP toolset's) are the batch's: they close
             # when it ends, however it ends (each batch loads its executable anew).
             with owning_toolsets() as opened:
-                state.task = asyncio.ensure_future(state.pool.run(_feed(state.jobs)))
+                state.task = asyncio.ensure_future(state.pool.run(_Feed(state.jobs)))
         finally:
             in_batch_runner.reset(hosted)
         state.task.add_done_callback(lambda _: state.wake())
@@ -321,10 +322,40 @@ async def _gather(state: _Batch, enough: int) -> None:
         timer.cancel()
 
 
-async def _feed(queue: asyncio.Queue[list[Job] | None]) -> AsyncIterator[Job]:
-    while (chunk := await queue.get()) is not None:
-        for job in chunk:
-            yield job
+class _Feed:
+    """The jobs of a batch's chunks, in order, as they arrive; `next_nowait` hands over
+    what has arrived without a wait (the pool starts every job it can in one go)."""
+
+    def __init__(self, queue: asyncio.Queue[list[Job] | None]) -> None:
+        self.queue = queue
+        self.held: collections.deque[Job] = collections.deque()
+        self.ended = False
+
+    def __aiter__(self) -> _Feed:
+        return self
+
+    async def __anext__(self) -> Job:
+        while not self.held:
+            if self.ended or (chunk := await self.queue.get()) is None:
+                self.ended = True
+                raise StopAsyncIteration
+            self.held.extend(chunk)
+        return self.held.popleft()
+
+    def next_nowait(self) -> Job | None:
+        """The next job if it has arrived, else None; StopAsyncIteration at the end."""
+        while not self.held:
+            if self.ended:
+                raise StopAsyncIteration
+            try:
+                chunk = self.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return None
+            if chunk is None:
+                self.ended = True
+                raise StopAsyncIteration
+            self.held.extend(chunk)
+        return self.held.popleft()
 
 
 def _pickled(items: list[BatchItem]) -> list[tuple[int, bytes]]:
