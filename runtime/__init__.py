@@ -67,6 +67,7 @@ from .models import (
     OpenAIModel,
     OpenAIResponsesModel,
     ResponseSchema,
+    ServerCompaction,
     Tier,
     ToolSpec,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "ResponseSchema",
     "Retry",
     "Router",
+    "ServerCompaction",
     "Session",
     "Step",
     "Supervisor",

@@ -29,7 +29,14 @@ from .messages import (
     parse_arguments,
 )
 
-__all__ = ["MessageLike", "as_message", "as_messages", "check_answered", "given_messages"]
+__all__ = [
+    "MessageLike",
+    "as_message",
+    "as_messages",
+    "check_answered",
+    "given_messages",
+    "run_input",
+]
 
 MessageLike: TypeAlias = "Message | Mapping[str, Any]"
 
@@ -329,3 +336,24 @@ def _anthropic_image(source: Any) -> dict[str, Any]:
     if kind == "url":
         return {"type": "image", "url": source.get("url")}
     raise _Bad(f"unknown image source type {kind!r} (base64 or url)")
+
+
+def run_input(input: Any) -> list[Message]:
+    """A run's input as messages: text, a message (or its dict), a list of messages, or
+    a list of content parts (one user message)."""
+    if isinstance(input, str):
+        return [UserMessage(content=input)]
+    if hasattr(input, "role"):
+        return [input]
+    if isinstance(input, Mapping) and "role" in input:
+        return as_messages([input], "input")
+    if isinstance(input, (bytes, Mapping)) or not isinstance(input, Iterable):
+        raise InvalidOptionsError(
+            "input: expected text, a message, a list of messages or of content parts, "
+            f"not {type(input).__name__}",
+            option="input",
+        )
+    items = list(input)
+    if items and all(hasattr(i, "role") or (isinstance(i, Mapping) and "role" in i) for i in items):
+        return as_messages(items, "input")
+    return [UserMessage(content=items)]

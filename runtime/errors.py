@@ -14,6 +14,7 @@ __all__ = [
     "AuthenticationError",
     "AwaitingApprovalError",
     "BudgetExceededError",
+    "CapabilityError",
     "ContentFilterError",
     "ContextLengthExceededError",
     "DriftError",
@@ -278,6 +279,13 @@ class InvalidOptionsError(RaygentError):
 
     code = "INVALID_OPTIONS"
     category = "config"
+
+
+class CapabilityError(InvalidOptionsError):
+    """The run asks for something its model cannot do (e.g. `server_compaction=` on a
+    model without that capability); raised before any request is sent."""
+
+    code = "MODEL_CAPABILITY"
 
 
 class SinkExistsError(InvalidOptionsError):

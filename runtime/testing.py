@@ -83,6 +83,7 @@ ALL_CAPABILITIES = Capabilities(
     reasoning=True,
     prompt_caching=True,
     temperature=True,
+    server_compaction=True,  # test models take the option (and may reply with a block)
 )
 _NO_OPTIONS = ModelOptions()
 _CHARS_PER_TOKEN = 4

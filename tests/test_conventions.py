@@ -81,6 +81,7 @@ PUBLIC_API = {
     "ResponseCache",
     "ResponseSchema",
     "Retry",
+    "ServerCompaction",
     "Session",
     "SystemMessage",
     "SystemPrompt",

@@ -30,6 +30,7 @@ own class (`_ItemPickler`): by value, the driver would rebuild it for every item
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import io
@@ -102,7 +103,21 @@ def load_executable(payload: bytes) -> Any:
     return executable
 
 
+# Items go by plain pickle until one needs cloudpickle (see `_dump_item`).
+_plain_pickle = True
+
+
 def _dump_item(item: BatchItem) -> bytes:
+    global _plain_pickle
+    if _plain_pickle:
+        # Plain pickle (a third of cloudpickle's cost here) pickles every class by
+        # reference and checks that the name finds that very class, so anything it
+        # cannot send as the driver would load it (a class that came by value, a lambda)
+        # raises instead: then cloudpickle does it, for this item and every later one.
+        try:
+            return pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            _plain_pickle = False
     buffer = io.BytesIO()
     pickler = _ItemPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)  # type: ignore[no-untyped-call]
     pickler.dump(item)  # type: ignore[no-untyped-call]
@@ -213,7 +228,7 @@ class BatchRunner:
             # The servers its runs open (an MCP toolset's) are the batch's: they close
             # when it ends, however it ends (each batch loads its executable anew).
             with owning_toolsets() as opened:
-                state.task = asyncio.ensure_future(state.pool.run(_feed(state.jobs)))
+                state.task = asyncio.ensure_future(state.pool.run(_Feed(state.jobs)))
         finally:
             in_batch_runner.reset(hosted)
         state.task.add_done_callback(lambda _: state.wake())
@@ -307,10 +322,40 @@ async def _gather(state: _Batch, enough: int) -> None:
         timer.cancel()
 
 
-async def _feed(queue: asyncio.Queue[list[Job] | None]) -> AsyncIterator[Job]:
-    while (chunk := await queue.get()) is not None:
-        for job in chunk:
-            yield job
+class _Feed:
+    """The jobs of a batch's chunks, in order, as they arrive; `next_nowait` hands over
+    what has arrived without a wait (the pool starts every job it can in one go)."""
+
+    def __init__(self, queue: asyncio.Queue[list[Job] | None]) -> None:
+        self.queue = queue
+        self.held: collections.deque[Job] = collections.deque()
+        self.ended = False
+
+    def __aiter__(self) -> _Feed:
+        return self
+
+    async def __anext__(self) -> Job:
+        while not self.held:
+            if self.ended or (chunk := await self.queue.get()) is None:
+                self.ended = True
+                raise StopAsyncIteration
+            self.held.extend(chunk)
+        return self.held.popleft()
+
+    def next_nowait(self) -> Job | None:
+        """The next job if it has arrived, else None; StopAsyncIteration at the end."""
+        while not self.held:
+            if self.ended:
+                raise StopAsyncIteration
+            try:
+                chunk = self.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return None
+            if chunk is None:
+                self.ended = True
+                raise StopAsyncIteration
+            self.held.extend(chunk)
+        return self.held.popleft()
 
 
 def _pickled(items: list[BatchItem]) -> list[tuple[int, bytes]]:

@@ -229,6 +229,12 @@ class InFlight:
         completion behind a slow feed: a runner fed over the network, a slow reader."""
         read = self._read
         if read is None:
+            # A feed that can hand over what it already holds (a runner's queue of
+            # chunks) does so at once: a read per job would start one job per turn of
+            # the loop, leaving slots idle for as many turns as jobs arrived together.
+            nowait = getattr(feed, "next_nowait", None)
+            if nowait is not None and (job := nowait()) is not None:
+                return job  # type: ignore[no-any-return]
             read = self._read = asyncio.ensure_future(anext(feed))
             read.add_done_callback(lambda _: self._wake.set())
         if not read.done():

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 from pydantic import Field
 from typing_extensions import Unpack
 
-from .._message_input import MessageLike, as_messages, check_answered
+from .._message_input import MessageLike, as_messages, check_answered, run_input
 from .._sync import run_sync
 from ..abort import AbortController, AbortSignal
 from ..attachments import AttachmentLike, AttachmentPolicy
@@ -28,7 +28,7 @@ from ..errors import InvalidOptionsError, RaygentError
 from ..executable import Executable
 from ..memory import Memory
 from ..memory.save import RunSaver, default_memory
-from ..messages import ContentPart, Message, SystemMessage, UserMessage
+from ..messages import ContentPart, Message, SystemMessage
 from ..models.contract import Model, ModelOptions, ToolSpec
 from ..observers import Observe, Observer
 from ..observers.delivery import observers_for, own_observers
@@ -44,7 +44,7 @@ from ..toolsets import Toolset
 from ._durable_api import DurableRuns, journal_for
 from ._guard import GuardSetting, guard_buffer
 from ._model_options import run_model_options
-from ._options import RunOptions, SystemPrompt
+from ._options import RunOptions, ServerCompactionSetting, SystemPrompt, server_compaction_for
 from ._retry_resume import continued_run_id, saver_for
 from ._start import start_run
 from ._state import RunConfig, RunState
@@ -92,8 +92,10 @@ class Agent(DurableRuns):
         cache: ResponseCache | None = None,
         budget: Budget | None = None,
         tool_errors: Literal["continue", "fail"] = "continue",
+        server_compaction: ServerCompactionSetting = None,
     ) -> None:
         self.tool_errors = tool_errors_setting(tool_errors)
+        self.server_compaction = server_compaction  # checked per run: a run fails typed
         if budget is not None and not isinstance(budget, Budget):
             raise TypeError("budget= takes raygent.Budget(...)")
         self.budget = budget
@@ -261,7 +263,7 @@ class Agent(DurableRuns):
             config, system = self._config(options, streaming)
             messages: list[Message] = [SystemMessage(content=system)] if system else []
             history = options.get("history")
-            user_input = _as_messages(input)
+            user_input = run_input(input)
             if history is not None:
                 given = as_messages(history, "history")
                 check_answered(given, "history", after=user_input)
@@ -330,8 +332,12 @@ class Agent(DurableRuns):
         caps = self.model.capabilities
         merged = run_model_options(self.name, self.model, self.model_options, options)
         native = output is not None and caps.structured_output
+        server = options.get("server_compaction")
         model_options = ModelOptions(
             **merged,
+            server_compaction=server_compaction_for(
+                self.server_compaction if server is None else server, self.model
+            ),
             tools=self._tool_specs(options.get("tool_schemas") or self.tool_schemas),
             response_schema=output.response_schema() if native and output else None,
         )
@@ -451,6 +457,7 @@ def agent(
     cache: ResponseCache | None = None,
     budget: Budget | None = None,
     tool_errors: Literal["continue", "fail"] = "continue",
+    server_compaction: ServerCompactionSetting = None,
 ) -> Agent:
     """Build an agent. See `Agent.execute` for a run and `RunOptions` for per-call options.
 
@@ -468,7 +475,9 @@ def agent(
     `budget=raygent.Budget(...)` holds each run to what it may spend (a call's `budget=`
     holds as well). `tool_errors="fail"` fails a run whose tool call fails (error
     `TOOL_EXECUTION`) instead of letting the model read the error and go on ("continue",
-    the default; a call's `tool_errors=` overrides it).
+    the default; a call's `tool_errors=` overrides it). `server_compaction=True` (or
+    `raygent.ServerCompaction(...)`) has the provider compact the context itself (see
+    `raygent.ServerCompaction`; a model without the capability fails the run unsent).
     """
     return Agent(
         model=model,
@@ -496,6 +505,7 @@ def agent(
         cache=cache,
         budget=budget,
         tool_errors=tool_errors,
+        server_compaction=server_compaction,
     )
 
 
@@ -543,25 +553,6 @@ def _setup_error(exc: Exception) -> RaygentError:
     if isinstance(exc, RaygentError):
         return exc
     return InvalidOptionsError(f"invalid run options: {type(exc).__name__}: {exc}")
-
-
-def _as_messages(input: Any) -> list[Message]:
-    if isinstance(input, str):
-        return [UserMessage(content=input)]
-    if isinstance(input, (UserMessage, SystemMessage)) or hasattr(input, "role"):
-        return [input]
-    if isinstance(input, Mapping) and "role" in input:
-        return as_messages([input], "input")
-    if isinstance(input, (bytes, Mapping)) or not isinstance(input, Iterable):
-        raise InvalidOptionsError(
-            "input: expected text, a message, a list of messages or of content parts, "
-            f"not {type(input).__name__}",
-            option="input",
-        )
-    items = list(input)
-    if items and all(hasattr(i, "role") or (isinstance(i, Mapping) and "role" in i) for i in items):
-        return as_messages(items, "input")
-    return [UserMessage(content=items)]
 
 
 def agent_tool(agent: Agent, *, name: str | None, description: str | None) -> Tool[..., Any]:

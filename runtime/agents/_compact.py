@@ -1,8 +1,15 @@
 """The compaction step before each model trip: count, pick a safe slice, summarise it,
-replace it (in the store too, with memory), and record the decision.
+replace it (in the store too, with memory), and record the decision; and the record of a
+compaction the provider made during a trip (`ServerCompaction`).
 
 A skipped decision leaves the conversation as it was and the run goes on; an abort
 while counting or summarising ends the run as cancelled.
+
+With both, the server compacts first: the client step counts what is sent (the provider
+reads nothing before the latest compaction block, so neither does the estimate) and,
+while that reaches the server's trigger, leaves it to the provider (a "server-first"
+skip). Below it, and above its own `after_tokens`, it summarises as without the server,
+never the compaction block's turn or anything before it.
 """
 
 from __future__ import annotations
@@ -10,7 +17,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable
 from itertools import takewhile
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from ..abort import abortable
 from ..compaction.policy import (
@@ -25,10 +32,12 @@ from ..compaction.policy import (
 from ..compaction.ranges import has_signed_reasoning, safe_range
 from ..compaction.stored import StoredView, stored_view
 from ..errors import error_dict
-from ..messages import MESSAGE_ADAPTER, AssistantMessage, Message, UserMessage
+from ..messages import MESSAGE_ADAPTER, AssistantMessage, Message, ProviderBlock, UserMessage
+from ..models.contract import ModelResponse
+from ..usage import Usage
 from ._state import RunState
 
-__all__ = ["compact_before_trip", "estimate_tokens"]
+__all__ = ["compact_before_trip", "estimate_tokens", "record_server_compaction"]
 
 T = TypeVar("T")
 CHARS_PER_TOKEN = 4
@@ -41,8 +50,9 @@ async def compact_before_trip(run: RunState, trip_index: int) -> None:
     if spec is None:
         return
     counting: Counting = "custom" if spec.count_tokens is not None else "estimate"
+    sent = compaction_index(run.messages)
     # Per-message sizes: the estimate's input, and what a slice weighs.
-    weights = [_chars(m) for m in run.messages] if spec.count_tokens is None else None
+    weights = _weights(run.messages, sent) if spec.count_tokens is None else None
     try:
         if spec.count_tokens is None:
             tokens = estimate_tokens(run, weights)
@@ -54,12 +64,16 @@ async def compact_before_trip(run: RunState, trip_index: int) -> None:
         return
     if tokens <= spec.after_tokens:
         return
-    weights = weights or [_chars(m) for m in run.messages]
+    server = run.config.options.server_compaction
+    if server is not None and tokens >= server.trigger:
+        _skip(run, trip_index, counting, tokens, "server-first")
+        return
+    weights = weights or _weights(run.messages, sent)
     view = await stored_view(run.saver, run.messages)
     offered = safe_range(
         run.messages,
         keep=spec.keep,
-        protected=_protected(run),
+        protected=_protected(run) | set(range(sent + 1)),
         cuts=view.cuts if view is not None else (),
         weights=weights,
     )
@@ -217,6 +231,61 @@ def _protected(run: RunState) -> set[int]:
 
 def _chars(message: Message) -> int:
     return len(MESSAGE_ADAPTER.dump_json(message))
+
+
+def _weights(messages: list[Message], sent: int) -> list[int]:
+    """Each message's size; 0 for those before the latest compaction block (unsent)."""
+    return [_chars(m) if k >= sent or m.role == "system" else 0 for k, m in enumerate(messages)]
+
+
+def _is_compaction(part: object) -> bool:
+    return isinstance(part, ProviderBlock) and part.kind == "compaction"
+
+
+def compaction_index(messages: list[Message]) -> int:
+    """The index of the turn holding the latest server compaction block (-1: none)."""
+    for k in range(len(messages) - 1, -1, -1):
+        if any(_is_compaction(p) for p in messages[k].content):
+            return k
+    return -1
+
+
+def record_server_compaction(run: RunState, trip_index: int, response: ModelResponse) -> None:
+    """Report a compaction the provider made during the trip (its block is in the
+    reply), with what the provider says it closed and what the turn read after it."""
+    if not any(_is_compaction(p) for p in response.content):
+        return
+    iterations = response.iterations or []
+    closed = next((i for i in iterations if i.get("type") == "compaction"), None)
+    after = next((i for i in reversed(iterations) if i.get("type") == "message"), None)
+    run.report.compactions.append(
+        CompactionRecord(
+            kind="server",
+            trip_index=trip_index,
+            counting="provider",
+            input_tokens=_input_of(closed),
+            status="applied",
+            usage=None if closed is None else _iteration_usage(closed),
+            tokens_after=_input_of(after),
+        )
+    )
+
+
+def _input_of(iteration: dict[str, Any] | None) -> int | None:
+    if iteration is None:
+        return None
+    keys = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    return sum(int(iteration.get(key) or 0) for key in keys)
+
+
+def _iteration_usage(iteration: dict[str, Any]) -> Usage:
+    return Usage(
+        input_tokens=int(iteration.get("input_tokens") or 0),
+        output_tokens=int(iteration.get("output_tokens") or 0),
+        cached_tokens=int(iteration.get("cache_read_input_tokens") or 0),
+        cache_write_tokens=int(iteration.get("cache_creation_input_tokens") or 0),
+        input_includes_cache=False,
+    )
 
 
 def _skip(

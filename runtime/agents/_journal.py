@@ -64,6 +64,8 @@ class Signature(BaseModel):
     compaction_after_tokens: int | None
     compaction_keep: int | None
     version: str | None
+    # The provider's compaction trigger (None: off; absent from older snapshots).
+    server_compaction_trigger: int | None = None
 
     def changes(self, other: Signature) -> list[str]:
         """The fields in which `other` differs from this one."""
@@ -150,7 +152,7 @@ class Outcome(BaseModel):
 
 def signature_of(run: RunState) -> Signature:
     config = run.config
-    compaction = config.compaction
+    compaction, server = config.compaction, config.options.server_compaction
     return Signature(
         provider=config.model.provider,
         model=config.model.name,
@@ -160,6 +162,7 @@ def signature_of(run: RunState) -> Signature:
         compaction_after_tokens=None if compaction is None else compaction.after_tokens,
         compaction_keep=None if compaction is None else compaction.keep,
         version=config.version,
+        server_compaction_trigger=server.trigger if server is not None else None,
     )
 
 
@@ -478,4 +481,5 @@ def mark(run: RunState, kind: Literal["accepted", "turn"]) -> SaverMark | None:
 
 
 def _applied(run: RunState) -> int:
-    return sum(1 for c in run.report.compactions if c.status == "applied")
+    # Only a client compaction rewrites the conversation (a server one adds a turn).
+    return sum(1 for c in run.report.compactions if c.status == "applied" and c.kind == "client")

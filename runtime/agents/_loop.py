@@ -124,9 +124,12 @@ async def drive(run: RunState, progress: Progress) -> AgentResult:
         step = next_step(run, response, progress)
         if isinstance(step, Final):
             run.add(response.message)
-            # After a compaction the blocks are signed against a history the caller
-            # never had: they cannot be replayed.
-            compacted = any(d.status == "applied" for d in run.report.compactions)
+            # After a client compaction the blocks are signed against a history the
+            # caller never had: they cannot be replayed. (A server compaction's reply
+            # carries its own compaction block: it replays.)
+            compacted = any(
+                d.status == "applied" and d.kind == "client" for d in run.report.compactions
+            )
             blocks = response.blocks if run.trip_count == 1 and not compacted else None
             result = _result(run, data=step.data, text=step.text, blocks=blocks)
             if run.journal is not None:

@@ -14,14 +14,15 @@ from ..attachments import AttachmentLike, AttachmentPolicy
 from ..budgets import Budget
 from ..cache import ResponseCache
 from ..durable.options import ApprovalHandler, Durable
-from ..errors import PromptError
+from ..errors import CapabilityError, PromptError
+from ..models.contract import Model, ServerCompaction
 from ..observers import Observe
 from ..observers.events import Handlers
 from ..run_context import RunInfo
 from ._guard import GuardSetting
 from .output import Repair
 
-__all__ = ["RunOptions", "SystemPrompt"]
+__all__ = ["RunOptions", "SystemPrompt", "server_compaction_for"]
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
@@ -82,3 +83,31 @@ class RunOptions(TypedDict, total=False):
     run_id: str | None
     approval_handler: ApprovalHandler | None
     resume: str | None
+    # The provider compacts the context itself (raygent.ServerCompaction; True: its
+    # defaults; False: off for this call). None: the agent's `server_compaction=`.
+    server_compaction: bool | ServerCompaction | None
+
+
+ServerCompactionSetting = bool | ServerCompaction | None
+
+
+def server_compaction_for(setting: object, model: Model) -> ServerCompaction | None:
+    """The server-side compaction a run asks of `model`, refused (before any request)
+    when the model has no such capability."""
+    if setting is None or setting is False:
+        return None
+    spec = ServerCompaction() if setting is True else setting
+    if not isinstance(spec, ServerCompaction):
+        raise TypeError(
+            f"server_compaction= takes True or raygent.ServerCompaction(...), not {setting!r}"
+        )
+    if not model.capabilities.server_compaction:
+        raise CapabilityError(
+            f"server_compaction: {model.provider} model {model.name!r} cannot compact its"
+            " context on the provider's side (no server_compaction capability; Anthropic"
+            " lists the models that can)",
+            model=model.name,
+            provider=model.provider,
+            capability="server_compaction",
+        )
+    return spec

@@ -28,7 +28,7 @@ from ..seams.contract import ModelAccess
 from ..seams.local import closing_stream
 from ..seams.provider_lines import current_lines
 from ..usage import total_cost
-from ._compact import compact_before_trip
+from ._compact import compact_before_trip, record_server_compaction
 from ._guard import GuardBuffer, extract_tool_calls
 from ._state import RunState, maybe_await, now
 
@@ -72,6 +72,7 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
         trip.via, trip.provider_batch, trip.batch_wait = response.via
     trip.cache, trip.saved = response.cache, total_cost(response.saved) or 0.0
     trip.service_tier = response.service_tier
+    record_server_compaction(run, index, response)
     run.phase = "between_trips"  # the reply is in: what follows is not mid-trip
     await run.emit(
         TripCompleted,

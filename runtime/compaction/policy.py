@@ -49,8 +49,8 @@ __all__ = [
     "summarize",
 ]
 
-Counting = Literal["estimate", "custom"]
-SkipReason = Literal["no-safe-range", "not-smaller", "callback-error"]
+Counting = Literal["estimate", "custom", "provider"]
+SkipReason = Literal["no-safe-range", "not-smaller", "callback-error", "server-first"]
 CountTokens = Callable[[list[Message], ModelOptions], "int | Awaitable[int]"]
 
 
@@ -123,6 +123,12 @@ class Compaction:
 class CompactionRecord(BaseModel):
     """One decision: the count that triggered it, and the range applied or why not.
 
+    `kind` is "client" for this process's summaries (`Compaction`) and "server" for the
+    provider's own (`ServerCompaction`): then `counting` is "provider", `input_tokens`
+    the context it closed, `tokens_after` what the reply's turn read after it (their
+    difference is what the provider says it saved) and `usage` the compaction's own
+    iteration (also in the trip's usage: it is billed).
+
     `framing` is "user" when the summary went in as user context: it replaced the first
     turns, or kept turns carry signed reasoning; `retained` lists those kept turns
     (indices after compaction, each marked `compaction="retained"`).
@@ -131,6 +137,7 @@ class CompactionRecord(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
+    kind: Literal["client", "server"] = "client"
     trip_index: int
     counting: Counting
     input_tokens: int | None
@@ -144,6 +151,7 @@ class CompactionRecord(BaseModel):
     store_conflicts: int = 0
     error: dict[str, Any] | None = None
     usage: Usage | None = None
+    tokens_after: int | None = None
 
 
 class SummaryError(RaygentError):

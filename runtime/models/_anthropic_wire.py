@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import CapabilityError
 from ..messages import (
     AssistantMessage,
     ContentPart,
@@ -19,13 +20,23 @@ from ..messages import (
     ToolMessage,
 )
 from ..usage import Usage
-from .contract import CacheControl, Capabilities, FinishReason, ModelOptions, ToolSpec
+from .contract import (
+    CacheControl,
+    Capabilities,
+    FinishReason,
+    ModelOptions,
+    ServerCompaction,
+    ToolSpec,
+)
 from .media import image_data, require_vision
 from .tiers import body_tier
 
 PROVIDER = "anthropic"
 API_VERSION = "2023-06-01"
 _UNCACHEABLE = ("thinking", "redacted_thinking")
+COMPACTION = "compaction"  # the block server-side compaction puts first in a reply
+COMPACT_BETA = "compact-2026-01-12"
+_COMPACT_EDIT = "compact_20260112"
 
 FINISH_REASONS: dict[str | None, FinishReason] = {
     "end_turn": "stop",
@@ -35,6 +46,8 @@ FINISH_REASONS: dict[str | None, FinishReason] = {
     "pause_turn": "pause_turn",
     "refusal": "refusal",
     "model_context_window_exceeded": "context_exceeded",
+    # Paused after a server-side compaction: the turn goes back as is, to go on.
+    "compaction": "pause_turn",
 }
 
 _EFFORT_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
@@ -50,7 +63,7 @@ def request_body(
     default_max_tokens: int,
 ) -> dict[str, Any]:
     system = [{"type": "text", "text": m.text} for m in messages if isinstance(m, SystemMessage)]
-    turns, last_blocks = _turns(messages, capabilities)
+    turns, last_blocks = _turns(since_compaction(messages), capabilities)
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": options.max_tokens or default_max_tokens,
@@ -75,10 +88,66 @@ def request_body(
     tier = body_tier(options, None)
     if tier is not None:
         body["service_tier"] = tier
+    if options.server_compaction is not None:
+        if not capabilities.server_compaction:
+            raise CapabilityError(
+                f"{model} has no server_compaction capability: the provider cannot compact"
+                " its context (pass Capabilities(server_compaction=True) if it can)",
+                model=model,
+                capability="server_compaction",
+            )
+        body["context_management"] = {"edits": [_compact_edit(options.server_compaction)]}
     if stream:
         body["stream"] = True
     body.update(options.provider_options.get(PROVIDER, {}))
     return body
+
+
+def _compact_edit(spec: ServerCompaction) -> dict[str, Any]:
+    edit: dict[str, Any] = {
+        "type": _COMPACT_EDIT,
+        "trigger": {"type": "input_tokens", "value": spec.trigger},
+        "pause_after_compaction": spec.pause_after_compaction,
+    }
+    if spec.instructions is not None:
+        edit["instructions"] = spec.instructions
+    return edit
+
+
+def beta_headers(body: dict[str, Any], given: str | None) -> dict[str, str] | None:
+    """The `anthropic-beta` header a body needs (joined to one the model was given)."""
+    edits = (body.get("context_management") or {}).get("edits") or ()
+    if not any(e.get("type") == _COMPACT_EDIT for e in edits):
+        return None
+    return compact_betas(given)
+
+
+def compact_betas(given: str | None) -> dict[str, str]:
+    """The `anthropic-beta` header of server-side compaction, with the model's own."""
+    betas = [b.strip() for b in (given or "").split(",") if b.strip()]
+    if COMPACT_BETA not in betas:
+        betas.append(COMPACT_BETA)
+    return {"anthropic-beta": ",".join(betas)}
+
+
+def since_compaction(messages: Sequence[Message]) -> list[Message]:
+    """What is sent: the provider reads nothing before the latest compaction block, so
+    the turns before it (system messages aside) and the blocks before it in its own turn
+    are left out; the block and all after it go as they came."""
+    for k in range(len(messages) - 1, -1, -1):
+        message = messages[k]
+        if not isinstance(message, AssistantMessage):
+            continue
+        at = [i for i, p in enumerate(message.content) if _is_compaction(p)]
+        if at:
+            kept = message.model_copy(update={"content": message.content[at[-1] :]})
+            system = [m for m in messages[:k] if isinstance(m, SystemMessage)]
+            return [*system, kept, *messages[k + 1 :]]
+    return list(messages)
+
+
+def _is_compaction(part: ContentPart) -> bool:
+    return isinstance(part, ProviderBlock) and part.provider == PROVIDER and part.kind == COMPACTION
 
 
 def _thinking(options: ModelOptions, capabilities: Capabilities, max_tokens: int) -> Any:
@@ -234,22 +303,42 @@ def usage_from(raw: Any, previous: Usage | None = None) -> Usage:
     base = previous or Usage(requests=1, input_includes_cache=False)
     creation = raw.get("cache_creation") or {}
 
-    def pick(key: str, current: int) -> int:
+    # A server-side compaction's own iteration is billed but not in the top-level
+    # fields: it is added to each field this usage object sets.
+    extra = _compaction_usage(raw.get("iterations"))
+
+    def add(key: str, current: int) -> int:
         value = raw.get(key)
-        return current if value is None else int(value)
+        return current if value is None else int(value) + extra.get(key, 0)
 
     return base.model_copy(
         update={
-            "input_tokens": pick("input_tokens", base.input_tokens),
-            "output_tokens": pick("output_tokens", base.output_tokens),
-            "cached_tokens": pick("cache_read_input_tokens", base.cached_tokens),
-            "cache_write_tokens": pick("cache_creation_input_tokens", base.cache_write_tokens),
+            "input_tokens": add("input_tokens", base.input_tokens),
+            "output_tokens": add("output_tokens", base.output_tokens),
+            "cached_tokens": add("cache_read_input_tokens", base.cached_tokens),
+            "cache_write_tokens": add("cache_creation_input_tokens", base.cache_write_tokens),
             "cache_write_1h_tokens": int(
                 creation.get("ephemeral_1h_input_tokens") or base.cache_write_1h_tokens
             ),
             "input_includes_cache": False,
         }
     )
+
+
+def _compaction_usage(iterations: Any) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for entry in iterations if isinstance(iterations, list) else ():
+        if isinstance(entry, dict) and entry.get("type") == COMPACTION:
+            for key, value in entry.items():
+                if isinstance(value, int) and not isinstance(value, bool):
+                    totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def iterations_of(raw: Any) -> list[dict[str, Any]] | None:
+    """The usage's per-iteration entries (`usage.iterations`), when it has them."""
+    found = raw.get("iterations") if isinstance(raw, dict) else None
+    return [dict(e) for e in found if isinstance(e, dict)] if isinstance(found, list) else None
 
 
 def finish_reason(raw: str | None) -> FinishReason:
@@ -285,6 +374,7 @@ class StreamState:
     model: str | None = None
     usage: Usage | None = None
     service_tier: str | None = None
+    iterations: list[dict[str, Any]] | None = None
 
     def finished_blocks(self) -> list[dict[str, Any]]:
         """The blocks as a non-streamed reply has them. A block that received

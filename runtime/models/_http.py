@@ -246,12 +246,14 @@ class HTTPModel:
         path: str,
         body: dict[str, Any],
         signal: AbortSignal | None,
+        headers: Mapping[str, str] | None = None,
         fallback: Resend | None = None,
     ) -> AsyncIterator[httpx.Response]:
-        """POST `body`; yield the open response once its status is 2xx, else raise typed.
-        `fallback`: a service tier refused for capacity is asked again at its fallback."""
+        """POST `body` (with `headers` besides the model's own); yield the open response
+        once its status is 2xx, else raise typed. `fallback`: a service tier refused for
+        capacity is asked again at its fallback."""
         self._may_send()
-        response = await self._send(self._json_request(path, body), signal)
+        response = await self._send(self._json_request(path, body, headers), signal)
         try:
             while response.status_code >= 400:
                 raw = await abortable(self._read(response), signal)
@@ -263,17 +265,19 @@ class HTTPModel:
                     raise error
                 await response.aclose()
                 body = again
-                response = await self._send(self._json_request(path, body), signal)
+                response = await self._send(self._json_request(path, body, headers), signal)
             yield response
         finally:
             await response.aclose()
 
-    def _json_request(self, path: str, body: dict[str, Any]) -> httpx.Request:
+    def _json_request(
+        self, path: str, body: dict[str, Any], headers: Mapping[str, str] | None
+    ) -> httpx.Request:
         return httpx.Request(
             "POST",
             self._url(path),
             content=pydantic_core.to_json(body),
-            headers=self._request_headers(),
+            headers={**self._request_headers(), **headers} if headers else self._request_headers(),
             extensions={"timeout": self._timeouts},
         )
 
@@ -370,12 +374,13 @@ class HTTPModel:
         files: Mapping[str, tuple[str, bytes, str]] | None = None,
         form: Mapping[str, str] | None = None,
         signal: AbortSignal | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[bytes, httpx.Response]:
         """A request besides a model call (a batch API's files and jobs): the reply read
         whole; a status of 400 or more raises typed, as a model call's does. `body` is
-        sent as JSON; `content`, JSON already encoded."""
+        sent as JSON; `content`, JSON already encoded; `headers` go besides the model's."""
         self._may_send()
-        headers = dict(self._request_headers())
+        headers = {**self._request_headers(), **(headers or {})}
         if files is not None:
             headers.pop("content-type")  # multipart: httpx sets it, with the boundary
             request = httpx.Request(
@@ -428,9 +433,10 @@ class HTTPModel:
         path: str,
         body: dict[str, Any],
         signal: AbortSignal | None,
+        headers: Mapping[str, str] | None = None,
         fallback: Resend | None = None,
     ) -> tuple[dict[str, Any], httpx.Response]:
-        async with self._post(path, body, signal, fallback) as response:
+        async with self._post(path, body, signal, headers, fallback) as response:
             raw = await abortable(self._read(response), signal)
         try:
             data = pydantic_core.from_json(raw)

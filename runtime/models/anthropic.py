@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 __all__ = ["AnthropicModel"]
 
 _THINKING_MODELS = re.compile(r"claude-(3-7|(opus|sonnet|haiku)-4|4)")
+# The models Anthropic's reference lists for server-side compaction (compact_20260112).
+_COMPACTING_MODELS = re.compile(
+    r"claude-(fable-5(-1)?|mythos-(5(-1)?|preview)|opus-(5(-5)?|4-[678])"
+    r"|sonnet-(5(-5)?|4-6)|haiku-5-5)(-\d{8})?$"
+)
 _NO_OPTIONS = ModelOptions()
 
 
@@ -70,6 +75,7 @@ class AnthropicModel(HTTPModel):
             reasoning=bool(_THINKING_MODELS.search(name)),
             prompt_caching=True,
             temperature=False,
+            server_compaction=bool(_COMPACTING_MODELS.match(name)),
         )
 
     def _auth_headers(self) -> dict[str, str]:
@@ -100,8 +106,13 @@ class AnthropicModel(HTTPModel):
     ) -> ModelResponse:
         body = self.request_body(messages, options, stream=False)
         fallback = tier_fallback(options or _NO_OPTIONS, self.service_tier, self.name, "anthropic")
-        data, response = await self._post_json("/v1/messages", body, signal, fallback)
+        data, response = await self._post_json(
+            "/v1/messages", body, signal, self._betas(body), fallback
+        )
         return with_refusals(self._reply(data, response), fallback)
+
+    def _betas(self, body: dict[str, Any]) -> dict[str, str] | None:
+        return wire.beta_headers(body, self.extra_headers.get("anthropic-beta"))
 
     def batch_api(self) -> BatchAPI | None:
         """Anthropic's Message Batches API for this model's requests."""
@@ -118,7 +129,9 @@ class AnthropicModel(HTTPModel):
             content, calls = wire.content_from(data["content"])
             usage = wire.usage_from(data.get("usage"))
             meta = {**data, "service_tier": (data.get("usage") or {}).get("service_tier")}
-            return self._response(content, calls, data.get("stop_reason"), meta, usage, batch)
+            reply = self._response(content, calls, data.get("stop_reason"), meta, usage, batch)
+            iterations = wire.iterations_of(data.get("usage"))
+            return reply.model_copy(update={"iterations": iterations}) if iterations else reply
         except MALFORMED:
             raw = json.dumps(data).encode()
             raise self._bad_reply(response, "malformed message", raw) from None
@@ -134,7 +147,9 @@ class AnthropicModel(HTTPModel):
         body = self.request_body(messages, options, stream=False)
         for key in ("max_tokens", "stream", "temperature", "metadata"):
             body.pop(key, None)
-        data, response = await self._post_json("/v1/messages/count_tokens", body, signal)
+        data, response = await self._post_json(
+            "/v1/messages/count_tokens", body, signal, self._betas(body)
+        )
         tokens = data.get("input_tokens")
         if not isinstance(tokens, int):
             raise self._bad_reply(response, "count_tokens reply without input_tokens")
@@ -174,7 +189,7 @@ class AnthropicModel(HTTPModel):
         fallback = tier_fallback(options or _NO_OPTIONS, self.service_tier, self.name, "anthropic")
         state = wire.StreamState()
         async with (
-            self._post("/v1/messages", body, signal, fallback) as response,
+            self._post("/v1/messages", body, signal, self._betas(body), fallback) as response,
             aclosing(self._events(response, signal)) as events,
         ):
             async for event in events:
@@ -207,6 +222,7 @@ class AnthropicModel(HTTPModel):
             done = self._response(content, calls, state.stop_reason, meta, usage)
         except MALFORMED:
             raise self._bad_reply(None, "malformed content blocks in the stream") from None
+        done = done.model_copy(update={"iterations": state.iterations})
         yield Done(with_refusals(done, fallback))
 
     def _feed(self, state: wire.StreamState, kind: str, data: dict[str, Any]) -> list[StreamChunk]:
@@ -227,6 +243,7 @@ class AnthropicModel(HTTPModel):
         if kind == "message_delta":
             state.stop_reason = data.get("delta", {}).get("stop_reason") or state.stop_reason
             state.usage = wire.usage_from(data.get("usage"), state.usage)
+            state.iterations = wire.iterations_of(data.get("usage")) or state.iterations
             return [UsageChunk(self._priced(state.usage, tier=state.service_tier))]
         if kind == "message_stop":
             state.stopped = True
@@ -262,4 +279,9 @@ class AnthropicModel(HTTPModel):
             return [ReasoningDelta(text)]
         if kind == "signature_delta":
             block["signature"] = block.get("signature", "") + text_field(delta["signature"])
+        if kind == "compaction_delta":
+            # The summary comes whole in one delta (as the SDK's accumulator reads it).
+            for key in ("content", "encrypted_content"):
+                if key in delta:
+                    block[key] = delta[key]
         return []

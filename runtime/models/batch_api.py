@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import pydantic_core
 
 from ..errors import ProviderBatchError, ProviderError, ServerError
+from ._anthropic_wire import compact_betas
 
 if TYPE_CHECKING:
     from ._http import HTTPModel
@@ -311,7 +312,12 @@ class AnthropicBatchAPI:
 
     async def submit(self, lines: Sequence[bytes], tag: str) -> str:
         content = b'{"requests":[' + b",".join(lines) + b"]}"
-        created = await self.model._call_json("POST", "/v1/messages/batches", content=content)
+        # A beta a line needs (server-side compaction) is a header of the whole batch.
+        given = self.model.extra_headers.get("anthropic-beta")
+        betas = compact_betas(given) if b'"compact_20260112"' in content else None
+        created = await self.model._call_json(
+            "POST", "/v1/messages/batches", content=content, headers=betas
+        )
         return str(created["id"])
 
     async def find(self, tag: str, since: float, lines: int) -> str | None:

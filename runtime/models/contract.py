@@ -23,6 +23,7 @@ __all__ = [
     "ReasoningDelta",
     "ReasoningOptions",
     "ResponseSchema",
+    "ServerCompaction",
     "StreamChunk",
     "TextDelta",
     "Tier",
@@ -49,6 +50,9 @@ class Capabilities(BaseModel):
     reasoning: bool = False
     prompt_caching: bool = False
     temperature: bool = True
+    # The provider compacts the context itself (`ServerCompaction`): Anthropic's
+    # `compact_20260112` edit on the models its reference lists.
+    server_compaction: bool = False
 
 
 class ToolSpec(BaseModel):
@@ -128,6 +132,27 @@ class Tier(BaseModel):
         super().__init__(tier=tier, fallback=fallback)
 
 
+_MIN_TRIGGER = 50_000  # Anthropic's minimum input-token trigger
+
+
+class ServerCompaction(BaseModel):
+    """Ask the provider to compact the context itself (Anthropic's server-side
+    compaction, the `compact_20260112` edit of `context_management`).
+
+    Once a request's input reaches `trigger` input tokens (Anthropic's default 150,000,
+    at least 50,000), the provider summarises the conversation and puts the summary
+    first in its reply as a `compaction` block; later requests send that block back
+    verbatim and the provider reads nothing before it. `instructions` replace the
+    provider's summarisation prompt. `pause_after_compaction`: the provider stops after
+    the summary (`stop_reason` "compaction"), and the run sends the turn back to go on.
+    """
+
+    model_config = _FROZEN
+    trigger: int = Field(default=150_000, ge=_MIN_TRIGGER)
+    instructions: str | None = None
+    pause_after_compaction: bool = False
+
+
 class ModelOptions(BaseModel):
     """Options for one request. `provider_options` is keyed by adapter name
     ("openai", "anthropic"); each adapter merges only its own key into the request body.
@@ -145,6 +170,7 @@ class ModelOptions(BaseModel):
     service_tier: str | Tier | None = None
     prompt_cache_key: str | None = None
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    server_compaction: ServerCompaction | None = None
     provider_options: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
@@ -176,6 +202,9 @@ class ModelResponse(BaseModel):
     # The service tier the provider says it used (OpenAI's `service_tier`, Anthropic's
     # `usage.service_tier`): what `usage` is priced at. Left out of the JSON when unset.
     service_tier: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    # The provider's usage per sampling iteration, when it reports one (Anthropic's
+    # `usage.iterations`: a server-side compaction's own entry, then the reply's).
+    iterations: list[dict[str, Any]] | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @property
     def text(self) -> str:

@@ -116,7 +116,7 @@ class OpenAIModel(HTTPModel):
         options = self._options(options)
         body = self.request_body(messages, options, stream=False)
         fallback = tier_fallback(options, None, self.name, self.provider)
-        data, response = await self._post_json("/chat/completions", body, signal, fallback)
+        data, response = await self._post_json("/chat/completions", body, signal, fallback=fallback)
         return with_refusals(self._reply(data, response), fallback)
 
     def _options(self, options: ModelOptions | None) -> ModelOptions:
@@ -175,7 +175,7 @@ class OpenAIModel(HTTPModel):
         state = wire.StreamState()
         done = False
         async with (
-            self._post("/chat/completions", body, signal, fallback) as response,
+            self._post("/chat/completions", body, signal, fallback=fallback) as response,
             aclosing(self._events(response, signal)) as events,
         ):
             async for event in events:

@@ -150,7 +150,7 @@ class OpenAIResponsesModel(HTTPModel):
         options = self._options(options)
         body = self.request_body(messages, options, stream=False)
         fallback = tier_fallback(options, None, self.name, self.provider)
-        data, response = await self._post_json("/responses", body, signal, fallback)
+        data, response = await self._post_json("/responses", body, signal, fallback=fallback)
         return with_refusals(self._reply(data, response), fallback)
 
     def batch_api(self) -> BatchAPI | None:
@@ -204,7 +204,7 @@ class OpenAIResponsesModel(HTTPModel):
         fallback = tier_fallback(options, None, self.name, self.provider)
         state = _Stream()
         async with (
-            self._post("/responses", body, signal, fallback) as response,
+            self._post("/responses", body, signal, fallback=fallback) as response,
             aclosing(self._events(response, signal)) as events,
         ):
             async for event in events:

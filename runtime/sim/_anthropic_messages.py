@@ -7,9 +7,10 @@ from typing import Any, Final
 
 from pydantic_core import from_json, to_json
 
+from . import _compaction as compaction
 from ._tiers import requested_tier
 from ._tokens import MEDIA_TOKENS, MESSAGE_OVERHEAD, PrefixHasher, count_tokens, stream_pieces
-from ._types import Finish, ParsedRequest, Plan, SSEStream, WireError, typed_parts
+from ._types import Compacted, Finish, ParsedRequest, Plan, SSEStream, WireError, typed_parts
 
 _STOP: dict[Finish, str] = {
     "stop": "end_turn",
@@ -56,10 +57,15 @@ class AnthropicWire:
             pass
         elif not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             raise WireError("max_tokens: Field required", param="max_tokens")
+        edit = compaction.compaction_edit(body)
         walk = _Walk()
         walk.tools(body.get("tools") or [])
         walk.system(body.get("system"))
-        walk.messages(messages)
+        kept = walk.total
+        walk.messages(compaction.replayed(messages))
+        done = (
+            None if edit is None else compaction.compacted(edit, walk.total, kept, walk.last_user)
+        )
         req = ParsedRequest(
             api="anthropic",
             model=model,
@@ -72,11 +78,12 @@ class AnthropicWire:
             include_usage=True,
             response_schema=_output_schema(body),
             json_mode=False,
-            input_tokens=walk.total,
+            input_tokens=walk.total if done is None else done.after_tokens,
             prior_tool_calls=walk.tool_uses,
             service_tier=requested_tier(body, anthropic=True),
+            compacted=done,
         )
-        if walk.breakpoints or body.get("cache_control"):
+        if done is None and (walk.breakpoints or body.get("cache_control")):
             _cache_prefixes(req, walk, top_level=bool(body.get("cache_control")))
         return req
 
@@ -115,10 +122,15 @@ class AnthropicWire:
 
     def body(self, plan: Plan, req: ParsedRequest, response_id: str) -> bytes:
         content = [] if plan.empty else [block for block, _ in _blocks(plan)]
+        done = req.compacted
+        if done is not None:
+            content = [done.block] if done.pause else [done.block, *content]
         message = _message(req, response_id, content)
-        message["stop_reason"] = _STOP[plan.finish]
+        message["stop_reason"] = _stop(plan, req)
         message["usage"] = {**_usage(plan, req), "output_tokens": plan.output_tokens}
-        if plan.finish in ("refusal", "content_filter"):
+        if done is not None:
+            message["usage"].update(_compaction_usage(done, plan))
+        if plan.finish in ("refusal", "content_filter") and not (done and done.pause):
             message["stop_details"] = _REFUSAL_DETAILS
         return to_json(message)
 
@@ -129,21 +141,51 @@ class AnthropicWire:
         out.add("message_start", {"type": "message_start", "message": start})
         out.events.append(_PING)
         out.tokens.append(0)
-        if not plan.empty:
-            for index, (block, arguments) in enumerate(_blocks(plan)):
+        done = req.compacted
+        first = 0
+        if done is not None:
+            _stream_compaction(out, done.block)
+            first = 1
+        if not plan.empty and not (done and done.pause):
+            for index, (block, arguments) in enumerate(_blocks(plan), start=first):
                 _stream_block(out, index, block, arguments)
         body_end = len(out.events)
-        delta: dict[str, Any] = {"stop_reason": _STOP[plan.finish], "stop_sequence": None}
-        if plan.finish in ("refusal", "content_filter"):
+        delta: dict[str, Any] = {"stop_reason": _stop(plan, req), "stop_sequence": None}
+        if plan.finish in ("refusal", "content_filter") and not (done and done.pause):
             delta["stop_details"] = _REFUSAL_DETAILS
         usage = {k: v for k, v in _usage(plan, req).items() if k in _DELTA_USAGE}
         usage["output_tokens"] = plan.output_tokens
+        if done is not None:
+            usage.update(_compaction_usage(done, plan))
         out.add("message_delta", {"type": "message_delta", "delta": delta, "usage": usage})
         out.add("message_stop", {"type": "message_stop"})
         return SSEStream(out.events, out.tokens, body_end)
 
 
 _DELTA_USAGE = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+def _stop(plan: Plan, req: ParsedRequest) -> str:
+    return "compaction" if req.compacted and req.compacted.pause else _STOP[plan.finish]
+
+
+def _compaction_usage(done: Compacted, plan: Plan) -> dict[str, Any]:
+    """The usage fields a compaction sets: its iterations; with a pause, a reply that
+    sampled nothing besides the compaction (its tokens are only in its entry)."""
+    usage: dict[str, Any] = {"iterations": compaction.iterations(done, plan.output_tokens)}
+    if done.pause:
+        usage.update(input_tokens=0, output_tokens=0)
+    return usage
+
+
+def _stream_compaction(out: _Events, block: dict[str, Any]) -> None:
+    """A compaction block: started empty, its summary whole in one `compaction_delta`."""
+    out.block_start(0, {"type": "compaction", "content": None, "encrypted_content": None})
+    delta = {k: block[k] for k in ("content", "encrypted_content")}
+    out.block_delta(0, {"type": "compaction_delta", **delta}, str(block["content"]))
+    out.add("content_block_stop", {"type": "content_block_stop", "index": 0})
+
+
 _REFUSAL_DETAILS = {"type": "refusal", "category": None, "explanation": None}
 
 
@@ -380,6 +422,8 @@ def _block_tokens(block: object) -> int:
         return count_tokens(str(block.get("thinking", "")))
     if kind == "redacted_thinking":
         return count_tokens(str(block.get("data", "")))
+    if kind == "compaction":
+        return count_tokens(str(block.get("content") or ""))
     if kind in ("image", "document"):
         return MEDIA_TOKENS
     return count_tokens(to_json(_strip(block)).decode())

@@ -58,6 +58,22 @@ class ParsedRequest:
     # The service tier asked for, and the one the reply names (``_tiers``).
     service_tier: str | None = None
     served_tier: str | None = None
+    # Anthropic server-side compaction this request triggered (``_compaction``).
+    compacted: Compacted | None = None
+
+
+@dataclass(slots=True)
+class Compacted:
+    """A server-side compaction made while answering: the block that goes first in the
+    reply, the tokens of the context it closed, of the summary it wrote and of what the
+    reply's turn reads after it, and whether the reply stops after it
+    (``pause_after_compaction``)."""
+
+    block: dict[str, Any]
+    closed_tokens: int
+    summary_tokens: int
+    after_tokens: int
+    pause: bool
 
 
 @dataclass(slots=True)

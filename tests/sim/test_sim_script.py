@@ -193,6 +193,7 @@ def test_public_exports() -> None:
         "Script",
         "ServerToolReply",
         "ServiceTiers",
+        "SimRateLimits",
         "SimStats",
         "Simulator",
         "ToolCallReply",

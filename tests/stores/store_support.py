@@ -18,6 +18,7 @@ from raygent import (
     AssistantMessage,
     Message,
     ProviderBlock,
+    TextPart,
     UserMessage,
 )
 from raygent.stores import (
@@ -39,6 +40,23 @@ SHAPES: dict[str, Message] = {
     **MESSAGE_SHAPES,
     "awkward-text": UserMessage(
         content='nul \x00, quote ", brace }{, emoji 🦀, big int 18446744073709551616 \u2028'
+    ),
+    # A server-side compaction's turn: the block must come back exactly as it went in.
+    "server-compaction": AssistantMessage(
+        content=[
+            ProviderBlock(
+                provider="anthropic",
+                kind="compaction",
+                data={
+                    "type": "compaction",
+                    "content": 'Summary: the user asked "why?" \u2014 twice.\n',
+                    "encrypted_content": "sim-seal-0f1e2d3c4b5a69788796a5b4",
+                    "signature": None,
+                    "tool_changes": [],
+                },
+            ),
+            TextPart(text="Going on from the summary."),
+        ]
     ),
     "provider-numbers": AssistantMessage(
         content=[
