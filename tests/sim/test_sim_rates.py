@@ -90,7 +90,24 @@ async def test_headers_on_replies_and_streams_of_both_wires(clients: Clients) ->
     for headers in (message.headers, a_stream.headers, a429.value.response.headers):
         check_anthropic_headers(headers)
     assert o429.value.code == "rate_limit_exceeded"
-    # Each request takes one from the same key's bucket of 10 (model "m" and "c" apart).
+
+
+async def test_each_request_takes_one_from_its_keys_bucket(clients: Clients) -> None:
+    # A bucket of 10 that refills one request every 10 s: what a request takes shows in
+    # the next reply's headers however slowly the machine runs.
+    slow = SimRateLimits(requests_per_minute=6, burst_seconds=100)
+    async with serve(rate_limits=slow) as sim:
+        oa, an = clients.openai(sim), clients.anthropic(sim)
+        chat = await oa.chat.completions.with_raw_response.create(model="m", messages=USER)
+        streamed = await oa.chat.completions.with_raw_response.create(
+            model="m", messages=USER, stream=True
+        )
+        async for _ in streamed.parse():
+            pass
+        message = await an.messages.with_raw_response.create(
+            model="c", max_tokens=50, messages=USER
+        )
+    # Model "m" and "c" apart, as providers key them.
     assert chat.headers["x-ratelimit-remaining-requests"] == "9"
     assert streamed.headers["x-ratelimit-remaining-requests"] == "8"
     assert message.headers["anthropic-ratelimit-requests-remaining"] == "9"
