@@ -8,8 +8,9 @@ carry (messages, model requests and replies, batch jobs and items, reports), the
 run-time pieces a backend re-uses where it runs work (the batch engine's in-flight core
 and one attempt of an item, the session scope, delivering reports to observers), and the
 errors it raises. The rates' pure arithmetic (`RatePacer`, `Bucket`, `RateLearner`,
-`rate_estimate`) is here for a backend's own holders of a rate. A backend imports `raygent`, `raygent.backend` and `raygent.stores`,
-never another module of the core (tests/test_layout.py holds it to that).
+`rate_estimate`) is here for a backend's own holders of a rate. A backend imports
+`raygent`, `raygent.backend` and `raygent.stores`, never another module of the core
+(tests/test_layout.py holds it to that).
 """
 
 from __future__ import annotations
