@@ -6,8 +6,8 @@ concurrency bound, until its requests and estimated tokens fit the key's buckets
 one waiter at a time sleeps for the head's share), goes, and is settled at its real use
 (an error reply gives back what it did not use); its reply's headers, a 429 and the
 latency teach the learner. A key with nothing configured starts *probing*: its first
-request goes alone and what its reply says paces the others (a reply with no rate
-headers leaves the key idle). An idle key costs a request one attribute check and a
+`PROBE_WINDOW` requests go, the others wait for a reply, and what it says paces them (a
+reply with no rate headers leaves the key idle). An idle key costs a request one attribute check and a
 look at the reply's `rate`.
 
 `trip_rates` is the context a trip sets around its requests: the seconds they waited for
@@ -49,6 +49,10 @@ class TripRates:
     wait: float = 0.0
     throttled: int = 0
 
+
+# Requests of a key with nothing configured or known that go before its first reply (a
+# slow start: a job's first wave does not meet a provider's burst all at once).
+PROBE_WINDOW = 4
 
 trip_rates: ContextVar[TripRates | None] = ContextVar("raygent_trip_rates", default=None)
 
@@ -92,25 +96,29 @@ def used_of(model: Model, response: ModelResponse) -> Need:
 class HeldRate:
     """One key's pacer in one event loop, and the waiting for it."""
 
-    __slots__ = ("_lock", "_probe", "pacer")
+    __slots__ = ("_lock", "_probe", "_probes", "pacer")
 
     def __init__(self, pacer: RatePacer) -> None:
         self.pacer = pacer
         self._lock = asyncio.Lock()
         self._probe: asyncio.Future[None] | None = None
+        self._probes = 0
 
     async def probe_turn(self, signal: AbortSignal | None) -> bool:
-        """While probing: wait for the probe in flight; True if this request is the
-        probe (it must call `probed()` when it ends)."""
+        """While probing: go if fewer than `PROBE_WINDOW` probes are in flight, else
+        wait for one to end; True if this request is a probe (it must call `probed()`
+        when it ends)."""
         while self.pacer.probing:
-            probe = self._probe
-            if probe is None:
-                self._probe = asyncio.get_running_loop().create_future()
+            if self._probes < PROBE_WINDOW:
+                self._probes += 1
                 return True
-            await abortable(asyncio.shield(probe), signal)
+            if self._probe is None:
+                self._probe = asyncio.get_running_loop().create_future()
+            await abortable(asyncio.shield(self._probe), signal)
         return False
 
     def probed(self) -> None:
+        self._probes -= 1
         probe, self._probe = self._probe, None
         if probe is not None and not probe.done():
             probe.set_result(None)
