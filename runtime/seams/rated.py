@@ -7,8 +7,8 @@ one waiter at a time sleeps for the head's share), goes, and is settled at its r
 (an error reply gives back what it did not use); its reply's headers, a 429 and the
 latency teach the learner. A key with nothing configured starts *probing*: its first
 `PROBE_WINDOW` requests go, the others wait for a reply, and what it says paces them (a
-reply with no rate headers leaves the key idle). An idle key costs a request one attribute check and a
-look at the reply's `rate`.
+reply with no rate headers leaves the key idle). An idle key costs a request one
+attribute check and a look at the reply's `rate`.
 
 `trip_rates` is the context a trip sets around its requests: the seconds they waited for
 the rate and the 429s they met (the Ray backend's sends add theirs the same way).
