@@ -83,14 +83,17 @@ def reading_of_error(error: RateLimitError) -> RateReading | None:
     return RateReading(retry_after=float(retry)) if isinstance(retry, (int, float)) else None
 
 
-def used_of(model: Model, response: ModelResponse) -> Need:
-    """What a reply used, as the provider counts it against a rate (Anthropic does not
-    count cache reads against input tokens per minute)."""
+def used_of(model: Model, response: ModelResponse, need: Need) -> Need:
+    """What a reply used, as the provider counts it against a rate: tokens per minute
+    keep the output cap counted at admission (OpenAI does not give back the unused
+    part of `max_tokens`), input at the real prompt (Anthropic does not count cache
+    reads), output at the real output (Anthropic gives back what was not used)."""
     usage = response.usage
     spent_in = usage.total_input_tokens
     if model.provider == "anthropic":
         spent_in -= usage.cached_tokens
-    return need_of(float(spent_in), float(usage.output_tokens))
+    spent_out = float(usage.output_tokens)
+    return (1.0, spent_in + max(need[3], spent_out), float(spent_in), spent_out)
 
 
 class HeldRate:
@@ -210,7 +213,7 @@ class Ticket:
         self.settled = True
         now = time.monotonic()
         pacer = self._held.pacer
-        pacer.settle(self.need, used_of(self.model, response), now)
+        pacer.settle(self.need, used_of(self.model, response, self.need), now)
         pacer.replied(response.rate, now - self.sent, now)
 
 
