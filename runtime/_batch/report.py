@@ -68,6 +68,11 @@ class BatchReport(BaseModel):
     items_with_tool_errors: int = 0
     first_tool_error: str | None = None
     budget: BudgetReport | None = None
+    # Rates: the 429s the items' trips met and the seconds they waited for a rate limit
+    # (each item's last attempt), and the requests a minute the job held.
+    throttled: int = 0
+    rate_wait: float = 0.0
+    requests_per_minute: float = 0.0
 
     def __repr__(self) -> str:
         return _report_repr(self)
@@ -122,8 +127,8 @@ class Tally:
         self.usage = Usage()
         self.total = self.succeeded = self.failed = self.cancelled = self.awaiting = 0
         self.skipped = self.attempts = self.on_item_errors = self.cache_hits = 0
-        self.cache_errors = 0
-        self.saved = 0.0
+        self.cache_errors = self.throttled = 0
+        self.saved = self.rate_wait = 0.0
         self.tool_errors = self.items_with_tool_errors = 0
         self.first_tool_error: str | None = None
         self.first_on_item_error: str | None = None
@@ -155,6 +160,9 @@ class Tally:
             self.cache_hits += hits
             self.saved += report.saved  # type: ignore[union-attr]
         self.cache_errors += getattr(report, "cache_errors", 0)
+        for trip in getattr(report, "trips", ()):
+            self.throttled += trip.throttled
+            self.rate_wait += trip.rate_wait
         if item.latency is not None:
             self._sample(item.latency)
         failed_calls = tool_errors_of(item)
@@ -191,6 +199,9 @@ class Tally:
             tool_errors=self.tool_errors,
             items_with_tool_errors=self.items_with_tool_errors,
             first_tool_error=self.first_tool_error,
+            throttled=self.throttled,
+            rate_wait=self.rate_wait,
+            requests_per_minute=60 * self.usage.requests / duration if duration > 0 else 0.0,
         )
         if self._latencies:
             ordered = sorted(self._latencies)

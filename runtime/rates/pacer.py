@@ -136,7 +136,10 @@ class RatePacer:
             if per_minute is None:
                 self.buckets[i] = None
             elif bucket is None:
-                self.buckets[i] = Bucket(per_minute / 60, self.burst, now)
+                bucket = self.buckets[i] = Bucket(per_minute / 60, self.burst, now)
+                if self.configured is None or self.configured.per_minute[i] is None:
+                    # Learnt after requests went unpaced: the provider's burst is spent.
+                    bucket.level = 0.0
             elif not math.isclose(bucket.rate, per_minute / 60):
                 bucket.set_rate(per_minute / 60, self.burst, now)
         self._set_idle(now)
