@@ -72,6 +72,11 @@ class BatchReport(BaseModel):
     # reply named none), and the requests sent again at a `Tier`'s fallback.
     tiers: dict[str, int] = Field(default_factory=dict)
     tier_fallbacks: int = 0
+    # Rates: the 429s the items' trips met and the seconds they waited for a rate limit
+    # (each item's last attempt), and the requests a minute the job held.
+    throttled: int = 0
+    rate_wait: float = 0.0
+    requests_per_minute: float = 0.0
 
     def __repr__(self) -> str:
         return _report_repr(self)
@@ -139,8 +144,8 @@ class Tally:
         self.usage = Usage()
         self.total = self.succeeded = self.failed = self.cancelled = self.awaiting = 0
         self.skipped = self.attempts = self.on_item_errors = self.cache_hits = 0
-        self.cache_errors = 0
-        self.saved = 0.0
+        self.cache_errors = self.throttled = 0
+        self.saved = self.rate_wait = 0.0
         self.tool_errors = self.items_with_tool_errors = self.tier_fallbacks = 0
         self.tiers: dict[str, int] = {}
         self.first_tool_error: str | None = None
@@ -177,6 +182,8 @@ class Tally:
         for trip in trips_of(report):
             tier = trip.service_tier or ""
             self.tiers[tier] = self.tiers.get(tier, 0) + 1
+            self.throttled += trip.throttled
+            self.rate_wait += trip.rate_wait
         if item.latency is not None:
             self._sample(item.latency)
         failed_calls = tool_errors_of(item)
@@ -215,6 +222,9 @@ class Tally:
             first_tool_error=self.first_tool_error,
             tiers=dict(self.tiers),
             tier_fallbacks=self.tier_fallbacks,
+            throttled=self.throttled,
+            rate_wait=self.rate_wait,
+            requests_per_minute=60 * self.usage.requests / duration if duration > 0 else 0.0,
         )
         if self._latencies:
             ordered = sorted(self._latencies)

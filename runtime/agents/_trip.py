@@ -27,6 +27,7 @@ from ..observers.report import Timing, TripReport
 from ..seams.contract import ModelAccess
 from ..seams.local import closing_stream
 from ..seams.provider_lines import current_lines
+from ..seams.rated import TripRates, trip_rates
 from ..usage import total_cost
 from ._compact import compact_before_trip, record_server_compaction
 from ._guard import GuardBuffer, extract_tool_calls
@@ -54,12 +55,16 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
     run.report.trips.append(trip)
     run.phase = "trip"
     await run.emit(TripStarted, trip_index=index, purpose=purpose)
+    rates = TripRates()  # what the request path's rate holders met on this trip
+    token = trip_rates.set(rates)
     try:
         response = await _send(run, index)
         response = _guarded(run, response)
         for mw in reversed(run.config.middleware):
             response = await maybe_await(mw.after_trip(run.info, response))
     finally:  # a failed or cancelled trip has an end too
+        trip_rates.reset(token)
+        trip.rate_wait, trip.throttled = rates.wait, rates.throttled
         trip.timing.ended_at = now()
         trip.timing.duration = time.perf_counter() - clock
     run.usage = run.usage + response.usage

@@ -109,7 +109,7 @@ class AnthropicModel(HTTPModel):
         data, response = await self._post_json(
             "/v1/messages", body, signal, self._betas(body), fallback
         )
-        return with_refusals(self._reply(data, response), fallback)
+        return with_refusals(self._rated(self._reply(data, response), response), fallback)
 
     def _betas(self, body: dict[str, Any]) -> dict[str, str] | None:
         return wire.beta_headers(body, self.extra_headers.get("anthropic-beta"))
@@ -223,7 +223,7 @@ class AnthropicModel(HTTPModel):
         except MALFORMED:
             raise self._bad_reply(None, "malformed content blocks in the stream") from None
         done = done.model_copy(update={"iterations": state.iterations})
-        yield Done(with_refusals(done, fallback))
+        yield Done(with_refusals(self._rated(done, response), fallback))
 
     def _feed(self, state: wire.StreamState, kind: str, data: dict[str, Any]) -> list[StreamChunk]:
         if kind == "message_start":

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..abort import AbortSignal
 from ..messages import AssistantMessage, ContentPart, Message, ProviderBlock, TextPart, ToolCall
+from ..rates.limits import RateReading
 from ..usage import Cost, Usage
 
 __all__ = [
@@ -205,6 +206,9 @@ class ModelResponse(BaseModel):
     # The provider's usage per sampling iteration, when it reports one (Anthropic's
     # `usage.iterations`: a server-side compaction's own entry, then the reply's).
     iterations: list[dict[str, Any]] | None = Field(default=None, exclude_if=lambda v: v is None)
+    # What the reply's rate-limit headers said (`x-ratelimit-*`, `anthropic-ratelimit-*`,
+    # retry-after). Left out of the JSON when unset.
+    rate: RateReading | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @property
     def text(self) -> str:

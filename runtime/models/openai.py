@@ -117,7 +117,7 @@ class OpenAIModel(HTTPModel):
         body = self.request_body(messages, options, stream=False)
         fallback = tier_fallback(options, None, self.name, self.provider)
         data, response = await self._post_json("/chat/completions", body, signal, fallback=fallback)
-        return with_refusals(self._reply(data, response), fallback)
+        return with_refusals(self._rated(self._reply(data, response), response), fallback)
 
     def _options(self, options: ModelOptions | None) -> ModelOptions:
         """The call's options, the model's settings filling what it left unset."""
@@ -212,7 +212,7 @@ class OpenAIModel(HTTPModel):
             )
         except MALFORMED:
             raise self._bad_reply(None, "malformed chunks in the stream") from None
-        yield Done(with_refusals(whole, fallback))
+        yield Done(with_refusals(self._rated(whole, response), fallback))
 
     def _feed(self, state: wire.StreamState, chunk: dict[str, Any]) -> list[StreamChunk]:
         out: list[StreamChunk] = []

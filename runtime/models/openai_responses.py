@@ -151,7 +151,7 @@ class OpenAIResponsesModel(HTTPModel):
         body = self.request_body(messages, options, stream=False)
         fallback = tier_fallback(options, None, self.name, self.provider)
         data, response = await self._post_json("/responses", body, signal, fallback=fallback)
-        return with_refusals(self._reply(data, response), fallback)
+        return with_refusals(self._rated(self._reply(data, response), response), fallback)
 
     def batch_api(self) -> BatchAPI | None:
         if not self.base_url.endswith("/v1"):
@@ -230,7 +230,7 @@ class OpenAIResponsesModel(HTTPModel):
         except MALFORMED:
             raise self._bad_reply(None, "malformed response in the stream") from None
         yield UsageChunk(done.usage)
-        yield Done(with_refusals(done, fallback))
+        yield Done(with_refusals(self._rated(done, response), fallback))
 
     def _feed(self, state: _Stream, kind: str, data: dict[str, Any]) -> list[StreamChunk]:
         if kind == "response.output_text.delta":

@@ -95,15 +95,15 @@ class TripReport(BaseModel):
     provider_batch: str | None = None
     batch_wait: float | None = None
     # With a response cache: "hit" (no request sent; `usage` counts the reply's tokens at
-    # no cost), "miss", or "unavailable" (its store failed: sent as a miss); None without
-    # a cache. `saved`: what a hit cost when it was paid (USD; 0 when that is unknown).
-    # `service_tier`: the tier the provider says it served (what `usage` is priced at).
-    # All three left out of the JSON when unset.
-    cache: Literal["hit", "miss", "unavailable"] | None = Field(
-        default=None, exclude_if=lambda v: v is None
-    )
+    # no cost), "miss", or "unavailable" (its store failed: sent as a miss); None without a
+    # cache. `saved`: what a hit cost when paid (USD; 0: unknown). `service_tier`: the tier
+    # the provider says it served (what `usage` is priced at). `rate_wait`: seconds its
+    # requests waited for a rate limit; `throttled`: the 429s they met. Unset: not in JSON.
+    cache: Literal["hit", "miss", "unavailable"] | None = Field(None, exclude_if=lambda v: not v)
     saved: float = Field(default=0.0, exclude_if=lambda v: v == 0.0)
     service_tier: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    rate_wait: float = Field(default=0.0, exclude_if=lambda v: v == 0.0)
+    throttled: int = Field(default=0, exclude_if=lambda v: v == 0)
 
     def __repr__(self) -> str:
         return trip_repr(self)

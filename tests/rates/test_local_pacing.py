@@ -1,0 +1,61 @@
+"""Rates held by the local backend against the simulator enforcing them (real HTTP):
+configured, learnt from the headers, and reported on the trips and the batch."""
+
+from __future__ import annotations
+
+from rates_support import make_model
+
+import raygent
+from raygent import RateLimit
+from raygent.sim import Fault, Match, Reply, Rule, SimRateLimits, serve
+
+
+async def _job(model: object, items: int, concurrency: int = 16) -> raygent.BatchResult:
+    return await raygent.batch(
+        raygent.agent(model=model),
+        [f"q{i}" for i in range(items)],
+        concurrency=concurrency,
+        retry=raygent.Retry(attempts=4, base_delay=0.2),
+        progress=False,
+    )
+
+
+async def test_a_configured_rate_is_held_with_no_429s() -> None:
+    async with serve(rate_limits=SimRateLimits(requests_per_minute=600)) as sim:
+        # Held a little under the provider's: timing jitter cannot tip it over.
+        model = make_model("openai", sim, rate_limit=RateLimit(requests_per_minute=570))
+        result = await _job(model, 30)
+        stats = sim.stats()
+    assert result.report.succeeded == 30
+    assert stats.rate_limited == {}
+    assert result.report.throttled == 0
+    # 30 requests against a burst of 9.5: most of the last 20 waited for the refill.
+    assert result.report.rate_wait > 0
+    waits = [t.rate_wait for item in result.items for t in item.result.report.trips]
+    assert sum(1 for w in waits if w > 0) >= 10
+
+
+async def test_with_nothing_configured_the_rate_is_learnt_from_the_headers() -> None:
+    async with serve(rate_limits=SimRateLimits(requests_per_minute=600)) as sim:
+        model = make_model("anthropic", sim)
+        result = await _job(model, 40)
+        stats = sim.stats()
+    assert result.report.succeeded == 40
+    assert sum(stats.rate_limited.values()) <= 2  # the slow start's probes only fit
+
+
+async def test_a_429_is_counted_on_its_trip_and_pauses_the_key() -> None:
+    fault = Fault(kind="status", status=429, retry_after=0.2)
+    script = [
+        Rule(match=Match(last_user="^first$"), reply=Reply(fault=fault)),
+        Rule(reply=Reply(text="ok")),
+    ]
+    async with serve(script) as sim:
+        model = make_model("openai", sim, rate_limit=RateLimit(requests_per_minute=6000))
+        agent = raygent.agent(model=model)
+        failed = await agent.execute("first")
+        later = await agent.execute("second")
+    assert failed.error is not None and failed.report.trips[0].throttled == 1
+    assert later.ok
+    # The key was paused for the retry-after: the next request waited for it.
+    assert later.report.trips[0].rate_wait > 0.1
