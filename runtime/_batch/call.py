@@ -360,7 +360,8 @@ class _Collector:
             self.stopped = str(item.error)
         tally = self.tally
         retrying = self.pool.retrying if self.pool is not None else 0
-        self.progress.update(tally.failed, tally.cancelled, retrying)
+        rates = (tally.usage.requests, tally.throttled, tally.rate_wait)
+        self.progress.update(tally.failed, tally.cancelled, retrying, rates)
 
     async def _on_item(self, item: BatchItem) -> None:
         if self.plan.on_item is not None:

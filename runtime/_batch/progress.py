@@ -89,6 +89,8 @@ class Progress:
         self._bar: Any = None
         self._last = 0.0
         self._lines = ""  # the provider-batch part of the postfix
+        self._rates = ""  # the rate-limit part, once a limit held the job back
+        self._began = time.monotonic()
         self._counts: dict[str, int] = _counts(0, 0, 0)
         if enabled:
             bar = bar_class(notebook=in_notebook(), widgets=has_widgets())
@@ -98,7 +100,15 @@ class Progress:
         if self._bar is not None:
             self._bar.update(count)
 
-    def update(self, failed: int, cancelled: int, retrying: int) -> None:
+    def update(
+        self,
+        failed: int,
+        cancelled: int,
+        retrying: int,
+        rates: tuple[int, int, float] | None = None,
+    ) -> None:
+        """One more item ended. `rates`: (requests sent, 429s met, seconds waited for a
+        rate limit) so far, shown once a limit has held the job back."""
         bar = self._bar
         if bar is None:
             return
@@ -107,6 +117,8 @@ class Progress:
         if now - self._last >= _POSTFIX_EVERY:
             self._last = now
             self._counts = _counts(failed, retrying, cancelled)
+            if rates is not None:
+                self._rates = _rates_text(*rates, now - self._began)
             self._postfix(refresh=False)
 
     @property
@@ -128,6 +140,8 @@ class Progress:
 
     def _postfix(self, *, refresh: bool) -> None:
         text = ", ".join(f"{name}={count}" for name, count in self._counts.items())
+        if self._rates:
+            text = f"{text} · {self._rates}"
         if self._lines:
             text = f"{text} · {self._lines}"
         self._bar.set_postfix_str(text, refresh=refresh)
@@ -139,3 +153,11 @@ def _counts(failed: int, retrying: int, cancelled: int) -> dict[str, int]:
     if cancelled:
         counts["cancelled"] = cancelled
     return counts
+
+
+def _rates_text(requests: int, throttled: int, waited: float, elapsed: float) -> str:
+    """The rate the job holds, once a limit held it back (429s met or waits)."""
+    if not throttled and waited < 0.05:
+        return ""
+    per_minute = 60 * requests / elapsed if elapsed > 0 else 0.0
+    return f"{per_minute:,.0f} req/min, 429s={throttled}, rate wait={waited:.1f}s"

@@ -85,6 +85,8 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
         finish_reason=response.finish_reason,
         text=response.text,
         usage=response.usage,
+        rate_wait=trip.rate_wait,
+        throttled=trip.throttled,
     )
     return response
 

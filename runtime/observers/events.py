@@ -108,11 +108,16 @@ class ToolStreaming(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TripCompleted(Event):
+    """A trip's reply is in. `rate_wait`: the seconds its requests waited for a rate
+    limit; `throttled`: the 429s they met (both 0 where no limit held them)."""
+
     type: ClassVar[str] = "agent.trip.completed"
     trip_index: int
     finish_reason: str
     text: str
     usage: Usage
+    rate_wait: float = 0.0
+    throttled: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
