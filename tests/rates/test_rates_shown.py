@@ -18,12 +18,12 @@ from raygent.sim import SimRateLimits, serve
 async def test_the_trip_event_says_how_long_a_rate_limit_held_the_trip() -> None:
     seen: list[TripCompleted] = []
     async with serve(rate_limits=SimRateLimits(requests_per_minute=600)) as sim:
-        model = make_model("openai", sim, rate_limit=RateLimit(requests_per_minute=570))
+        model = make_model("openai", sim, rate_limit=RateLimit(requests_per_minute=540))
         bot = raygent.agent(model=model, on={"agent.trip.completed": seen.append})
         result = await raygent.batch(bot, [f"q{i}" for i in range(24)], concurrency=24)
     assert result.report.succeeded == 24
     assert len(seen) == 24
-    # A burst of 9.5 for 24 requests at once: the later ones waited for the refill, and
+    # A burst of 9 for 24 requests at once: the later ones waited for the refill, and
     # each event says what its trip's report says.
     waited = [event.rate_wait for event in seen if event.rate_wait > 0]
     assert len(waited) >= 10
