@@ -47,6 +47,7 @@ from .._ray import job_id, named_actor, reconstructed
 from .actor import Gateway
 from .endpoint_ledger import Bounds, Grant, Report, partition
 from .lease import EndpointLease, GatewayUnavailable
+from .rate_budget import Rates
 from .sends import send_complete, send_stream
 
 __all__ = ["RayModelAccess", "endpoint_digest", "gateway_key", "gateway_names"]
@@ -128,7 +129,7 @@ class _RayChannel:
             raise GatewayUnavailable(f"{type(exc).__name__}") from None
         return grant
 
-    async def release(self, returned: tuple[float, float]) -> None:
+    async def release(self, returned: Rates) -> None:
         try:
             await gateway_handle(self.options, self.name).release.remote(
                 self.key, self.holder_id, returned
@@ -136,32 +137,43 @@ class _RayChannel:
         except (RayActorError, RayTaskError):
             forget_handle(self.options, self.name)
 
-    def release_nowait(self, returned: tuple[float, float]) -> None:
+    def release_nowait(self, returned: Rates) -> None:
         handle = _handles.get((job_id(), self.options.namespace, self.name))
         if handle is not None:
             handle.release.remote(self.key, self.holder_id, returned)
 
 
-def declared_limits(model: Model) -> tuple[Any, Any, Any]:
-    """The limits a model declares for its endpoint."""
-    return (
-        getattr(model, "max_concurrency", None),
-        getattr(model, "requests_per_minute", None),
-        getattr(model, "tokens_per_minute", None),
-    )
+_RATES = (
+    "requests_per_minute",
+    "tokens_per_minute",
+    "input_tokens_per_minute",
+    "output_tokens_per_minute",
+)
+
+
+def declared_limits(model: Model) -> tuple[Any, ...]:
+    """The limits a model declares for its endpoint: its concurrency, then its
+    `rate_limit`'s rates (or the model's own `requests_per_minute`...), and burst."""
+    rate_limit = getattr(model, "rate_limit", None)
+    source = model if rate_limit is None else rate_limit
+    rates = tuple(getattr(source, name, None) for name in _RATES)
+    burst = getattr(rate_limit, "burst", None) or 1.0
+    return (getattr(model, "max_concurrency", None), *rates, burst)
 
 
 def _bounds(model: Model, replicas: int) -> list[Bounds]:
-    """The model's declared limits, split over the gateway replicas (never multiplied)."""
-    declared, rpm, tpm = declared_limits(model)
+    """The model's declared limits, split over the gateway replicas (never multiplied).
+    With no rate declared, the gateways learn the rates from the replies."""
+    declared, *rates, burst = declared_limits(model)
     bound: int | None = declared or None
     shares: list[int | None] = [None] * replicas
     if bound is not None:
         shares = list(partition(bound, replicas))  # never more replicas than slots
     count = len(shares)
+    rpm, tpm, itpm, otpm = (rate / count if rate else None for rate in rates)
     return [
-        Bounds(share, rpm / count if rpm else None, tpm / count if tpm else None)
-        for share in shares
+        Bounds(slots, rpm, tpm, itpm, otpm, burst, share=1 / count, learn=not any(rates))
+        for slots in shares
     ]
 
 

@@ -15,6 +15,12 @@ holds the tightest declaration among its live holders, so a model rebuilt with a
 bound is held to it as soon as the holders of the old one are gone (released or
 expired), and two declarations that disagree never let more through than either.
 
+Rate limits (requests, tokens, input and output tokens per minute) are kept by a
+`RateBudget` (`rate_budget`): smooth buckets, granted to holders in small pieces,
+learnt from what holders read in the replies' headers. While an endpoint with no
+configured rate waits for its first reply (`Bounds.learn`: it may have limits it has
+not yet said), one request goes at a time.
+
 Capacity moves lazily: a holder keeps what it was granted, used or not, until another
 holder is starved (below its fair share, with nothing free) or the adaptive limit
 shrinks. A lone process therefore keeps the whole bound between bursts, and ten share it.
@@ -26,6 +32,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
+
+from .rate_budget import KINDS, NO_RATES, Limits, RateBudget, Rates
 
 __all__ = ["UNBOUNDED", "Bounds", "EndpointLedger", "Grant", "Report", "partition", "waterfill"]
 
@@ -40,6 +48,21 @@ class Bounds:
     max_concurrency: int | None = None
     requests_per_minute: float | None = None
     tokens_per_minute: float | None = None
+    input_tokens_per_minute: float | None = None
+    output_tokens_per_minute: float | None = None
+    burst: float = 1.0  # seconds of each rate that may go at once
+    share: float = 1.0  # this gateway's share of what the provider says (1 / replicas)
+    learn: bool = False  # learn the rates from the replies (nothing configured yet)
+
+    @property
+    def rates(self) -> Limits:
+        """The configured rate limits, in `rate_budget.KINDS` order."""
+        return (
+            self.requests_per_minute,
+            self.tokens_per_minute,
+            self.input_tokens_per_minute,
+            self.output_tokens_per_minute,
+        )
 
 
 @dataclass(frozen=True)
@@ -60,10 +83,9 @@ class Report:
     in_use: int
     succeeded: int = 0  # requests answered since its last report
     throttled: float | None = None  # a 429 came back: its Retry-After (0: none given)
-    requests_wanted: float = 0.0  # rate budget it asks for (requests, tokens)
-    tokens_wanted: float = 0.0
-    token_debt: float = 0.0  # tokens used beyond the estimates taken, since last report
-    returned: tuple[float, float] = (0.0, 0.0)  # unused rate budget given back
+    wanted: Rates = NO_RATES  # rate budget it asks for (`rate_budget.KINDS`)
+    settled: Rates = NO_RATES  # estimates above usage (> 0) or below it (< 0), since last
+    observed: Limits | None = None  # the provider's limits per minute, read from a reply
 
 
 @dataclass(frozen=True)
@@ -77,8 +99,8 @@ class Grant:
     pause: float
     ttl: float
     incarnation: str
-    requests: float = 0.0
-    tokens: float = 0.0
+    rates: Rates = NO_RATES
+    held: tuple[bool, bool, bool, bool] = (False, False, False, False)  # kinds held
 
 
 @dataclass
@@ -90,60 +112,15 @@ class _Holder:
     version: int = 0
     seq: int = -1
     expires: float = 0.0
-    requests: float = 0.0  # rate budget granted, not yet sent
-    tokens: float = 0.0
-    requests_wanted: float = 0.0
-    tokens_wanted: float = 0.0
+    rates: Rates = NO_RATES  # rate budget granted, not yet sent
+    wanted: Rates = NO_RATES
     bounds: Bounds | None = None  # the limits it declared (None: it declared none)
-
-
-class _Bucket:
-    """`per_minute` units a minute, refilled continuously (synchronous: the gateway's
-    loop asks, it never waits here). May go into debt when usage beats estimates."""
-
-    def __init__(self, per_minute: float, now: float) -> None:
-        self.capacity = float(per_minute)
-        self.rate = self.capacity / 60.0
-        self.level = self.capacity
-        self.stamp = now
-
-    def refill(self, now: float) -> None:
-        self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
-        self.stamp = now
-
-    def take(self, wanted: float, now: float) -> float:
-        self.refill(now)
-        given = max(0.0, min(wanted, self.level))
-        self.level -= given
-        return given
-
-    def put(self, amount: float, now: float) -> None:
-        self.refill(now)
-        self.level = min(self.capacity, self.level + amount)
-
-    def ready_in(self, wanted: float) -> float:
-        """Seconds until `wanted` (at most a minute's worth) is there."""
-        return max(0.0, (min(wanted, self.capacity) - self.level) / self.rate)
 
 
 def _tightest(limits: Iterable[N | None]) -> N | None:
     """The smallest of the limits given (None and 0: no limit)."""
     given = [limit for limit in limits if limit]
     return min(given) if given else None
-
-
-def _rebucketed(bucket: _Bucket | None, per_minute: float | None, now: float) -> _Bucket | None:
-    """`bucket` refilling at `per_minute` from now on (what it holds kept, up to the new
-    capacity); None when no rate is declared."""
-    if not per_minute:
-        return None
-    if bucket is None:
-        return _Bucket(per_minute, now)
-    if bucket.capacity != per_minute:
-        bucket.refill(now)
-        bucket.capacity, bucket.rate = float(per_minute), per_minute / 60.0
-        bucket.level = min(bucket.level, bucket.capacity)
-    return bucket
 
 
 def partition(total: int, parts: int) -> list[int]:
@@ -188,8 +165,9 @@ class EndpointLedger:
     def __post_init__(self) -> None:
         self.bound = self.bounds.max_concurrency or UNBOUNDED
         self.limit = float(self.bound)
-        self._requests = _rebucketed(None, self.bounds.requests_per_minute, self.now)
-        self._tokens = _rebucketed(None, self.bounds.tokens_per_minute, self.now)
+        self.rates = RateBudget(self.now)
+        self.rates.configure(self.bounds.rates, self.bounds.burst, self.now)
+        self.probing = self.bounds.learn  # until a reply says what the limits are
 
     # -- declared limits ----------------------------------------------------------------
 
@@ -203,15 +181,21 @@ class EndpointLedger:
             _tightest(b.max_concurrency for b in declared),
             _tightest(b.requests_per_minute for b in declared),
             _tightest(b.tokens_per_minute for b in declared),
+            _tightest(b.input_tokens_per_minute for b in declared),
+            _tightest(b.output_tokens_per_minute for b in declared),
+            burst=min(b.burst for b in declared),
+            share=min(b.share for b in declared),
+            learn=all(b.learn for b in declared),
         )
+        if not self.bounds.learn:
+            self.probing = False
         bound = self.bounds.max_concurrency or UNBOUNDED
         if bound != self.bound:
             # Not throttled: the limit follows the bound. Throttled: it stays as low.
             at_bound = self.limit >= self.bound
             self.bound = bound
             self.limit = float(bound) if at_bound else min(self.limit, float(bound))
-        self._requests = _rebucketed(self._requests, self.bounds.requests_per_minute, now)
-        self._tokens = _rebucketed(self._tokens, self.bounds.tokens_per_minute, now)
+        self.rates.configure(self.bounds.rates, self.bounds.burst, now)
 
     # -- reports ----------------------------------------------------------------------
 
@@ -246,14 +230,15 @@ class EndpointLedger:
         changed = self._throttle(report.throttled, now) if report.throttled is not None else set()
         if report.succeeded and self.limit < self.bound:
             self.limit = min(float(self.bound), self.limit + report.succeeded / self.limit)
+        self.rates.succeeded(report.succeeded, now)
         return changed | self.rebalance(now)
 
-    def release(self, holder_id: str, returned: tuple[float, float], now: float) -> set[str]:
+    def release(self, holder_id: str, returned: Rates, now: float) -> set[str]:
         """A holder gives back everything (it is idle or closing)."""
         gone = self.holders.pop(holder_id, None)
         if gone is None:
             return set()
-        self._give_back(returned, now)
+        self.rates.settle(returned, now)
         if gone.bounds is not None:
             self._declarations_changed(now)
         return self.rebalance(now)
@@ -261,24 +246,23 @@ class EndpointLedger:
     def _throttle(self, retry_after: float, now: float) -> set[str]:
         in_flight = sum(h.in_use for h in self.holders.values())
         self.limit = max(1.0, min(self.limit, float(in_flight)) - 1.0)
+        self.rates.throttled(now)
         if retry_after > 0 and now + retry_after > self.pause_until:
             self.pause_until = now + retry_after
             return self._bump_all()  # every holder must hear of the pause now
         return set()
 
     def _settle_rates(self, holder: _Holder, report: Report, now: float) -> None:
-        self._give_back(report.returned, now)
-        if self._tokens is not None and report.token_debt:
-            self._tokens.refill(now)
-            self._tokens.level -= report.token_debt
-        holder.requests_wanted = report.requests_wanted if self._requests else 0.0
-        holder.tokens_wanted = report.tokens_wanted if self._tokens else 0.0
-
-    def _give_back(self, returned: tuple[float, float], now: float) -> None:
-        if self._requests is not None and returned[0] > 0:
-            self._requests.put(returned[0], now)
-        if self._tokens is not None and returned[1] > 0:
-            self._tokens.put(returned[1], now)
+        if report.observed is not None:
+            self.probing = False
+            share = self.bounds.share
+            self.rates.learn(
+                tuple(x * share if x else None for x in report.observed),  # type: ignore[arg-type]
+                now,
+            )
+        self.rates.settle(report.settled, now)
+        held = self.rates.held()
+        holder.wanted = tuple(w if h else 0.0 for w, h in zip(report.wanted, held, strict=True))  # type: ignore[assignment]
 
     # -- granting ---------------------------------------------------------------------
 
@@ -291,7 +275,7 @@ class EndpointLedger:
             del self.holders[holder_id]
         if lapsed:
             self._declarations_changed(now)
-        cap = min(self.bound, max(1, int(self.limit)))
+        cap = 1 if self.probing else min(self.bound, max(1, int(self.limit)))
         shares = waterfill(cap, {h: s.want for h, s in self.holders.items()})
         free = cap - sum(s.occupied for s in self.holders.values())
         if now < self.claims_until:
@@ -325,46 +309,31 @@ class EndpointLedger:
         return self.holders[holder_id].grant / share if share else math.inf
 
     def _grant_rates(self, now: float) -> set[str]:
-        changed = set()
-        for holder_id, holder in self.holders.items():
-            if self._requests is not None and holder.requests_wanted > 0:
-                given = self._requests.take(holder.requests_wanted, now)
-                if given:
-                    holder.requests += given
-                    holder.requests_wanted -= given
-                    changed.add(holder_id)
-            if self._tokens is not None and holder.tokens_wanted > 0:
-                given = self._tokens.take(holder.tokens_wanted, now)
-                if given:
-                    holder.tokens += given
-                    holder.tokens_wanted -= given
-                    changed.add(holder_id)
-        return changed
+        wants = {h: s.wanted for h, s in self.holders.items() if any(s.wanted)}
+        granted = self.rates.grant(wants, now)
+        for holder_id, given in granted.items():
+            holder = self.holders[holder_id]
+            holder.rates = _plus(holder.rates, given)
+            holder.wanted = _plus(holder.wanted, given, -1.0)
+        return set(granted)
 
     def rates_ready_in(self) -> float | None:
         """Seconds until the rate budget some holder waits for has refilled (None: no
         one waits for it)."""
-        waits = []
-        for holder in self.holders.values():
-            if self._requests is not None and holder.requests_wanted > 0:
-                waits.append(self._requests.ready_in(holder.requests_wanted))
-            if self._tokens is not None and holder.tokens_wanted > 0:
-                waits.append(self._tokens.ready_in(holder.tokens_wanted))
-        return min(waits) if waits else None
+        return self.rates.ready_in([h.wanted for h in self.holders.values() if any(h.wanted)])
 
     def grant_for(self, holder_id: str, incarnation: str, now: float, ttl: float) -> Grant:
         """The holder's grant as it stands; the rate budget in it is handed over."""
         holder = self.holders.get(holder_id) or _Holder()
-        requests, tokens = holder.requests, holder.tokens
-        holder.requests = holder.tokens = 0.0
+        rates, holder.rates = holder.rates, NO_RATES
         return Grant(
             version=holder.version,
             slots=holder.grant,
             pause=max(0.0, self.pause_until - now),
             ttl=ttl,
             incarnation=incarnation,
-            requests=requests,
-            tokens=tokens,
+            rates=rates,
+            held=self.rates.held(),
         )
 
     def _bump_all(self) -> set[str]:
@@ -382,4 +351,12 @@ class EndpointLedger:
             "in_use": sum(h.in_use for h in holders),
             "holders": sum(1 for h in holders if h.grant or h.want or h.occupied),
             "paused_for": max(0.0, self.pause_until - now),
+            **{
+                f"{kind}_per_minute": rate or 0.0
+                for kind, rate in zip(KINDS, self.rates.per_minute(), strict=True)
+            },
         }
+
+
+def _plus(a: Rates, b: Rates, sign: float = 1.0) -> Rates:
+    return (a[0] + sign * b[0], a[1] + sign * b[1], a[2] + sign * b[2], a[3] + sign * b[3])

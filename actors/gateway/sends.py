@@ -35,7 +35,8 @@ from raygent.backend import (
 )
 
 from .._options import RetryPolicy
-from .lease import EndpointLease, Ticket
+from .lease import ONE_REQUEST, EndpointLease, Ticket
+from .rate_budget import NO_LIMITS, Limits, Rates
 
 __all__ = ["Send", "Sends", "send_complete", "send_stream"]
 
@@ -120,14 +121,34 @@ class Sends:
         return error
 
 
-def estimate(lease_tpm: bool, messages: Sequence[Message], options: ModelOptions) -> float:
-    """Tokens a request may use, before it is sent (only with a tokens-per-minute
-    limit): ~4 bytes of JSON a token for the prompt, plus the output cap. The real
-    usage settles it afterwards."""
-    if not lease_tpm:
-        return 0.0
-    prompt = len(pydantic_core.to_json(list(messages))) // 4
-    return float(prompt + (options.max_tokens or 0))
+def estimate(messages: Sequence[Message], options: ModelOptions) -> Rates:
+    """The rate budget a request needs before it is sent: one request, and its tokens
+    as providers count them for admission (the prompt, ~4 bytes of JSON a token, plus
+    the output cap), input and output apart. The real usage settles it afterwards."""
+    prompt = float(len(pydantic_core.to_json(list(messages))) // 4)
+    output = float(options.max_tokens or 0)
+    return (1.0, prompt + output, prompt, output)
+
+
+def used(response: ModelResponse) -> Rates:
+    """What a request used, as the rate limits count it."""
+    usage = response.usage
+    total_input = float(usage.total_input_tokens)
+    return (1.0, total_input + usage.output_tokens, total_input, float(usage.output_tokens))
+
+
+def observed(response: ModelResponse) -> Limits:
+    """The provider's limits per minute, as its reply's headers named them (None for
+    each it did not name)."""
+    reading = getattr(response, "rate", None)
+    if reading is None:
+        return NO_LIMITS
+    return (
+        getattr(reading, "requests_per_minute", None),
+        getattr(reading, "tokens_per_minute", None),
+        getattr(reading, "input_tokens_per_minute", None),
+        getattr(reading, "output_tokens_per_minute", None),
+    )
 
 
 def _throttled(
@@ -158,18 +179,23 @@ def _throttled(
 
 
 def _plan(
+    lease: EndpointLease,
     model: Model,
     messages: Sequence[Message],
     options: ModelOptions,
     policy: RetryPolicy,
     retries: bool,
-) -> tuple[float, Sends, int]:
-    """A request's token estimate (rate limits), its record of sends, and how many."""
-    tpm = bool(getattr(model, "tokens_per_minute", None))
-    return estimate(tpm, messages, options), Sends(model), policy.max_attempts if retries else 1
+) -> tuple[Rates, Sends, int]:
+    """A request's rate estimate, its record of sends, and how many sends at most."""
+    need = estimate(messages, options) if lease.counts_tokens() else ONE_REQUEST
+    return need, Sends(model), policy.max_attempts if retries else 1
 
 
-async def _admitted(lease: EndpointLease, cost: float, signal: AbortSignal | None) -> Ticket:
+def _answered(ticket: Ticket, response: ModelResponse) -> None:
+    ticket.ok, ticket.used, ticket.observed = True, used(response), observed(response)
+
+
+async def _admitted(lease: EndpointLease, cost: Rates, signal: AbortSignal | None) -> Ticket:
     """A slot: at once when one is free; else, abortably, once the pause is over and a
     slot is handed over."""
     ticket = lease.admit_now(cost)
@@ -189,7 +215,7 @@ async def send_complete(
     retries: bool,
 ) -> ModelResponse:
     """`model.complete` inside the lease; 429s retried unless `retries` is False."""
-    cost, sends, most = _plan(model, messages, options, policy, retries)
+    cost, sends, most = _plan(lease, model, messages, options, policy, retries)
     for attempt in range(1, most + 1):
         send = sends.start()
         ticket = await _admitted(lease, cost, signal)
@@ -205,7 +231,7 @@ async def send_complete(
             send.failed(exc)
             raise sends.gave_up(exc) from None
         else:
-            ticket.ok, ticket.used_tokens = True, float(response.usage.total_tokens)
+            _answered(ticket, response)
             return sends.answered(response)
         finally:
             lease.done(ticket)
@@ -225,7 +251,7 @@ async def send_stream(
 ) -> AsyncIterator[StreamChunk]:
     """`model.stream` inside the lease; a 429 is retried only before anything was
     yielded (afterwards the caller has seen part of a reply)."""
-    cost, sends, most = _plan(model, messages, options, policy, retries)
+    cost, sends, most = _plan(lease, model, messages, options, policy, retries)
     for attempt in range(1, most + 1):
         send = sends.start()
         ticket = await _admitted(lease, cost, signal)
@@ -236,8 +262,7 @@ async def send_stream(
             async with closing_stream(chunks):
                 async for chunk in chunks:
                     if isinstance(chunk, Done):
-                        ticket.ok = True
-                        ticket.used_tokens = float(chunk.response.usage.total_tokens)
+                        _answered(ticket, chunk.response)
                         chunk = Done(sends.answered(chunk.response))
                     yielded = True
                     yield chunk
