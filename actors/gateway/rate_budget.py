@@ -5,9 +5,12 @@ Plain Python (no Ray, no asyncio, the clock passed in): `EndpointLedger` keeps o
 
 Four limits, as providers count them: requests, tokens, input tokens and output tokens
 per minute (`KINDS`). Each held limit is a bucket that refills continuously at this
-gateway's share of the rate and holds only `burst` seconds of it, so no more than about
-a burst's share plus the rate goes out in any stretch of time (providers enforce a
-minute's limit over much shorter periods). Holders are granted rate budget in pieces of
+gateway's share of the rate and holds `HEADROOM` of `burst` seconds of it, so no more
+than that plus the rate goes out in any stretch of time (providers enforce a minute's
+limit over much shorter periods, in buckets of about a second). Half the provider's
+burst, not all of it: a bucket that let the provider's own empty would meet every send
+delayed on its way (a loaded process, a slow grant) with a 429; half leaves it half a
+second of slack, and costs nothing of the rate. Holders are granted rate budget in pieces of
 at most `PIECE` seconds' worth, shared fairly between those who wait, so no process
 hoards a minute: what a process holds and has not spent came out of the bucket, and
 comes back when it releases its lease, or is lost for at most a piece when it dies.
@@ -33,6 +36,7 @@ NO_RATES: Rates = (0.0, 0.0, 0.0, 0.0)
 NO_LIMITS: Limits = (None, None, None, None)
 
 PIECE = 0.25  # seconds of a rate granted to one holder at once, at most
+HEADROOM = 0.5  # of the burst the provider allows, what the gateway's buckets hold
 DECREASE = 0.7  # a 429 multiplies every held rate by this
 FLOOR = 0.2  # ... never below this fraction of the limit
 INCREASE = 0.002  # each answered request gives back this fraction of the limit
@@ -59,7 +63,7 @@ class Bucket:
     def _size(self, per_minute: float, burst: float) -> None:
         self.per_minute = per_minute
         self.rate = per_minute / 60.0
-        self.capacity = max(self.unit, self.rate * burst)
+        self.capacity = max(self.unit, self.rate * burst * HEADROOM)
 
     def refill(self, now: float) -> None:
         if now > self.stamp:
@@ -84,7 +88,7 @@ class Bucket:
     @property
     def piece(self) -> float:
         """The most one holder is granted at once."""
-        return max(self.unit, self.rate * PIECE)
+        return min(self.capacity, max(self.unit, self.rate * PIECE))
 
 
 def lowest(*limits: float | None) -> float | None:

@@ -130,11 +130,13 @@ def estimate(messages: Sequence[Message], options: ModelOptions) -> Rates:
     return (1.0, prompt + output, prompt, output)
 
 
-def used(response: ModelResponse) -> Rates:
-    """What a request used, as the rate limits count it."""
+def used(response: ModelResponse, options: ModelOptions) -> Rates:
+    """What a request used, as providers count it: its input, and for tokens (OpenAI's
+    count, made at admission) the output cap it asked for, or its output if larger;
+    output tokens (Anthropic's) as produced."""
     usage = response.usage
-    total_input = float(usage.total_input_tokens)
-    return (1.0, total_input + usage.output_tokens, total_input, float(usage.output_tokens))
+    prompt, output = float(usage.total_input_tokens), float(usage.output_tokens)
+    return (1.0, prompt + max(output, float(options.max_tokens or 0)), prompt, output)
 
 
 def observed(response: ModelResponse) -> Limits:
@@ -191,8 +193,9 @@ def _plan(
     return need, Sends(model), policy.max_attempts if retries else 1
 
 
-def _answered(ticket: Ticket, response: ModelResponse) -> None:
-    ticket.ok, ticket.used, ticket.observed = True, used(response), observed(response)
+def _answered(ticket: Ticket, response: ModelResponse, options: ModelOptions) -> None:
+    ticket.ok, ticket.observed = True, observed(response)
+    ticket.used = used(response, options)
 
 
 async def _admitted(lease: EndpointLease, cost: Rates, signal: AbortSignal | None) -> Ticket:
@@ -231,7 +234,7 @@ async def send_complete(
             send.failed(exc)
             raise sends.gave_up(exc) from None
         else:
-            _answered(ticket, response)
+            _answered(ticket, response, options)
             return sends.answered(response)
         finally:
             lease.done(ticket)
@@ -262,7 +265,7 @@ async def send_stream(
             async with closing_stream(chunks):
                 async for chunk in chunks:
                     if isinstance(chunk, Done):
-                        _answered(ticket, chunk.response)
+                        _answered(ticket, chunk.response, options)
                         chunk = Done(sends.answered(chunk.response))
                     yielded = True
                     yield chunk

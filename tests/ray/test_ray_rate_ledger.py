@@ -1,0 +1,176 @@
+"""The gateway's rate limits, driven directly with the clock in the test's hand: smooth
+buckets of half a burst, granted in pieces, shared fairly, four kinds held apart,
+reserved and settled, learnt from what holders read, and a dead holder's share back."""
+
+from __future__ import annotations
+
+import pytest
+
+from raygent.actors import Bounds
+from raygent.actors.gateway.endpoint_ledger import EndpointLedger, Report
+from raygent.actors.gateway.rate_budget import NO_LIMITS, Rates
+
+TTL = 10.0
+
+
+class Holders:
+    """Holders of one ledger that ask for rate budget and spend what they are given."""
+
+    def __init__(self, ledger: EndpointLedger) -> None:
+        self.ledger = ledger
+        self.seq: dict[str, int] = {}
+        self.got: dict[str, list[float]] = {}
+
+    def report(self, holder: str, now: float, **fields: object) -> None:
+        seq = self.seq[holder] = self.seq.get(holder, 0) + 1
+        version = self.ledger.holders[holder].version if holder in self.ledger.holders else 0
+        fields.setdefault("want", 1)
+        report = Report(seq, version, "me", held=0, in_use=0, **fields)  # type: ignore[arg-type]
+        self.ledger.report(holder, report, "me", now, TTL)
+
+    def take(self, holder: str, now: float) -> Rates:
+        """What the holder's grant hands over now (and counts it)."""
+        rates = self.ledger.grant_for(holder, "me", now, TTL).rates
+        got = self.got.setdefault(holder, [0.0] * 4)
+        for k, amount in enumerate(rates):
+            got[k] += amount
+        return rates
+
+
+def run(holders: Holders, names: list[str], wanted: Rates, seconds: float, step: float) -> None:
+    """Every holder asks for `wanted` and takes what it is given, every `step` seconds
+    (the gateway's own timer: a rebalance at each step)."""
+    for i in range(round(seconds / step)):
+        now = i * step
+        for name in names:
+            holders.report(name, now, wanted=wanted)
+            holders.take(name, now)
+        now = (i + 1) * step
+        holders.ledger.rebalance(now)
+        for name in names:
+            holders.take(name, now)
+
+
+def test_a_rate_is_granted_smoothly_in_pieces_never_a_minute_at_once() -> None:
+    # 1,200 a minute = 20 a second; a burst of 1 s: the bucket holds 10 (half of it).
+    ledger = EndpointLedger(Bounds(64, requests_per_minute=1200, burst=1.0), now=0.0)
+    holders = Holders(ledger)
+    holders.report("a", 0.0, wanted=(1000.0, 0, 0, 0))
+    first = holders.take("a", 0.0)
+    assert first[0] == 5  # a piece: a quarter second's share, not the minute's 1,200
+    holders.report("a", 0.0, wanted=(1000.0, 0, 0, 0))
+    assert holders.take("a", 0.0)[0] == 5  # then the rest of the half burst...
+    holders.report("a", 0.0, wanted=(1000.0, 0, 0, 0))
+    assert holders.take("a", 0.0)[0] == 0  # ...and nothing more until it refills
+    assert ledger.rates_ready_in() == pytest.approx(0.25)  # a piece refilled, not one request
+    run(holders, ["a"], (1000.0, 0, 0, 0), seconds=10.0, step=0.05)
+    # Over 10 s: the rate times the time, plus the half burst it started with.
+    assert 190 <= holders.got["a"][0] <= 10 + 20 * 10
+
+
+def test_three_holders_share_a_rate_fairly_and_together_stay_under_it() -> None:
+    ledger = EndpointLedger(Bounds(64, requests_per_minute=1200), now=0.0)
+    holders = Holders(ledger)
+    run(holders, ["a", "b", "c"], (100.0, 0, 0, 0), seconds=30.0, step=0.1)
+    got = [holders.got[h][0] for h in "abc"]
+    assert sum(got) <= 10 + 20 * 30
+    assert sum(got) >= 0.95 * 20 * 30
+    assert min(got) >= 0.9 * max(got)
+
+
+def test_input_and_output_tokens_are_held_apart() -> None:
+    # 6,000 input and 600 output tokens a minute: 100 and 10 a second.
+    bounds = Bounds(64, input_tokens_per_minute=6000, output_tokens_per_minute=600)
+    ledger = EndpointLedger(bounds, now=0.0)
+    holders = Holders(ledger)
+    assert ledger.rates.held() == (False, False, True, True)
+    run(holders, ["a"], (0, 0, 10_000.0, 10_000.0), seconds=10.0, step=0.1)
+    _, _, inputs, outputs = holders.got["a"]
+    assert 0.95 * 1000 <= inputs <= 50 + 1000 + 1e-6
+    assert 0.95 * 100 <= outputs <= 5 + 100 + 1e-6
+
+
+def test_a_reservation_settles_at_the_real_usage() -> None:
+    ledger = EndpointLedger(Bounds(8, tokens_per_minute=6000), now=0.0)  # 100 a second
+    holders = Holders(ledger)
+    holders.report("a", 0.0, wanted=(0, 50.0, 0, 0))
+    assert holders.take("a", 0.0)[1] == 25  # a piece of the half second's 50
+    holders.report("a", 0.0, wanted=(0, 25.0, 0, 0))
+    assert holders.take("a", 0.0)[1] == 25
+    bucket = ledger.rates.buckets[1]
+    assert bucket is not None and bucket.level == 0
+    # The request estimated 50 and used 20: 30 come back, at once.
+    holders.report("a", 0.0, settled=(0, 30.0, 0, 0), wanted=(0, 30.0, 0, 0))
+    assert holders.take("a", 0.0)[1] == 25
+    # Another used 250 over its 50: a debt of 200, two seconds of the rate.
+    holders.report("a", 0.0, settled=(0, -200.0, 0, 0), wanted=(0, 25.0, 0, 0))
+    assert holders.take("a", 0.0)[1] == 0
+    assert ledger.rates_ready_in() == pytest.approx((200 - 5 + 25) / 100)
+
+
+def test_what_the_provider_says_is_learnt_under_the_configured_ceiling() -> None:
+    # Two replicas: this gateway holds half of every limit.
+    ledger = EndpointLedger(Bounds(8, requests_per_minute=600, share=0.5), now=0.0)
+    holders = Holders(ledger)
+    assert ledger.rates.per_minute()[0] == 600
+    holders.report("a", 0.0, observed=(2000.0, 90_000.0, None, None))
+    # The provider allows 1,000 a minute here: the configured 600 is the ceiling; the
+    # tokens nobody configured are now held at half the provider's 90,000.
+    assert ledger.rates.per_minute()[:2] == (600, 45_000)
+    holders.report("a", 0.0, observed=(600.0, 90_000.0, None, None))
+    assert ledger.rates.per_minute()[0] == 300  # the provider says less: it holds
+
+
+def test_with_nothing_configured_one_request_goes_until_a_reply_says_the_limits() -> None:
+    ledger = EndpointLedger(Bounds(16, learn=True), now=0.0)
+    holders = Holders(ledger)
+    holders.report("a", 0.0, want=16)
+    assert ledger.holders["a"].grant == 1 and ledger.rates.held() == (False,) * 4
+    holders.report("a", 0.1, want=16, observed=(1200.0, None, None, None))
+    assert ledger.holders["a"].grant == 16
+    assert ledger.rates.per_minute()[0] == 1200
+
+
+def test_a_reply_with_no_rate_headers_ends_the_probe_and_holds_no_rate() -> None:
+    ledger = EndpointLedger(Bounds(16, learn=True), now=0.0)
+    holders = Holders(ledger)
+    holders.report("a", 0.0, want=16, observed=NO_LIMITS)
+    assert ledger.holders["a"].grant == 16 and ledger.rates.held() == (False,) * 4
+
+
+def test_a_429_lowers_the_rate_and_successes_bring_it_back() -> None:
+    ledger = EndpointLedger(Bounds(16, requests_per_minute=1200), now=0.0)
+    holders = Holders(ledger)
+    holders.report("a", 0.0, throttled=0.0)
+    assert ledger.rates.per_minute()[0] == pytest.approx(1200 * 0.7)
+    bucket = ledger.rates.buckets[0]
+    assert bucket is not None and bucket.level <= 0  # what it held is taken as spent
+    holders.report("a", 1.0, succeeded=100)
+    assert ledger.rates.per_minute()[0] == pytest.approx(1200 * 0.9)
+    holders.report("a", 2.0, succeeded=1000)
+    assert ledger.rates.per_minute()[0] == 1200  # never above the limit
+
+
+def test_a_dead_holders_share_comes_back_when_its_lease_expires() -> None:
+    ledger = EndpointLedger(Bounds(64, requests_per_minute=1200), now=0.0)
+    holders = Holders(ledger)
+    run(holders, ["a", "b", "c"], (100.0, 0, 0, 0), seconds=2.0, step=0.1)
+    before = dict(holders.got)
+    # c dies (SIGKILL: no release, no reports); a and b go on. Until its lease expires
+    # its want still takes its share; then a and b get the whole rate.
+    now, shares = 2.0, {"a": 0.0, "b": 0.0}
+    while now < 2.0 + TTL + 10.0:
+        for name in "ab":
+            holders.report(name, now, wanted=(100.0, 0, 0, 0))
+            got = holders.take(name, now)[0]
+            if now >= 2.0 + TTL:
+                shares[name] += got
+        now += 0.1
+        ledger.rebalance(now)
+        for name in "ab":
+            got = holders.take(name, now)[0]
+            if now >= 2.0 + TTL:
+                shares[name] += got
+    assert "c" not in ledger.holders
+    assert sum(shares.values()) >= 0.95 * 20 * 10  # the whole rate, between the two
+    assert before["c"][0] > 0
