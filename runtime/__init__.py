@@ -71,6 +71,7 @@ from .models import (
 )
 from .observers.report import AgentReport, AgentResult, PendingCall
 from .pricing import Pricing
+from .rates import RateLimit, RateReading
 from .seams.registry import current_backend, init
 from .tools import Tool, ToolContext, ToolResult, tool
 from .usage import Cost, Usage, total_cost
@@ -115,6 +116,8 @@ __all__ = [
     "Pricing",
     "ProviderBatch",
     "ProviderBlock",
+    "RateLimit",
+    "RateReading",
     "Repair",
     "ResponseCache",
     "ResponseSchema",

@@ -7,8 +7,10 @@ needs of the core besides the seams is listed here, and only here: the shapes th
 carry (messages, model requests and replies, batch jobs and items, reports), the core's
 run-time pieces a backend re-uses where it runs work (the batch engine's in-flight core
 and one attempt of an item, the session scope, delivering reports to observers), and the
-errors it raises. A backend imports `raygent`, `raygent.backend` and `raygent.stores`,
-never another module of the core (tests/test_layout.py holds it to that).
+errors it raises. The rates' pure arithmetic (`RatePacer`, `Bucket`, `RateLearner`,
+`rate_estimate`) is here for a backend's own holders of a rate. A backend imports
+`raygent`, `raygent.backend` and `raygent.stores`, never another module of the core
+(tests/test_layout.py holds it to that).
 """
 
 from __future__ import annotations
@@ -45,6 +47,17 @@ from .models.contract import Done, Model, ModelOptions, ModelResponse, StreamChu
 from .observers import registered
 from .observers.delivery import deliver, uses_global
 from .observers.report import AgentReport, FlowReport
+from .rates import (
+    Bucket,
+    Need,
+    RateLearner,
+    RateLimit,
+    RatePacer,
+    RateReading,
+    need_of,
+    read_rate_headers,
+)
+from .rates import estimate as rate_estimate
 from .redaction import logger as redacting_logger
 from .seams import (
     EMPTY_USAGE,
@@ -90,6 +103,7 @@ __all__ = [
     "BatchExecution",
     "BatchItem",
     "BatchPool",
+    "Bucket",
     "Budget",
     "BudgetExceededError",
     "BudgetLedger",
@@ -108,12 +122,17 @@ __all__ = [
     "ModelAccess",
     "ModelOptions",
     "ModelResponse",
+    "Need",
     "Outcome",
     "PoolPlan",
     "PositionFence",
     "ProviderBatchPool",
     "ProviderConnectionError",
+    "RateLearner",
+    "RateLimit",
     "RateLimitError",
+    "RatePacer",
+    "RateReading",
     "RaygentError",
     "RelayedLines",
     "Retry",
@@ -144,7 +163,10 @@ __all__ = [
     "is_runnable",
     "messages_from_json",
     "messages_to_json",
+    "need_of",
     "owning_toolsets",
+    "rate_estimate",
+    "read_rate_headers",
     "redacting_logger",
     "registered",
     "routed",

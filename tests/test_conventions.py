@@ -75,6 +75,8 @@ PUBLIC_API = {
     "OpenAIResponsesModel",
     "OutboundPolicy",
     "Pricing",
+    "RateLimit",
+    "RateReading",
     "ProviderBatch",
     "ProviderBlock",
     "Repair",

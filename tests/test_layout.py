@@ -49,6 +49,7 @@ BASE = {
     "messages",
     "models.contract",
     "pricing",
+    "rates.limits",
     "redaction",
     "run_context",
     "tools",
@@ -71,6 +72,7 @@ SUBPACKAGES = {
     "seams": "seams",
     "sim": "sim",
     "budgets": "budgets",
+    "rates": "rates",
 }
 TOP_LEVEL = {
     "eval": "eval",
@@ -88,10 +90,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "sim": set(),  # the simulator plays the provider: it stands alone
     "stores": {"base"},
     "models": {"base"},
-    "budgets": {"base"},  # beside the model contract, below the seams
+    # Rates: pure arithmetic over the base (the base's `rates.limits` is their reading).
+    "rates": {"base"},
+    "budgets": {"base", "rates"},  # beside the model contract, below the seams
     "memory": {"base", "stores"},
     "attachments": {"base", "models"},
-    "seams": {"base", "memory", "budgets"},
+    "seams": {"base", "memory", "budgets", "rates"},
     # The response cache wraps the seams' model access and keeps replies in the stores.
     "cache": {"base", "seams", "stores"},
     "compaction": {"base", "memory", "seams", "stores"},
@@ -109,12 +113,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "testing": {"base", "models", "observers", "flows"},
     "contract": {
         *("base", "models", "memory", "seams", "observers", "durable", "batch"),
-        *("agents", "stores", "budgets"),
+        *("agents", "stores", "budgets", "rates"),
     },
     "entry": {
         *("base", "sim", "models", "memory", "attachments", "seams", "compaction"),
         *("observers", "mcp", "durable", "batch", "eval", "agents", "flows", "data"),
-        *("testing", "stores", "cache", "budgets"),
+        *("testing", "stores", "cache", "budgets", "rates"),
     },
     # The Ray backend: the public API, the backend contract and the stores, nothing else.
     "actors": {"entry", "contract", "stores"},

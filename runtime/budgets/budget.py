@@ -19,13 +19,13 @@ import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import BudgetExceededError, InvalidOptionsError
 from ..messages import Message
 from ..models.contract import Model, ModelOptions
 from ..pricing import Pricing, lookup_pricing
+from ..rates import estimate
 from ..usage import Usage
 
 __all__ = [
@@ -47,10 +47,6 @@ __all__ = [
 DIMENSIONS = ("usd", "tokens", "input_tokens", "output_tokens", "requests")
 Amount = tuple[float, float, float, float, float]
 NOTHING: Amount = (0.0, 0.0, 0.0, 0.0, 0.0)
-# The output reserved for a request that sets no `max_tokens` (and whose adapter has no
-# default): a reply longer than this may pass the budget by the difference.
-DEFAULT_OUTPUT_RESERVE = 4096
-CHARS_PER_TOKEN = 4  # the prompt's JSON over this: more than any tokenizer counts
 _PER_MTOK = 1_000_000
 
 
@@ -209,12 +205,8 @@ def worst_case(
     the adapter's default, else `DEFAULT_OUTPUT_RESERVE`), at the model's highest input
     and output rates (`batch`: its provider batch API's); and the pricing used (None:
     unknown, 0 USD reserved)."""
-    size = len(pydantic_core.to_json(list(messages)))
-    if options.tools:
-        size += len(pydantic_core.to_json(options.tools))
-    prompt = float(size // CHARS_PER_TOKEN + 1)
-    cap = options.max_tokens or getattr(model, "default_max_tokens", None)
-    output = float(cap or DEFAULT_OUTPUT_RESERVE)
+    prompt_count, cap = estimate(messages, options, model)
+    prompt, output = float(prompt_count), float(cap)
     pricing = pricing_of(model, batch=batch)
     usd = 0.0
     if pricing is not None:
