@@ -152,8 +152,8 @@ _RATES = (
 
 
 def declared_limits(model: Model) -> tuple[Any, ...]:
-    """The limits a model declares for its endpoint: its concurrency, then its
-    `rate_limit`'s rates (or the model's own `requests_per_minute`...), and burst."""
+    """The limits a model declares: its endpoint's concurrency, then its rate (its
+    `rate_limit`'s four rates, or the model's own `requests_per_minute`...) and burst."""
     rate_limit = getattr(model, "rate_limit", None)
     source = model if rate_limit is None else rate_limit
     rates = tuple(getattr(source, name, None) for name in _RATES)
@@ -161,20 +161,29 @@ def declared_limits(model: Model) -> tuple[Any, ...]:
     return (getattr(model, "max_concurrency", None), *rates, burst)
 
 
+def rate_key(model: Model) -> Hashable | None:
+    """What a rate is held under, as providers key it: the endpoint and the model (its
+    `rate_key`). None for a model with no endpoint."""
+    if getattr(model, "endpoint", None) is None:
+        return None
+    return ("rate", getattr(model, "rate_key", None) or (model.endpoint, model.name))  # type: ignore[attr-defined]
+
+
 def _bounds(model: Model, replicas: int) -> list[Bounds]:
-    """The model's declared limits, split over the gateway replicas (never multiplied).
-    With no rate declared, the gateways learn the rates from the replies."""
-    declared, *rates, burst = declared_limits(model)
-    bound: int | None = declared or None
-    shares: list[int | None] = [None] * replicas
-    if bound is not None:
-        shares = list(partition(bound, replicas))  # never more replicas than slots
-    count = len(shares)
-    rpm, tpm, itpm, otpm = (rate / count if rate else None for rate in rates)
-    return [
-        Bounds(slots, rpm, tpm, itpm, otpm, burst, share=1 / count, learn=not any(rates))
-        for slots in shares
-    ]
+    """The endpoint's concurrency bound, split over the gateway replicas (never
+    multiplied)."""
+    declared: int | None = declared_limits(model)[0] or None
+    if declared is None:
+        return [Bounds()] * replicas
+    return [Bounds(share) for share in partition(declared, replicas)]  # never more than slots
+
+
+def _rate_bounds(model: Model, replicas: int) -> list[Bounds]:
+    """The model's rate, split over the gateway replicas, learnt from the replies (a
+    configured rate is the ceiling)."""
+    _, *rates, burst = declared_limits(model)
+    rpm, tpm, itpm, otpm = (rate / replicas if rate else None for rate in rates)
+    return [Bounds(None, rpm, tpm, itpm, otpm, burst, 1 / replicas, learn=True)] * replicas
 
 
 # Per process: gateway handles by (job, namespace, name); leases per event loop.
@@ -208,6 +217,18 @@ class RayModelAccess:
         key = gateway_key(model)
         if key is None:
             return None
+        declared = declared_limits(model)[0]
+        return self._lease(key, declared, _bounds(model, self.options.replicas))
+
+    def rate_lease(self, model: Model) -> EndpointLease | None:
+        """This event loop's lease on the model's rate (None: not bounded)."""
+        key = rate_key(model)
+        if key is None:
+            return None
+        declared = declared_limits(model)[1:]
+        return self._lease(key, declared, _rate_bounds(model, self.options.replicas))
+
+    def _lease(self, key: Hashable, declared: Any, shares: list[Bounds]) -> EndpointLease:
         o = self.options
         o.connect()
         per_loop = _leases.get(asyncio.get_running_loop())
@@ -215,11 +236,10 @@ class RayModelAccess:
             per_loop = _leases[asyncio.get_running_loop()] = {}
         # A model rebuilt with other limits gets a lease (a holder) of its own: the
         # gateway holds the tightest of the live holders' declarations.
-        cache_key = (job_id(), o.namespace, key, o.replicas, declared_limits(model))
+        cache_key = (job_id(), o.namespace, key, o.replicas, declared)
         lease = per_loop.get(cache_key)
         if lease is None:
             digest, holder = endpoint_digest(key), f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            shares = _bounds(model, o.replicas)
             channels = [
                 _RayChannel(o, name, digest, bounds, holder)
                 for name, bounds in zip(gateway_names(len(shares)), shares, strict=True)
@@ -238,9 +258,10 @@ class RayModelAccess:
         lease = self.lease(model)
         if lease is None:
             return await model.complete(messages, options, signal=signal)
+        rates = self.rate_lease(model)
         try:
             return await send_complete(
-                lease, model, messages, options, signal, self.options.retry, self.retries
+                lease, model, messages, options, signal, self.options.retry, self.retries, rates
             )
         except GatewayUnavailable as exc:
             raise _unavailable(model, exc) from None
@@ -257,8 +278,9 @@ class RayModelAccess:
         if lease is None:
             chunks = model.stream(messages, options, signal=signal)
         else:
+            rates = self.rate_lease(model)
             chunks = send_stream(
-                lease, model, messages, options, signal, self.options.retry, self.retries
+                lease, model, messages, options, signal, self.options.retry, self.retries, rates
             )
         try:
             async with closing_stream(chunks):

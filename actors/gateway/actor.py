@@ -155,7 +155,7 @@ class Gateway:
         """Rate budget someone waits for: rebalance again when it has refilled."""
         if endpoint.timer is not None:
             return
-        delay = endpoint.ledger.rates_ready_in()
+        delay = endpoint.ledger.rates_ready_in(time.monotonic())
         if delay is None:
             return
 

@@ -33,6 +33,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from raygent.backend import RateReading
+
 from .rate_budget import KINDS, NO_RATES, Limits, RateBudget, Rates
 
 __all__ = ["UNBOUNDED", "Bounds", "EndpointLedger", "Grant", "Report", "partition", "waterfill"]
@@ -52,7 +54,7 @@ class Bounds:
     output_tokens_per_minute: float | None = None
     burst: float = 1.0  # seconds of each rate that may go at once
     share: float = 1.0  # this gateway's share of what the provider says (1 / replicas)
-    learn: bool = False  # learn the rates from the replies (nothing configured yet)
+    learn: bool = False  # learn the rates from the replies' headers and 429s
 
     @property
     def rates(self) -> Limits:
@@ -85,7 +87,7 @@ class Report:
     throttled: float | None = None  # a 429 came back: its Retry-After (0: none given)
     wanted: Rates = NO_RATES  # rate budget it asks for (`rate_budget.KINDS`)
     settled: Rates = NO_RATES  # estimates above usage (> 0) or below it (< 0), since last
-    observed: Limits | None = None  # the provider's limits per minute, read from a reply
+    observed: RateReading | None = None  # what a reply's (or the 429's) headers said
 
 
 @dataclass(frozen=True)
@@ -166,8 +168,13 @@ class EndpointLedger:
         self.bound = self.bounds.max_concurrency or UNBOUNDED
         self.limit = float(self.bound)
         self.rates = RateBudget(self.now)
-        self.rates.configure(self.bounds.rates, self.bounds.burst, self.now)
-        self.probing = self.bounds.learn  # until a reply says what the limits are
+        self._configure_rates(self.now)
+        # Learning with nothing configured: one request at a time until a reply comes.
+        self.probing = self.bounds.learn and not any(self.bounds.rates)
+
+    def _configure_rates(self, now: float) -> None:
+        b = self.bounds
+        self.rates.configure(b.rates, b.burst, b.share, b.learn, now)
 
     # -- declared limits ----------------------------------------------------------------
 
@@ -187,7 +194,7 @@ class EndpointLedger:
             share=min(b.share for b in declared),
             learn=all(b.learn for b in declared),
         )
-        if not self.bounds.learn:
+        if not self.bounds.learn or any(self.bounds.rates):
             self.probing = False
         bound = self.bounds.max_concurrency or UNBOUNDED
         if bound != self.bound:
@@ -195,7 +202,7 @@ class EndpointLedger:
             at_bound = self.limit >= self.bound
             self.bound = bound
             self.limit = float(bound) if at_bound else min(self.limit, float(bound))
-        self.rates.configure(self.bounds.rates, self.bounds.burst, now)
+        self._configure_rates(now)
 
     # -- reports ----------------------------------------------------------------------
 
@@ -227,10 +234,16 @@ class EndpointLedger:
         elif report.version == holder.version:
             holder.occupied = min(holder.occupied, max(holder.grant, report.held))
         self._settle_rates(holder, report, now)
-        changed = self._throttle(report.throttled, now) if report.throttled is not None else set()
+        changed = set()
+        if report.throttled is not None:
+            changed = self._throttle(report.throttled, report.observed, now)
+        elif report.observed is not None:
+            self.rates.learn(report.observed, now)
         if report.succeeded and self.limit < self.bound:
             self.limit = min(float(self.bound), self.limit + report.succeeded / self.limit)
-        self.rates.succeeded(report.succeeded, now)
+        if report.succeeded:
+            self.probing = False
+            self.rates.succeeded(report.succeeded, self._in_flight(), now)
         return changed | self.rebalance(now)
 
     def release(self, holder_id: str, returned: Rates, now: float) -> set[str]:
@@ -243,23 +256,19 @@ class EndpointLedger:
             self._declarations_changed(now)
         return self.rebalance(now)
 
-    def _throttle(self, retry_after: float, now: float) -> set[str]:
-        in_flight = sum(h.in_use for h in self.holders.values())
+    def _in_flight(self) -> int:
+        return sum(h.in_use for h in self.holders.values())
+
+    def _throttle(self, retry_after: float, reading: RateReading | None, now: float) -> set[str]:
+        in_flight = self._in_flight()
         self.limit = max(1.0, min(self.limit, float(in_flight)) - 1.0)
-        self.rates.throttled(now)
+        self.rates.throttled(reading, in_flight, now)
         if retry_after > 0 and now + retry_after > self.pause_until:
             self.pause_until = now + retry_after
             return self._bump_all()  # every holder must hear of the pause now
         return set()
 
     def _settle_rates(self, holder: _Holder, report: Report, now: float) -> None:
-        if report.observed is not None:
-            self.probing = False
-            share = self.bounds.share
-            self.rates.learn(
-                tuple(x * share if x else None for x in report.observed),  # type: ignore[arg-type]
-                now,
-            )
         self.rates.settle(report.settled, now)
         held = self.rates.held()
         holder.wanted = tuple(w if h else 0.0 for w, h in zip(report.wanted, held, strict=True))  # type: ignore[assignment]
@@ -317,10 +326,11 @@ class EndpointLedger:
             holder.wanted = _plus(holder.wanted, given, -1.0)
         return set(granted)
 
-    def rates_ready_in(self) -> float | None:
+    def rates_ready_in(self, now: float) -> float | None:
         """Seconds until the rate budget some holder waits for has refilled (None: no
         one waits for it)."""
-        return self.rates.ready_in([h.wanted for h in self.holders.values() if any(h.wanted)])
+        wants = [h.wanted for h in self.holders.values() if any(h.wanted)]
+        return self.rates.ready_in(wants, now)
 
     def grant_for(self, holder_id: str, incarnation: str, now: float, ttl: float) -> Grant:
         """The holder's grant as it stands; the rate budget in it is handed over."""

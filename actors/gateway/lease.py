@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from raygent.backend import redacting_logger
+from raygent.backend import RateLimit, RateReading, redacting_logger
 
 from .endpoint_ledger import Bounds, Grant, Report
 from .rate_budget import NO_RATES, Limits, Rates
@@ -74,8 +74,8 @@ class _Slice:
     hand: Rates = NO_RATES  # rate budget in hand (`rate_budget.KINDS`)
     settled: Rates = NO_RATES  # estimates minus usage, not yet reported
     held_kinds: tuple[bool, bool, bool, bool] = (False, False, False, False)
-    observed: Limits | None = None  # the provider's limits, last read
-    told: Limits | None = None  # ... as last reported
+    observed: RateReading | None = None  # what the last reply's headers said
+    told: RateLimit | None = None  # the limits they stated, as last reported
     pump: asyncio.Task[None] | None = None
     urgent: asyncio.Event = field(default_factory=asyncio.Event)
     generation: int = 0  # bumped when the slice is given back: older answers are void
@@ -110,7 +110,7 @@ class Ticket:
     slice: _Slice
     need: Rates  # its estimate: 1 request, its tokens, input and output tokens
     used: Rates | None = None  # what it really used, once answered (None: unknown)
-    observed: Limits | None = None  # the limits its reply's headers named
+    observed: RateReading | None = None  # what its reply's headers said
     ok: bool = False
 
 
@@ -209,10 +209,10 @@ class EndpointLease:
             need, use = ticket.need, ticket.used
             unused = (need[0] - use[0], need[1] - use[1], need[2] - use[2], need[3] - use[3])
             held.settled = _sum(held.settled, unused, held.held_kinds)
-        if ticket.observed is not None:
+        if ticket.observed is not None and ticket.ok:
             held.observed = ticket.observed
-            if ticket.observed != held.told:
-                held.urgent.set()  # the provider named other limits: tell the gateway
+            if held.observed.limit() != held.told:
+                held.urgent.set()  # the provider states other limits: tell the gateway
                 self._ensure_pump(held)
         if was_over:
             held.urgent.set()
@@ -224,13 +224,17 @@ class EndpointLease:
             loop = asyncio.get_running_loop()
             self._idle_timer = loop.call_later(self._idle_release, self._wake_pumps)
 
-    def throttled(self, ticket: Ticket, retry_after: float | None) -> None:
+    def throttled(
+        self, ticket: Ticket, retry_after: float | None, reading: RateReading | None = None
+    ) -> None:
         """A 429 came back: pause here at once, and tell the gateway (which pauses every
         other holder and lowers the endpoint's adaptive limit)."""
         if retry_after:
             self.pause_until = max(self.pause_until, time.monotonic() + retry_after)
         held = ticket.slice
         held.throttled = max(held.throttled or 0.0, retry_after or 0.0)
+        if reading is not None:
+            held.observed, held.told = reading, None  # the 429's headers go with it
         ticket.used = (1.0, 0.0, 0.0, 0.0)  # a rejected request's tokens were not counted
         held.urgent.set()
         self._ensure_pump(held)
@@ -310,11 +314,23 @@ class EndpointLease:
             throttled=held.throttled,
             wanted=wanted,
             settled=held.settled,
-            observed=held.observed if held.observed != held.told else None,
+            observed=self._news(held),
         )
-        held.told = held.observed
         held.succeeded, held.throttled, held.settled = 0, None, NO_RATES
         return report
+
+    @staticmethod
+    def _news(held: _Slice) -> RateReading | None:
+        """The last reading, if it states other limits than the last one told (or is
+        a 429's)."""
+        reading = held.observed
+        if reading is None:
+            return None
+        stated = reading.limit()
+        if stated == held.told and held.throttled is None:
+            return None
+        held.told = stated
+        return reading
 
     def _rates_wanted(self, held: _Slice) -> Rates:
         """Rate budget to ask this slice's gateway for: the waiters' share (and one

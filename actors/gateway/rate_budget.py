@@ -15,11 +15,11 @@ at most `PIECE` seconds' worth, shared fairly between those who wait, so no proc
 hoards a minute: what a process holds and has not spent came out of the bucket, and
 comes back when it releases its lease, or is lost for at most a piece when it dies.
 
-A limit is the configured one (the model's `rate_limit`), lowered by what the provider
-says (the limits its replies' headers name: configured is the ceiling) or, with nothing
-configured, what the provider says. A 429 lowers every held rate by `DECREASE`; each
-answered request brings it back by `INCREASE` of the limit (additive increase,
-multiplicative decrease).
+A limit is the configured one (the model's `rate_limit`), lowered by what is learnt:
+a `RateLearner` (the core's AIMD) reads the readings holders report from the replies'
+headers (a configured limit is the ceiling; with none, the provider's limits), and the
+429s (each held rate goes down by its `DECREASE`, each answered request brings back a
+step). The learner counts the provider's whole limits; this gateway holds its `share`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-__all__ = ["KINDS", "NO_LIMITS", "NO_RATES", "PIECE", "Bucket", "Limits", "RateBudget", "Rates"]
+from raygent.backend import Bucket, RateLearner, RateLimit, RateReading
+
+__all__ = ["KINDS", "NO_LIMITS", "NO_RATES", "PIECE", "Limits", "RateBudget", "Rates"]
 
 KINDS = ("requests", "tokens", "input_tokens", "output_tokens")
 Rates = tuple[float, float, float, float]  # one amount of each kind, in KINDS' order
@@ -37,58 +39,16 @@ NO_LIMITS: Limits = (None, None, None, None)
 
 PIECE = 0.25  # seconds of a rate granted to one holder at once, at most
 HEADROOM = 0.5  # of the burst the provider allows, what the gateway's buckets hold
-DECREASE = 0.7  # a 429 multiplies every held rate by this
-FLOOR = 0.2  # ... never below this fraction of the limit
-INCREASE = 0.002  # each answered request gives back this fraction of the limit
 
 
-class Bucket:
-    """`per_minute` units a minute, refilled continuously, holding `burst` seconds of
-    them (a request's worth at least). Synchronous: the gateway's loop asks, it never
-    waits here. Goes into debt when usage beats the estimates taken."""
+def _burst(per_minute: float, burst: float) -> float:
+    """The seconds a bucket holds: `HEADROOM` of the burst, one request at least."""
+    return max(burst * HEADROOM, 60.0 / per_minute)
 
-    unit = 1.0  # the least a bucket holds: one request
 
-    def __init__(self, per_minute: float, burst: float, now: float) -> None:
-        self.stamp, self.level = now, 0.0
-        self._size(per_minute, burst)
-        self.level = self.capacity  # starts with a burst's worth, not a minute's
-
-    def resize(self, per_minute: float, burst: float, now: float) -> None:
-        """Refill at `per_minute` from now on; what it holds is kept, up to the new size."""
-        self.refill(now)
-        self._size(per_minute, burst)
-        self.level = min(self.level, self.capacity)
-
-    def _size(self, per_minute: float, burst: float) -> None:
-        self.per_minute = per_minute
-        self.rate = per_minute / 60.0
-        self.capacity = max(self.unit, self.rate * burst * HEADROOM)
-
-    def refill(self, now: float) -> None:
-        if now > self.stamp:
-            self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
-            self.stamp = now
-
-    def take(self, wanted: float, now: float) -> float:
-        self.refill(now)
-        given = max(0.0, min(wanted, self.level))
-        self.level -= given
-        return given
-
-    def put(self, amount: float, now: float) -> None:
-        """Give back (amount > 0) or charge a debt (amount < 0: the level may go below 0)."""
-        self.refill(now)
-        self.level = min(self.capacity, self.level + amount)
-
-    def ready_in(self, wanted: float) -> float:
-        """Seconds until `wanted` (at most the bucket's size) is there."""
-        return max(0.0, (min(wanted, self.capacity) - self.level) / self.rate)
-
-    @property
-    def piece(self) -> float:
-        """The most one holder is granted at once."""
-        return min(self.capacity, max(self.unit, self.rate * PIECE))
+def _piece(bucket: Bucket) -> float:
+    """The most one holder is granted at once."""
+    return min(bucket.capacity, max(1.0, bucket.rate * PIECE))
 
 
 def lowest(*limits: float | None) -> float | None:
@@ -98,23 +58,14 @@ def lowest(*limits: float | None) -> float | None:
 
 
 @dataclass
-class _Limit:
-    configured: float | None = None  # this gateway's share of the configured limit
-    learnt: float | None = None  # its share of what the provider says
-    factor: float = 1.0  # below 1 after 429s
-
-    def per_minute(self) -> float | None:
-        base = lowest(self.configured, self.learnt)
-        return base * self.factor if base else None
-
-
-@dataclass
 class RateBudget:
     """One endpoint's four rate limits at one gateway (see the module docstring)."""
 
     now: float
     burst: float = 1.0
-    limits: list[_Limit] = field(default_factory=lambda: [_Limit() for _ in KINDS])
+    share: float = 1.0  # this gateway's share of the provider's limits
+    configured: Limits = NO_LIMITS  # this gateway's share of the configured limits
+    learner: RateLearner | None = None  # over the whole limits (None: not learning)
     buckets: list[Bucket | None] = field(default_factory=lambda: [None] * len(KINDS))
     turn: int = 0  # who is served first among equals, rotating
 
@@ -125,50 +76,65 @@ class RateBudget:
 
     def per_minute(self) -> Limits:
         """The rates held now (this gateway's share, after learning and 429s)."""
-        b = self.buckets
-        return tuple(None if x is None else x.per_minute for x in b)  # type: ignore[return-value]
+        return tuple(None if b is None else b.rate * 60 for b in self.buckets)  # type: ignore[return-value]
 
     # -- what the limits are ----------------------------------------------------------
 
-    def configure(self, configured: Limits, burst: float, now: float) -> None:
-        """The limits declared on the models (this gateway's share), and their burst."""
-        self.burst = burst
-        for limit, value in zip(self.limits, configured, strict=True):
-            limit.configured = value or None
+    def configure(
+        self, configured: Limits, burst: float, share: float, learn: bool, now: float
+    ) -> None:
+        """The limits declared on the models (this gateway's share), their burst, and
+        whether to learn from the replies."""
+        self.burst, self.share = burst, share
+        if configured != self.configured or (self.learner is None) == learn:
+            self.configured = configured
+            whole = [None if x is None else x / share for x in configured]
+            ceiling = RateLimit(
+                requests_per_minute=whole[0],
+                tokens_per_minute=whole[1],
+                input_tokens_per_minute=whole[2],
+                output_tokens_per_minute=whole[3],
+            )
+            self.learner = RateLearner(ceiling if ceiling.binds else None, now) if learn else None
         self._resize(now)
 
-    def learn(self, observed: Limits, now: float) -> None:
-        """What the provider says its limits are (this gateway's share): with a
-        configured limit, only a lower one counts."""
-        for limit, value in zip(self.limits, observed, strict=True):
-            if value:
-                limit.learnt = value
-        self._resize(now)
+    def learn(self, reading: RateReading, now: float) -> None:
+        """What a reply's headers said of the provider's limits."""
+        if self.learner is not None:
+            self.learner.read(reading)
+            self._resize(now)
 
-    def throttled(self, now: float) -> None:
-        """A 429: every held rate goes down, and what the buckets hold with it."""
-        for limit in self.limits:
-            limit.factor = max(FLOOR, limit.factor * DECREASE)
-        self._resize(now)
+    def throttled(self, reading: RateReading | None, in_flight: int, now: float) -> None:
+        """A 429: the held rates go down, and what the buckets hold with them."""
+        if self.learner is not None:
+            self.learner.throttled(reading, in_flight, now)
+            self._resize(now)
         for bucket in self.buckets:
             if bucket is not None:
-                bucket.level = min(bucket.level, 0.0)  # the provider says: none left now
+                bucket.empty(now)  # the provider says: none left now
 
-    def succeeded(self, count: int, now: float) -> None:
-        if count and any(limit.factor < 1.0 for limit in self.limits):
-            for limit in self.limits:
-                limit.factor = min(1.0, limit.factor + INCREASE * count)
+    def succeeded(self, count: int, in_flight: int, now: float) -> None:
+        """`count` requests answered: each a step of the rates back up."""
+        learner = self.learner
+        if learner is None or not count:
+            return
+        learner.meter.add(now, count)
+        if learner.knows:
+            for _ in range(count):
+                learner.succeeded(None, in_flight, now)
             self._resize(now)
 
     def _resize(self, now: float) -> None:
-        for i, limit in enumerate(self.limits):
-            rate, bucket = limit.per_minute(), self.buckets[i]
-            if rate is None:
+        learnt = self.learner.rates if self.learner is not None else [None] * len(KINDS)
+        for i, (configured, whole) in enumerate(zip(self.configured, learnt, strict=True)):
+            per_minute = lowest(configured, None if whole is None else whole * self.share)
+            bucket = self.buckets[i]
+            if per_minute is None:
                 self.buckets[i] = None
             elif bucket is None:
-                self.buckets[i] = Bucket(rate, self.burst, now)
-            else:
-                bucket.resize(rate, self.burst, now)
+                self.buckets[i] = Bucket(per_minute / 60, _burst(per_minute, self.burst), now)
+            elif not math.isclose(bucket.rate, per_minute / 60):
+                bucket.set_rate(per_minute / 60, _burst(per_minute, self.burst), now)
 
     # -- holders' budget --------------------------------------------------------------
 
@@ -177,7 +143,7 @@ class RateBudget:
         debt (usage beyond the estimate: amount < 0), per kind."""
         for bucket, amount in zip(self.buckets, amounts, strict=True):
             if bucket is not None and amount:
-                bucket.put(amount, now)
+                bucket.settle(amount, 0.0, now)
 
     def grant(self, wants: dict[str, Rates], now: float) -> dict[str, Rates]:
         """Pieces of what the buckets hold, fairly shared among the holders that want
@@ -190,7 +156,8 @@ class RateBudget:
         for k, bucket in enumerate(self.buckets):
             if bucket is None:
                 continue
-            asking = {h: min(w[k], bucket.piece) for h, w in wants.items() if w[k] > 0}
+            piece = _piece(bucket)
+            asking = {h: min(w[k], piece) for h, w in wants.items() if w[k] > 0}
             if not asking:
                 continue
             bucket.refill(now)
@@ -224,10 +191,11 @@ class RateBudget:
         """Tokens: equal shares of what is there, none above its ask (water-filling)."""
         ordered = sorted(asking.items(), key=lambda kv: kv[1])
         for i, (holder, ask) in enumerate(ordered):
-            fair = max(0.0, bucket.level) / (len(ordered) - i)
-            given[holder][k] += bucket.take(min(ask, fair), now)
+            amount = min(ask, max(0.0, bucket.level) / (len(ordered) - i))
+            bucket.take(amount, now)
+            given[holder][k] += amount
 
-    def ready_in(self, wants: list[Rates]) -> float | None:
+    def ready_in(self, wants: list[Rates], now: float) -> float | None:
         """Seconds until some waiting holder can be given a piece (None: none waits)."""
         waits = []
         for k, bucket in enumerate(self.buckets):
@@ -235,5 +203,5 @@ class RateBudget:
                 continue
             asks = [w[k] for w in wants if w[k] > 0]
             if asks:
-                waits.append(bucket.ready_in(min(min(asks), bucket.piece)))
+                waits.append(bucket.ready_in(min(min(asks), _piece(bucket)), now))
         return min(waits) if waits else None

@@ -16,8 +16,6 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pydantic_core
-
 from raygent.backend import (
     AbortSignal,
     Cost,
@@ -27,16 +25,19 @@ from raygent.backend import (
     ModelOptions,
     ModelResponse,
     RateLimitError,
+    RateReading,
     RaygentError,
     StreamChunk,
     Usage,
     abortable,
     closing_stream,
+    need_of,
+    rate_estimate,
 )
 
 from .._options import RetryPolicy
 from .lease import ONE_REQUEST, EndpointLease, Ticket
-from .rate_budget import NO_LIMITS, Limits, Rates
+from .rate_budget import NO_RATES, Rates
 
 __all__ = ["Send", "Sends", "send_complete", "send_stream"]
 
@@ -121,15 +122,6 @@ class Sends:
         return error
 
 
-def estimate(messages: Sequence[Message], options: ModelOptions) -> Rates:
-    """The rate budget a request needs before it is sent: one request, and its tokens
-    as providers count them for admission (the prompt, ~4 bytes of JSON a token, plus
-    the output cap), input and output apart. The real usage settles it afterwards."""
-    prompt = float(len(pydantic_core.to_json(list(messages))) // 4)
-    output = float(options.max_tokens or 0)
-    return (1.0, prompt + output, prompt, output)
-
-
 def used(response: ModelResponse, options: ModelOptions) -> Rates:
     """What a request used, as providers count it: its input, and for tokens (OpenAI's
     count, made at admission) the output cap it asked for, or its output if larger;
@@ -139,23 +131,41 @@ def used(response: ModelResponse, options: ModelOptions) -> Rates:
     return (1.0, prompt + max(output, float(options.max_tokens or 0)), prompt, output)
 
 
-def observed(response: ModelResponse) -> Limits:
-    """The provider's limits per minute, as its reply's headers named them (None for
-    each it did not name)."""
-    reading = getattr(response, "rate", None)
-    if reading is None:
-        return NO_LIMITS
-    return (
-        getattr(reading, "requests_per_minute", None),
-        getattr(reading, "tokens_per_minute", None),
-        getattr(reading, "input_tokens_per_minute", None),
-        getattr(reading, "output_tokens_per_minute", None),
-    )
+def _reading(exc: RateLimitError) -> RateReading | None:
+    """What a 429's headers said (the adapters put it in the error's details)."""
+    found = exc.details.get("rate")
+    return RateReading.model_validate(found) if isinstance(found, dict) else None
+
+
+@dataclass(eq=False)
+class _Admission:
+    """A request let through: its slot of the endpoint's bound and, when its model's
+    rate is held, its rate budget (a ticket of the rate's own lease)."""
+
+    lease: EndpointLease
+    slot: Ticket
+    rates: EndpointLease | None = None
+    paced: Ticket | None = None
+
+    def answered(self, response: ModelResponse, options: ModelOptions) -> None:
+        self.slot.ok = True
+        if self.paced is not None:
+            self.paced.ok, self.paced.observed = True, getattr(response, "rate", None)
+            self.paced.used = used(response, options)
+
+    def throttled(self, retry_after: float | None, reading: RateReading | None) -> None:
+        self.lease.throttled(self.slot, retry_after)
+        if self.rates is not None and self.paced is not None:
+            self.rates.throttled(self.paced, retry_after, reading)
+
+    def done(self) -> None:
+        self.lease.done(self.slot)
+        if self.rates is not None and self.paced is not None:
+            self.rates.done(self.paced)
 
 
 def _throttled(
-    lease: EndpointLease,
-    ticket: Ticket,
+    admission: _Admission,
     exc: RateLimitError,
     attempt: int,
     most: int,
@@ -166,10 +176,11 @@ def _throttled(
     before the next send (0: the pause is the wait), None if there should be none."""
     found = exc.details.get("retry_after")
     retry_after = float(found) if isinstance(found, (int, float)) else None
+    reading = _reading(exc)
     if retry_after is not None and retry_after > policy.max_wait:
-        lease.throttled(ticket, None)  # not worth holding anyone for: it goes back now
+        admission.throttled(None, reading)  # not worth holding anyone for: back now
         return None
-    lease.throttled(ticket, retry_after)
+    admission.throttled(retry_after, reading)
     if attempt >= most:
         return None
     if retry_after is not None:
@@ -181,7 +192,7 @@ def _throttled(
 
 
 def _plan(
-    lease: EndpointLease,
+    rates: EndpointLease | None,
     model: Model,
     messages: Sequence[Message],
     options: ModelOptions,
@@ -189,23 +200,36 @@ def _plan(
     retries: bool,
 ) -> tuple[Rates, Sends, int]:
     """A request's rate estimate, its record of sends, and how many sends at most."""
-    need = estimate(messages, options) if lease.counts_tokens() else ONE_REQUEST
+    need = ONE_REQUEST
+    if rates is not None and rates.counts_tokens():
+        need = need_of(*rate_estimate(messages, options, model))
     return need, Sends(model), policy.max_attempts if retries else 1
 
 
-def _answered(ticket: Ticket, response: ModelResponse, options: ModelOptions) -> None:
-    ticket.ok, ticket.observed = True, observed(response)
-    ticket.used = used(response, options)
-
-
-async def _admitted(lease: EndpointLease, cost: Rates, signal: AbortSignal | None) -> Ticket:
-    """A slot: at once when one is free; else, abortably, once the pause is over and a
-    slot is handed over."""
-    ticket = lease.admit_now(cost)
+async def _ticket(lease: EndpointLease, need: Rates, signal: AbortSignal | None) -> Ticket:
+    """At once when there is room; else, abortably, once the pause is over and room is
+    handed over."""
+    ticket = lease.admit_now(need)
     if ticket is not None:
         return ticket
     await abortable(lease.paused(), signal)
-    return await abortable(lease.admit(cost), signal)
+    return await abortable(lease.admit(need), signal)
+
+
+async def _admitted(
+    lease: EndpointLease, rates: EndpointLease | None, need: Rates, signal: AbortSignal | None
+) -> _Admission:
+    """The rate budget first (a slot held while waiting for it would starve the
+    endpoint's other models), then a slot."""
+    paced = None if rates is None else await _ticket(rates, need, signal)
+    try:
+        slot = await _ticket(lease, ONE_REQUEST, signal)
+    except BaseException:
+        if rates is not None and paced is not None:
+            paced.used = NO_RATES  # never sent: all of it back
+            rates.done(paced)
+        raise
+    return _Admission(lease, slot, rates, paced)
 
 
 async def send_complete(
@@ -216,28 +240,30 @@ async def send_complete(
     signal: AbortSignal | None,
     policy: RetryPolicy,
     retries: bool,
+    rates: EndpointLease | None = None,
 ) -> ModelResponse:
-    """`model.complete` inside the lease; 429s retried unless `retries` is False."""
-    cost, sends, most = _plan(lease, model, messages, options, policy, retries)
+    """`model.complete` inside the lease (and the rate's, `rates`); 429s retried
+    unless `retries` is False."""
+    cost, sends, most = _plan(rates, model, messages, options, policy, retries)
     for attempt in range(1, most + 1):
         send = sends.start()
-        ticket = await _admitted(lease, cost, signal)
+        admission = await _admitted(lease, rates, cost, signal)
         try:
             send.admitted()
             response = await model.complete(messages, options, signal=signal)
         except RateLimitError as exc:
             send.failed(exc)
-            backoff = _throttled(lease, ticket, exc, attempt, most, policy, send)
+            backoff = _throttled(admission, exc, attempt, most, policy, send)
             if backoff is None:
                 raise sends.gave_up(exc) from None
         except RaygentError as exc:
             send.failed(exc)
             raise sends.gave_up(exc) from None
         else:
-            _answered(ticket, response, options)
+            admission.answered(response, options)
             return sends.answered(response)
         finally:
-            lease.done(ticket)
+            admission.done()
         if backoff:
             await abortable(asyncio.sleep(backoff), signal)
     raise AssertionError("unreachable: the last attempt returns or raises")
@@ -251,13 +277,14 @@ async def send_stream(
     signal: AbortSignal | None,
     policy: RetryPolicy,
     retries: bool,
+    rates: EndpointLease | None = None,
 ) -> AsyncIterator[StreamChunk]:
-    """`model.stream` inside the lease; a 429 is retried only before anything was
-    yielded (afterwards the caller has seen part of a reply)."""
-    cost, sends, most = _plan(lease, model, messages, options, policy, retries)
+    """`model.stream` inside the lease (and the rate's); a 429 is retried only before
+    anything was yielded (afterwards the caller has seen part of a reply)."""
+    cost, sends, most = _plan(rates, model, messages, options, policy, retries)
     for attempt in range(1, most + 1):
         send = sends.start()
-        ticket = await _admitted(lease, cost, signal)
+        admission = await _admitted(lease, rates, cost, signal)
         yielded, backoff = False, None
         try:
             send.admitted()
@@ -265,7 +292,7 @@ async def send_stream(
             async with closing_stream(chunks):
                 async for chunk in chunks:
                     if isinstance(chunk, Done):
-                        _answered(ticket, chunk.response, options)
+                        admission.answered(chunk.response, options)
                         chunk = Done(sends.answered(chunk.response))
                     yielded = True
                     yield chunk
@@ -273,13 +300,13 @@ async def send_stream(
         except RateLimitError as exc:
             send.failed(exc)
             if not yielded:
-                backoff = _throttled(lease, ticket, exc, attempt, most, policy, send)
+                backoff = _throttled(admission, exc, attempt, most, policy, send)
             if backoff is None:
                 raise sends.gave_up(exc) from None
         except RaygentError as exc:
             send.failed(exc)
             raise sends.gave_up(exc) from None
         finally:
-            lease.done(ticket)
+            admission.done()
         if backoff:
             await abortable(asyncio.sleep(backoff), signal)

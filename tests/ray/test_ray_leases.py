@@ -82,7 +82,7 @@ def test_the_ledger_holds_the_tightest_declaration_of_its_live_holders() -> None
     ledger.report("old", _report(3, version=old.version, want=0, held=0), "me", 0.0, 10)
     assert (old.grant, new.grant) == (0, 2)
     assert old.occupied + new.occupied == 2
-    assert ledger.rates_ready_in() is None
+    assert ledger.rates_ready_in(0.0) is None
     ledger.report(
         "new",
         _report(2, version=new.version, want=2, held=2, wanted=(100.0, 0, 0, 0)),
@@ -186,7 +186,7 @@ def test_tokens_used_beyond_the_estimate_are_a_debt_the_next_takers_pay() -> Non
     ledger.report("b", _report(1, want=1, wanted=(0, 100.0, 0, 0)), "me", now=0.0, ttl=10)
     assert ledger.holders["b"].rates[1] == 0  # in debt: nothing until it is paid off
     # 2975 of debt below zero, then a's 25-token piece (the smallest ask), at 100 a second
-    assert ledger.rates_ready_in() == pytest.approx(30.0)
+    assert ledger.rates_ready_in(0.0) == pytest.approx(30.0)
 
 
 async def test_a_restarted_gateway_grants_only_claims_until_old_leases_would_expire() -> None:

@@ -8,7 +8,8 @@ import pytest
 
 from raygent.actors import Bounds
 from raygent.actors.gateway.endpoint_ledger import EndpointLedger, Report
-from raygent.actors.gateway.rate_budget import NO_LIMITS, Rates
+from raygent.actors.gateway.rate_budget import Rates
+from raygent.rates import RateReading, Window
 
 TTL = 10.0
 
@@ -62,7 +63,7 @@ def test_a_rate_is_granted_smoothly_in_pieces_never_a_minute_at_once() -> None:
     assert holders.take("a", 0.0)[0] == 5  # then the rest of the half burst...
     holders.report("a", 0.0, wanted=(1000.0, 0, 0, 0))
     assert holders.take("a", 0.0)[0] == 0  # ...and nothing more until it refills
-    assert ledger.rates_ready_in() == pytest.approx(0.25)  # a piece refilled, not one request
+    assert ledger.rates_ready_in(0.0) == pytest.approx(0.25)  # a piece refilled, not one request
     run(holders, ["a"], (1000.0, 0, 0, 0), seconds=10.0, step=0.05)
     # Over 10 s: the rate times the time, plus the half burst it started with.
     assert 190 <= holders.got["a"][0] <= 10 + 20 * 10
@@ -105,20 +106,29 @@ def test_a_reservation_settles_at_the_real_usage() -> None:
     # Another used 250 over its 50: a debt of 200, two seconds of the rate.
     holders.report("a", 0.0, settled=(0, -200.0, 0, 0), wanted=(0, 25.0, 0, 0))
     assert holders.take("a", 0.0)[1] == 0
-    assert ledger.rates_ready_in() == pytest.approx((200 - 5 + 25) / 100)
+    assert ledger.rates_ready_in(0.0) == pytest.approx((200 - 5 + 25) / 100)
+
+
+def said(requests: float | None = None, tokens: float | None = None) -> RateReading:
+    """A reply's reading: the limits its headers stated."""
+    return RateReading(
+        requests=None if requests is None else Window(limit=requests),
+        tokens=None if tokens is None else Window(limit=tokens),
+    )
 
 
 def test_what_the_provider_says_is_learnt_under_the_configured_ceiling() -> None:
     # Two replicas: this gateway holds half of every limit.
-    ledger = EndpointLedger(Bounds(8, requests_per_minute=600, share=0.5), now=0.0)
+    bounds = Bounds(8, requests_per_minute=600, share=0.5, learn=True)
+    ledger = EndpointLedger(bounds, now=0.0)
     holders = Holders(ledger)
     assert ledger.rates.per_minute()[0] == 600
-    holders.report("a", 0.0, observed=(2000.0, 90_000.0, None, None))
-    # The provider allows 1,000 a minute here: the configured 600 is the ceiling; the
-    # tokens nobody configured are now held at half the provider's 90,000.
-    assert ledger.rates.per_minute()[:2] == (600, 45_000)
-    holders.report("a", 0.0, observed=(600.0, 90_000.0, None, None))
-    assert ledger.rates.per_minute()[0] == 300  # the provider says less: it holds
+    holders.report("a", 0.0, observed=said(2000.0, 90_000.0))
+    # The provider allows 2,000 a minute: the configured 1,200 (600 here) is the
+    # ceiling; the tokens nobody configured are held at half of 0.95 of its 90,000.
+    assert ledger.rates.per_minute()[:2] == pytest.approx((600, 0.95 * 45_000))
+    holders.report("a", 0.0, observed=said(600.0, 90_000.0))
+    assert ledger.rates.per_minute()[0] == pytest.approx(0.95 * 300)  # it says less: held
 
 
 def test_with_nothing_configured_one_request_goes_until_a_reply_says_the_limits() -> None:
@@ -126,27 +136,27 @@ def test_with_nothing_configured_one_request_goes_until_a_reply_says_the_limits(
     holders = Holders(ledger)
     holders.report("a", 0.0, want=16)
     assert ledger.holders["a"].grant == 1 and ledger.rates.held() == (False,) * 4
-    holders.report("a", 0.1, want=16, observed=(1200.0, None, None, None))
+    holders.report("a", 0.1, want=16, succeeded=1, observed=said(1200.0))
     assert ledger.holders["a"].grant == 16
-    assert ledger.rates.per_minute()[0] == 1200
+    assert ledger.rates.per_minute()[0] == pytest.approx(0.95 * 1200, rel=0.02)
 
 
 def test_a_reply_with_no_rate_headers_ends_the_probe_and_holds_no_rate() -> None:
     ledger = EndpointLedger(Bounds(16, learn=True), now=0.0)
     holders = Holders(ledger)
-    holders.report("a", 0.0, want=16, observed=NO_LIMITS)
+    holders.report("a", 0.0, want=16, succeeded=1)
     assert ledger.holders["a"].grant == 16 and ledger.rates.held() == (False,) * 4
 
 
 def test_a_429_lowers_the_rate_and_successes_bring_it_back() -> None:
-    ledger = EndpointLedger(Bounds(16, requests_per_minute=1200), now=0.0)
+    ledger = EndpointLedger(Bounds(16, requests_per_minute=1200, learn=True), now=0.0)
     holders = Holders(ledger)
     holders.report("a", 0.0, throttled=0.0)
     assert ledger.rates.per_minute()[0] == pytest.approx(1200 * 0.7)
     bucket = ledger.rates.buckets[0]
     assert bucket is not None and bucket.level <= 0  # what it held is taken as spent
-    holders.report("a", 1.0, succeeded=100)
-    assert ledger.rates.per_minute()[0] == pytest.approx(1200 * 0.9)
+    holders.report("a", 1.0, succeeded=10)
+    assert ledger.rates.per_minute()[0] == pytest.approx(1200 * 0.8)  # 1% of it a reply
     holders.report("a", 2.0, succeeded=1000)
     assert ledger.rates.per_minute()[0] == 1200  # never above the limit
 
