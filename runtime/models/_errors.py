@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import email.utils
 import json
-import math
 import time
 from typing import Any
 
@@ -21,6 +19,7 @@ from ..errors import (
     ServerError,
     redact,
 )
+from ..rates.limits import rate_headers, read_rate_headers, retry_after
 
 _CONTEXT_HINTS = (
     "context_length_exceeded",
@@ -60,6 +59,11 @@ def error_from_response(
     text = f"{provider} HTTP {status}: {message}"
     if status == 429:
         retryable = not any(h in hint for h in _NOT_RETRYABLE_429)
+        found = rate_headers(response.headers.multi_items())
+        reading = read_rate_headers(found, time.time()) if found else None
+        if reading is not None:
+            # The reading as JSON: details travel (pickled, stored, reported) as data.
+            details["rate"] = reading.model_dump(mode="json")
         return RateLimitError(
             text, retryable=retryable, retry_after=retry_after_seconds(response.headers), **details
         )
@@ -120,23 +124,4 @@ def _clean(text: str | None, secrets: tuple[str, ...], limit: int) -> str | None
 
 def retry_after_seconds(headers: httpx.Headers) -> float | None:
     """Seconds to wait from retry-after-ms, or Retry-After as seconds or an HTTP date."""
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return max(0.0, seconds) if math.isfinite(seconds) else None
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+    return retry_after(headers, time.time())

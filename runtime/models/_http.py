@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, TypedDict
@@ -24,12 +25,13 @@ from ..errors import (
     redact,
 )
 from ..pricing import Pricing, price_usage
+from ..rates.limits import RateLimit, RateReading, rate_headers, read_rate_headers
 from ..redaction import register_secret
 from ..usage import Usage
 from ._errors import error_from_response, error_from_stream_event
 from ._pool import shared_transport
 from ._sse import SSE, iter_sse
-from .contract import Capabilities
+from .contract import Capabilities, ModelResponse
 
 __all__ = ["MALFORMED", "HTTPModel", "text_field"]
 
@@ -94,6 +96,25 @@ def _leaves_machine(url: str) -> bool:
     return not (host in _LOOPBACK_HOSTS or host.startswith("127."))
 
 
+def reading_of(response: httpx.Response | None) -> RateReading | None:
+    """What a reply's rate-limit headers say (None: nothing, or no reply)."""
+    if response is None:
+        return None
+    found = rate_headers(response.headers.multi_items())
+    return read_rate_headers(found, time.time()) if found else None
+
+
+def _rate_limit(settings: ModelSettings) -> RateLimit | None:
+    """`rate_limit=`, with `requests_per_minute=` / `tokens_per_minute=` folded in (each
+    dimension at the tightest said)."""
+    limit = settings.get("rate_limit")
+    rpm, tpm = settings.get("requests_per_minute"), settings.get("tokens_per_minute")
+    if rpm is None and tpm is None:
+        return limit
+    short = RateLimit(requests_per_minute=rpm, tokens_per_minute=tpm)
+    return short.tightest(limit) if limit is None else limit.tightest(short)
+
+
 class ModelSettings(TypedDict, total=False):
     """What every HTTP model takes besides its name (defined once for all adapters)."""
 
@@ -104,8 +125,9 @@ class ModelSettings(TypedDict, total=False):
     timeout: float | httpx.Timeout | None
     headers: Mapping[str, str] | None
     max_concurrency: int | None
-    requests_per_minute: int | None
-    tokens_per_minute: int | None
+    rate_limit: RateLimit | None
+    requests_per_minute: float | None
+    tokens_per_minute: float | None
     http_client: httpx.AsyncClient | None
 
 
@@ -117,10 +139,15 @@ class HTTPModel:
     shared by all adapters; pass `http_client=` to use your own. The model is picklable
     (Ray ships it to workers). The API key never appears in repr, errors or logs.
 
-    `max_concurrency`, `requests_per_minute` and `tokens_per_minute` declare the provider
-    limits that the model gateway (local: per process; Ray: cluster-wide) holds. Models
-    on one endpoint (provider, URL, key) that declare different limits: locally each
-    request is held to its own model's; on Ray the tightest declaration in use holds.
+    `max_concurrency` and `rate_limit` (a `RateLimit`: requests and tokens per minute,
+    input and output apart) declare the provider limits that the model gateway (local:
+    per process; Ray: cluster-wide) holds; `requests_per_minute=` and
+    `tokens_per_minute=` are a shorter way to say a `RateLimit`. The concurrency is held
+    per endpoint (provider, URL, key); a rate per `rate_key` (the endpoint and the model
+    name: providers limit each model apart). With no rate configured, the rate and the
+    concurrency are learnt from the replies' rate-limit headers and 429s. Models on one
+    endpoint that declare different bounds: locally each request is held to its own
+    model's; on Ray the tightest declaration in use holds.
     """
 
     provider: str = "http"
@@ -136,8 +163,7 @@ class HTTPModel:
         self.timeout = DEFAULT_TIMEOUT if timeout is None else httpx.Timeout(timeout)
         self.extra_headers = dict(settings.get("headers") or {})
         self.max_concurrency = settings.get("max_concurrency", 64)
-        self.requests_per_minute = settings.get("requests_per_minute")
-        self.tokens_per_minute = settings.get("tokens_per_minute")
+        self.rate_limit = _rate_limit(settings)
         api_key = settings.get("api_key")
         self._api_key = api_key if api_key is not None else os.environ.get(self.env_key, "")
         # A key is required unless the caller said none is needed: `api_key=None` given
@@ -176,6 +202,22 @@ class HTTPModel:
     def endpoint(self) -> tuple[str, str, str]:
         """What a gateway bounds: (provider, base URL, key fingerprint)."""
         return (self.provider, self.base_url, self.key_fingerprint)
+
+    @functools.cached_property
+    def rate_key(self) -> tuple[str, str, str, str]:
+        """What a rate is held under, as providers key it: (provider, base URL, key
+        fingerprint, model name)."""
+        return (self.provider, self.base_url, self.key_fingerprint, self.name)
+
+    @property
+    def requests_per_minute(self) -> float | None:
+        """The configured requests per minute (`rate_limit`'s), or None."""
+        return self.rate_limit.requests_per_minute if self.rate_limit else None
+
+    @property
+    def tokens_per_minute(self) -> float | None:
+        """The configured tokens per minute (`rate_limit`'s), or None."""
+        return self.rate_limit.tokens_per_minute if self.rate_limit else None
 
     def __getstate__(self) -> dict[str, Any]:
         # An injected client belongs to the process that made it.
@@ -429,6 +471,11 @@ class HTTPModel:
 
     def _stream_error(self, data: dict[str, Any]) -> ProviderError:
         return error_from_stream_event(data, provider=self.provider, secrets=self._secrets)
+
+    def _rated(self, reply: ModelResponse, response: httpx.Response | None) -> ModelResponse:
+        """`reply` with what `response`'s rate-limit headers said (as it is if nothing)."""
+        reading = reading_of(response)
+        return reply if reading is None else reply.model_copy(update={"rate": reading})
 
     def _priced(self, usage: Usage, *, batch: bool = False) -> Usage:
         return price_usage(

@@ -93,7 +93,7 @@ class AnthropicModel(HTTPModel):
     ) -> ModelResponse:
         body = self.request_body(messages, options, stream=False)
         data, response = await self._post_json("/v1/messages", body, signal)
-        return self._reply(data, response)
+        return self._rated(self._reply(data, response), response)
 
     def batch_api(self) -> BatchAPI | None:
         """Anthropic's Message Batches API for this model's requests."""
@@ -191,7 +191,7 @@ class AnthropicModel(HTTPModel):
             done = self._response(content, calls, state.stop_reason, meta, usage)
         except MALFORMED:
             raise self._bad_reply(None, "malformed content blocks in the stream") from None
-        yield Done(done)
+        yield Done(self._rated(done, response))
 
     def _feed(self, state: wire.StreamState, kind: str, data: dict[str, Any]) -> list[StreamChunk]:
         if kind == "message_start":

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..abort import AbortSignal
 from ..messages import AssistantMessage, ContentPart, Message, ProviderBlock, TextPart, ToolCall
+from ..rates.limits import RateReading
 from ..usage import Cost, Usage
 
 __all__ = [
@@ -153,6 +154,9 @@ class ModelResponse(BaseModel):
         default=None, exclude_if=lambda v: v is None
     )
     saved: Cost | None = Field(default=None, exclude_if=lambda v: v is None)
+    # What the reply's rate-limit headers said (`x-ratelimit-*`, `anthropic-ratelimit-*`,
+    # retry-after). Left out of the JSON when unset.
+    rate: RateReading | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @property
     def text(self) -> str:

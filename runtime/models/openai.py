@@ -106,7 +106,7 @@ class OpenAIModel(HTTPModel):
     ) -> ModelResponse:
         body = self.request_body(messages, options, stream=False)
         data, response = await self._post_json("/chat/completions", body, signal)
-        return self._reply(data, response)
+        return self._rated(self._reply(data, response), response)
 
     def batch_api(self) -> BatchAPI | None:
         """The OpenAI Batch API for this model's requests (None where its base URL is
@@ -187,7 +187,7 @@ class OpenAIModel(HTTPModel):
             )
         except MALFORMED:
             raise self._bad_reply(None, "malformed chunks in the stream") from None
-        yield Done(whole)
+        yield Done(self._rated(whole, response))
 
     def _feed(self, state: wire.StreamState, chunk: dict[str, Any]) -> list[StreamChunk]:
         out: list[StreamChunk] = []

@@ -131,7 +131,7 @@ class OpenAIResponsesModel(HTTPModel):
     ) -> ModelResponse:
         body = self.request_body(messages, options, stream=False)
         data, response = await self._post_json("/responses", body, signal)
-        return self._reply(data, response)
+        return self._rated(self._reply(data, response), response)
 
     def batch_api(self) -> BatchAPI | None:
         if not self.base_url.endswith("/v1"):
@@ -206,7 +206,7 @@ class OpenAIResponsesModel(HTTPModel):
         except MALFORMED:
             raise self._bad_reply(None, "malformed response in the stream") from None
         yield UsageChunk(done.usage)
-        yield Done(done)
+        yield Done(self._rated(done, response))
 
     def _feed(self, state: _Stream, kind: str, data: dict[str, Any]) -> list[StreamChunk]:
         if kind == "response.output_text.delta":

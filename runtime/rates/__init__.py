@@ -18,7 +18,14 @@ May import the base only (the budgets' worst case counts a prompt with `estimate
 from .bucket import Bucket
 from .estimate import CHARS_PER_TOKEN, DEFAULT_OUTPUT_RESERVE, estimate, output_cap, prompt_tokens
 from .learner import RateLearner, SendMeter
-from .limits import RateLimit, RateReading, Window, read_rate_headers, retry_after
+from .limits import (
+    RateLimit,
+    RateReading,
+    Window,
+    rate_headers,
+    read_rate_headers,
+    retry_after,
+)
 from .pacer import DEFAULT_PAUSE, Need, RatePacer, need_of
 
 __all__ = [
@@ -37,6 +44,7 @@ __all__ = [
     "need_of",
     "output_cap",
     "prompt_tokens",
+    "rate_headers",
     "read_rate_headers",
     "retry_after",
 ]

@@ -16,12 +16,19 @@ from __future__ import annotations
 import email.utils
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-__all__ = ["RateLimit", "RateReading", "Window", "read_rate_headers", "retry_after"]
+__all__ = [
+    "RateLimit",
+    "RateReading",
+    "Window",
+    "rate_headers",
+    "read_rate_headers",
+    "retry_after",
+]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -29,7 +36,9 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 class RateLimit(BaseModel):
     """A provider's rate limit for one key and model, per minute; None leaves a
     dimension unlimited. `burst`: the seconds of share that may go at once (providers
-    enforce per-minute limits over short periods: at most about a second's share)."""
+    enforce per-minute limits over short periods: at most about a second's share).
+    `learn`: adapt below these limits (or with none) from the replies' rate-limit
+    headers, 429s and latency."""
 
     model_config = _FROZEN
     requests_per_minute: float | None = Field(default=None, gt=0)
@@ -37,6 +46,7 @@ class RateLimit(BaseModel):
     input_tokens_per_minute: float | None = Field(default=None, gt=0)
     output_tokens_per_minute: float | None = Field(default=None, gt=0)
     burst: float = Field(default=1.0, gt=0, le=60)
+    learn: bool = True
 
     @property
     def per_minute(self) -> tuple[float | None, float | None, float | None, float | None]:
@@ -65,6 +75,7 @@ class RateLimit(BaseModel):
             input_tokens_per_minute=low[2],
             output_tokens_per_minute=low[3],
             burst=self.burst,
+            learn=self.learn and other.learn,
         )
 
 
@@ -121,6 +132,7 @@ class RateReading(BaseModel):
         )
 
 
+_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "retry-after")
 _OPENAI = "x-ratelimit-{part}-{dim}"
 _ANTHROPIC = "anthropic-ratelimit-{dim}-{part}"
 _DIMENSIONS = ("requests", "tokens", "input-tokens", "output-tokens")
@@ -128,10 +140,17 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|us|µs|ns|h|m|s)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 
+def rate_headers(items: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The rate-limit headers among a reply's (name, value) pairs, names lower-cased
+    (one pass: most replies have none)."""
+    return {name.lower(): value for name, value in items if name.lower().startswith(_PREFIXES)}
+
+
 def read_rate_headers(headers: Mapping[str, str], now: float) -> RateReading | None:
     """The reading of a reply's headers (None: they say nothing of rates). `headers`
-    must look names up case-insensitively (httpx's do); `now` is the wall-clock time
-    the reply came (Unix seconds), against which absolute resets become seconds."""
+    are looked up by lower-case name (`rate_headers` makes such a dict; httpx's
+    headers do it too); `now` is the wall-clock time the reply came (Unix seconds),
+    against which absolute resets become seconds."""
     windows: list[Window | None] = []
     for dim in _DIMENSIONS:
         window = _window(headers, _ANTHROPIC, dim, now)

@@ -36,7 +36,9 @@ def need_of(input_tokens: float, output_tokens: float) -> Need:
 class RatePacer:
     """One key's buckets, under its configured limit and what is learnt."""
 
-    def __init__(self, limit: RateLimit | None, now: float, *, learn: bool = True) -> None:
+    def __init__(self, limit: RateLimit | None, now: float, *, learn: bool | None = None) -> None:
+        if learn is None:
+            learn = limit.learn if limit is not None else True
         self.configured = limit if limit is not None and limit.binds else None
         self.burst = limit.burst if limit is not None else 1.0
         self.learner = RateLearner(self.configured, now) if learn else None
