@@ -37,6 +37,12 @@ def _add_sim(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sim.add_argument("--jitter-ms", type=float, default=0.0, help="seeded extra in [0, N]")
     sim.add_argument("--max-concurrency", type=int, default=None, help="429 beyond N in flight")
     sim.add_argument("--rpm", type=int, default=None, help="requests per minute before 429")
+    sim.add_argument("--tpm", type=int, default=None, help="tokens per minute (prompt + max)")
+    sim.add_argument("--itpm", type=int, default=None, help="input tokens per minute")
+    sim.add_argument("--otpm", type=int, default=None, help="output tokens per minute")
+    sim.add_argument(
+        "--burst-seconds", type=float, default=1.0, help="rate buckets hold N seconds' share"
+    )
     sim.add_argument("--context-window", type=int, default=None, help="400 beyond N tokens")
     sim.add_argument("--fault-rate", type=float, default=0.0, help="share of 500 responses")
     sim.add_argument("--seed", type=int, default=0)
@@ -191,7 +197,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _run_sim(args: argparse.Namespace) -> int:
     # Imported here so other subcommands do not pay for aiohttp.
-    from .sim import Latency, serve
+    from .sim import Latency, SimRateLimits, serve
 
     stop = threading.Event()
 
@@ -209,7 +215,13 @@ def _run_sim(args: argparse.Namespace) -> int:
             port=args.port,
             latency=latency,
             max_concurrency=args.max_concurrency,
-            requests_per_minute=args.rpm,
+            rate_limits=SimRateLimits(
+                requests_per_minute=args.rpm,
+                tokens_per_minute=args.tpm,
+                input_tokens_per_minute=args.itpm,
+                output_tokens_per_minute=args.otpm,
+                burst_seconds=args.burst_seconds,
+            ),
             context_window=args.context_window,
             fault_rate=args.fault_rate,
             seed=args.seed,

@@ -4,6 +4,7 @@ Responses and Anthropic Messages wires, scripted replies, latency, rate caps and
 It plays the provider, so it stands alone: it imports nothing else of raygent.
 """
 
+from ._rates import SimRateLimits
 from ._script import (
     Fault,
     Latency,
@@ -27,6 +28,7 @@ __all__ = [
     "Rule",
     "Script",
     "ServerToolReply",
+    "SimRateLimits",
     "SimStats",
     "Simulator",
     "ToolCallReply",

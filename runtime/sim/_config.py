@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from ._rates import SimRateLimits
 from ._script import Fault, FaultKind, Latency
 
 
@@ -17,6 +18,7 @@ class SimConfig:
     max_concurrency: int | None = None
     retry_after: float = 1.0
     requests_per_minute: int | None = None
+    rate_limits: SimRateLimits | None = None
     context_window: int | None = None
     fault_rate: float = 0.0
     fault_kinds: tuple[FaultKind | Fault, ...] = ("status",)
@@ -30,6 +32,9 @@ class SimConfig:
             raise ValueError("fault_rate must be within [0, 1]")
         if self.fault_rate > 0 and not self.fault_kinds:
             raise ValueError("fault_rate needs at least one fault kind")
+        given = self.rate_limits.requests_per_minute if self.rate_limits else None
+        if None not in (given, self.requests_per_minute) and given != self.requests_per_minute:
+            raise ValueError("requests_per_minute is given twice, with two values")
         for name in ("max_concurrency", "requests_per_minute", "context_window"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -39,6 +44,13 @@ class SimConfig:
             raise ValueError("batch_seconds must be at least 0")
         if self.batch_expire_after is not None and self.batch_expire_after < 0:
             raise ValueError("batch_expire_after must be at least 0")
+
+    def rates(self) -> SimRateLimits | None:
+        """The rate limits: ``rate_limits`` with ``requests_per_minute`` folded in."""
+        rpm = self.requests_per_minute
+        if rpm is None:
+            return self.rate_limits
+        return replace(self.rate_limits or SimRateLimits(), requests_per_minute=rpm)
 
     def faults(self) -> tuple[Fault, ...]:
         """``fault_kinds`` as :class:`Fault` values (a bare kind uses the defaults)."""

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from aiohttp import web
 from pydantic_core import to_json
 
+from ._rates import Admission
 from ._script import Fault
 from ._types import ParsedRequest, Plan, SSEStream, Wire
 
@@ -20,10 +21,12 @@ class Exchange:
     """One request/response in progress and how it ended."""
 
     __slots__ = (
+        "admission",
         "admitted",
         "client_gone",
         "dropped",
         "per_token",
+        "rate_headers",
         "request",
         "request_id",
         "status",
@@ -41,11 +44,13 @@ class Exchange:
         self.status = 200
         self.ttfb = 0.0
         self.per_token = 0.0
+        self.admission: Admission | None = None  # its rate-limit charges, to settle
+        self.rate_headers: dict[str, str] = {}  # sent on every reply, errors included
 
     def headers(
         self, retry_after: float | None = None, extra: Mapping[str, str] | None = None
     ) -> dict[str, str]:
-        headers = {self.wire.request_id_header: self.request_id}
+        headers = {self.wire.request_id_header: self.request_id, **self.rate_headers}
         if retry_after is not None:
             headers["Retry-After"] = f"{retry_after:g}"
         if extra:

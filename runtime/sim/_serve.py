@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ._config import SimConfig
+from ._rates import SimRateLimits
 from ._script import Fault, FaultKind, Latency, ScriptLike, load_script
 from ._server import SimCore
 from ._stats import RecordedRequest, SimStats
@@ -185,6 +186,7 @@ def serve(
     max_concurrency: int | None = None,
     retry_after: float = 1.0,
     requests_per_minute: int | None = None,
+    rate_limits: SimRateLimits | None = None,
     context_window: int | None = None,
     fault_rate: float = 0.0,
     fault_kinds: tuple[FaultKind | Fault, ...] = ("status",),
@@ -198,8 +200,12 @@ def serve(
 
     ``script``: a :class:`Script`, its dict/list form, or a YAML/JSON file path.
     ``max_concurrency``: over it, 429 with ``Retry-After: retry_after``.
-    ``requests_per_minute``: a sliding 60 s window; over it, 429 with the seconds until
-    a slot frees. ``context_window``: prompts over it get the provider's 400.
+    ``rate_limits``: a :class:`SimRateLimits` (requests, tokens, input and output tokens
+    per minute), enforced per API key and model by continuously refilled buckets; past
+    one, the provider's 429 with ``retry-after``; while any is set, every reply carries
+    the provider's rate-limit headers. ``requests_per_minute``: short for
+    ``rate_limits=SimRateLimits(requests_per_minute=...)``. ``context_window``: prompts
+    over it get the provider's 400.
     ``fault_rate``: the probability that a request gets a fault drawn from
     ``fault_kinds`` (seeded by ``seed``). ``api_key``: if set, other keys get 401.
 
@@ -222,6 +228,7 @@ def serve(
         max_concurrency=max_concurrency,
         retry_after=retry_after,
         requests_per_minute=requests_per_minute,
+        rate_limits=rate_limits,
         context_window=context_window,
         fault_rate=fault_rate,
         fault_kinds=tuple(fault_kinds),

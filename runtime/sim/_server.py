@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import math
 import random
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -22,6 +20,7 @@ from ._openai_batches import OpenAIBatches
 from ._openai_chat import OpenAIWire
 from ._openai_responses import ResponsesWire
 from ._plan import plan_reply
+from ._rates import Admission, Cost, RateLimiter, error_body, retry_after
 from ._respond import Exchange, fault_body, respond_plan, verbatim
 from ._rules import RuleBook
 from ._script import Fault, Reply, Script
@@ -56,7 +55,7 @@ class SimCore:
         self._fault_rng = random.Random(config.seed)
         self._request_ids = itertools.count(1)
         self._response_ids = itertools.count(1)
-        self._window: deque[float] = deque()
+        self._rates = RateLimiter(config.rates())
         self._tasks: set[asyncio.Task[object]] = set()
         self._closing = False
         self._runner: web.AppRunner | None = None
@@ -110,6 +109,7 @@ class SimCore:
         self.stats.reset()
         self._rules.reset()
         self._cache.clear()
+        self._rates.reset()
         self._latency_rng.seed(self.config.latency.seed)
         self._fault_rng.seed(self.config.seed)
 
@@ -171,10 +171,9 @@ class SimCore:
         req = await self._receive(ex)
         if isinstance(req, web.Response):
             return req
-        refused = self._over_caps(ex)
+        refused = self._admit(ex, req)
         if refused is not None:
             return refused
-        ex.admitted = True
         refusal = self._context_refusal(wire, req, ex.request_id)
         if refusal is not None:
             return ex.response(400, refusal)
@@ -249,13 +248,19 @@ class SimCore:
         ex.ttfb = self._ttfb_ms(reply) / 1000
         ex.per_token = self.config.latency.per_token_ms / 1000
         unstreamed_error = fault is not None and fault.kind == "stream_error" and not req.stream
-        if fault is not None and (fault.kind in _ERROR_FAULTS or unstreamed_error):
-            await ex.sleep(ex.ttfb)
-            return self._error_fault(ex, req, fault)
-        plan = self._plan(ex.wire, req, reply, fault)
-        if req.stream:
-            self.stats.stream_started()
-        return await respond_plan(ex, req, plan, fault, f"{next(self._response_ids):024x}")
+        output = 0  # what the reply generated, to settle the output tokens charged
+        try:
+            if fault is not None and (fault.kind in _ERROR_FAULTS or unstreamed_error):
+                await ex.sleep(ex.ttfb)
+                return self._error_fault(ex, req, fault)
+            plan = self._plan(ex.wire, req, reply, fault)
+            output = plan.output_tokens
+            if req.stream:
+                self.stats.stream_started()
+            return await respond_plan(ex, req, plan, fault, f"{next(self._response_ids):024x}")
+        finally:
+            if ex.admission is not None:
+                ex.admission.settle(output)
 
     def _ttfb_ms(self, reply: Reply) -> float:
         if reply.latency_ms is not None:
@@ -281,26 +286,33 @@ class SimCore:
             headers=fault.headers,
         )
 
-    def _over_caps(self, ex: Exchange) -> web.StreamResponse | None:
-        """429 when over the requests-per-minute window or the concurrency cap; else
-        admit the request (counted in flight and in the window)."""
+    def _admit(self, ex: Exchange, req: ParsedRequest) -> web.StreamResponse | None:
+        """429 past a rate limit or the concurrency cap; else admit the request (charged
+        to its key's buckets, counted in flight). Sets the reply's rate-limit headers."""
         config, wire, rid = self.config, ex.wire, ex.request_id
-        now = time.monotonic()
-        rpm = config.requests_per_minute
-        if rpm is not None:
-            while self._window and self._window[0] <= now - 60:
-                self._window.popleft()
-            if len(self._window) >= rpm:
-                wait = math.ceil(self._window[0] + 60 - now)
-                message = f"Rate limit reached: {rpm} requests per minute."
-                body = wire.error(429, message, request_id=rid)
-                return ex.response(429, body, retry_after=wait)
+        key, model = wire.api_key(ex.request.headers) or "", req.model
+        cached = 0
+        if self._rates.counts_cache and req.cache_candidates and wire.api == "anthropic":
+            cached = self._cache.longest_hit(req.cache_candidates)
+        cost = Cost(req.input_tokens, req.max_tokens or 0, cached)
+        admission = self._rates.admit(key, model, cost)
+        if admission is not None and not isinstance(admission, Admission):
+            ex.rate_headers = self._rates.headers(wire.api, key, model)
+            self.stats.rate_limited(admission.cause)
+            body = error_body(wire.api, admission, model, rid)
+            return ex.response(429, body, headers=retry_after(admission))
         if not self.stats.try_admit(config.max_concurrency):
+            if admission is not None:
+                admission.refund()
+            ex.rate_headers = self._rates.headers(wire.api, key, model)
+            self.stats.rate_limited("concurrency")
             message = f"Too many concurrent requests (limit {config.max_concurrency})."
             body = wire.error(429, message, request_id=rid)
             return ex.response(429, body, retry_after=config.retry_after)
-        if rpm is not None:
-            self._window.append(now)
+        ex.admitted = True
+        ex.admission = admission
+        ex.rate_headers = self._rates.headers(wire.api, key, model)
+        self.stats.admitted(time.monotonic(), cost.input_tokens, cost.max_tokens)
         return None
 
     def _request_id(self) -> str:

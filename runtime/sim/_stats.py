@@ -21,7 +21,14 @@ class SimStats(BaseModel):
     ``in_flight``/``peak_in_flight`` count admitted chat requests (past auth, parsing and
     the rate caps); ``by_status`` counts finished responses (a stream as its 200);
     ``disconnects`` counts requests whose client went away before the response was
-    finished."""
+    finished.
+
+    Rates: ``rate_limited`` counts 429s by cause (``requests``, ``tokens``,
+    ``input_tokens``, ``output_tokens`` past a rate limit; ``concurrency`` past
+    ``max_concurrency``). ``admitted_*`` count admitted chat requests and what they were
+    charged (tokens: prompt plus ``max_tokens``; input: prompt; output: ``max_tokens``).
+    ``peak_requests_per_second`` / ``peak_tokens_per_second``: the most admitted (and
+    their tokens) within any one second, over all keys and models."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -35,6 +42,13 @@ class SimStats(BaseModel):
     faults: int = 0
     batch_calls: int = 0
     batch_lines: int = 0
+    rate_limited: dict[str, int] = Field(default_factory=dict)
+    admitted_requests: int = 0
+    admitted_tokens: int = 0
+    admitted_input_tokens: int = 0
+    admitted_output_tokens: int = 0
+    peak_requests_per_second: int = 0
+    peak_tokens_per_second: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +87,8 @@ class StatsRecorder:
         self._faults = 0
         self._batch_calls = 0
         self._batch_lines = 0
+        self._rate_limited: dict[str, int] = {}
+        self._second = _RollingSecond()
 
     def received(self, record: RecordedRequest, *, batch_call: bool = False) -> None:
         with self._lock:
@@ -111,6 +127,15 @@ class StatsRecorder:
         with self._lock:
             self._faults += 1
 
+    def rate_limited(self, cause: str) -> None:
+        with self._lock:
+            self._rate_limited[cause] = self._rate_limited.get(cause, 0) + 1
+
+    def admitted(self, now: float, input_tokens: int, max_tokens: int) -> None:
+        """One chat request admitted at `now` (monotonic seconds)."""
+        with self._lock:
+            self._second.add(now, input_tokens, max_tokens)
+
     def batch_line(self) -> None:
         with self._lock:
             self._batch_lines += 1
@@ -128,6 +153,8 @@ class StatsRecorder:
                 faults=self._faults,
                 batch_calls=self._batch_calls,
                 batch_lines=self._batch_lines,
+                rate_limited=dict(self._rate_limited),
+                **self._second.counts(),
             )
 
     def records(self) -> list[RecordedRequest]:
@@ -140,3 +167,39 @@ class StatsRecorder:
             self._zero()
             self._peak = self._in_flight
             self._records.clear()
+
+
+class _RollingSecond:
+    """Admissions in total and the most within any one second (a sliding window)."""
+
+    def __init__(self) -> None:
+        self._window: deque[tuple[float, int]] = deque()
+        self._window_tokens = 0
+        self._requests = 0
+        self._input = 0
+        self._output = 0
+        self._peak_requests = 0
+        self._peak_tokens = 0
+
+    def add(self, now: float, input_tokens: int, max_tokens: int) -> None:
+        tokens = input_tokens + max_tokens
+        self._requests += 1
+        self._input += input_tokens
+        self._output += max_tokens
+        window = self._window
+        window.append((now, tokens))
+        self._window_tokens += tokens
+        while window[0][0] <= now - 1.0:
+            self._window_tokens -= window.popleft()[1]
+        self._peak_requests = max(self._peak_requests, len(window))
+        self._peak_tokens = max(self._peak_tokens, self._window_tokens)
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "admitted_requests": self._requests,
+            "admitted_tokens": self._input + self._output,
+            "admitted_input_tokens": self._input,
+            "admitted_output_tokens": self._output,
+            "peak_requests_per_second": self._peak_requests,
+            "peak_tokens_per_second": self._peak_tokens,
+        }

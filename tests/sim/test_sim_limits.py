@@ -12,7 +12,7 @@ import openai
 import pytest
 from sim_helpers import USER, Clients, wait_for
 
-from raygent.sim import Fault, Latency, Reply, Rule, Script, serve
+from raygent.sim import Fault, Latency, Reply, Rule, Script, SimRateLimits, serve
 
 BODY = {"model": "m", "max_tokens": 100, "messages": USER}
 
@@ -108,13 +108,14 @@ async def test_concurrency_cap_with_sdks(clients: Clients) -> None:
 
 
 async def test_requests_per_minute(clients: Clients) -> None:
-    async with serve(requests_per_minute=2) as sim:
+    # 6 a minute with a 20 s burst: the bucket holds two, the third waits ~10 s.
+    async with serve(requests_per_minute=6, rate_limits=SimRateLimits(burst_seconds=20)) as sim:
         http = clients.http(sim)
         statuses = [(await http.post("/v1/messages", json=BODY)).status_code for _ in range(2)]
         over = await http.post("/v1/messages", json=BODY)
     assert statuses == [200, 200]
     assert over.status_code == 429
-    assert 1 <= int(over.headers["retry-after"]) <= 60
+    assert 9 <= int(over.headers["retry-after"]) <= 10
     assert over.json()["error"]["type"] == "rate_limit_error"
 
 

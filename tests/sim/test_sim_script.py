@@ -192,6 +192,7 @@ def test_public_exports() -> None:
         "Rule",
         "Script",
         "ServerToolReply",
+        "SimRateLimits",
         "SimStats",
         "Simulator",
         "ToolCallReply",
