@@ -7,10 +7,11 @@ Four limits, as providers count them: requests, tokens, input tokens and output 
 per minute (`KINDS`). Each held limit is a bucket that refills continuously at this
 gateway's share of the rate and holds `HEADROOM` of `burst` seconds of it, so no more
 than that plus the rate goes out in any stretch of time (providers enforce a minute's
-limit over much shorter periods, in buckets of about a second). Half the provider's
-burst, not all of it: a bucket that let the provider's own empty would meet every send
-delayed on its way (a loaded process, a slow grant) with a 429; half leaves it half a
-second of slack, and costs nothing of the rate. Holders are granted rate budget in pieces of
+limit over much shorter periods, in buckets of about a second). A quarter of the
+provider's burst, not all of it: a bucket that let the provider's own run empty would
+meet every send delayed on its way (a grant or a request slowed by a loaded machine)
+with a 429; a quarter leaves three quarters of a second of slack, and costs nothing of
+the rate. Holders are granted rate budget in pieces of
 at most `PIECE` seconds' worth, shared fairly between those who wait, so no process
 hoards a minute: what a process holds and has not spent came out of the bucket, and
 comes back when it releases its lease, or is lost for at most a piece when it dies.
@@ -38,7 +39,7 @@ NO_RATES: Rates = (0.0, 0.0, 0.0, 0.0)
 NO_LIMITS: Limits = (None, None, None, None)
 
 PIECE = 0.25  # seconds of a rate granted to one holder at once, at most
-HEADROOM = 0.5  # of the burst the provider allows, what the gateway's buckets hold
+HEADROOM = 0.25  # of the burst the provider allows, what the gateway's buckets hold
 
 
 def _burst(per_minute: float, burst: float) -> float:

@@ -150,7 +150,7 @@ class _Admission:
     def answered(self, response: ModelResponse, options: ModelOptions) -> None:
         self.slot.ok = True
         if self.paced is not None:
-            self.paced.ok, self.paced.observed = True, getattr(response, "rate", None)
+            self.paced.ok, self.paced.observed = True, response.rate
             self.paced.used = used(response, options)
 
     def throttled(self, retry_after: float | None, reading: RateReading | None) -> None:

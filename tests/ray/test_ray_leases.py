@@ -185,8 +185,8 @@ def test_tokens_used_beyond_the_estimate_are_a_debt_the_next_takers_pay() -> Non
     ledger.report("a", _report(2, want=1, settled=(0, -3000.0, 0, 0)), "me", now=0.0, ttl=10)
     ledger.report("b", _report(1, want=1, wanted=(0, 100.0, 0, 0)), "me", now=0.0, ttl=10)
     assert ledger.holders["b"].rates[1] == 0  # in debt: nothing until it is paid off
-    # 2975 of debt below zero, then a's 25-token piece (the smallest ask), at 100 a second
-    assert ledger.rates_ready_in(0.0) == pytest.approx(30.0)
+    # 3000 of debt below zero, then a's 25-token piece (the smallest ask), at 100 a second
+    assert ledger.rates_ready_in(0.0) == pytest.approx(30.25)
 
 
 async def test_a_restarted_gateway_grants_only_claims_until_old_leases_would_expire() -> None:

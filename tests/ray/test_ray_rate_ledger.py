@@ -1,5 +1,5 @@
 """The gateway's rate limits, driven directly with the clock in the test's hand: smooth
-buckets of half a burst, granted in pieces, shared fairly, four kinds held apart,
+buckets of a quarter of a burst, granted in pieces, shared fairly, four kinds held apart,
 reserved and settled, learnt from what holders read, and a dead holder's share back."""
 
 from __future__ import annotations
@@ -53,20 +53,17 @@ def run(holders: Holders, names: list[str], wanted: Rates, seconds: float, step:
 
 
 def test_a_rate_is_granted_smoothly_in_pieces_never_a_minute_at_once() -> None:
-    # 1,200 a minute = 20 a second; a burst of 1 s: the bucket holds 10 (half of it).
+    # 1,200 a minute = 20 a second; a burst of 1 s: the bucket holds 5 (a quarter).
     ledger = EndpointLedger(Bounds(64, requests_per_minute=1200, burst=1.0), now=0.0)
     holders = Holders(ledger)
     holders.report("a", 0.0, wanted=(1000.0, 0, 0, 0))
-    first = holders.take("a", 0.0)
-    assert first[0] == 5  # a piece: a quarter second's share, not the minute's 1,200
+    assert holders.take("a", 0.0)[0] == 5  # a piece: a quarter second's, not a minute's
     holders.report("a", 0.0, wanted=(1000.0, 0, 0, 0))
-    assert holders.take("a", 0.0)[0] == 5  # then the rest of the half burst...
-    holders.report("a", 0.0, wanted=(1000.0, 0, 0, 0))
-    assert holders.take("a", 0.0)[0] == 0  # ...and nothing more until it refills
-    assert ledger.rates_ready_in(0.0) == pytest.approx(0.25)  # a piece refilled, not one request
+    assert holders.take("a", 0.0)[0] == 0  # nothing more until it refills
+    assert ledger.rates_ready_in(0.0) == pytest.approx(0.25)  # a piece refilled
     run(holders, ["a"], (1000.0, 0, 0, 0), seconds=10.0, step=0.05)
-    # Over 10 s: the rate times the time, plus the half burst it started with.
-    assert 190 <= holders.got["a"][0] <= 10 + 20 * 10
+    # Over 10 s: the rate times the time, plus the quarter burst it started with.
+    assert 190 <= holders.got["a"][0] <= 5 + 20 * 10
 
 
 def test_three_holders_share_a_rate_fairly_and_together_stay_under_it() -> None:
@@ -87,26 +84,24 @@ def test_input_and_output_tokens_are_held_apart() -> None:
     assert ledger.rates.held() == (False, False, True, True)
     run(holders, ["a"], (0, 0, 10_000.0, 10_000.0), seconds=10.0, step=0.1)
     _, _, inputs, outputs = holders.got["a"]
-    assert 0.95 * 1000 <= inputs <= 50 + 1000 + 1e-6
-    assert 0.95 * 100 <= outputs <= 5 + 100 + 1e-6
+    assert 0.95 * 1000 <= inputs <= 25 + 1000 + 1e-6
+    assert 0.95 * 100 <= outputs <= 2.5 + 100 + 1e-6
 
 
 def test_a_reservation_settles_at_the_real_usage() -> None:
     ledger = EndpointLedger(Bounds(8, tokens_per_minute=6000), now=0.0)  # 100 a second
     holders = Holders(ledger)
     holders.report("a", 0.0, wanted=(0, 50.0, 0, 0))
-    assert holders.take("a", 0.0)[1] == 25  # a piece of the half second's 50
-    holders.report("a", 0.0, wanted=(0, 25.0, 0, 0))
-    assert holders.take("a", 0.0)[1] == 25
+    assert holders.take("a", 0.0)[1] == 25  # what the bucket holds: a quarter second's
     bucket = ledger.rates.buckets[1]
     assert bucket is not None and bucket.level == 0
-    # The request estimated 50 and used 20: 30 come back, at once.
-    holders.report("a", 0.0, settled=(0, 30.0, 0, 0), wanted=(0, 30.0, 0, 0))
-    assert holders.take("a", 0.0)[1] == 25
-    # Another used 250 over its 50: a debt of 200, two seconds of the rate.
+    # The request estimated 25 and used 5: 20 come back, at once.
+    holders.report("a", 0.0, settled=(0, 20.0, 0, 0), wanted=(0, 25.0, 0, 0))
+    assert holders.take("a", 0.0)[1] == 20
+    # Another used 225 over its 25: a debt of 200, two seconds of the rate.
     holders.report("a", 0.0, settled=(0, -200.0, 0, 0), wanted=(0, 25.0, 0, 0))
     assert holders.take("a", 0.0)[1] == 0
-    assert ledger.rates_ready_in(0.0) == pytest.approx((200 - 5 + 25) / 100)
+    assert ledger.rates_ready_in(0.0) == pytest.approx((200 + 25) / 100)
 
 
 def said(requests: float | None = None, tokens: float | None = None) -> RateReading:
