@@ -37,7 +37,7 @@ from raygent.backend import (
 
 from .._options import RetryPolicy
 from .lease import ONE_REQUEST, EndpointLease, Ticket
-from .rate_budget import NO_RATES, Rates
+from .rate_budget import Rates
 
 __all__ = ["Send", "Sends", "send_complete", "send_stream"]
 
@@ -219,15 +219,13 @@ async def _ticket(lease: EndpointLease, need: Rates, signal: AbortSignal | None)
 async def _admitted(
     lease: EndpointLease, rates: EndpointLease | None, need: Rates, signal: AbortSignal | None
 ) -> _Admission:
-    """The rate budget first (a slot held while waiting for it would starve the
-    endpoint's other models), then a slot."""
-    paced = None if rates is None else await _ticket(rates, need, signal)
+    """A slot first, then the rate budget, sent at once: budget taken first and then
+    held while waiting for a slot would be sent late, in a burst with the next (429s)."""
+    slot = await _ticket(lease, ONE_REQUEST, signal)
     try:
-        slot = await _ticket(lease, ONE_REQUEST, signal)
+        paced = None if rates is None else await _ticket(rates, need, signal)
     except BaseException:
-        if rates is not None and paced is not None:
-            paced.used = NO_RATES  # never sent: all of it back
-            rates.done(paced)
+        lease.done(slot)
         raise
     return _Admission(lease, slot, rates, paced)
 
