@@ -198,13 +198,16 @@ class RateLimiter:
         """Forget every bucket (all full again)."""
         self._buckets.clear()
 
-    def admit(self, key: str, model: str, cost: Cost) -> Admission | Refusal | None:
-        """Charge `cost` to every bucket of (`key`, `model`) if it fits in all of them;
-        else the refusal of the limit it waits longest for. None: no limits."""
-        buckets = self._of(key, model)
+    def admit(
+        self, key: str, model: str, cost: Cost, now: float | None = None
+    ) -> Admission | Refusal | None:
+        """Charge `cost` to every bucket of (`key`, `model`) if it fits in all of them
+        at `now` (default: the clock); else the refusal of the limit it waits longest
+        for. None: no limits."""
+        now = self._clock() if now is None else now
+        buckets = self._of(key, model, now)
         if buckets is None:
             return None
-        now = self._clock()
         worst: Refusal | None = None
         for kind, bucket in buckets.items():
             requested = cost.of(kind)
@@ -219,25 +222,25 @@ class RateLimiter:
             bucket.take(cost.of(kind), now)
         return Admission(buckets, cost, self._clock)
 
-    def headers(self, api: str, key: str, model: str) -> dict[str, str]:
+    def headers(self, api: str, key: str, model: str, now: float | None = None) -> dict[str, str]:
         """The rate-limit headers of `api` (``openai``, ``openai_responses`` or
-        ``anthropic``) for (`key`, `model`) now; none when no limit is set."""
-        buckets = self._of(key, model)
+        ``anthropic``) for (`key`, `model`) at `now` (the admission's time, so they show
+        its own charge exactly); none when no limit is set."""
+        now = self._clock() if now is None else now
+        buckets = self._of(key, model, now)
         if not buckets:
             return {}
-        now = self._clock()
         if api == "anthropic":
             return self._anthropic_headers(buckets, now)
         return _openai_headers(buckets, now)
 
-    def _of(self, key: str, model: str) -> dict[Kind, Bucket] | None:
+    def _of(self, key: str, model: str, now: float) -> dict[Kind, Bucket] | None:
         limits = self.limits
         if limits is None:
             return None
         ident = (key, model if limits.per_model else "")
         buckets = self._buckets.get(ident)
         if buckets is None:
-            now = self._clock()
             buckets = {}
             for kind in KINDS:
                 limit = limits.limit(kind)

@@ -295,24 +295,25 @@ class SimCore:
         if self._rates.counts_cache and req.cache_candidates and wire.api == "anthropic":
             cached = self._cache.longest_hit(req.cache_candidates)
         cost = Cost(req.input_tokens, req.max_tokens or 0, cached)
-        admission = self._rates.admit(key, model, cost)
+        now = time.monotonic()
+        admission = self._rates.admit(key, model, cost, now)
         if admission is not None and not isinstance(admission, Admission):
-            ex.rate_headers = self._rates.headers(wire.api, key, model)
+            ex.rate_headers = self._rates.headers(wire.api, key, model, now)
             self.stats.rate_limited(admission.cause)
             body = error_body(wire.api, admission, model, rid)
             return ex.response(429, body, headers=retry_after(admission))
         if not self.stats.try_admit(config.max_concurrency):
             if admission is not None:
                 admission.refund()
-            ex.rate_headers = self._rates.headers(wire.api, key, model)
+            ex.rate_headers = self._rates.headers(wire.api, key, model, now)
             self.stats.rate_limited("concurrency")
             message = f"Too many concurrent requests (limit {config.max_concurrency})."
             body = wire.error(429, message, request_id=rid)
             return ex.response(429, body, retry_after=config.retry_after)
         ex.admitted = True
         ex.admission = admission
-        ex.rate_headers = self._rates.headers(wire.api, key, model)
-        self.stats.admitted(time.monotonic(), cost.input_tokens, cost.max_tokens)
+        ex.rate_headers = self._rates.headers(wire.api, key, model, now)
+        self.stats.admitted(now, cost.input_tokens, cost.max_tokens)
         return None
 
     def _request_id(self) -> str:

@@ -17,7 +17,11 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
     script = tmp_path / "script.yaml"
     script.write_text("rules:\n  - reply: from the cli\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "raygent", "sim", "--port", "0", "--script", str(script)],
+        [
+            *(sys.executable, "-m", "raygent", "sim", "--port", "0", "--script", str(script)),
+            *("--rpm", "600", "--tpm", "90000", "--itpm", "6000", "--otpm", "1200"),
+            *("--burst-seconds", "2"),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -32,6 +36,13 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
         url = urls["OPENAI_BASE_URL"] + "/chat/completions"
         resp = httpx.post(url, json=body, timeout=10)
         assert resp.json()["choices"][0]["message"]["content"] == "from the cli"
+        assert resp.headers["x-ratelimit-limit-requests"] == "600"
+        assert resp.headers["x-ratelimit-remaining-requests"] == "19"  # 2 s of 10 a second
+        assert resp.headers["x-ratelimit-limit-tokens"] == "90000"
+        an_body = {**body, "max_tokens": 5}
+        an = httpx.post(first.split()[-1] + "/v1/messages", json=an_body, timeout=10)
+        assert an.headers["anthropic-ratelimit-input-tokens-limit"] == "6000"
+        assert an.headers["anthropic-ratelimit-output-tokens-limit"] == "1200"
         assert not url.endswith(":0/v1/chat/completions")
     finally:
         proc.send_signal(signal.SIGTERM)

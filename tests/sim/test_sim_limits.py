@@ -80,6 +80,8 @@ async def test_concurrency_cap(clients: Clients) -> None:
             done |= finished
         stats = await wait_for(sim, lambda s: s.in_flight == cap)
         assert len(done) == extra and stats.by_status == {429: extra}
+        assert stats.rate_limited == {"concurrency": extra}
+        assert not any("ratelimit" in name for task in done for name in task.result().headers)
         for task in done:
             resp = task.result()
             assert resp.status_code == 429
