@@ -9,7 +9,7 @@ error reply, which used nothing) and reports what the reply said (`replied` or
 
 `idle` is true while there is nothing to hold: no limit configured, nothing learnt, no
 pause; the holder then skips the pacer entirely (the hot path stays as it was).
-`probing`: learning, with nothing configured or known yet: the first request goes alone,
+`probing`: learning, with nothing configured or known yet: the first requests go alone,
 and what its reply says paces those after it.
 """
 
@@ -21,11 +21,14 @@ from .bucket import Bucket
 from .learner import RateLearner
 from .limits import RateLimit, RateReading
 
-__all__ = ["DEFAULT_PAUSE", "Need", "RatePacer", "need_of"]
+__all__ = ["DEFAULT_PAUSE", "MAX_PAUSE", "Need", "RatePacer", "need_of"]
 
 Need = tuple[float, float, float, float]
 # A 429 that says no retry-after pauses the key this long (a second's share refills).
 DEFAULT_PAUSE = 1.0
+# A retry-after longer than this (a quota, not a rate) pauses nobody: the 429 goes back
+# to its caller, whose retry waits for it (as the Ray gateway does past its `max_wait`).
+MAX_PAUSE = 60.0
 
 
 def need_of(input_tokens: float, output_tokens: float) -> Need:
@@ -110,7 +113,8 @@ class RatePacer:
         self.throttles += 1
         retry = reading.retry_after if reading is not None else None
         pause = DEFAULT_PAUSE if retry is None else retry
-        self.paused_until = max(self.paused_until, now + pause)
+        if pause <= MAX_PAUSE:
+            self.paused_until = max(self.paused_until, now + pause)
         if self.learner is not None:
             self.learner.throttled(reading, self.in_flight, now)
         self._apply(now)

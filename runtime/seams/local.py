@@ -10,10 +10,12 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..abort import AbortSignal
+from ..errors import RateLimitError
 from ..messages import Message
-from ..models.contract import Model, ModelOptions, ModelResponse, StreamChunk
+from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
 from ._endpoint_bound import EndpointBound
 from .contract import Backend, ModelAccess
+from .rated import HeldRate, LocalRates, Ticket
 
 if TYPE_CHECKING:
     from ..tools import Tool, ToolContext
@@ -24,9 +26,9 @@ __all__ = ["LOCAL", "LocalModelAccess", "LocalToolExecution", "closing_stream", 
 
 
 class LocalModelAccess:
-    """Holds each endpoint's `max_concurrency` within this process: a request is sent
-    while fewer than its model's bound are in flight to the endpoint (see
-    `_endpoint_bound`).
+    """Holds each endpoint's `max_concurrency` and each model key's rate within this
+    process: a request is sent while fewer than its model's bound are in flight to the
+    endpoint (see `_endpoint_bound`), once its rate lets it (see `rated`).
 
     Models that declare no endpoint (test doubles) are not bounded.
     """
@@ -35,6 +37,7 @@ class LocalModelAccess:
         self._bounds: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[Any, EndpointBound]
         ] = weakref.WeakKeyDictionary()
+        self._rates = LocalRates()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Bounds are per process (and per event loop): a copy elsewhere starts afresh.
@@ -60,14 +63,35 @@ class LocalModelAccess:
     ) -> ModelResponse:
         model = routed(model, self)
         bounded = self._bound(model)
+        held = self._rates.held(model)
+        if held is not None and not held.pacer.idle:
+            async with self._paced(held, bounded, model, messages, options, signal) as ticket:
+                response = await model.complete(messages, options, signal=signal)
+                ticket.answered(response)
+                return response
+        if held is not None:
+            held.went()
         if bounded is None:
-            return await model.complete(messages, options, signal=signal)
-        bound, limit = bounded
-        await bound.acquire(limit)
-        try:
-            return await model.complete(messages, options, signal=signal)
-        finally:
-            bound.release()
+            try:
+                response = await model.complete(messages, options, signal=signal)
+            except RateLimitError as exc:
+                if held is not None:  # the key's first 429: it is paced from now on
+                    held.throttled(exc, 1)
+                raise
+        else:
+            bound, limit = bounded
+            await bound.acquire(limit)
+            try:
+                response = await model.complete(messages, options, signal=signal)
+            except RateLimitError as exc:
+                if held is not None:
+                    held.throttled(exc, bound.in_flight)
+                raise
+            finally:
+                bound.release()
+        if held is not None and response.rate is not None:
+            held.learn(response)
+        return response
 
     async def stream(
         self,
@@ -78,16 +102,60 @@ class LocalModelAccess:
     ) -> AsyncIterator[StreamChunk]:
         model = routed(model, self)
         bounded = self._bound(model)
+        held = self._rates.held(model)
         # aclosing: when this stream is closed early, the model's stream is closed now.
         async with contextlib.AsyncExitStack() as stack:
-            if bounded is not None:
+            ticket: Ticket | None = None
+            if held is not None and not held.pacer.idle:
+                paced = self._paced(held, bounded, model, messages, options, signal)
+                ticket = await stack.enter_async_context(paced)
+            elif bounded is not None:
                 bound, limit = bounded
                 await bound.acquire(limit)
                 stack.callback(bound.release)
+            if ticket is None and held is not None:
+                held.went()
             chunks = model.stream(messages, options, signal=signal)
             await stack.enter_async_context(closing_stream(chunks))
-            async for chunk in chunks:
-                yield chunk
+            try:
+                async for chunk in chunks:
+                    if isinstance(chunk, Done):
+                        if ticket is not None:
+                            ticket.answered(chunk.response)
+                        elif held is not None and chunk.response.rate is not None:
+                            held.learn(chunk.response)
+                    yield chunk
+            except RateLimitError as exc:
+                if ticket is None and held is not None:
+                    held.throttled(exc, bounded[0].in_flight if bounded else 1)
+                raise
+
+    @contextlib.asynccontextmanager
+    async def _paced(
+        self,
+        held: HeldRate,
+        bounded: tuple[EndpointBound, int] | None,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> AsyncIterator[Ticket]:
+        """A request of a paced key: its turn (a probe first), a slot of the endpoint's
+        bound (at most the learnt concurrency), then its rate; settled on leaving."""
+        probe = await held.probe_turn(signal)
+        try:
+            if bounded is not None:
+                bound, limit = bounded
+                await bound.acquire(held.pacer.concurrency(limit))
+            try:
+                async with held.ticket(model, messages, options, signal) as ticket:
+                    yield ticket
+            finally:
+                if bounded is not None:
+                    bounded[0].release()
+        finally:
+            if probe:
+                held.probed()
 
 
 @contextlib.asynccontextmanager

@@ -225,3 +225,11 @@ def test_rising_latency_cuts_the_concurrency() -> None:
     for i in range(200):
         learner.succeeded(0.1, 8, 40.0 + i)
     assert learner.concurrency > low  # steady latency: one more slot per window
+
+
+def test_a_retry_after_past_a_minute_pauses_nobody() -> None:
+    """A quota's 429 (an hour's retry-after) goes back to its caller; the key is not
+    held for an hour."""
+    pacer = RatePacer(RateLimit(requests_per_minute=600), 0.0)
+    pacer.throttled(RateReading(retry_after=3600.0), 0.0)
+    assert pacer.ready_in(need_of(0, 0), 0.0) < 1.0

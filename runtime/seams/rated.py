@@ -1,0 +1,238 @@
+"""Rates held in this process: each model key's `RatePacer` (per event loop), the wait
+for it, and what a trip met (`TripRates`).
+
+A request to a key with a rate (configured, or learnt) waits, inside its endpoint's
+concurrency bound, until its requests and estimated tokens fit the key's buckets (FIFO:
+one waiter at a time sleeps for the head's share), goes, and is settled at its real use
+(an error reply gives back what it did not use); its reply's headers, a 429 and the
+latency teach the learner. A key with nothing configured starts *probing*: its first
+`PROBE_WINDOW` requests go, the others wait for a reply, and what it says paces them (a
+reply with no rate headers leaves the key idle). An idle key costs a request one attribute check and a
+look at the reply's `rate`.
+
+`trip_rates` is the context a trip sets around its requests: the seconds they waited for
+the rate and the 429s they met (the Ray backend's sends add theirs the same way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import weakref
+from collections.abc import AsyncIterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from ..abort import AbortSignal, abortable
+from ..errors import ProviderError, RateLimitError
+from ..messages import Message
+from ..models.contract import Model, ModelOptions, ModelResponse
+from ..rates import Need, RatePacer, RateReading, estimate, need_of
+
+__all__ = [
+    "HeldRate",
+    "LocalRates",
+    "Ticket",
+    "TripRates",
+    "note_throttled",
+    "note_wait",
+    "trip_rates",
+]
+
+
+@dataclass(slots=True)
+class TripRates:
+    """What one trip's requests met: seconds waited for the rate, 429s."""
+
+    wait: float = 0.0
+    throttled: int = 0
+
+
+# Requests of a key with nothing configured or known that go before its first reply (a
+# slow start: a job's first wave does not meet a provider's burst all at once).
+PROBE_WINDOW = 4
+
+trip_rates: ContextVar[TripRates | None] = ContextVar("raygent_trip_rates", default=None)
+
+
+def note_wait(seconds: float) -> None:
+    """Count `seconds` waited for a rate on the current trip (if one is recording)."""
+    facts = trip_rates.get()
+    if facts is not None:
+        facts.wait += seconds
+
+
+def note_throttled() -> None:
+    """Count a 429 on the current trip (if one is recording)."""
+    facts = trip_rates.get()
+    if facts is not None:
+        facts.throttled += 1
+
+
+def reading_of_error(error: RateLimitError) -> RateReading | None:
+    """What a 429 said: its headers' reading, else its retry-after alone."""
+    found = error.details.get("rate")
+    if isinstance(found, dict):
+        try:
+            return RateReading.model_validate(found)
+        except ValueError:
+            pass
+    retry = error.details.get("retry_after")
+    return RateReading(retry_after=float(retry)) if isinstance(retry, (int, float)) else None
+
+
+def used_of(model: Model, response: ModelResponse) -> Need:
+    """What a reply used, as the provider counts it against a rate (Anthropic does not
+    count cache reads against input tokens per minute)."""
+    usage = response.usage
+    spent_in = usage.total_input_tokens
+    if model.provider == "anthropic":
+        spent_in -= usage.cached_tokens
+    return need_of(float(spent_in), float(usage.output_tokens))
+
+
+class HeldRate:
+    """One key's pacer in one event loop, and the waiting for it."""
+
+    __slots__ = ("_lock", "_probe", "_probes", "pacer")
+
+    def __init__(self, pacer: RatePacer) -> None:
+        self.pacer = pacer
+        self._lock = asyncio.Lock()
+        self._probe: asyncio.Future[None] | None = None
+        self._probes = 0
+
+    async def probe_turn(self, signal: AbortSignal | None) -> bool:
+        """While probing: go if fewer than `PROBE_WINDOW` probes are in flight, else
+        wait for one to end; True if this request is a probe (it must call `probed()`
+        when it ends)."""
+        while self.pacer.probing:
+            if self._probes < PROBE_WINDOW:
+                self._probes += 1
+                return True
+            if self._probe is None:
+                self._probe = asyncio.get_running_loop().create_future()
+            await abortable(asyncio.shield(self._probe), signal)
+        return False
+
+    def probed(self) -> None:
+        self._probes -= 1
+        probe, self._probe = self._probe, None
+        if probe is not None and not probe.done():
+            probe.set_result(None)
+
+    def need(self, model: Model, messages: Sequence[Message], options: ModelOptions) -> Need:
+        """A request's need: its tokens estimated only when a token bucket is held."""
+        buckets = self.pacer.buckets
+        if buckets[1] is None and buckets[2] is None and buckets[3] is None:
+            return need_of(0.0, 0.0)
+        return need_of(*map(float, estimate(messages, options, model)))
+
+    async def wait(self, need: Need, signal: AbortSignal | None) -> float:
+        """Wait until `need` fits, take it; the seconds waited."""
+        pacer = self.pacer
+        now = time.monotonic()
+        if not self._lock.locked() and pacer.ready_in(need, now) <= 0:
+            pacer.take(need, now)
+            return 0.0
+        start = now
+        async with self._lock:
+            while True:
+                now = time.monotonic()
+                ready = pacer.ready_in(need, now)
+                if ready <= 0:
+                    pacer.take(need, now)
+                    return now - start
+                await abortable(asyncio.sleep(ready), signal)
+
+    @contextlib.asynccontextmanager
+    async def ticket(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> AsyncIterator[Ticket]:
+        """Wait for the rate, take the request's need; settle it on leaving: at the
+        reply's use (`Ticket.answered`), nothing for an error reply, whole if cut off."""
+        need = self.need(model, messages, options)
+        waited = await self.wait(need, signal)
+        if waited:
+            note_wait(waited)
+        ticket = Ticket(self, model, need)
+        try:
+            yield ticket
+        except ProviderError as exc:
+            if not ticket.settled:
+                ticket.settled = True
+                self.pacer.settle(need, None, time.monotonic())
+                if isinstance(exc, RateLimitError):
+                    self.throttled(exc, self.pacer.in_flight + 1)
+            raise
+        finally:
+            if not ticket.settled:  # cut off (cancelled, aborted): counted whole
+                self.pacer.settle(need, need, time.monotonic())
+
+    def went(self) -> None:
+        """An unpaced request went (the learner's meter of what is sent)."""
+        learner = self.pacer.learner
+        if learner is not None:
+            learner.sent(time.monotonic())
+
+    def learn(self, response: ModelResponse) -> None:
+        """An unpaced request's reply said something of rates."""
+        self.pacer.replied(response.rate, None, time.monotonic())
+
+    def throttled(self, error: RateLimitError, in_flight: int) -> None:
+        """A 429: pause, cut the rates and the concurrency (`in_flight`: what was)."""
+        note_throttled()
+        pacer = self.pacer
+        counted, pacer.in_flight = pacer.in_flight, max(pacer.in_flight, in_flight)
+        pacer.throttled(reading_of_error(error), time.monotonic())
+        pacer.in_flight = counted
+
+
+class Ticket:
+    """A paced request under way: `answered(reply)` settles it at its real use."""
+
+    __slots__ = ("_held", "model", "need", "sent", "settled")
+
+    def __init__(self, held: HeldRate, model: Model, need: Need) -> None:
+        self._held, self.model, self.need = held, model, need
+        self.sent = time.monotonic()
+        self.settled = False
+
+    def answered(self, response: ModelResponse) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        now = time.monotonic()
+        pacer = self._held.pacer
+        pacer.settle(self.need, used_of(self.model, response), now)
+        pacer.replied(response.rate, now - self.sent, now)
+
+
+class LocalRates:
+    """Each key's `HeldRate`, per event loop (a key is `model.rate_key` and the model's
+    `rate_limit`: a model rebuilt with a new limit is held to it at once)."""
+
+    def __init__(self) -> None:
+        self._held: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, HeldRate]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def held(self, model: Model) -> HeldRate | None:
+        """The model's held rate (None: a model with no rate key, a test double)."""
+        key = getattr(model, "rate_key", None)
+        if key is None:
+            return None
+        limit = getattr(model, "rate_limit", None)
+        per_loop = self._held.get(asyncio.get_running_loop())
+        if per_loop is None:
+            per_loop = self._held[asyncio.get_running_loop()] = {}
+        held = per_loop.get((key, limit))
+        if held is None:
+            held = per_loop[(key, limit)] = HeldRate(RatePacer(limit, time.monotonic()))
+        return held
