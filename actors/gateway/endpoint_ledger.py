@@ -19,7 +19,7 @@ Rate limits (requests, tokens, input and output tokens per minute) are kept by a
 `RateBudget` (`rate_budget`): smooth buckets, granted to holders in small pieces,
 learnt from what holders read in the replies' headers. While an endpoint with no
 configured rate waits for its first reply (`Bounds.learn`: it may have limits it has
-not yet said), one request goes at a time.
+not yet said), only `PROBE_WINDOW` requests go at a time.
 
 Capacity moves lazily: a holder keeps what it was granted, used or not, until another
 holder is starved (below its fair share, with nothing free) or the adaptive limit
@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from raygent.backend import RateReading
+from raygent.backend import PROBE_WINDOW, RateReading
 
 from .rate_budget import KINDS, NO_RATES, Limits, RateBudget, Rates
 
@@ -169,7 +169,7 @@ class EndpointLedger:
         self.limit = float(self.bound)
         self.rates = RateBudget(self.now)
         self._configure_rates(self.now)
-        # Learning with nothing configured: one request at a time until a reply comes.
+        # Learning with nothing configured: a slow start until a reply comes.
         self.probing = self.bounds.learn and not any(self.bounds.rates)
 
     def _configure_rates(self, now: float) -> None:
@@ -284,7 +284,9 @@ class EndpointLedger:
             del self.holders[holder_id]
         if lapsed:
             self._declarations_changed(now)
-        cap = 1 if self.probing else min(self.bound, max(1, int(self.limit)))
+        cap = min(self.bound, max(1, int(self.limit)))
+        if self.probing:
+            cap = min(cap, PROBE_WINDOW)  # a slow start, until a reply says the limits
         shares = waterfill(cap, {h: s.want for h, s in self.holders.items()})
         free = cap - sum(s.occupied for s in self.holders.values())
         if now < self.claims_until:

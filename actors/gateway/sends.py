@@ -32,7 +32,10 @@ from raygent.backend import (
     abortable,
     closing_stream,
     need_of,
+    note_throttled,
+    note_wait,
     rate_estimate,
+    reading_of_error,
 )
 
 from .._options import RetryPolicy
@@ -122,19 +125,14 @@ class Sends:
         return error
 
 
-def used(response: ModelResponse, options: ModelOptions) -> Rates:
-    """What a request used, as providers count it: its input, and for tokens (OpenAI's
-    count, made at admission) the output cap it asked for, or its output if larger;
-    output tokens (Anthropic's) as produced."""
+def used(model: Model, response: ModelResponse, options: ModelOptions) -> Rates:
+    """What a request used, as providers count it: its input (Anthropic's without
+    cache reads), tokens as OpenAI counts them at admission (the output cap asked for,
+    or the output if larger), output tokens as produced (Anthropic's)."""
     usage = response.usage
     prompt, output = float(usage.total_input_tokens), float(usage.output_tokens)
-    return (1.0, prompt + max(output, float(options.max_tokens or 0)), prompt, output)
-
-
-def _reading(exc: RateLimitError) -> RateReading | None:
-    """What a 429's headers said (the adapters put it in the error's details)."""
-    found = exc.details.get("rate")
-    return RateReading.model_validate(found) if isinstance(found, dict) else None
+    fresh = prompt - usage.cached_tokens if model.provider == "anthropic" else prompt
+    return (1.0, prompt + max(output, float(options.max_tokens or 0)), fresh, output)
 
 
 @dataclass(eq=False)
@@ -147,11 +145,11 @@ class _Admission:
     rates: EndpointLease | None = None
     paced: Ticket | None = None
 
-    def answered(self, response: ModelResponse, options: ModelOptions) -> None:
+    def answered(self, model: Model, response: ModelResponse, options: ModelOptions) -> None:
         self.slot.ok = True
         if self.paced is not None:
             self.paced.ok, self.paced.observed = True, response.rate
-            self.paced.used = used(response, options)
+            self.paced.used = used(model, response, options)
 
     def throttled(self, retry_after: float | None, reading: RateReading | None) -> None:
         self.lease.throttled(self.slot, retry_after)
@@ -176,7 +174,8 @@ def _throttled(
     before the next send (0: the pause is the wait), None if there should be none."""
     found = exc.details.get("retry_after")
     retry_after = float(found) if isinstance(found, (int, float)) else None
-    reading = _reading(exc)
+    reading = reading_of_error(exc)
+    note_throttled()
     if retry_after is not None and retry_after > policy.max_wait:
         admission.throttled(None, reading)  # not worth holding anyone for: back now
         return None
@@ -223,7 +222,11 @@ async def _admitted(
     held while waiting for a slot would be sent late, in a burst with the next (429s)."""
     slot = await _ticket(lease, ONE_REQUEST, signal)
     try:
-        paced = None if rates is None else await _ticket(rates, need, signal)
+        paced = None
+        if rates is not None:
+            waited = time.perf_counter()
+            paced = await _ticket(rates, need, signal)
+            note_wait(time.perf_counter() - waited)
     except BaseException:
         lease.done(slot)
         raise
@@ -258,7 +261,7 @@ async def send_complete(
             send.failed(exc)
             raise sends.gave_up(exc) from None
         else:
-            admission.answered(response, options)
+            admission.answered(model, response, options)
             return sends.answered(response)
         finally:
             admission.done()
@@ -290,7 +293,7 @@ async def send_stream(
             async with closing_stream(chunks):
                 async for chunk in chunks:
                     if isinstance(chunk, Done):
-                        admission.answered(chunk.response, options)
+                        admission.answered(model, chunk.response, options)
                         chunk = Done(sends.answered(chunk.response))
                     yielded = True
                     yield chunk

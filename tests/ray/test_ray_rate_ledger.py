@@ -9,6 +9,7 @@ import pytest
 from raygent.actors import Bounds
 from raygent.actors.gateway.endpoint_ledger import EndpointLedger, Report
 from raygent.actors.gateway.rate_budget import Rates
+from raygent.backend import PROBE_WINDOW
 from raygent.rates import RateReading, Window
 
 TTL = 10.0
@@ -126,11 +127,11 @@ def test_what_the_provider_says_is_learnt_under_the_configured_ceiling() -> None
     assert ledger.rates.per_minute()[0] == pytest.approx(0.95 * 300)  # it says less: held
 
 
-def test_with_nothing_configured_one_request_goes_until_a_reply_says_the_limits() -> None:
+def test_with_nothing_configured_a_few_requests_go_until_a_reply_says_the_limits() -> None:
     ledger = EndpointLedger(Bounds(16, learn=True), now=0.0)
     holders = Holders(ledger)
     holders.report("a", 0.0, want=16)
-    assert ledger.holders["a"].grant == 1 and ledger.rates.held() == (False,) * 4
+    assert ledger.holders["a"].grant == PROBE_WINDOW and ledger.rates.held() == (False,) * 4
     holders.report("a", 0.1, want=16, succeeded=1, observed=said(1200.0))
     assert ledger.holders["a"].grant == 16
     assert ledger.rates.per_minute()[0] == pytest.approx(0.95 * 1200, rel=0.02)
