@@ -321,7 +321,8 @@ class EndpointLedger:
 
     def _grant_rates(self, now: float) -> set[str]:
         wants = {h: s.wanted for h, s in self.holders.items() if any(s.wanted)}
-        granted = self.rates.grant(wants, now)
+        pending = {h: self.holders[h].rates for h in wants}
+        granted = self.rates.grant(wants, pending, now)
         for holder_id, given in granted.items():
             holder = self.holders[holder_id]
             holder.rates = _plus(holder.rates, given)
@@ -331,7 +332,7 @@ class EndpointLedger:
     def rates_ready_in(self, now: float) -> float | None:
         """Seconds until the rate budget some holder waits for has refilled (None: no
         one waits for it)."""
-        wants = [h.wanted for h in self.holders.values() if any(h.wanted)]
+        wants = [(h.wanted, h.rates) for h in self.holders.values() if any(h.wanted)]
         return self.rates.ready_in(wants, now)
 
     def grant_for(self, holder_id: str, incarnation: str, now: float, ttl: float) -> Grant:

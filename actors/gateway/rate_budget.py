@@ -146,9 +146,13 @@ class RateBudget:
             if bucket is not None and amount:
                 bucket.settle(amount, 0.0, now)
 
-    def grant(self, wants: dict[str, Rates], now: float) -> dict[str, Rates]:
+    def grant(
+        self, wants: dict[str, Rates], pending: dict[str, Rates], now: float
+    ) -> dict[str, Rates]:
         """Pieces of what the buckets hold, fairly shared among the holders that want
-        some (each at most a piece, whole requests only)."""
+        some (whole requests only). A holder is never owed more than a piece: what it
+        was granted and has not yet been sent (`pending`, it is not asking now: a slow
+        or stalled process) counts, so budget never piles up for one to send at once."""
         given: dict[str, list[float]] = {h: [0.0] * len(KINDS) for h in wants}
         order = sorted(wants)
         if order:
@@ -158,7 +162,8 @@ class RateBudget:
             if bucket is None:
                 continue
             piece = _piece(bucket)
-            asking = {h: min(w[k], piece) for h, w in wants.items() if w[k] > 0}
+            asking = {h: min(w[k], piece - pending[h][k]) for h, w in wants.items()}
+            asking = {h: ask for h, ask in asking.items() if ask > 0}
             if not asking:
                 continue
             bucket.refill(now)
@@ -196,13 +201,16 @@ class RateBudget:
             bucket.take(amount, now)
             given[holder][k] += amount
 
-    def ready_in(self, wants: list[Rates], now: float) -> float | None:
-        """Seconds until some waiting holder can be given a piece (None: none waits)."""
+    def ready_in(self, wants: list[tuple[Rates, Rates]], now: float) -> float | None:
+        """Seconds until some waiting holder can be given a piece (None: none waits, or
+        each is owed a piece already). `wants`: each holder's (wanted, pending)."""
         waits = []
         for k, bucket in enumerate(self.buckets):
             if bucket is None:
                 continue
-            asks = [w[k] for w in wants if w[k] > 0]
+            piece = _piece(bucket)
+            asks = [min(w[k], piece - p[k]) for w, p in wants if w[k] > 0]
+            asks = [math.ceil(ask) if k == 0 else ask for ask in asks if ask > 0]
             if asks:
-                waits.append(bucket.ready_in(min(min(asks), _piece(bucket)), now))
+                waits.append(bucket.ready_in(min(asks), now))
         return min(waits) if waits else None

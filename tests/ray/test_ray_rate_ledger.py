@@ -77,6 +77,20 @@ def test_three_holders_share_a_rate_fairly_and_together_stay_under_it() -> None:
     assert min(got) >= 0.9 * max(got)
 
 
+def test_a_holder_that_does_not_collect_its_grant_is_owed_a_piece_at_most() -> None:
+    # A stalled process: it asked for 60, then stopped calling. Its rate piles up in
+    # the bucket (which holds a quarter second's), never in what it is owed: when it
+    # comes back it cannot send a burst of what accrued meanwhile.
+    ledger = EndpointLedger(Bounds(64, requests_per_minute=1200), now=0.0)
+    holders = Holders(ledger)
+    holders.report("a", 0.0, wanted=(60.0, 0, 0, 0))
+    for step in range(1, 41):
+        ledger.rebalance(step * 0.1)
+        assert ledger.holders["a"].rates[0] <= 5 + 1
+        assert ledger.rates_ready_in(step * 0.1) is None  # no timer spinning for it
+    assert holders.take("a", 4.0)[0] <= 5 + 1
+
+
 def test_input_and_output_tokens_are_held_apart() -> None:
     # 6,000 input and 600 output tokens a minute: 100 and 10 a second.
     bounds = Bounds(64, input_tokens_per_minute=6000, output_tokens_per_minute=600)
