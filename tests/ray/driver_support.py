@@ -60,6 +60,9 @@ def drivers(
             if proc.poll() is None:
                 proc.kill()
             proc.wait(timeout=30)
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()  # a killed driver's output is never read to its end
 
 
 async def ended(proc: subprocess.Popen[str], timeout: float = 120.0) -> dict[str, Any]:
