@@ -171,12 +171,12 @@ class SimCore:
         req = await self._receive(ex)
         if isinstance(req, web.Response):
             return req
+        refusal = self._context_refusal(wire, req, ex.request_id)
+        if refusal is not None:  # refused before admission: charged nothing
+            return ex.response(400, refusal)
         refused = self._admit(ex, req)
         if refused is not None:
             return refused
-        refusal = self._context_refusal(wire, req, ex.request_id)
-        if refusal is not None:
-            return ex.response(400, refusal)
         reply, fault = self._choose(req)
         return await self._answer(ex, req, reply, fault)
 
@@ -296,22 +296,22 @@ class SimCore:
             cached = self._cache.longest_hit(req.cache_candidates)
         cost = Cost(req.input_tokens, req.max_tokens or 0, cached)
         now = time.monotonic()
-        admission = self._rates.admit(key, model, cost, now)
-        if admission is not None and not isinstance(admission, Admission):
+        verdict = self._rates.admit(key, model, cost, now)
+        if verdict is not None and not isinstance(verdict, Admission):
             ex.rate_headers = self._rates.headers(wire.api, key, model, now)
-            self.stats.rate_limited(admission.cause)
-            body = error_body(wire.api, admission, model, rid)
-            return ex.response(429, body, headers=retry_after(admission))
+            self.stats.rate_limited(verdict.cause)
+            body = error_body(wire.api, verdict, model, rid)
+            return ex.response(429, body, headers=retry_after(verdict))
         if not self.stats.try_admit(config.max_concurrency):
-            if admission is not None:
-                admission.refund()
+            if verdict is not None:
+                verdict.refund()
             ex.rate_headers = self._rates.headers(wire.api, key, model, now)
             self.stats.rate_limited("concurrency")
             message = f"Too many concurrent requests (limit {config.max_concurrency})."
             body = wire.error(429, message, request_id=rid)
             return ex.response(429, body, retry_after=config.retry_after)
         ex.admitted = True
-        ex.admission = admission
+        ex.admission = verdict
         ex.rate_headers = self._rates.headers(wire.api, key, model, now)
         self.stats.admitted(now, cost.input_tokens, cost.max_tokens)
         return None

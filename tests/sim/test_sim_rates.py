@@ -310,3 +310,26 @@ async def test_the_bucket_refills(clients: Clients) -> None:
     assert stats.rate_limited == {"requests": len(refused)}
     assert stats.admitted_requests >= 11
     assert stats.peak_requests_per_second <= 10 + 10  # a full bucket plus a second's refill
+
+
+async def test_reset_refills_every_bucket(clients: Clients) -> None:
+    async with serve(rate_limits=SimRateLimits(requests_per_minute=1)) as sim:
+        oa = clients.openai(sim)
+        await oa.chat.completions.create(model="m", messages=USER)
+        with pytest.raises(openai.RateLimitError):
+            await oa.chat.completions.create(model="m", messages=USER)
+        sim.reset()
+        await oa.chat.completions.create(model="m", messages=USER)
+        stats = sim.stats()
+    assert (stats.admitted_requests, stats.rate_limited) == (1, {})
+
+
+async def test_a_prompt_over_the_context_window_is_charged_nothing(clients: Clients) -> None:
+    limits = SimRateLimits(requests_per_minute=1)
+    async with serve(rate_limits=limits, context_window=50) as sim:
+        oa = clients.openai(sim)
+        with pytest.raises(openai.BadRequestError):
+            await oa.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "z" * 400}]
+            )
+        await oa.chat.completions.create(model="m", messages=USER)
