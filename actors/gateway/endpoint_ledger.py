@@ -103,6 +103,7 @@ class Grant:
     incarnation: str
     rates: Rates = NO_RATES
     held: tuple[bool, bool, bool, bool] = (False, False, False, False)  # kinds held
+    unbounded: bool = False  # no concurrency bound at all: admit without counting slots
 
 
 @dataclass
@@ -347,6 +348,7 @@ class EndpointLedger:
             incarnation=incarnation,
             rates=rates,
             held=self.rates.held(),
+            unbounded=self.bound == UNBOUNDED and not self.probing,
         )
 
     def _bump_all(self) -> set[str]:

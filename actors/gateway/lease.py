@@ -32,7 +32,7 @@ from typing import Protocol
 
 from raygent.backend import RateLimit, RateReading, redacting_logger
 
-from .endpoint_ledger import Bounds, Grant, Report
+from .endpoint_ledger import UNBOUNDED, Bounds, Grant, Report
 from .rate_budget import NO_RATES, Limits, Rates
 
 __all__ = ["ONE_REQUEST", "Channel", "EndpointLease", "GatewayUnavailable", "Ticket"]
@@ -75,6 +75,7 @@ class _Slice:
     settled: Rates = NO_RATES  # estimates minus usage, not yet reported
     held_kinds: tuple[bool, bool, bool, bool] = (False, False, False, False)
     observed: RateReading | None = None  # what the last reply's headers said
+    unbounded: bool = False  # the gateway counts no slots (as of the last grant)
     told: RateLimit | None = None  # the limits they stated, as last reported
     pump: asyncio.Task[None] | None = None
     urgent: asyncio.Event = field(default_factory=asyncio.Event)
@@ -85,7 +86,10 @@ class _Slice:
     unreachable_since: float | None = None
 
     def room(self, now: float) -> int:
-        return self.grant - self.in_use if now < self.deadline else 0
+        if now >= self.deadline:
+            return 0
+        # A rate's lease with no concurrency bound: no slot to wait for from the gateway.
+        return UNBOUNDED if self.unbounded else self.grant - self.in_use
 
     def held(self, now: float) -> int:
         """What it may still be using: its grant while valid, what is in flight anyway."""
@@ -410,7 +414,7 @@ class EndpointLease:
             held.asked_rates = False
         if fresh or grant.version >= held.version:
             held.incarnation, held.version = grant.incarnation, grant.version
-            held.grant = grant.slots
+            held.grant, held.unbounded = grant.slots, grant.unbounded
             held.deadline = max(held.deadline, sent + grant.ttl)
             if grant.pause:
                 self.pause_until = max(self.pause_until, time.monotonic() + grant.pause)

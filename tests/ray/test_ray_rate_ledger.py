@@ -158,6 +158,17 @@ def test_a_reply_with_no_rate_headers_ends_the_probe_and_holds_no_rate() -> None
     assert ledger.holders["a"].grant == 16 and ledger.rates.held() == (False,) * 4
 
 
+def test_a_rate_lease_with_nothing_to_hold_counts_no_slots_once_a_reply_came() -> None:
+    # A model's rate lease has no concurrency bound: past the slow start, its holders
+    # admit without waiting for slots from the gateway (the endpoint's lease has them).
+    ledger = EndpointLedger(Bounds(None, learn=True), now=0.0)
+    holders = Holders(ledger)
+    holders.report("a", 0.0, want=64)
+    assert not ledger.grant_for("a", "me", 0.0, TTL).unbounded  # the slow start counts
+    holders.report("a", 0.1, want=64, succeeded=1)
+    assert ledger.grant_for("a", "me", 0.1, TTL).unbounded
+
+
 def test_a_429_lowers_the_rate_and_successes_bring_it_back() -> None:
     ledger = EndpointLedger(Bounds(16, requests_per_minute=1200, learn=True), now=0.0)
     holders = Holders(ledger)
