@@ -139,6 +139,7 @@ class EndpointLease:
         self.in_use = 0
         self.pause_until = 0.0
         self._peak, self._peak_at = 0, 0.0
+        self._last_need: Rates = ONE_REQUEST  # the size of the requests ahead, as a guess
         self._idle_at: float | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._pause_timer: asyncio.TimerHandle | None = None
@@ -193,6 +194,7 @@ class EndpointLease:
         return best
 
     def _take(self, chosen: _Slice, need: Rates) -> _Slice:
+        self._last_need = need
         chosen.in_use += 1
         self.in_use += 1
         chosen.spend(need)
@@ -337,15 +339,25 @@ class EndpointLease:
         return reading
 
     def _rates_wanted(self, held: _Slice) -> Rates:
-        """Rate budget to ask this slice's gateway for: the waiters' share (and one
-        request ahead, so the next does not wait for the gateway), less what is in hand."""
+        """Rate budget to ask this slice's gateway for: the waiters' share, and the
+        recent peak of demand ahead (at the last request's size), less what is in hand.
+        Where the rate binds, what comes is spent at once by the waiters; where it does
+        not, the hand fills and the gateway hears from the lease once per peak, not per
+        request (it grants a piece of the rate at most each time, so no one hoards)."""
         if not any(held.held_kinds):
             return NO_RATES
         parts = len(self._slices)
-        needed = [sum(w.need[k] for w in self._waiters) / parts for k in range(4)]
-        needed[0] += 1.0
+        self._note_demand()
+        ahead = max(1, self._peak) / parts
         return tuple(  # type: ignore[return-value]
-            max(0.0, needed[k] - held.hand[k]) if on else 0.0
+            max(
+                0.0,
+                sum(w.need[k] for w in self._waiters) / parts
+                + ahead * self._last_need[k]
+                - held.hand[k],
+            )
+            if on
+            else 0.0
             for k, on in enumerate(held.held_kinds)
         )
 
