@@ -1,8 +1,10 @@
 """Model access on Ray: HTTP from the process that runs the agent, inside a leased slice
 of the endpoint's bound.
 
-A provider endpoint's bound (`max_concurrency`, `requests_per_minute`,
-`tokens_per_minute`, declared on the model) is owned by a model gateway: a named,
+A provider endpoint's bound (`max_concurrency`, declared on the model) and each model's
+rate (`rate_limit`: requests, tokens, input and output tokens per minute, keyed by the
+endpoint and the model's name as providers key them, learnt from the replies' headers)
+are owned by a model gateway: a named,
 detached async actor (`raygent-gw-<i>` in the backend's namespace; one for the whole
 cluster unless `RayOptions.replicas` splits every bound over several). The gateway
 sends no requests. Each process that runs agents (drivers, batch runners) holds a lease
@@ -11,7 +13,8 @@ HTTP transport inside its slice, and hears from the gateway when its slice grows
 shrinks, when every holder must pause for a Retry-After, and once per heartbeat. So a
 trip costs no remote call and no conversation crosses Ray, and the bound still holds
 across every driver and node: a slice is granted from what the others do not hold, and
-a process that dies loses its slice when its lease expires.
+a process that dies loses its slice when its lease expires. A request takes a slot of
+its endpoint's lease, then its rate budget from its model's rate lease (`rate_budget`).
 
 Models with no `endpoint` (the in-process test doubles `ScriptedModel`, `FunctionModel`)
 are not bounded, as on the local backend.

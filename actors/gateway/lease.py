@@ -204,7 +204,7 @@ class EndpointLease:
 
     def _release(self, ticket: Ticket) -> None:
         held = ticket.slice
-        was_over = held.in_use > held.grant  # it was asked to shrink: tell it sooner
+        was_over = held.in_use > held.grant and not held.unbounded  # asked to shrink: tell it
         held.in_use -= 1
         self.in_use -= 1
         if ticket.ok:
