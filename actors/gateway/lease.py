@@ -349,17 +349,14 @@ class EndpointLease:
         parts = len(self._slices)
         self._note_demand()
         ahead = max(1, self._peak) / parts
-        return tuple(  # type: ignore[return-value]
-            max(
-                0.0,
-                sum(w.need[k] for w in self._waiters) / parts
-                + ahead * self._last_need[k]
-                - held.hand[k],
-            )
-            if on
-            else 0.0
-            for k, on in enumerate(held.held_kinds)
-        )
+        wanted = []
+        for k, on in enumerate(held.held_kinds):
+            waiting = sum(w.need[k] for w in self._waiters) / parts
+            front = ahead * self._last_need[k]
+            # Topped up when half the peak's worth is left, not after every request.
+            low = waiting > 0 or held.hand[k] < front / 2
+            wanted.append(max(0.0, waiting + front - held.hand[k]) if on and low else 0.0)
+        return (wanted[0], wanted[1], wanted[2], wanted[3])
 
     # -- the pump -------------------------------------------------------------------------
 
