@@ -40,6 +40,7 @@ __all__ = ["ONE_REQUEST", "Channel", "EndpointLease", "GatewayUnavailable", "Tic
 log = redacting_logger("raygent.gateway")
 
 ONE_REQUEST: Rates = (1.0, 0.0, 0.0, 0.0)  # what a request with no token estimate needs
+AHEAD = 4  # peaks of demand a rate's lease asks for ahead (a piece at most comes)
 PEAK_WINDOW = 1.0  # seconds a burst of demand is remembered in what a lease asks for
 
 
@@ -339,8 +340,8 @@ class EndpointLease:
         return reading
 
     def _rates_wanted(self, held: _Slice) -> Rates:
-        """Rate budget to ask this slice's gateway for: the waiters' share, and the
-        recent peak of demand ahead (at the last request's size), less what is in hand.
+        """Rate budget to ask this slice's gateway for: the waiters' share, and `AHEAD`
+        times the recent peak of demand ahead (at the last request's size), less what is in hand.
         Where the rate binds, what comes is spent at once by the waiters; where it does
         not, the hand fills and the gateway hears from the lease once per peak, not per
         request (it grants a piece of the rate at most each time, so no one hoards)."""
@@ -348,7 +349,7 @@ class EndpointLease:
             return NO_RATES
         parts = len(self._slices)
         self._note_demand()
-        ahead = max(1, self._peak) / parts
+        ahead = AHEAD * max(1, self._peak) / parts
         wanted = []
         for k, on in enumerate(held.held_kinds):
             waiting = sum(w.need[k] for w in self._waiters) / parts
