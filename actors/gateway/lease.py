@@ -210,6 +210,8 @@ class EndpointLease:
         self.in_use -= 1
         if ticket.ok:
             held.succeeded += 1
+            if held.succeeded == 1 and held.channel.bounds.learn and not held.unbounded:
+                held.urgent.set()  # a slow start ends with a reply: tell the gateway now
         if ticket.used is not None:
             # Settled at the real usage: unused estimate back, usage beyond it a debt.
             # (A request cut short, used unknown, keeps what it took.)

@@ -107,7 +107,12 @@ class RateBudget:
 
     def throttled(self, reading: RateReading | None, in_flight: int, now: float) -> None:
         """A 429: the held rates go down, and what the buckets hold with them."""
-        if self.learner is not None:
+        # A rate only when one is known (configured, or stated by headers): the learner
+        # would take the rate this gateway saw answered as one, and in a storm of 429s
+        # from an endpoint that states none, that is nothing (the pause and the
+        # concurrency's own decrease handle those).
+        stated = reading is not None and reading.limit() is not None
+        if self.learner is not None and (any(self.held()) or stated):
             self.learner.throttled(reading, in_flight, now)
             self._resize(now)
         for bucket in self.buckets:
