@@ -65,8 +65,16 @@ def get_weather(city: str) -> dict[str, object]:
     return {"city": city, "temp_c": float(4 + sum(map(ord, city)) % 25), "sky": "clear"}
 
 
-def forecaster(base: str, db: Path, bound: int, backend: Backend) -> raygent.Agent:
-    model = OpenAIModel("sim-gpt", base_url=base + "/v1", api_key="sk-bench", max_concurrency=bound)
+def forecaster(
+    base: str, db: Path, bound: int, backend: Backend, rpm: float | None = None
+) -> raygent.Agent:
+    model = OpenAIModel(
+        "sim-gpt",
+        base_url=base + "/v1",
+        api_key="sk-bench",
+        max_concurrency=bound,
+        rate_limit=raygent.RateLimit(requests_per_minute=rpm) if rpm else None,
+    )
     return raygent.agent(
         "forecaster",
         model=model,
@@ -101,7 +109,9 @@ class Bench:
     async def batch(self, base: str, kind: str, items: int, concurrency: int) -> Any:
         self.runs += 1
         tag = f"{kind}{self.runs}"
-        agent = forecaster(base, self.folder / f"{tag}.db", self.args.bound, self.backends[kind])
+        agent = forecaster(
+            base, self.folder / f"{tag}.db", self.args.bound, self.backends[kind], self.args.rpm
+        )
         result = await raygent.batch(
             agent, rows(items, tag), concurrency=concurrency, progress=False
         )
@@ -262,6 +272,8 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=1200)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--bound", type=int, default=32)
+    # A rate limit on the model that never binds (its cost, against a run without one).
+    parser.add_argument("--rpm", type=float, default=None)
     parser.add_argument("--latency-ms", type=float, default=50.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--zero-items", type=int, default=1000)

@@ -81,6 +81,7 @@ from .seams import (
     use_backend,
 )
 from .seams.batch import cancelled, ended, session_of
+from .seams.rated import PROBE_WINDOW, note_throttled, note_wait, reading_of_error
 from .tools import Tool, ToolContext, ToolTimeoutError
 from .toolsets import close_toolsets, owning_toolsets
 from .usage import Cost, Usage
@@ -91,6 +92,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_BUDGET",
     "EMPTY_USAGE",
+    "PROBE_WINDOW",
     "AbortController",
     "AbortSignal",
     "AbortWatch",
@@ -164,9 +166,12 @@ __all__ = [
     "messages_from_json",
     "messages_to_json",
     "need_of",
+    "note_throttled",
+    "note_wait",
     "owning_toolsets",
     "rate_estimate",
     "read_rate_headers",
+    "reading_of_error",
     "redacting_logger",
     "registered",
     "routed",

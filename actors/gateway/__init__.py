@@ -5,7 +5,10 @@ access     `RayModelAccess` (the `ModelAccess` seam): HTTP from the process that
 actor      `Gateway`: the detached gateway actor that owns the bounds and leases slices
 endpoint_ledger  one endpoint's bound as its gateway keeps it (`EndpointLedger`,
            `Bounds`): plain Python
-lease      `EndpointLease`: a process's lease on one endpoint's bound, admitting requests
+rate_budget  one key's rate limits as its gateway keeps them (`RateBudget`): smooth
+           buckets granted in pieces, learnt from the replies: plain Python
+lease      `EndpointLease`: a process's lease on one endpoint's bound (or one model's
+           rate), admitting requests
 sends      sending one request inside a lease: admission, 429 retries, the trip's record
 budgets    `RayBudgets` (the `budgets` seam): a job's budget kept by the gateway
 budget_book   one job's budget as its gateway keeps it (`BudgetBook`): plain Python

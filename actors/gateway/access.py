@@ -1,8 +1,10 @@
 """Model access on Ray: HTTP from the process that runs the agent, inside a leased slice
 of the endpoint's bound.
 
-A provider endpoint's bound (`max_concurrency`, `requests_per_minute`,
-`tokens_per_minute`, declared on the model) is owned by a model gateway: a named,
+A provider endpoint's bound (`max_concurrency`, declared on the model) and each model's
+rate (`rate_limit`: requests, tokens, input and output tokens per minute, keyed by the
+endpoint and the model's name as providers key them, learnt from the replies' headers)
+are owned by a model gateway: a named,
 detached async actor (`raygent-gw-<i>` in the backend's namespace; one for the whole
 cluster unless `RayOptions.replicas` splits every bound over several). The gateway
 sends no requests. Each process that runs agents (drivers, batch runners) holds a lease
@@ -11,7 +13,8 @@ HTTP transport inside its slice, and hears from the gateway when its slice grows
 shrinks, when every holder must pause for a Retry-After, and once per heartbeat. So a
 trip costs no remote call and no conversation crosses Ray, and the bound still holds
 across every driver and node: a slice is granted from what the others do not hold, and
-a process that dies loses its slice when its lease expires.
+a process that dies loses its slice when its lease expires. A request takes a slot of
+its endpoint's lease, then its rate budget from its model's rate lease (`rate_budget`).
 
 Models with no `endpoint` (the in-process test doubles `ScriptedModel`, `FunctionModel`)
 are not bounded, as on the local backend.
@@ -47,6 +50,7 @@ from .._ray import job_id, named_actor, reconstructed
 from .actor import Gateway
 from .endpoint_ledger import Bounds, Grant, Report, partition
 from .lease import EndpointLease, GatewayUnavailable
+from .rate_budget import Rates
 from .sends import send_complete, send_stream
 
 __all__ = ["RayModelAccess", "endpoint_digest", "gateway_key", "gateway_names"]
@@ -128,7 +132,7 @@ class _RayChannel:
             raise GatewayUnavailable(f"{type(exc).__name__}") from None
         return grant
 
-    async def release(self, returned: tuple[float, float]) -> None:
+    async def release(self, returned: Rates) -> None:
         try:
             await gateway_handle(self.options, self.name).release.remote(
                 self.key, self.holder_id, returned
@@ -136,33 +140,53 @@ class _RayChannel:
         except (RayActorError, RayTaskError):
             forget_handle(self.options, self.name)
 
-    def release_nowait(self, returned: tuple[float, float]) -> None:
+    def release_nowait(self, returned: Rates) -> None:
         handle = _handles.get((job_id(), self.options.namespace, self.name))
         if handle is not None:
             handle.release.remote(self.key, self.holder_id, returned)
 
 
-def declared_limits(model: Model) -> tuple[Any, Any, Any]:
-    """The limits a model declares for its endpoint."""
-    return (
-        getattr(model, "max_concurrency", None),
-        getattr(model, "requests_per_minute", None),
-        getattr(model, "tokens_per_minute", None),
-    )
+_RATES = (
+    "requests_per_minute",
+    "tokens_per_minute",
+    "input_tokens_per_minute",
+    "output_tokens_per_minute",
+)
+
+
+def declared_limits(model: Model) -> tuple[Any, ...]:
+    """The limits a model declares: its endpoint's concurrency, then its rate (its
+    `rate_limit`'s four rates, or the model's own `requests_per_minute`...) and burst."""
+    rate_limit = getattr(model, "rate_limit", None)
+    source = model if rate_limit is None else rate_limit
+    rates = tuple(getattr(source, name, None) for name in _RATES)
+    burst = getattr(rate_limit, "burst", None) or 1.0
+    return (getattr(model, "max_concurrency", None), *rates, burst)
+
+
+def rate_key(model: Model) -> Hashable | None:
+    """What a rate is held under, as providers key it: the endpoint and the model (its
+    `rate_key`). None for a model with no endpoint."""
+    if getattr(model, "endpoint", None) is None:
+        return None
+    return ("rate", getattr(model, "rate_key", None) or (model.endpoint, model.name))  # type: ignore[attr-defined]
 
 
 def _bounds(model: Model, replicas: int) -> list[Bounds]:
-    """The model's declared limits, split over the gateway replicas (never multiplied)."""
-    declared, rpm, tpm = declared_limits(model)
-    bound: int | None = declared or None
-    shares: list[int | None] = [None] * replicas
-    if bound is not None:
-        shares = list(partition(bound, replicas))  # never more replicas than slots
-    count = len(shares)
-    return [
-        Bounds(share, rpm / count if rpm else None, tpm / count if tpm else None)
-        for share in shares
-    ]
+    """The endpoint's concurrency bound, split over the gateway replicas (never
+    multiplied)."""
+    declared: int | None = declared_limits(model)[0] or None
+    if declared is None:
+        return [Bounds()] * replicas
+    return [Bounds(share) for share in partition(declared, replicas)]  # never more than slots
+
+
+def _rate_bounds(model: Model, replicas: int) -> list[Bounds]:
+    """The model's rate, split over the gateway replicas, learnt from the replies (a
+    configured rate is the ceiling)."""
+    _, *rates, burst = declared_limits(model)
+    rpm, tpm, itpm, otpm = (rate / replicas if rate else None for rate in rates)
+    return [Bounds(None, rpm, tpm, itpm, otpm, burst, 1 / replicas, learn=True)] * replicas
 
 
 # Per process: gateway handles by (job, namespace, name); leases per event loop.
@@ -196,6 +220,18 @@ class RayModelAccess:
         key = gateway_key(model)
         if key is None:
             return None
+        declared = declared_limits(model)[0]
+        return self._lease(key, declared, _bounds(model, self.options.replicas))
+
+    def rate_lease(self, model: Model) -> EndpointLease | None:
+        """This event loop's lease on the model's rate (None: not bounded)."""
+        key = rate_key(model)
+        if key is None:
+            return None
+        declared = declared_limits(model)[1:]
+        return self._lease(key, declared, _rate_bounds(model, self.options.replicas))
+
+    def _lease(self, key: Hashable, declared: Any, shares: list[Bounds]) -> EndpointLease:
         o = self.options
         o.connect()
         per_loop = _leases.get(asyncio.get_running_loop())
@@ -203,11 +239,10 @@ class RayModelAccess:
             per_loop = _leases[asyncio.get_running_loop()] = {}
         # A model rebuilt with other limits gets a lease (a holder) of its own: the
         # gateway holds the tightest of the live holders' declarations.
-        cache_key = (job_id(), o.namespace, key, o.replicas, declared_limits(model))
+        cache_key = (job_id(), o.namespace, key, o.replicas, declared)
         lease = per_loop.get(cache_key)
         if lease is None:
             digest, holder = endpoint_digest(key), f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            shares = _bounds(model, o.replicas)
             channels = [
                 _RayChannel(o, name, digest, bounds, holder)
                 for name, bounds in zip(gateway_names(len(shares)), shares, strict=True)
@@ -226,9 +261,10 @@ class RayModelAccess:
         lease = self.lease(model)
         if lease is None:
             return await model.complete(messages, options, signal=signal)
+        rates = self.rate_lease(model)
         try:
             return await send_complete(
-                lease, model, messages, options, signal, self.options.retry, self.retries
+                lease, model, messages, options, signal, self.options.retry, self.retries, rates
             )
         except GatewayUnavailable as exc:
             raise _unavailable(model, exc) from None
@@ -245,8 +281,9 @@ class RayModelAccess:
         if lease is None:
             chunks = model.stream(messages, options, signal=signal)
         else:
+            rates = self.rate_lease(model)
             chunks = send_stream(
-                lease, model, messages, options, signal, self.options.retry, self.retries
+                lease, model, messages, options, signal, self.options.retry, self.retries, rates
             )
         try:
             async with closing_stream(chunks):

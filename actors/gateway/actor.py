@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from .budget_book import BudgetBook, Claim, Slice
 from .endpoint_ledger import Bounds, EndpointLedger, Grant, Report
+from .rate_budget import Rates
 
 __all__ = ["Gateway", "GatewayClosedError"]
 
@@ -110,7 +111,7 @@ class Gateway:
         book = self._books.get(key)
         return {} if book is None else book.stats()
 
-    async def release(self, key: str, holder_id: str, returned: tuple[float, float]) -> None:
+    async def release(self, key: str, holder_id: str, returned: Rates) -> None:
         """A holder gives its slice (and unused rate budget) back."""
         endpoint = self._endpoints.get(key)
         if endpoint is not None:
@@ -154,7 +155,7 @@ class Gateway:
         """Rate budget someone waits for: rebalance again when it has refilled."""
         if endpoint.timer is not None:
             return
-        delay = endpoint.ledger.rates_ready_in()
+        delay = endpoint.ledger.rates_ready_in(time.monotonic())
         if delay is None:
             return
 

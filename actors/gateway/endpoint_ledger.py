@@ -15,6 +15,12 @@ holds the tightest declaration among its live holders, so a model rebuilt with a
 bound is held to it as soon as the holders of the old one are gone (released or
 expired), and two declarations that disagree never let more through than either.
 
+Rate limits (requests, tokens, input and output tokens per minute) are kept by a
+`RateBudget` (`rate_budget`): smooth buckets, granted to holders in small pieces,
+learnt from what holders read in the replies' headers. While an endpoint with no
+configured rate waits for its first reply (`Bounds.learn`: it may have limits it has
+not yet said), only `PROBE_WINDOW` requests go at a time.
+
 Capacity moves lazily: a holder keeps what it was granted, used or not, until another
 holder is starved (below its fair share, with nothing free) or the adaptive limit
 shrinks. A lone process therefore keeps the whole bound between bursts, and ten share it.
@@ -26,6 +32,10 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
+
+from raygent.backend import PROBE_WINDOW, RateReading
+
+from .rate_budget import KINDS, NO_RATES, Limits, RateBudget, Rates
 
 __all__ = ["UNBOUNDED", "Bounds", "EndpointLedger", "Grant", "Report", "partition", "waterfill"]
 
@@ -40,6 +50,21 @@ class Bounds:
     max_concurrency: int | None = None
     requests_per_minute: float | None = None
     tokens_per_minute: float | None = None
+    input_tokens_per_minute: float | None = None
+    output_tokens_per_minute: float | None = None
+    burst: float = 1.0  # seconds of each rate that may go at once
+    share: float = 1.0  # this gateway's share of what the provider says (1 / replicas)
+    learn: bool = False  # learn the rates from the replies' headers and 429s
+
+    @property
+    def rates(self) -> Limits:
+        """The configured rate limits, in `rate_budget.KINDS` order."""
+        return (
+            self.requests_per_minute,
+            self.tokens_per_minute,
+            self.input_tokens_per_minute,
+            self.output_tokens_per_minute,
+        )
 
 
 @dataclass(frozen=True)
@@ -60,10 +85,9 @@ class Report:
     in_use: int
     succeeded: int = 0  # requests answered since its last report
     throttled: float | None = None  # a 429 came back: its Retry-After (0: none given)
-    requests_wanted: float = 0.0  # rate budget it asks for (requests, tokens)
-    tokens_wanted: float = 0.0
-    token_debt: float = 0.0  # tokens used beyond the estimates taken, since last report
-    returned: tuple[float, float] = (0.0, 0.0)  # unused rate budget given back
+    wanted: Rates = NO_RATES  # rate budget it asks for (`rate_budget.KINDS`)
+    settled: Rates = NO_RATES  # estimates above usage (> 0) or below it (< 0), since last
+    observed: RateReading | None = None  # what a reply's (or the 429's) headers said
 
 
 @dataclass(frozen=True)
@@ -77,8 +101,9 @@ class Grant:
     pause: float
     ttl: float
     incarnation: str
-    requests: float = 0.0
-    tokens: float = 0.0
+    rates: Rates = NO_RATES
+    held: tuple[bool, bool, bool, bool] = (False, False, False, False)  # kinds held
+    unbounded: bool = False  # no concurrency bound at all: admit without counting slots
 
 
 @dataclass
@@ -90,60 +115,15 @@ class _Holder:
     version: int = 0
     seq: int = -1
     expires: float = 0.0
-    requests: float = 0.0  # rate budget granted, not yet sent
-    tokens: float = 0.0
-    requests_wanted: float = 0.0
-    tokens_wanted: float = 0.0
+    rates: Rates = NO_RATES  # rate budget granted, not yet sent
+    wanted: Rates = NO_RATES
     bounds: Bounds | None = None  # the limits it declared (None: it declared none)
-
-
-class _Bucket:
-    """`per_minute` units a minute, refilled continuously (synchronous: the gateway's
-    loop asks, it never waits here). May go into debt when usage beats estimates."""
-
-    def __init__(self, per_minute: float, now: float) -> None:
-        self.capacity = float(per_minute)
-        self.rate = self.capacity / 60.0
-        self.level = self.capacity
-        self.stamp = now
-
-    def refill(self, now: float) -> None:
-        self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
-        self.stamp = now
-
-    def take(self, wanted: float, now: float) -> float:
-        self.refill(now)
-        given = max(0.0, min(wanted, self.level))
-        self.level -= given
-        return given
-
-    def put(self, amount: float, now: float) -> None:
-        self.refill(now)
-        self.level = min(self.capacity, self.level + amount)
-
-    def ready_in(self, wanted: float) -> float:
-        """Seconds until `wanted` (at most a minute's worth) is there."""
-        return max(0.0, (min(wanted, self.capacity) - self.level) / self.rate)
 
 
 def _tightest(limits: Iterable[N | None]) -> N | None:
     """The smallest of the limits given (None and 0: no limit)."""
     given = [limit for limit in limits if limit]
     return min(given) if given else None
-
-
-def _rebucketed(bucket: _Bucket | None, per_minute: float | None, now: float) -> _Bucket | None:
-    """`bucket` refilling at `per_minute` from now on (what it holds kept, up to the new
-    capacity); None when no rate is declared."""
-    if not per_minute:
-        return None
-    if bucket is None:
-        return _Bucket(per_minute, now)
-    if bucket.capacity != per_minute:
-        bucket.refill(now)
-        bucket.capacity, bucket.rate = float(per_minute), per_minute / 60.0
-        bucket.level = min(bucket.level, bucket.capacity)
-    return bucket
 
 
 def partition(total: int, parts: int) -> list[int]:
@@ -188,8 +168,14 @@ class EndpointLedger:
     def __post_init__(self) -> None:
         self.bound = self.bounds.max_concurrency or UNBOUNDED
         self.limit = float(self.bound)
-        self._requests = _rebucketed(None, self.bounds.requests_per_minute, self.now)
-        self._tokens = _rebucketed(None, self.bounds.tokens_per_minute, self.now)
+        self.rates = RateBudget(self.now)
+        self._configure_rates(self.now)
+        # Learning with nothing configured: a slow start until a reply comes.
+        self.probing = self.bounds.learn and not any(self.bounds.rates)
+
+    def _configure_rates(self, now: float) -> None:
+        b = self.bounds
+        self.rates.configure(b.rates, b.burst, b.share, b.learn, now)
 
     # -- declared limits ----------------------------------------------------------------
 
@@ -203,15 +189,21 @@ class EndpointLedger:
             _tightest(b.max_concurrency for b in declared),
             _tightest(b.requests_per_minute for b in declared),
             _tightest(b.tokens_per_minute for b in declared),
+            _tightest(b.input_tokens_per_minute for b in declared),
+            _tightest(b.output_tokens_per_minute for b in declared),
+            burst=min(b.burst for b in declared),
+            share=min(b.share for b in declared),
+            learn=all(b.learn for b in declared),
         )
+        if not self.bounds.learn or any(self.bounds.rates):
+            self.probing = False
         bound = self.bounds.max_concurrency or UNBOUNDED
         if bound != self.bound:
             # Not throttled: the limit follows the bound. Throttled: it stays as low.
             at_bound = self.limit >= self.bound
             self.bound = bound
             self.limit = float(bound) if at_bound else min(self.limit, float(bound))
-        self._requests = _rebucketed(self._requests, self.bounds.requests_per_minute, now)
-        self._tokens = _rebucketed(self._tokens, self.bounds.tokens_per_minute, now)
+        self._configure_rates(now)
 
     # -- reports ----------------------------------------------------------------------
 
@@ -243,42 +235,44 @@ class EndpointLedger:
         elif report.version == holder.version:
             holder.occupied = min(holder.occupied, max(holder.grant, report.held))
         self._settle_rates(holder, report, now)
-        changed = self._throttle(report.throttled, now) if report.throttled is not None else set()
+        changed = set()
+        if report.throttled is not None:
+            changed = self._throttle(report.throttled, report.observed, now)
+        elif report.observed is not None:
+            self.rates.learn(report.observed, now)
         if report.succeeded and self.limit < self.bound:
             self.limit = min(float(self.bound), self.limit + report.succeeded / self.limit)
+        if report.succeeded:
+            self.probing = False
+            self.rates.succeeded(report.succeeded, self._in_flight(), now)
         return changed | self.rebalance(now)
 
-    def release(self, holder_id: str, returned: tuple[float, float], now: float) -> set[str]:
+    def release(self, holder_id: str, returned: Rates, now: float) -> set[str]:
         """A holder gives back everything (it is idle or closing)."""
         gone = self.holders.pop(holder_id, None)
         if gone is None:
             return set()
-        self._give_back(returned, now)
+        self.rates.settle(returned, now)
         if gone.bounds is not None:
             self._declarations_changed(now)
         return self.rebalance(now)
 
-    def _throttle(self, retry_after: float, now: float) -> set[str]:
-        in_flight = sum(h.in_use for h in self.holders.values())
+    def _in_flight(self) -> int:
+        return sum(h.in_use for h in self.holders.values())
+
+    def _throttle(self, retry_after: float, reading: RateReading | None, now: float) -> set[str]:
+        in_flight = self._in_flight()
         self.limit = max(1.0, min(self.limit, float(in_flight)) - 1.0)
+        self.rates.throttled(reading, in_flight, now)
         if retry_after > 0 and now + retry_after > self.pause_until:
             self.pause_until = now + retry_after
             return self._bump_all()  # every holder must hear of the pause now
         return set()
 
     def _settle_rates(self, holder: _Holder, report: Report, now: float) -> None:
-        self._give_back(report.returned, now)
-        if self._tokens is not None and report.token_debt:
-            self._tokens.refill(now)
-            self._tokens.level -= report.token_debt
-        holder.requests_wanted = report.requests_wanted if self._requests else 0.0
-        holder.tokens_wanted = report.tokens_wanted if self._tokens else 0.0
-
-    def _give_back(self, returned: tuple[float, float], now: float) -> None:
-        if self._requests is not None and returned[0] > 0:
-            self._requests.put(returned[0], now)
-        if self._tokens is not None and returned[1] > 0:
-            self._tokens.put(returned[1], now)
+        self.rates.settle(report.settled, now)
+        held = self.rates.held()
+        holder.wanted = tuple(w if h else 0.0 for w, h in zip(report.wanted, held, strict=True))  # type: ignore[assignment]
 
     # -- granting ---------------------------------------------------------------------
 
@@ -292,6 +286,8 @@ class EndpointLedger:
         if lapsed:
             self._declarations_changed(now)
         cap = min(self.bound, max(1, int(self.limit)))
+        if self.probing:
+            cap = min(cap, PROBE_WINDOW)  # a slow start, until a reply says the limits
         shares = waterfill(cap, {h: s.want for h, s in self.holders.items()})
         free = cap - sum(s.occupied for s in self.holders.values())
         if now < self.claims_until:
@@ -325,46 +321,34 @@ class EndpointLedger:
         return self.holders[holder_id].grant / share if share else math.inf
 
     def _grant_rates(self, now: float) -> set[str]:
-        changed = set()
-        for holder_id, holder in self.holders.items():
-            if self._requests is not None and holder.requests_wanted > 0:
-                given = self._requests.take(holder.requests_wanted, now)
-                if given:
-                    holder.requests += given
-                    holder.requests_wanted -= given
-                    changed.add(holder_id)
-            if self._tokens is not None and holder.tokens_wanted > 0:
-                given = self._tokens.take(holder.tokens_wanted, now)
-                if given:
-                    holder.tokens += given
-                    holder.tokens_wanted -= given
-                    changed.add(holder_id)
-        return changed
+        wants = {h: s.wanted for h, s in self.holders.items() if any(s.wanted)}
+        pending = {h: self.holders[h].rates for h in wants}
+        granted = self.rates.grant(wants, pending, now)
+        for holder_id, given in granted.items():
+            holder = self.holders[holder_id]
+            holder.rates = _plus(holder.rates, given)
+            holder.wanted = _plus(holder.wanted, given, -1.0)
+        return set(granted)
 
-    def rates_ready_in(self) -> float | None:
+    def rates_ready_in(self, now: float) -> float | None:
         """Seconds until the rate budget some holder waits for has refilled (None: no
         one waits for it)."""
-        waits = []
-        for holder in self.holders.values():
-            if self._requests is not None and holder.requests_wanted > 0:
-                waits.append(self._requests.ready_in(holder.requests_wanted))
-            if self._tokens is not None and holder.tokens_wanted > 0:
-                waits.append(self._tokens.ready_in(holder.tokens_wanted))
-        return min(waits) if waits else None
+        wants = [(h.wanted, h.rates) for h in self.holders.values() if any(h.wanted)]
+        return self.rates.ready_in(wants, now)
 
     def grant_for(self, holder_id: str, incarnation: str, now: float, ttl: float) -> Grant:
         """The holder's grant as it stands; the rate budget in it is handed over."""
         holder = self.holders.get(holder_id) or _Holder()
-        requests, tokens = holder.requests, holder.tokens
-        holder.requests = holder.tokens = 0.0
+        rates, holder.rates = holder.rates, NO_RATES
         return Grant(
             version=holder.version,
             slots=holder.grant,
             pause=max(0.0, self.pause_until - now),
             ttl=ttl,
             incarnation=incarnation,
-            requests=requests,
-            tokens=tokens,
+            rates=rates,
+            held=self.rates.held(),
+            unbounded=self.bound == UNBOUNDED and not self.probing,
         )
 
     def _bump_all(self) -> set[str]:
@@ -382,4 +366,12 @@ class EndpointLedger:
             "in_use": sum(h.in_use for h in holders),
             "holders": sum(1 for h in holders if h.grant or h.want or h.occupied),
             "paused_for": max(0.0, self.pause_until - now),
+            **{
+                f"{kind}_per_minute": rate or 0.0
+                for kind, rate in zip(KINDS, self.rates.per_minute(), strict=True)
+            },
         }
+
+
+def _plus(a: Rates, b: Rates, sign: float = 1.0) -> Rates:
+    return (a[0] + sign * b[0], a[1] + sign * b[1], a[2] + sign * b[2], a[3] + sign * b[3])

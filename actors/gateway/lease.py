@@ -30,14 +30,17 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from raygent.backend import redacting_logger
+from raygent.backend import RateLimit, RateReading, redacting_logger
 
-from .endpoint_ledger import Bounds, Grant, Report
+from .endpoint_ledger import UNBOUNDED, Bounds, Grant, Report
+from .rate_budget import NO_RATES, Limits, Rates
 
-__all__ = ["Channel", "EndpointLease", "GatewayUnavailable", "Ticket"]
+__all__ = ["ONE_REQUEST", "Channel", "EndpointLease", "GatewayUnavailable", "Ticket"]
 
 log = redacting_logger("raygent.gateway")
 
+ONE_REQUEST: Rates = (1.0, 0.0, 0.0, 0.0)  # what a request with no token estimate needs
+AHEAD = 4  # peaks of demand a rate's lease asks for ahead (a piece at most comes)
 PEAK_WINDOW = 1.0  # seconds a burst of demand is remembered in what a lease asks for
 
 
@@ -53,9 +56,9 @@ class Channel(Protocol):
 
     def sync(self, report: Report, wait: bool) -> Awaitable[Grant]: ...
 
-    def release(self, returned: tuple[float, float]) -> Awaitable[None]: ...
+    def release(self, returned: Rates) -> Awaitable[None]: ...
 
-    def release_nowait(self, returned: tuple[float, float]) -> None: ...
+    def release_nowait(self, returned: Rates) -> None: ...
 
 
 @dataclass(eq=False)
@@ -69,9 +72,12 @@ class _Slice:
     seq: int = 0
     succeeded: int = 0
     throttled: float | None = None
-    requests: float = 0.0  # rate budget in hand
-    tokens: float = 0.0
-    token_debt: float = 0.0
+    hand: Rates = NO_RATES  # rate budget in hand (`rate_budget.KINDS`)
+    settled: Rates = NO_RATES  # estimates minus usage, not yet reported
+    held_kinds: tuple[bool, bool, bool, bool] = (False, False, False, False)
+    observed: RateReading | None = None  # what the last reply's headers said
+    unbounded: bool = False  # the gateway counts no slots (as of the last grant)
+    told: RateLimit | None = None  # the limits they stated, as last reported
     pump: asyncio.Task[None] | None = None
     urgent: asyncio.Event = field(default_factory=asyncio.Event)
     generation: int = 0  # bumped when the slice is given back: older answers are void
@@ -81,18 +87,24 @@ class _Slice:
     unreachable_since: float | None = None
 
     def room(self, now: float) -> int:
-        return self.grant - self.in_use if now < self.deadline else 0
+        if now >= self.deadline:
+            return 0
+        # A rate's lease with no concurrency bound: no slot to wait for from the gateway.
+        return UNBOUNDED if self.unbounded else self.grant - self.in_use
 
     def held(self, now: float) -> int:
         """What it may still be using: its grant while valid, what is in flight anyway."""
         return max(self.grant if now < self.deadline else 0, self.in_use)
 
-    def affords(self, estimate: float) -> bool:
-        bounds = self.channel.bounds
-        if bounds.requests_per_minute and self.requests < 1:
-            return False
-        return not bounds.tokens_per_minute or self.tokens >= min(
-            estimate, bounds.tokens_per_minute
+    def affords(self, need: Rates) -> bool:
+        """Its hand holds the request's rate budget, for every kind the gateway holds."""
+        hand = self.hand
+        return all(not h or hand[k] >= need[k] for k, h in enumerate(self.held_kinds))
+
+    def spend(self, need: Rates, sign: float = 1.0) -> None:
+        held = self.held_kinds
+        self.hand = tuple(  # type: ignore[assignment]
+            have - sign * need[k] if held[k] else have for k, have in enumerate(self.hand)
         )
 
 
@@ -101,15 +113,16 @@ class Ticket:
     """One admitted request: where its slot came from, and what it turned out to use."""
 
     slice: _Slice
-    estimate: float
-    used_tokens: float | None = None
+    need: Rates  # its estimate: 1 request, its tokens, input and output tokens
+    used: Rates | None = None  # what it really used, once answered (None: unknown)
+    observed: RateReading | None = None  # what its reply's headers said
     ok: bool = False
 
 
 @dataclass(eq=False)
 class _Waiter:
     future: asyncio.Future[_Slice]
-    estimate: float
+    need: Rates
 
 
 class EndpointLease:
@@ -118,38 +131,45 @@ class EndpointLease:
     def __init__(
         self, channels: Sequence[Channel], *, idle_release: float = 2.0, give_up: float = 60.0
     ) -> None:
-        self._slices = [_Slice(channel) for channel in channels]
+        self._slices = [
+            _Slice(channel, held_kinds=_kinds(channel.bounds.rates)) for channel in channels
+        ]
         self._waiters: deque[_Waiter] = deque()
         self._idle_release = idle_release
         self._give_up = give_up
         self.in_use = 0
         self.pause_until = 0.0
         self._peak, self._peak_at = 0, 0.0
+        self._last_need: Rates = ONE_REQUEST  # the size of the requests ahead, as a guess
         self._idle_at: float | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._pause_timer: asyncio.TimerHandle | None = None
 
     # -- admission ------------------------------------------------------------------------
 
-    async def admit(self, estimate: float = 0.0) -> Ticket:
-        """Wait for a slot (and the rate budget, `estimate` tokens); hand the ticket
-        back with `done` once the request has ended, however it ended."""
-        return Ticket(await self._acquire(estimate), estimate)
+    async def admit(self, need: Rates = ONE_REQUEST) -> Ticket:
+        """Wait for a slot (and the rate budget the request is estimated to need);
+        hand the ticket back with `done` once the request has ended, however it ended."""
+        return Ticket(await self._acquire(need), need)
 
-    def admit_now(self, estimate: float = 0.0) -> Ticket | None:
+    def admit_now(self, need: Rates = ONE_REQUEST) -> Ticket | None:
         """A slot at once if one is free (no pause, no one waiting), else None: the
         common case, with nothing to await."""
-        if self._waiters or (chosen := self._pick(estimate)) is None:
+        if self._waiters or (chosen := self._pick(need)) is None:
             return None
-        return Ticket(self._take(chosen, estimate), estimate)
+        return Ticket(self._take(chosen, need), need)
 
     def done(self, ticket: Ticket) -> None:
         self._release(ticket)
 
-    async def _acquire(self, estimate: float) -> _Slice:
-        if not self._waiters and (chosen := self._pick(estimate)) is not None:
-            return self._take(chosen, estimate)
-        waiter = _Waiter(asyncio.get_running_loop().create_future(), estimate)
+    def counts_tokens(self) -> bool:
+        """Whether some gateway holds a token rate (a request then needs an estimate)."""
+        return any(any(s.held_kinds[1:]) for s in self._slices)
+
+    async def _acquire(self, need: Rates) -> _Slice:
+        if not self._waiters and (chosen := self._pick(need)) is not None:
+            return self._take(chosen, need)
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), need)
         self._waiters.append(waiter)
         self._demand_changed()
         try:
@@ -157,43 +177,52 @@ class EndpointLease:
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled():
                 # Handed a slot just as it was cancelled: pass it on.
-                self._release(Ticket(waiter.future.result(), estimate))
+                self._release(Ticket(waiter.future.result(), need, used=NO_RATES))
             else:
                 with contextlib.suppress(ValueError):
                     self._waiters.remove(waiter)
             raise
 
-    def _pick(self, estimate: float) -> _Slice | None:
+    def _pick(self, need: Rates) -> _Slice | None:
         now = time.monotonic()
         if now < self.pause_until:
             return None
         best, room = None, 0
         for candidate in self._slices:
             free = candidate.room(now)
-            if free > room and candidate.affords(estimate):
+            if free > room and candidate.affords(need):
                 best, room = candidate, free
         return best
 
-    def _take(self, chosen: _Slice, estimate: float) -> _Slice:
+    def _take(self, chosen: _Slice, need: Rates) -> _Slice:
+        self._last_need = need
         chosen.in_use += 1
         self.in_use += 1
-        if chosen.channel.bounds.requests_per_minute:
-            chosen.requests -= 1
-        if chosen.channel.bounds.tokens_per_minute:
-            chosen.tokens -= estimate
+        chosen.spend(need)
         self._idle_at = None
         self._note_demand()
         return chosen
 
     def _release(self, ticket: Ticket) -> None:
         held = ticket.slice
-        was_over = held.in_use > held.grant  # it was asked to shrink: tell it sooner
+        was_over = held.in_use > held.grant and not held.unbounded  # asked to shrink: tell it
         held.in_use -= 1
         self.in_use -= 1
         if ticket.ok:
             held.succeeded += 1
-        if held.channel.bounds.tokens_per_minute and ticket.used_tokens is not None:
-            held.token_debt += ticket.used_tokens - ticket.estimate
+            if held.succeeded == 1 and held.channel.bounds.learn and not held.unbounded:
+                held.urgent.set()  # a slow start ends with a reply: tell the gateway now
+        if ticket.used is not None:
+            # Settled at the real usage: unused estimate back, usage beyond it a debt.
+            # (A request cut short, used unknown, keeps what it took.)
+            need, use = ticket.need, ticket.used
+            unused = (need[0] - use[0], need[1] - use[1], need[2] - use[2], need[3] - use[3])
+            held.settled = _sum(held.settled, unused, held.held_kinds)
+        if ticket.observed is not None and ticket.ok:
+            held.observed = ticket.observed
+            if held.observed.limit() != held.told:
+                held.urgent.set()  # the provider states other limits: tell the gateway
+                self._ensure_pump(held)
         if was_over:
             held.urgent.set()
         self._hand_over()
@@ -204,15 +233,18 @@ class EndpointLease:
             loop = asyncio.get_running_loop()
             self._idle_timer = loop.call_later(self._idle_release, self._wake_pumps)
 
-    def throttled(self, ticket: Ticket, retry_after: float | None) -> None:
+    def throttled(
+        self, ticket: Ticket, retry_after: float | None, reading: RateReading | None = None
+    ) -> None:
         """A 429 came back: pause here at once, and tell the gateway (which pauses every
         other holder and lowers the endpoint's adaptive limit)."""
         if retry_after:
             self.pause_until = max(self.pause_until, time.monotonic() + retry_after)
         held = ticket.slice
         held.throttled = max(held.throttled or 0.0, retry_after or 0.0)
-        if held.channel.bounds.tokens_per_minute:
-            ticket.used_tokens = 0.0  # the provider did not count a rejected request
+        if reading is not None:
+            held.observed, held.told = reading, None  # the 429's headers go with it
+        ticket.used = (1.0, 0.0, 0.0, 0.0)  # a rejected request's tokens were not counted
         held.urgent.set()
         self._ensure_pump(held)
 
@@ -227,11 +259,11 @@ class EndpointLease:
             if waiter.future.done():
                 self._waiters.popleft()
                 continue
-            chosen = self._pick(waiter.estimate)
+            chosen = self._pick(waiter.need)
             if chosen is None:
                 break
             self._waiters.popleft()
-            waiter.future.set_result(self._take(chosen, waiter.estimate))
+            waiter.future.set_result(self._take(chosen, waiter.need))
         if self._waiters:
             self._demand_changed()
             left = self.pause_until - time.monotonic()
@@ -267,7 +299,8 @@ class EndpointLease:
         want = self._want()
         for candidate in self._slices:
             short = candidate.room(now) <= 0 and want > candidate.asked
-            broke = not candidate.affords(0.0) and not candidate.asked_rates
+            broke = not candidate.affords(self._waiters[0].need if self._waiters else ONE_REQUEST)
+            broke = broke and not candidate.asked_rates
             if candidate.pump is None or candidate.pump.done():
                 self._ensure_pump(candidate)
             elif short or broke:
@@ -275,18 +308,10 @@ class EndpointLease:
 
     def _report(self, held: _Slice) -> Report:
         held.seq += 1
-        bounds = held.channel.bounds
-        waiting = len(self._waiters)
-        per_slice = math.ceil(waiting / len(self._slices)) if waiting else 0
-        requests_wanted = tokens_wanted = 0.0
-        if bounds.requests_per_minute and (waiting or held.requests < 1):
-            requests_wanted = max(0.0, per_slice + 1 - held.requests)
-        if bounds.tokens_per_minute and waiting:
-            needed = sum(w.estimate for w in self._waiters) / len(self._slices)
-            tokens_wanted = max(0.0, needed - held.tokens)
+        wanted = self._rates_wanted(held)
         want = self._want()
         held.asked = want
-        held.asked_rates = bool(requests_wanted or tokens_wanted)
+        held.asked_rates = any(wanted)
         report = Report(
             seq=held.seq,
             version=held.version,
@@ -296,12 +321,45 @@ class EndpointLease:
             in_use=held.in_use,
             succeeded=held.succeeded,
             throttled=held.throttled,
-            requests_wanted=requests_wanted,
-            tokens_wanted=tokens_wanted,
-            token_debt=held.token_debt,
+            wanted=wanted,
+            settled=held.settled,
+            observed=self._news(held),
         )
-        held.succeeded, held.throttled, held.token_debt = 0, None, 0.0
+        held.succeeded, held.throttled, held.settled = 0, None, NO_RATES
         return report
+
+    @staticmethod
+    def _news(held: _Slice) -> RateReading | None:
+        """The last reading, if it states other limits than the last one told (or is
+        a 429's)."""
+        reading = held.observed
+        if reading is None:
+            return None
+        stated = reading.limit()
+        if stated == held.told and held.throttled is None:
+            return None
+        held.told = stated
+        return reading
+
+    def _rates_wanted(self, held: _Slice) -> Rates:
+        """Rate budget to ask this slice's gateway for: the waiters' share, and `AHEAD`
+        times the recent peak of demand ahead (at the last request's size), less what is in hand.
+        Where the rate binds, what comes is spent at once by the waiters; where it does
+        not, the hand fills and the gateway hears from the lease once per peak, not per
+        request (it grants a piece of the rate at most each time, so no one hoards)."""
+        if not any(held.held_kinds):
+            return NO_RATES
+        parts = len(self._slices)
+        self._note_demand()
+        ahead = AHEAD * max(1, self._peak) / parts
+        wanted = []
+        for k, on in enumerate(held.held_kinds):
+            waiting = sum(w.need[k] for w in self._waiters) / parts
+            front = ahead * self._last_need[k]
+            # Topped up when half the peak's worth is left, not after every request.
+            low = waiting > 0 or held.hand[k] < front / 2
+            wanted.append(max(0.0, waiting + front - held.hand[k]) if on and low else 0.0)
+        return (wanted[0], wanted[1], wanted[2], wanted[3])
 
     # -- the pump -------------------------------------------------------------------------
 
@@ -336,7 +394,7 @@ class EndpointLease:
         except asyncio.CancelledError:
             # The loop is closing (or the process): give the slice back, unawaited.
             with contextlib.suppress(Exception):
-                held.channel.release_nowait((held.requests, held.tokens))
+                held.channel.release_nowait(_sum(held.hand, held.settled, held.held_kinds))
             raise
         finally:
             if pending is not None:
@@ -358,14 +416,17 @@ class EndpointLease:
             self._apply(held, grant, sent)
 
     def _apply(self, held: _Slice, grant: Grant, sent: float) -> None:
-        held.requests += grant.requests
-        held.tokens += grant.tokens
+        if grant.held != held.held_kinds:
+            # The gateway holds other kinds now (learnt, or no longer configured).
+            held.hand = tuple(h if on else 0.0 for h, on in zip(held.hand, grant.held, strict=True))  # type: ignore[assignment]
+            held.held_kinds = grant.held
+        held.hand = _sum(held.hand, grant.rates, held.held_kinds)
         fresh = grant.incarnation != held.incarnation
-        if grant.requests or grant.tokens:
+        if any(grant.rates):
             held.asked_rates = False
         if fresh or grant.version >= held.version:
             held.incarnation, held.version = grant.incarnation, grant.version
-            held.grant = grant.slots
+            held.grant, held.unbounded = grant.slots, grant.unbounded
             held.deadline = max(held.deadline, sent + grant.ttl)
             if grant.pause:
                 self.pause_until = max(self.pause_until, time.monotonic() + grant.pause)
@@ -399,10 +460,10 @@ class EndpointLease:
         )
 
     async def _give_back(self, held: _Slice) -> None:
-        returned = (held.requests, held.tokens)
+        returned = _sum(held.hand, held.settled, held.held_kinds)
         held.generation += 1
         held.grant, held.version, held.deadline, held.asked = 0, 0, 0.0, 0
-        held.requests = held.tokens = 0.0
+        held.hand = held.settled = NO_RATES
         with contextlib.suppress(Exception):
             await held.channel.release(returned)
 
@@ -419,3 +480,12 @@ class EndpointLease:
             "waiting": len(self._waiters),
             "paused_for": max(0.0, self.pause_until - now),
         }
+
+
+def _sum(a: Rates, b: Rates, kinds: tuple[bool, ...]) -> Rates:
+    """a + b for the kinds held (0 for the others)."""
+    return tuple(x + y if on else 0.0 for x, y, on in zip(a, b, kinds, strict=True))  # type: ignore[return-value]
+
+
+def _kinds(limits: Limits) -> tuple[bool, bool, bool, bool]:
+    return (bool(limits[0]), bool(limits[1]), bool(limits[2]), bool(limits[3]))

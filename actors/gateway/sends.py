@@ -16,8 +16,6 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pydantic_core
-
 from raygent.backend import (
     AbortSignal,
     Cost,
@@ -27,15 +25,22 @@ from raygent.backend import (
     ModelOptions,
     ModelResponse,
     RateLimitError,
+    RateReading,
     RaygentError,
     StreamChunk,
     Usage,
     abortable,
     closing_stream,
+    need_of,
+    note_throttled,
+    note_wait,
+    rate_estimate,
+    reading_of_error,
 )
 
 from .._options import RetryPolicy
-from .lease import EndpointLease, Ticket
+from .lease import ONE_REQUEST, EndpointLease, Ticket
+from .rate_budget import Rates
 
 __all__ = ["Send", "Sends", "send_complete", "send_stream"]
 
@@ -120,19 +125,45 @@ class Sends:
         return error
 
 
-def estimate(lease_tpm: bool, messages: Sequence[Message], options: ModelOptions) -> float:
-    """Tokens a request may use, before it is sent (only with a tokens-per-minute
-    limit): ~4 bytes of JSON a token for the prompt, plus the output cap. The real
-    usage settles it afterwards."""
-    if not lease_tpm:
-        return 0.0
-    prompt = len(pydantic_core.to_json(list(messages))) // 4
-    return float(prompt + (options.max_tokens or 0))
+def used(model: Model, response: ModelResponse, options: ModelOptions) -> Rates:
+    """What a request used, as providers count it: its input (Anthropic's without
+    cache reads), tokens as OpenAI counts them at admission (the output cap asked for,
+    or the output if larger), output tokens as produced (Anthropic's)."""
+    usage = response.usage
+    prompt, output = float(usage.total_input_tokens), float(usage.output_tokens)
+    fresh = prompt - usage.cached_tokens if model.provider == "anthropic" else prompt
+    return (1.0, prompt + max(output, float(options.max_tokens or 0)), fresh, output)
+
+
+@dataclass(eq=False)
+class _Admission:
+    """A request let through: its slot of the endpoint's bound and, when its model's
+    rate is held, its rate budget (a ticket of the rate's own lease)."""
+
+    lease: EndpointLease
+    slot: Ticket
+    rates: EndpointLease | None = None
+    paced: Ticket | None = None
+
+    def answered(self, model: Model, response: ModelResponse, options: ModelOptions) -> None:
+        self.slot.ok = True
+        if self.paced is not None:
+            self.paced.ok, self.paced.observed = True, response.rate
+            self.paced.used = used(model, response, options)
+
+    def throttled(self, retry_after: float | None, reading: RateReading | None) -> None:
+        self.lease.throttled(self.slot, retry_after)
+        if self.rates is not None and self.paced is not None:
+            self.rates.throttled(self.paced, retry_after, reading)
+
+    def done(self) -> None:
+        self.lease.done(self.slot)
+        if self.rates is not None and self.paced is not None:
+            self.rates.done(self.paced)
 
 
 def _throttled(
-    lease: EndpointLease,
-    ticket: Ticket,
+    admission: _Admission,
     exc: RateLimitError,
     attempt: int,
     most: int,
@@ -143,10 +174,12 @@ def _throttled(
     before the next send (0: the pause is the wait), None if there should be none."""
     found = exc.details.get("retry_after")
     retry_after = float(found) if isinstance(found, (int, float)) else None
+    reading = reading_of_error(exc)
+    note_throttled()
     if retry_after is not None and retry_after > policy.max_wait:
-        lease.throttled(ticket, None)  # not worth holding anyone for: it goes back now
+        admission.throttled(None, reading)  # not worth holding anyone for: back now
         return None
-    lease.throttled(ticket, retry_after)
+    admission.throttled(retry_after, reading)
     if attempt >= most:
         return None
     if retry_after is not None:
@@ -158,25 +191,46 @@ def _throttled(
 
 
 def _plan(
+    rates: EndpointLease | None,
     model: Model,
     messages: Sequence[Message],
     options: ModelOptions,
     policy: RetryPolicy,
     retries: bool,
-) -> tuple[float, Sends, int]:
-    """A request's token estimate (rate limits), its record of sends, and how many."""
-    tpm = bool(getattr(model, "tokens_per_minute", None))
-    return estimate(tpm, messages, options), Sends(model), policy.max_attempts if retries else 1
+) -> tuple[Rates, Sends, int]:
+    """A request's rate estimate, its record of sends, and how many sends at most."""
+    need = ONE_REQUEST
+    if rates is not None and rates.counts_tokens():
+        need = need_of(*rate_estimate(messages, options, model))
+    return need, Sends(model), policy.max_attempts if retries else 1
 
 
-async def _admitted(lease: EndpointLease, cost: float, signal: AbortSignal | None) -> Ticket:
-    """A slot: at once when one is free; else, abortably, once the pause is over and a
-    slot is handed over."""
-    ticket = lease.admit_now(cost)
+async def _ticket(lease: EndpointLease, need: Rates, signal: AbortSignal | None) -> Ticket:
+    """At once when there is room; else, abortably, once the pause is over and room is
+    handed over."""
+    ticket = lease.admit_now(need)
     if ticket is not None:
         return ticket
     await abortable(lease.paused(), signal)
-    return await abortable(lease.admit(cost), signal)
+    return await abortable(lease.admit(need), signal)
+
+
+async def _admitted(
+    lease: EndpointLease, rates: EndpointLease | None, need: Rates, signal: AbortSignal | None
+) -> _Admission:
+    """A slot first, then the rate budget, sent at once: budget taken first and then
+    held while waiting for a slot would be sent late, in a burst with the next (429s)."""
+    slot = await _ticket(lease, ONE_REQUEST, signal)
+    try:
+        paced = None
+        if rates is not None:
+            waited = time.perf_counter()
+            paced = await _ticket(rates, need, signal)
+            note_wait(time.perf_counter() - waited)
+    except BaseException:
+        lease.done(slot)
+        raise
+    return _Admission(lease, slot, rates, paced)
 
 
 async def send_complete(
@@ -187,28 +241,30 @@ async def send_complete(
     signal: AbortSignal | None,
     policy: RetryPolicy,
     retries: bool,
+    rates: EndpointLease | None = None,
 ) -> ModelResponse:
-    """`model.complete` inside the lease; 429s retried unless `retries` is False."""
-    cost, sends, most = _plan(model, messages, options, policy, retries)
+    """`model.complete` inside the lease (and the rate's, `rates`); 429s retried
+    unless `retries` is False."""
+    cost, sends, most = _plan(rates, model, messages, options, policy, retries)
     for attempt in range(1, most + 1):
         send = sends.start()
-        ticket = await _admitted(lease, cost, signal)
+        admission = await _admitted(lease, rates, cost, signal)
         try:
             send.admitted()
             response = await model.complete(messages, options, signal=signal)
         except RateLimitError as exc:
             send.failed(exc)
-            backoff = _throttled(lease, ticket, exc, attempt, most, policy, send)
+            backoff = _throttled(admission, exc, attempt, most, policy, send)
             if backoff is None:
                 raise sends.gave_up(exc) from None
         except RaygentError as exc:
             send.failed(exc)
             raise sends.gave_up(exc) from None
         else:
-            ticket.ok, ticket.used_tokens = True, float(response.usage.total_tokens)
+            admission.answered(model, response, options)
             return sends.answered(response)
         finally:
-            lease.done(ticket)
+            admission.done()
         if backoff:
             await abortable(asyncio.sleep(backoff), signal)
     raise AssertionError("unreachable: the last attempt returns or raises")
@@ -222,13 +278,14 @@ async def send_stream(
     signal: AbortSignal | None,
     policy: RetryPolicy,
     retries: bool,
+    rates: EndpointLease | None = None,
 ) -> AsyncIterator[StreamChunk]:
-    """`model.stream` inside the lease; a 429 is retried only before anything was
-    yielded (afterwards the caller has seen part of a reply)."""
-    cost, sends, most = _plan(model, messages, options, policy, retries)
+    """`model.stream` inside the lease (and the rate's); a 429 is retried only before
+    anything was yielded (afterwards the caller has seen part of a reply)."""
+    cost, sends, most = _plan(rates, model, messages, options, policy, retries)
     for attempt in range(1, most + 1):
         send = sends.start()
-        ticket = await _admitted(lease, cost, signal)
+        admission = await _admitted(lease, rates, cost, signal)
         yielded, backoff = False, None
         try:
             send.admitted()
@@ -236,8 +293,7 @@ async def send_stream(
             async with closing_stream(chunks):
                 async for chunk in chunks:
                     if isinstance(chunk, Done):
-                        ticket.ok = True
-                        ticket.used_tokens = float(chunk.response.usage.total_tokens)
+                        admission.answered(model, chunk.response, options)
                         chunk = Done(sends.answered(chunk.response))
                     yielded = True
                     yield chunk
@@ -245,13 +301,13 @@ async def send_stream(
         except RateLimitError as exc:
             send.failed(exc)
             if not yielded:
-                backoff = _throttled(lease, ticket, exc, attempt, most, policy, send)
+                backoff = _throttled(admission, exc, attempt, most, policy, send)
             if backoff is None:
                 raise sends.gave_up(exc) from None
         except RaygentError as exc:
             send.failed(exc)
             raise sends.gave_up(exc) from None
         finally:
-            lease.done(ticket)
+            admission.done()
         if backoff:
             await abortable(asyncio.sleep(backoff), signal)

@@ -2,7 +2,7 @@
 
 It joins the test session's Ray at `--address`, runs `--runs` agent runs at once against
 the simulator at `--base-url` (the endpoint the tests' `sim_model` uses), prints
-`READY` once its lease holds slots, then `RESULT {json}` with each run's status, and
+`READY` once its runs are started, then `RESULT {json}` with each run's status, and
 exits: what it made (a gateway) must outlive it.
 """
 
@@ -22,8 +22,9 @@ KEY = "sk-ray-test-000000"  # ray_support.KEY: the same endpoint as the tests' m
 
 
 async def drive(args: argparse.Namespace) -> list[str]:
+    rate = raygent.RateLimit(requests_per_minute=args.rpm) if args.rpm else None
     model = raygent.OpenAIModel(
-        "sim-gpt", base_url=args.base_url, api_key=KEY, max_concurrency=args.bound
+        "sim-gpt", base_url=args.base_url, api_key=KEY, max_concurrency=args.bound, rate_limit=rate
     )
     options = RayOptions(namespace=args.namespace, lease_ttl=args.lease_ttl)
     bot = raygent.agent(model=model, backend=ray_backend(options))
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, required=True)
     parser.add_argument("--lease-ttl", type=float, default=10.0)
     parser.add_argument("--prompt", default="question")
+    parser.add_argument("--rpm", type=float, default=None)  # the model's rate_limit
     args = parser.parse_args()
     ray.init(address=args.address, namespace=args.namespace, log_to_driver=False)
     statuses = asyncio.run(drive(args))

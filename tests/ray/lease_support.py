@@ -14,6 +14,7 @@ from dataclasses import replace
 from raygent.actors import Bounds, Gateway
 from raygent.actors.gateway.endpoint_ledger import Grant, Report
 from raygent.actors.gateway.lease import EndpointLease, GatewayUnavailable
+from raygent.actors.gateway.rate_budget import Rates
 
 KEY = "endpoint"
 
@@ -46,11 +47,11 @@ class LocalChannel:
         await self._hop()
         return grant
 
-    async def release(self, returned: tuple[float, float]) -> None:
+    async def release(self, returned: Rates) -> None:
         await self._hop()
         await self.gateway.release(KEY, self.holder, returned)
 
-    def release_nowait(self, returned: tuple[float, float]) -> None:
+    def release_nowait(self, returned: Rates) -> None:
         self._closing = asyncio.ensure_future(self.gateway.release(KEY, self.holder, returned))
 
 

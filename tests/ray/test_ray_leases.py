@@ -14,6 +14,7 @@ from ray_support import sim_model
 from raygent import ModelOptions, UserMessage
 from raygent.actors import Bounds, Gateway, RetryPolicy
 from raygent.actors.gateway.endpoint_ledger import EndpointLedger, Report, partition, waterfill
+from raygent.actors.gateway.rate_budget import NO_RATES
 from raygent.actors.gateway.sends import send_complete
 from raygent.errors import InvalidRequestError, RateLimitError
 from raygent.sim import Fault, Match, Reply, Rule, serve
@@ -81,13 +82,17 @@ def test_the_ledger_holds_the_tightest_declaration_of_its_live_holders() -> None
     ledger.report("old", _report(3, version=old.version, want=0, held=0), "me", 0.0, 10)
     assert (old.grant, new.grant) == (0, 2)
     assert old.occupied + new.occupied == 2
-    assert ledger.rates_ready_in() is None
+    assert ledger.rates_ready_in(0.0) is None
     ledger.report(
-        "new", _report(2, version=new.version, want=2, held=2, requests_wanted=100.0), "me", 0.0, 10
+        "new",
+        _report(2, version=new.version, want=2, held=2, wanted=(100.0, 0, 0, 0)),
+        "me",
+        0.0,
+        10,
     )
-    assert new.requests == 60.0  # the tighter rate too: a minute of 60, not of 600
+    assert new.rates[0] == 1.0  # the tighter rate: a second of 60 a minute, not of 600
     # The tight holder goes (released): the loose declaration left holds again.
-    ledger.release("new", (0.0, 0.0), now=1.0)
+    ledger.release("new", NO_RATES, now=1.0)
     assert ledger.bound == 8
     ledger.report("old", _report(4, version=old.version, want=8, held=0), "me", 1.0, 10)
     assert old.grant == 8
@@ -161,26 +166,27 @@ async def test_a_retry_after_pauses_every_holder_and_lowers_the_limit() -> None:
 
 async def test_a_request_rate_holds_across_holders() -> None:
     gateway = Gateway(lease_ttl=2.0)
-    # 600 a minute: 10 a second, from a bucket of 600 that starts full.
+    # 600 a minute: 10 a second, from a bucket of a second's worth that starts full.
     holders = leases(gateway, Bounds(64, requests_per_minute=600), 2)
     flight = InFlight()
     await asyncio.gather(*(flight.request(h, 0.0) for h in holders))
-    bucket = gateway._endpoints[KEY].ledger._requests
+    bucket = gateway._endpoints[KEY].ledger.rates.buckets[0]
     assert bucket is not None
-    bucket.level = 0.0  # the minute's requests are spent
+    bucket.level = 0.0  # the burst's requests are spent
     started = time.monotonic()
     await asyncio.gather(*(flight.request(h, 0.0) for h in holders for _ in range(5)))
     assert time.monotonic() - started > 0.6  # ~10 a second from here on, not 10 at once
 
 
 def test_tokens_used_beyond_the_estimate_are_a_debt_the_next_takers_pay() -> None:
-    ledger = EndpointLedger(Bounds(8, tokens_per_minute=6000), now=0.0)
-    ledger.report("a", _report(1, want=1, tokens_wanted=6000.0), "me", now=0.0, ttl=10)
-    assert ledger.holders["a"].tokens == 6000  # a minute's worth, all there at first
-    ledger.report("a", _report(2, want=1, token_debt=3000.0), "me", now=0.0, ttl=10)
-    ledger.report("b", _report(1, want=1, tokens_wanted=100.0), "me", now=0.0, ttl=10)
-    assert ledger.holders["b"].tokens == 0  # in debt: nothing until it is paid off
-    assert ledger.rates_ready_in() == pytest.approx(31.0)  # 3000 + 100 at 100 a second
+    ledger = EndpointLedger(Bounds(8, tokens_per_minute=6000, burst=1.0), now=0.0)
+    ledger.report("a", _report(1, want=1, wanted=(0, 6000.0, 0, 0)), "me", now=0.0, ttl=10)
+    assert ledger.holders["a"].rates[1] == 25  # a piece (a quarter second) at a time
+    ledger.report("a", _report(2, want=1, settled=(0, -3000.0, 0, 0)), "me", now=0.0, ttl=10)
+    ledger.report("b", _report(1, want=1, wanted=(0, 100.0, 0, 0)), "me", now=0.0, ttl=10)
+    assert ledger.holders["b"].rates[1] == 0  # in debt: nothing until it is paid off
+    # 3000 of debt below zero, then a's 25-token piece (the smallest ask), at 100 a second
+    assert ledger.rates_ready_in(0.0) == pytest.approx(30.25)
 
 
 async def test_a_restarted_gateway_grants_only_claims_until_old_leases_would_expire() -> None:
