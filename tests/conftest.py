@@ -5,6 +5,9 @@
 - `redis_url`: the real Redis on 127.0.0.1:6379. Missing Redis skips locally but fails
   under CI=true.
 - `ray_session`: one Ray instance for the whole session (tests/ray use it).
+- `@pytest.mark.slow(reason)`: a bare `pytest` (the default suite, its test paths) leaves
+  these tests out; `pytest -m slow` runs them alone, and naming a test's file or folder
+  runs it too. CI (the README's test command) runs both: every test, every time.
 """
 
 from __future__ import annotations
@@ -33,6 +36,17 @@ def _redis_answers() -> bool:
             return conn.recv(16).startswith(b"+PONG")
     except OSError:
         return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A bare `pytest` (no `-m`, no paths: the configured test paths) leaves out the tests
+    marked `slow`; the README's test command then runs them with `-m slow`."""
+    if config.option.markexpr or config.args_source != pytest.Config.ArgsSource.TESTPATHS:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
 
 
 @pytest.fixture(scope="session")

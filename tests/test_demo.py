@@ -14,7 +14,13 @@ import pytest
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("backend", ["local", "ray"])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "local",
+        pytest.param("ray", marks=pytest.mark.slow("starts a fresh Ray, as `raygent demo` does")),
+    ],
+)
 def test_demo_runs_the_bundled_dataset_and_says_the_model_is_the_simulator(
     backend: str, tmp_path: Path
 ) -> None:
@@ -71,6 +77,7 @@ def test_the_demo_writes_under_a_new_temporary_folder_by_default(tmp_path: Path)
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow("starts a fresh Ray")
 def test_ray_start_up_lines_show_when_asked(tmp_path: Path) -> None:
     # The demo's test above holds that a Ray raygent starts keeps its start-up lines
     # (INFO, the token-authentication warning) out of the output; RAYGENT_RAY_LOGS=1

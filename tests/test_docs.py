@@ -29,6 +29,11 @@ BLOCK = re.compile(
     r"(?:<!-- not run: (?P<why>[^>]+?) -->\n)?```python\n(?P<code>.*?)```", re.DOTALL
 )
 PROMISE = re.compile(r"print\(.*\)\s+#\s*(.+)$", re.MULTILINE)
+# A block that uses Ray itself (`ray.data`): its page's process joins the test session's
+# Ray (RAY_ADDRESS) instead of starting one of its own (~20 s here), as a reader's script
+# joins the cluster it runs on. Starting a fresh Ray is what tests/test_readme.py and
+# tests/notebook/test_first_use.py hold.
+USES_RAY = re.compile(r"^\s*(import ray\b|from ray\b)", re.MULTILINE)
 # The runner: each block of the page in order, in one namespace, with a marker before
 # each so that the test can cut the output per block.
 RUNNER = """\
@@ -77,17 +82,25 @@ class PageRun:
 _RUNS: dict[Path, PageRun] = {}
 
 
-def run_page(page: Path, workdir: Path) -> PageRun:
+def run_page(page: Path, workdir: Path, request: pytest.FixtureRequest) -> PageRun:
     if page in _RUNS:
         return _RUNS[page]
     workdir.mkdir(parents=True, exist_ok=True)
     blocks = [(b.index, b.code) for b in blocks_of(page) if b.not_run is None]
+    address = {}
+    if any(USES_RAY.search(code) for _, code in blocks):
+        request.getfixturevalue("ray_session")
+        import ray
+
+        address["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    # Read after Ray started here: its ray.init sets what a driver needs to join it.
+    env = {**os.environ, "RAYGENT_OFFLINE": "1", **address}
     (workdir / "blocks.json").write_text(json.dumps(blocks))
     (workdir / "run_blocks.py").write_text(RUNNER)
     result = subprocess.run(
         [sys.executable, "run_blocks.py", "blocks.json"],
         cwd=workdir,
-        env={**os.environ, "RAYGENT_OFFLINE": "1"},
+        env=env,
         capture_output=True,
         text=True,
         timeout=280,
@@ -116,13 +129,16 @@ def test_the_readme_and_the_manual_have_python_examples() -> None:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("page", "index"), CASES, ids=[f"{_name(p)}:{i}" for p, i in CASES])
 def test_docs_python_block_runs(
-    page: Path, index: int, tmp_path_factory: pytest.TempPathFactory
+    page: Path,
+    index: int,
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> None:
     block = blocks_of(page)[index]
     compile(block.code, f"{_name(page)} block {index}", "exec")  # it parses, run or not
     if block.not_run is not None:
         pytest.skip(f"the page says: not run: {block.not_run}")
-    run = run_page(page, tmp_path_factory.mktemp(page.stem))
+    run = run_page(page, tmp_path_factory.mktemp(page.stem), request)
     if run.failed is not None and run.failed < index:
         pytest.fail(f"block {run.failed} of {_name(page)} failed before this one ran")
     output, errors = run.outputs.get(index), run.errors.get(index, "")

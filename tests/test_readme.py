@@ -24,6 +24,7 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow("starts a fresh Ray, as a reader without one does")
 def test_the_readme_blocks_run_on_the_default_ray_backend_too(tmp_path: Path) -> None:
     # What a reader gets without RAYGENT_BACKEND: Ray, started by the first block that
     # needs it (one Ray for every block: they run one after another in one process).

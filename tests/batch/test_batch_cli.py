@@ -68,9 +68,17 @@ def test_the_cli_reports_bad_targets(capsys: pytest.CaptureFixture[str], tmp_pat
 
 
 @pytest.mark.timeout(240)
-def test_the_cli_on_ray_ships_a_module_the_workers_cannot_import(tmp_path: Path) -> None:
+def test_the_cli_on_ray_ships_a_module_the_workers_cannot_import(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     # The module lives only in the working directory, which Ray's workers do not have on
-    # their path: it must travel by value to the batch runners.
+    # their path: it must travel by value to the batch runners. The driver joins the
+    # session's Ray (RAY_ADDRESS), as a driver joins its cluster: its job's workers share
+    # nothing with this process's (no PYTHONPATH; the module refuses to load in a worker).
+    request.getfixturevalue("ray_session")
+    import ray
+
+    address = ray.get_runtime_context().gcs_address
     (tmp_path / "my_agents.py").write_text(
         "from ray._private import worker\n"
         "if worker.global_worker.mode == worker.WORKER_MODE:  # as on another machine\n"
@@ -93,7 +101,7 @@ def test_the_cli_on_ray_ships_a_module_the_workers_cannot_import(tmp_path: Path)
         "--backend",
         "ray",
         cwd=tmp_path,
-        env={**env, "RAYGENT_BACKEND": "ray"},
+        env={**env, "RAYGENT_BACKEND": "ray", "RAY_ADDRESS": address},
     )
     _, err = proc.communicate(timeout=220)
     assert proc.returncode == 0, err  # 1, "the batch failed: ... cannot load", if not shipped

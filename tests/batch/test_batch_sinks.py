@@ -24,6 +24,7 @@ from batch_support import (
     write_jsonl,
 )
 from pydantic import BaseModel
+from shared_support import driver_env
 
 import raygent
 from raygent import AbortController
@@ -186,12 +187,28 @@ def test_bad_sink_paths_are_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("backend", ["local", "ray"])
-@pytest.mark.parametrize("stop", ["SIGKILL", "SIGINT"])
+@pytest.mark.parametrize(
+    ("stop", "backend"),
+    [
+        ("SIGKILL", "local"),
+        ("SIGINT", "local"),
+        ("SIGKILL", "ray"),
+        pytest.param("SIGINT", "ray", marks=pytest.mark.slow("starts a fresh Ray, twice")),
+    ],
+    ids=["SIGKILL-local", "SIGINT-local", "SIGKILL-ray", "SIGINT-ray"],
+)
 def test_a_driver_stopped_mid_batch_resumes_with_every_item_once(
-    tmp_path: Path, stop: str, backend: str
+    tmp_path: Path, stop: str, backend: str, request: pytest.FixtureRequest
 ) -> None:
-    # On "ray" the items run on batch runner actors of a Ray the driver starts.
+    # On "ray" the items run on batch runner actors. A SIGKILLed driver joins the
+    # session's Ray (RAY_ADDRESS), as a driver on a cluster does: its job's actors die with
+    # it (starting a Ray per run cost ~10 s each). A SIGINTed one starts a Ray of its own:
+    # joined to a running Ray, its Ctrl-C has been seen to record no item cancelled, or
+    # more than the bound below (for the lead: not yet understood).
+    joins = backend == "ray" and stop == "SIGKILL"
+    if joins:
+        request.getfixturevalue("ray_session")
+    env = driver_env(backend) if joins else {**os.environ}
     total = 1000
     source = write_jsonl(tmp_path / "in.jsonl", [{"n": n, "key": f"k{n}"} for n in range(total)])
     sink = tmp_path / "out.jsonl"
@@ -199,7 +216,7 @@ def test_a_driver_stopped_mid_batch_resumes_with_every_item_once(
     args = (target, str(source), "-o", str(sink), "--concurrency", "8", "--no-progress")
     args = (*args, "--backend", backend)
     # Items from 400 on hang in this first run: it cannot finish before it is stopped.
-    proc = raygent_cli("batch", *args, env={**os.environ, HANG_FROM: "400"})
+    proc = raygent_cli("batch", *args, env={**env, HANG_FROM: "400"})
     try:
         # SIGKILL lands wherever the writing is; SIGINT once items hang in flight, so
         # that some are sure to end cancelled.
@@ -222,7 +239,7 @@ def test_a_driver_stopped_mid_batch_resumes_with_every_item_once(
         assert said == ["raygent", "batch", *args, "--resume"], hint
         # The same command without --resume refuses, before anything runs (issue 37.1).
         before = sink.read_bytes()
-        again = raygent_cli("batch", *args)
+        again = raygent_cli("batch", *args, env=env)
         _, refused = again.communicate(timeout=60)
         assert again.returncode == 2 and "--resume" in refused and "--mode" in refused
         assert sink.read_bytes() == before
@@ -233,7 +250,7 @@ def test_a_driver_stopped_mid_batch_resumes_with_every_item_once(
     held = 8 if backend == "local" else 2 * 8
     assert 100 <= line_count(sink) <= 400 + held
 
-    resumed = raygent_cli("batch", *args, "--resume")
+    resumed = raygent_cli("batch", *args, "--resume", env=env)
     _, err = resumed.communicate(timeout=120)
     assert resumed.returncode == 0, err
     assert "skipped (already done)" in err

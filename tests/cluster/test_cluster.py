@@ -25,7 +25,10 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.slow("a multi-node cluster of its own, in a process of its own: ~40 s"),
+]
 
 SCRIPT = Path(__file__).resolve().parent / "_scenarios.py"
 RUN_TIMEOUT = 240  # seconds; the run takes ~35 s here (7 s of it starting the head)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import ray
 import yaml
 
@@ -38,6 +39,7 @@ def test_the_setup_installs_the_mounted_checkout_and_the_drivers_ray() -> None:
     assert f"ray[default]=={ray.__version__}" in words
 
 
+@pytest.mark.slow("a fresh venv with Ray installed in it: ~40 s")
 def test_the_setup_command_gives_a_python_that_imports_this_raygent(tmp_path: Path) -> None:
     # The setup command as a node runs it: HOME holds the mount (a copy of the checkout's
     # tracked files), a fresh venv stands for the node's Python.

@@ -27,7 +27,7 @@ pytestmark = [
 ]
 
 NAMESPACE = "raygent-tests"  # the namespace of the session's ray.init
-ROWS = 400
+ROWS = 96  # 12 rows in each of 8 files: both actors busy, the bound of 12 reached
 
 
 def sim_model(sim: Simulator, **kwargs: Any) -> OpenAIModel:

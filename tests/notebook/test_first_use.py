@@ -94,6 +94,7 @@ def wait_gone(ray_tmp: Path, timeout: float = 60.0) -> list[psutil.Process]:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow("starts a fresh Ray, as on a machine with none")
 def test_a_script_whose_first_call_is_execute_sync_in_a_running_loop(ray_tmp: Path) -> None:
     with serve([Rule(reply=Reply(text="hi"))]) as sim:
         done = subprocess.run(
@@ -111,6 +112,7 @@ def test_a_script_whose_first_call_is_execute_sync_in_a_running_loop(ray_tmp: Pa
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow("starts a fresh Ray, as on a machine with none")
 async def test_a_kernel_that_never_calls_init_lives_and_so_does_its_ray(
     tmp_path: Path, ray_tmp: Path
 ) -> None:

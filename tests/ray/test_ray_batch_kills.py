@@ -31,7 +31,10 @@ from raygent.models import OpenAIModel
 from raygent.sim import Latency, Match, Reply, Rule, ToolCallReply, serve
 from raygent.stores import RedisStore, Scope
 
-SESSIONS, PER_SESSION = 100, 10  # the scenario: 1,000 items on 100 sessions
+# The scenario had 1,000 items on 100 sessions; 200 on 20 show the same: the
+# kills (at items 30 and 60) land mid-batch with 16 runs in flight on 20 sessions, each
+# session holds ten items in order, and the simulator scans 400 rules a request, not 2,000.
+SESSIONS, PER_SESSION = 20, 10
 POLICIES: tuple[SavePolicy, ...] = ("message", "turn", "run")
 
 
