@@ -86,7 +86,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--backend", choices=["local", "ray"], default="local")
     parser.add_argument("--cases", default="rpm,tpm,learnt")
+    parser.add_argument("--drivers", type=int, default=1, help="on Ray: driver processes")
     args = parser.parse_args()
+    if args.backend == "ray":
+        _on_ray(args)
+        return
     os.environ["RAYGENT_BACKEND"] = args.backend
     print(f"load: {os.getloadavg()}  backend: {args.backend}")
     print("command: python benchmarks/bench_rate_limits.py " + " ".join(sys.argv[1:]))
@@ -97,6 +101,22 @@ def main() -> None:
         _case("tpm", ["--tpm", str(TPM)], RateLimit(tokens_per_minute=TPM), args)
     if "learnt" in cases:
         _case("learnt", ["--rpm", str(RPM)], None, args)
+
+
+def _on_ray(args: Any) -> None:
+    """The same cases on Ray, held through the gateway's leases (`_rates_ray.py`), by
+    one driver or `--drivers N` driver processes sharing the limit."""
+    import _rates_ray
+
+    print(f"load: {os.getloadavg()}  backend: ray  drivers: {args.drivers}")
+    print("command: python benchmarks/bench_rate_limits.py " + " ".join(sys.argv[1:]))
+    for case in args.cases.split(","):
+        row = _rates_ray.bench(
+            argparse.Namespace(
+                case=case, drivers=args.drivers, concurrency=args.concurrency, items=args.items
+            )
+        )
+        print(row, flush=True)
 
 
 if __name__ == "__main__":
