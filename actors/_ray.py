@@ -77,8 +77,22 @@ def _lasting_thread() -> ThreadPoolExecutor:
 
 def job_id() -> str:
     """The Ray job this process belongs to: handles cached under another job (before a
-    `ray.shutdown()` and a new `ray.init()`) are stale."""
-    return str(ray.get_runtime_context().get_job_id())
+    `ray.shutdown()` and a new `ray.init()`) are stale.
+
+    Asked on every model request: kept per connection (Ray makes a new core worker for
+    each `ray.init`), since reading it from the runtime context costs a request ~10 us."""
+    global _job
+    core = getattr(ray._private.worker.global_worker, "core_worker", None)
+    known = _job
+    if core is not None and known is not None and known[0] is core:
+        return known[1]
+    found = str(ray.get_runtime_context().get_job_id())
+    if core is not None:
+        _job = (core, found)
+    return found
+
+
+_job: tuple[object, str] | None = None  # (the core worker, its job id)
 
 
 async def awaited(ref: Any) -> Any:

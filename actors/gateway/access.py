@@ -27,7 +27,7 @@ import hashlib
 import os
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from typing import Any
 
 import ray
@@ -221,7 +221,7 @@ class RayModelAccess:
         if key is None:
             return None
         declared = declared_limits(model)[0]
-        return self._lease(key, declared, _bounds(model, self.options.replicas))
+        return self._lease(key, declared, lambda: _bounds(model, self.options.replicas))
 
     def rate_lease(self, model: Model) -> EndpointLease | None:
         """This event loop's lease on the model's rate (None: not bounded)."""
@@ -229,9 +229,11 @@ class RayModelAccess:
         if key is None:
             return None
         declared = declared_limits(model)[1:]
-        return self._lease(key, declared, _rate_bounds(model, self.options.replicas))
+        return self._lease(key, declared, lambda: _rate_bounds(model, self.options.replicas))
 
-    def _lease(self, key: Hashable, declared: Any, shares: list[Bounds]) -> EndpointLease:
+    def _lease(
+        self, key: Hashable, declared: Any, shares_of: Callable[[], list[Bounds]]
+    ) -> EndpointLease:
         o = self.options
         o.connect()
         per_loop = _leases.get(asyncio.get_running_loop())
@@ -243,6 +245,7 @@ class RayModelAccess:
         lease = per_loop.get(cache_key)
         if lease is None:
             digest, holder = endpoint_digest(key), f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            shares = shares_of()  # only for a new lease: a request's path stays short
             channels = [
                 _RayChannel(o, name, digest, bounds, holder)
                 for name, bounds in zip(gateway_names(len(shares)), shares, strict=True)
