@@ -140,6 +140,14 @@ class RateLimitError(ProviderError):
     code = "PROVIDER_RATE_LIMITED"
     default_retryable = True
 
+    @property
+    def for_capacity(self) -> bool:
+        """Whether this is a service tier's refusal for capacity (OpenAI flex's 429
+        `resource_unavailable`), not the key's rate: it says nothing of how fast the key
+        may send, so nobody pauses for it."""
+        code = (getattr(self, "provider_code", None) or "").lower()
+        return code == "resource_unavailable" or "resource unavailable" in str(self).lower()
+
 
 class ProviderTimeoutError(ProviderError):
     code = "PROVIDER_TIMEOUT"

@@ -254,7 +254,11 @@ async def send_complete(
             response = await model.complete(messages, options, signal=signal)
         except RateLimitError as exc:
             send.failed(exc)
-            backoff = _throttled(admission, exc, attempt, most, policy, send)
+            backoff = (
+                None
+                if exc.for_capacity
+                else _throttled(admission, exc, attempt, most, policy, send)
+            )
             if backoff is None:
                 raise sends.gave_up(exc) from None
         except RaygentError as exc:
@@ -300,7 +304,7 @@ async def send_stream(
             return
         except RateLimitError as exc:
             send.failed(exc)
-            if not yielded:
+            if not yielded and not exc.for_capacity:
                 backoff = _throttled(admission, exc, attempt, most, policy, send)
             if backoff is None:
                 raise sends.gave_up(exc) from None

@@ -32,8 +32,6 @@ __all__ = [
 OpenAITier = Literal["auto", "default", "flex", "priority"]
 AnthropicTier = Literal["auto", "standard_only"]
 CacheRetention = Literal["in_memory", "24h"]
-# What OpenAI answers a flex request it has no capacity for: 429 with this code.
-CAPACITY_CODES = ("resource_unavailable",)
 
 
 class OpenAISettings(ModelSettings, total=False):
@@ -77,7 +75,7 @@ class TierFallback:
         None: the error stands."""
         if self.refusals or body.get("service_tier") != self.tier.tier:
             return None
-        if not (isinstance(error, RateLimitError) and _capacity(error)):
+        if not (isinstance(error, RateLimitError) and error.for_capacity):
             return None
         self.refusals.append(
             {
@@ -89,11 +87,6 @@ class TierFallback:
             }
         )
         return {**body, "service_tier": self.tier.fallback}
-
-
-def _capacity(error: RateLimitError) -> bool:
-    code = (getattr(error, "provider_code", None) or "").lower()
-    return code in CAPACITY_CODES or "resource unavailable" in str(error).lower()
 
 
 def tier_fallback(

@@ -189,7 +189,10 @@ class HeldRate:
         self.pacer.replied(response.rate, None, time.monotonic())
 
     def throttled(self, error: RateLimitError, in_flight: int) -> None:
-        """A 429: pause, cut the rates and the concurrency (`in_flight`: what was)."""
+        """A 429: pause, cut the rates and the concurrency (`in_flight`: what was). A
+        tier's refusal for capacity (flex) says nothing of the key's rate: nobody pauses."""
+        if error.for_capacity:
+            return
         note_throttled()
         pacer = self.pacer
         counted, pacer.in_flight = pacer.in_flight, max(pacer.in_flight, in_flight)

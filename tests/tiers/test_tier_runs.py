@@ -151,3 +151,26 @@ async def test_a_budget_reserves_a_priority_request_at_the_priority_rates(
         assert asked(sim) == [None]  # the priority request was never sent
     assert standard.ok, standard.error
     assert priority.error is not None and priority.error.code == "BUDGET_EXCEEDED"
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_bare_flex_refusal_fails_its_run_at_once_and_pauses_nobody(
+    backend_kind: str, streamed: bool
+) -> None:
+    # No fallback: the refusal is the run's error. It says nothing of the key's rate, so
+    # it is not retried as a 429 (on Ray the gateway would pause every holder for it).
+    with serve(rules(), tiers=ServiceTiers(flex_refusal_rate=1.0)) as sim:
+        agent = raygent.agent(model=model(sim, service_tier="flex"))
+        if streamed:
+            stream = agent.stream("hello")
+            async for _ in stream:
+                pass
+            refused = await stream.result
+        else:
+            refused = await agent.execute("hello")
+        assert asked(sim) == ["flex"]  # sent once, never again
+        after = await agent.execute("hello", model_options={"service_tier": "default"})
+        assert asked(sim) == ["flex", "default"]
+    assert refused.error is not None and refused.error.code == "PROVIDER_RATE_LIMITED"
+    assert refused.error.details.get("provider_code") == "resource_unavailable"
+    assert after.ok and after.report.trips[0].rate_wait < 0.5  # nobody paused (1 s asked)
