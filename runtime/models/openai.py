@@ -29,7 +29,7 @@ from .contract import (
     ToolCallDelta,
     UsageChunk,
 )
-from .tiers import OpenAISettings, served_tier, tier_fallback, with_defaults, with_refusals
+from .tiers import OpenAISettings, openai_options, served_tier, tier_fallback, with_refusals
 
 if TYPE_CHECKING:
     from ._http import ModelSettings
@@ -43,7 +43,6 @@ _TEXT_ONLY_MODELS = re.compile(
     r"^(?:gpt-3\.5|gpt-4(?:-32k)?(?:-\d{4})?$|gpt-4-(?:1106|0125)-preview|gpt-4-turbo-preview"
     r"|o1-mini|o1-preview|o3-mini|gpt-oss|text-|davinci|babbage|curie|ada(?:$|-))"
 )
-_NO_OPTIONS = ModelOptions()
 
 
 class OpenAIModel(HTTPModel):
@@ -100,7 +99,7 @@ class OpenAIModel(HTTPModel):
         return wire.request_body(
             self.name,
             given_messages(messages),
-            self._options(options),
+            openai_options(self, options),
             self.capabilities,
             stream=stream,
             max_tokens_field=self.max_tokens_field,
@@ -113,20 +112,11 @@ class OpenAIModel(HTTPModel):
         *,
         signal: AbortSignal | None = None,
     ) -> ModelResponse:
-        options = self._options(options)
+        options = openai_options(self, options)
         body = self.request_body(messages, options, stream=False)
         fallback = tier_fallback(options, None, self.name, self.provider)
         data, response = await self._post_json("/chat/completions", body, signal, fallback=fallback)
         return with_refusals(self._rated(self._reply(data, response), response), fallback)
-
-    def _options(self, options: ModelOptions | None) -> ModelOptions:
-        """The call's options, the model's settings filling what it left unset."""
-        return with_defaults(
-            options or _NO_OPTIONS,
-            self.service_tier,
-            self.prompt_cache_key,
-            self.prompt_cache_retention,
-        )
 
     def batch_api(self) -> BatchAPI | None:
         """The OpenAI Batch API for this model's requests (None where its base URL is
@@ -169,7 +159,7 @@ class OpenAIModel(HTTPModel):
         *,
         signal: AbortSignal | None = None,
     ) -> AsyncIterator[StreamChunk]:
-        options = self._options(options)
+        options = openai_options(self, options)
         body = self.request_body(messages, options, stream=True)
         fallback = tier_fallback(options, None, self.name, self.provider)
         state = wire.StreamState()

@@ -30,14 +30,13 @@ from .contract import (
     UsageChunk,
 )
 from .openai import OpenAIModel
-from .tiers import OpenAISettings, served_tier, tier_fallback, with_defaults, with_refusals
+from .tiers import OpenAISettings, openai_options, served_tier, tier_fallback, with_refusals
 
 if TYPE_CHECKING:
     from ._http import ModelSettings
 
 __all__ = ["OpenAIResponsesModel"]
 
-_NO_OPTIONS = ModelOptions()
 _FINAL_EVENTS = ("response.completed", "response.incomplete")
 # Events whose content the final response object carries too: named by their SSE
 # `event:` line, they are not parsed at all (a reply streams ~10 events, most of these).
@@ -125,19 +124,10 @@ class OpenAIResponsesModel(HTTPModel):
         return wire.request_body(
             self.name,
             given_messages(messages),
-            self._options(options),
+            openai_options(self, options),
             self.capabilities,
             stream=stream,
             store=self.store,
-        )
-
-    def _options(self, options: ModelOptions | None) -> ModelOptions:
-        """The call's options, the model's settings filling what it left unset."""
-        return with_defaults(
-            options or _NO_OPTIONS,
-            self.service_tier,
-            self.prompt_cache_key,
-            self.prompt_cache_retention,
         )
 
     async def complete(
@@ -147,7 +137,7 @@ class OpenAIResponsesModel(HTTPModel):
         *,
         signal: AbortSignal | None = None,
     ) -> ModelResponse:
-        options = self._options(options)
+        options = openai_options(self, options)
         body = self.request_body(messages, options, stream=False)
         fallback = tier_fallback(options, None, self.name, self.provider)
         data, response = await self._post_json("/responses", body, signal, fallback=fallback)
@@ -199,7 +189,7 @@ class OpenAIResponsesModel(HTTPModel):
         *,
         signal: AbortSignal | None = None,
     ) -> AsyncIterator[StreamChunk]:
-        options = self._options(options)
+        options = openai_options(self, options)
         body = self.request_body(messages, options, stream=True)
         fallback = tier_fallback(options, None, self.name, self.provider)
         state = _Stream()

@@ -23,6 +23,7 @@ __all__ = [
     "TierFallback",
     "body_tier",
     "openai_fields",
+    "openai_options",
     "served_tier",
     "tier_fallback",
     "with_defaults",
@@ -32,6 +33,8 @@ __all__ = [
 OpenAITier = Literal["auto", "default", "flex", "priority"]
 AnthropicTier = Literal["auto", "standard_only"]
 CacheRetention = Literal["in_memory", "24h"]
+
+_NO_OPTIONS = ModelOptions()
 
 
 class OpenAISettings(ModelSettings, total=False):
@@ -136,6 +139,17 @@ def with_defaults(
     if options.prompt_cache_retention is None and retention is not None:
         update["prompt_cache_retention"] = retention
     return options.model_copy(update=update) if update else options
+
+
+def openai_options(model: Any, options: ModelOptions | None) -> ModelOptions:
+    """A call's options, an OpenAI model's settings (`service_tier`, `prompt_cache_key`,
+    `prompt_cache_retention`) filling what it left unset."""
+    return with_defaults(
+        options or _NO_OPTIONS,
+        model.service_tier,
+        model.prompt_cache_key,
+        model.prompt_cache_retention,
+    )
 
 
 def openai_fields(options: ModelOptions) -> dict[str, Any]:
