@@ -75,11 +75,14 @@ def answer(result: AgentResult) -> dict[str, Any]:
 
 
 def event_shape(event: Event) -> tuple[Any, ...]:
-    """An event less what differs between a paid trip and its hit: ids, times, the run's
-    result, and of a usage its cost and request count (its tokens are the same)."""
+    """An event less what differs between a paid trip and its hit: ids, times (a paid
+    trip may have waited for a rate limit; a hit never does), the run's result, and of a
+    usage its cost and request count (its tokens are the same)."""
     shape: list[tuple[str, Any]] = []
     for f in dataclasses.fields(event):
-        if f.name in ("run_id", "root_run_id", "parent_run_id", "at", "duration", "result"):
+        if f.name in ("run_id", "root_run_id", "parent_run_id", "at", "duration", "rate_wait"):
+            continue
+        if f.name == "result":
             continue
         value = getattr(event, f.name)
         if isinstance(value, Usage):
