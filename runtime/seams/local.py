@@ -71,24 +71,17 @@ class LocalModelAccess:
                 return response
         if held is not None:
             held.went()
-        if bounded is None:
-            try:
-                response = await model.complete(messages, options, signal=signal)
-            except RateLimitError as exc:
-                if held is not None:  # the key's first 429: it is paced from now on
-                    held.throttled(exc, 1)
-                raise
-        else:
-            bound, limit = bounded
-            await bound.acquire(limit)
-            try:
-                response = await model.complete(messages, options, signal=signal)
-            except RateLimitError as exc:
-                if held is not None:
-                    held.throttled(exc, bound.in_flight)
-                raise
-            finally:
-                bound.release()
+        if bounded is not None:
+            await bounded[0].acquire(bounded[1])
+        try:
+            response = await model.complete(messages, options, signal=signal)
+        except RateLimitError as exc:
+            if held is not None:  # the key's first 429: it is paced from now on
+                held.throttled(exc, bounded[0].in_flight if bounded else 1)
+            raise
+        finally:
+            if bounded is not None:
+                bounded[0].release()
         if held is not None and response.rate is not None:
             held.learn(response)
         return response
