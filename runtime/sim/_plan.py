@@ -88,6 +88,8 @@ def plan_reply(
         server_tools=server_tools,
         citations=[] if text is None else list(reply.citations),
         list_content=reply.list_content,
+        finish_reason=reply.finish_reason,
+        block_reason=reply.block_reason,
     )
 
 

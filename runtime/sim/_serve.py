@@ -195,6 +195,7 @@ def serve(
     api_key: str | None = None,
     batch_seconds: float = 0.0,
     batch_expire_after: int | None = None,
+    batch_enqueued_tokens: int | None = None,
     tiers: ServiceTiers | None = None,
 ) -> Simulator:
     """A provider simulator speaking the OpenAI Chat Completions and Anthropic Messages
@@ -222,6 +223,8 @@ def serve(
     ``batch_expire_after``: after that many answered lines a batch expires, the rest
     answered as expired (``None``: never). An OpenAI batch may override both with the
     metadata keys ``sim_batch_seconds`` and ``sim_expire_after``.
+    ``batch_enqueued_tokens``: the Gemini API's per-model quota of tokens enqueued in
+    batches not yet done; a batch that would pass it is refused with 429.
     ``tiers``: how service tiers are served (:class:`ServiceTiers`: flex slower and
     sometimes refused for capacity, priority faster); every reply names its tier.
     """
@@ -240,6 +243,7 @@ def serve(
         api_key=api_key,
         batch_seconds=batch_seconds,
         batch_expire_after=batch_expire_after,
+        batch_enqueued_tokens=batch_enqueued_tokens,
         tiers=tiers or ServiceTiers(),
     )
     return Simulator(SimCore(load_script(script), config))
