@@ -13,6 +13,7 @@ from aiohttp import web
 
 from ._batch_common import Core
 from ._gemini_calls import (
+    VERSIONS,
     Calls,
     error_reply,
     json_reply,
@@ -78,7 +79,8 @@ class GeminiCaches:
 
     def add_routes(self, app: web.Application) -> None:
         h = self.calls.handler
-        for prefix in ("/v1beta", "/{version}/projects/{project}/locations/{location}"):
+        prefixes = [f"/{v}" for v in VERSIONS]
+        for prefix in (*prefixes, "/{version}/projects/{project}/locations/{location}"):
             app.router.add_post(prefix + "/cachedContents", h(self._create))
             app.router.add_get(prefix + "/cachedContents", h(self._list))
             app.router.add_get(prefix + "/cachedContents/{id}", h(self._get))

@@ -19,6 +19,9 @@ from ._gemini_wire import GeminiWire
 from ._stats import RecordedRequest, redact_headers
 
 Handler = Callable[[web.Request, str], Awaitable[web.Response]]
+# The Gemini API's versions (the docs name v1beta; the SDK asks for v1 by default).
+# `/v1/files` and `/v1/batches` are OpenAI's here: on the Gemini API they are v1beta's.
+VERSIONS = ("v1beta", "v1")
 
 
 def stamp(moment: datetime) -> str:
@@ -76,7 +79,9 @@ class Calls:
             self.core.stats.received(record, batch_call=self.batch_call)
             key = self.core.config.api_key
             wire = GeminiWire("", vertex=vertex_path(request), query_key=request.query.get("key"))
-            if key is not None and wire.api_key(request.headers) != key:
+            # An upload's chunks go to its session URL, whose id is the credential.
+            session = "upload_id" in request.query
+            if key is not None and not session and wire.api_key(request.headers) != key:
                 body = wire.error(401, None, request_id=rid)
                 resp = web.Response(status=401, body=body, content_type="application/json")
             else:

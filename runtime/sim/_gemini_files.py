@@ -15,6 +15,7 @@ from aiohttp import web
 
 from ._batch_common import Core
 from ._gemini_calls import (
+    VERSIONS,
     Calls,
     error_reply,
     json_reply,
@@ -77,11 +78,12 @@ class GeminiFiles:
 
     def add_routes(self, app: web.Application) -> None:
         h = self.calls.handler
-        app.router.add_post("/upload/v1beta/files", h(self._upload))
+        for version in VERSIONS:
+            app.router.add_post(f"/upload/{version}/files", h(self._upload))
+            app.router.add_get(f"/download/{version}/files/{{id}}", h(self._get))
         app.router.add_get("/v1beta/files", h(self._list))
         app.router.add_get("/v1beta/files/{id}", h(self._get))
         app.router.add_delete("/v1beta/files/{id}", h(self._delete))
-        app.router.add_get("/download/v1beta/files/{id}", h(self._get))
 
     def clear(self) -> None:
         self.files.clear()
@@ -129,7 +131,7 @@ class GeminiFiles:
         file = StoredFile(str(name), display, str(mime), b"", utcnow(), "UPLOADED", origin)
         token = self.calls.new_id()
         self._uploads[token] = _Upload(file, size, bytearray())
-        url = f"{origin}/upload/v1beta/files?upload_id={token}&upload_protocol=resumable"
+        url = f"{origin}{request.path}?upload_id={token}&upload_protocol=resumable"
         headers = {"X-Goog-Upload-URL": url, "X-Goog-Upload-Status": "active"}
         return web.Response(status=200, headers=headers)
 

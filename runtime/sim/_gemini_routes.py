@@ -14,7 +14,7 @@ from aiohttp import web
 from ._batch_common import Core, Timing
 from ._gemini_batches import GeminiBatches
 from ._gemini_caches import GeminiCaches
-from ._gemini_calls import error_reply
+from ._gemini_calls import VERSIONS, error_reply
 from ._gemini_files import GeminiFiles
 from ._gemini_wire import GeminiWire
 from ._stats import RecordedRequest, redact_headers
@@ -46,7 +46,7 @@ class GeminiRoutes:
         self.batches = GeminiBatches(core, self.files, timing, enqueued_limit)
 
     def add_routes(self, app: web.Application) -> None:
-        for version in ("v1beta", "v1"):
+        for version in VERSIONS:
             app.router.add_post(f"/{version}/models/{{call}}", self._gemini)
         vertex = (
             "/{version}/projects/{project}/locations/{location}/publishers/google/models/{call}"
