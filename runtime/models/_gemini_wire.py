@@ -435,14 +435,12 @@ def usage_from(raw: object) -> Usage:
 
 def served_tier(data: dict[str, Any], header: str | None = None) -> str | None:
     """The tier a reply says it was served at: the Gemini API's `x-gemini-service-tier`
-    header or `usageMetadata.serviceTier` (priority past its limit reads "standard");
-    Vertex AI's `usageMetadata.trafficType`."""
+    header (priority past its limit reads "standard"); Vertex AI's
+    `usageMetadata.trafficType`. None when the reply says neither."""
+    if header:
+        return header.lower().removeprefix("service_tier_")
     usage = data.get("usageMetadata")
-    usage = usage if isinstance(usage, dict) else {}
-    named = header or usage.get("serviceTier")
-    if isinstance(named, str) and named:
-        return named.lower().removeprefix("service_tier_")
-    traffic = usage.get("trafficType")
+    traffic = usage.get("trafficType") if isinstance(usage, dict) else None
     if traffic == "ON_DEMAND_FLEX":
         return "flex"
     if traffic == "ON_DEMAND_PRIORITY":

@@ -43,7 +43,7 @@ def served_tier(req: ParsedRequest) -> str:
 
 def tier_headers(req: ParsedRequest) -> dict[str, str]:
     """The Gemini API names the tier it served in ``x-gemini-service-tier`` (priority
-    downgraded to standard shows there and in ``usageMetadata.serviceTier``)."""
+    downgraded to standard shows there, and only there)."""
     if isinstance(req, GeminiRequest) and req.vertex:
         return {}
     return {"x-gemini-service-tier": served_tier(req)}
@@ -185,10 +185,8 @@ class Reply:
             usage["toolUsePromptTokensDetails"] = [{"modality": "TEXT", "tokenCount": tools}]
         if thoughts:
             usage["thoughtsTokenCount"] = thoughts
-        if req.vertex:
+        if req.vertex:  # the Gemini API names the tier in a header only
             usage["trafficType"] = _TRAFFIC.get(req.served_tier or "", "ON_DEMAND")
-        else:
-            usage["serviceTier"] = served_tier(req)
         return usage
 
 

@@ -9,8 +9,8 @@ Anthropic: `service_tier` "auto" | "standard_only"; the reply's `usage.service_t
 "standard", "priority" (an organisation with priority capacity, asking "auto") or
 "batch" (a Message Batches line).
 Gemini: `serviceTier` "flex" | "standard" | "priority" (Vertex AI: also the header
-`X-Vertex-AI-LLM-Shared-Request-Type`); the reply names the tier served in
-`usageMetadata.serviceTier` and `x-gemini-service-tier` (Vertex AI: `trafficType`).
+`X-Vertex-AI-LLM-Shared-Request-Type`); the reply names the tier served in the header
+`x-gemini-service-tier` (Vertex AI: `usageMetadata.trafficType`).
 Priority past its limit is served at standard without an error; flex without capacity
 is shed with 503 UNAVAILABLE.
 """
