@@ -353,9 +353,11 @@ class _Walk:
                     "not be empty.\n",
                     param=f"contents[{index}].parts",
                 )
+            # Cache units are parts (Gemini caches token prefixes, not whole turns).
             self.add(MESSAGE_OVERHEAD)
-            tokens = MESSAGE_OVERHEAD + sum(self.part(p) for p in parts)
-            self.units.append((to_json(content), tokens))
+            self.units.append((str(role).encode(), MESSAGE_OVERHEAD))
+            for part in parts:
+                self.units.append((to_json(part), self.part(part)))
             calls = sum(1 for p in parts if get(p, "functionCall") is not None)
             answers = sum(1 for p in parts if get(p, "functionResponse") is not None)
             if pending and role == "user" and answers and answers != pending:

@@ -57,8 +57,11 @@ def signature_of(part: dict[str, Any]) -> object:
 
 
 def _valid(part: dict[str, Any], signature: str) -> bool:
+    # Proto JSON bytes: standard or URL-safe base64, padded or not (the SDK sends
+    # URL-safe), all the same bytes.
+    normal = signature.replace("-", "+").replace("_", "/")
     try:
-        raw = base64.b64decode(signature, validate=True)
+        raw = base64.b64decode(normal + "=" * (-len(normal) % 4), validate=True)
     except (binascii.Error, ValueError):
         return False
     if len(raw) != _DIGEST + _CHECK:

@@ -73,7 +73,8 @@ class Fault(_Model):
 class ToolCallReply(_Model):
     """A scripted tool call. A ``str`` ``arguments`` is sent verbatim (malformed JSON
     included); an absent ``id`` becomes ``call_<n>`` (OpenAI, both wires) or ``toolu_<n>``
-    (Anthropic), ``n`` counting the tool calls of the conversation so far from 1."""
+    (Anthropic), ``n`` counting the tool calls of the conversation so far from 1; an
+    empty ``id`` is sent as it is (Gemini: the call has no id)."""
 
     name: str
     arguments: dict[str, Any] | str = Field(default_factory=dict)

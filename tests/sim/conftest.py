@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from gemini_sdk import close_all
 from sim_helpers import Clients
 
 
@@ -14,3 +15,10 @@ async def clients() -> AsyncIterator[Clients]:
     made = Clients()
     yield made
     await made.aclose()
+
+
+@pytest.fixture(autouse=True)
+def _close_gemini_clients() -> Iterator[None]:
+    """The google-genai clients a test made, closed after it."""
+    yield
+    close_all()
