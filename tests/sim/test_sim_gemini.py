@@ -402,7 +402,7 @@ def test_citations_grounding_and_code_execution_shapes() -> None:
         ],
     )
     with serve({"default": reply.model_dump(by_alias=True)}) as sim:
-        for client, is_vertex in ((gemini(sim), False), (vertex(sim), True)):
+        for client in (gemini(sim), vertex(sim)):
             got = client.models.generate_content(model=FLASH, contents="x")
             candidate = got.candidates[0]
             citation = candidate.citation_metadata.citations[0]
