@@ -409,6 +409,10 @@ class Reply:
     service_tier: str | None
     raw_finish: str | None = None
 
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
 
 def usage_from(raw: object) -> Usage:
     """Gemini's `usageMetadata` as raygent's usage: input the prompt (cached content
