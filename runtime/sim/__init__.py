@@ -1,5 +1,6 @@
 """Provider simulator: a local HTTP server speaking the OpenAI Chat Completions, OpenAI
-Responses and Anthropic Messages wires, scripted replies, latency, rate caps and faults.
+Responses, Anthropic Messages and Gemini (Gemini API and Vertex AI) wires, scripted
+replies, latency, rate caps and faults.
 
 It plays the provider, so it stands alone: it imports nothing else of raygent.
 """

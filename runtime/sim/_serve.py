@@ -48,6 +48,13 @@ class Simulator:
         return self.url
 
     @property
+    def gemini_base_url(self) -> str:
+        """``http://HOST:PORT``: the ``base_url`` for ``google.genai``'s ``HttpOptions``
+        (the Gemini API under ``/v1beta`` and ``/v1``, Vertex AI under
+        ``/v1/projects/...`` and ``/v1beta1/projects/...``)."""
+        return self.url
+
+    @property
     def port(self) -> int:
         return self._core.port
 
@@ -198,8 +205,9 @@ def serve(
     batch_enqueued_tokens: int | None = None,
     tiers: ServiceTiers | None = None,
 ) -> Simulator:
-    """A provider simulator speaking the OpenAI Chat Completions and Anthropic Messages
-    wires; enter it (``with`` / ``async with``) to run it.
+    """A provider simulator speaking the OpenAI Chat Completions and Responses, Anthropic
+    Messages and Gemini (Gemini API and Vertex AI) wires; enter it (``with`` /
+    ``async with``) to run it.
 
     ``script``: a :class:`Script`, its dict/list form, or a YAML/JSON file path.
     ``max_concurrency``: over it, 429 with ``Retry-After: retry_after``.
