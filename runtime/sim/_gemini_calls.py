@@ -61,10 +61,11 @@ class Calls:
     """Wraps a resource API's handlers: records the call (as `api`), checks the key
     (``x-goog-api-key``, ``?key=`` or, on Vertex AI, a Bearer token), counts the status."""
 
-    def __init__(self, core: Core, api: str, *, batch_call: bool) -> None:
+    def __init__(self, core: Core, api: str, *, batch_call: bool, bearer: bool = False) -> None:
         self.core = core
         self.api = api
         self.batch_call = batch_call
+        self.bearer = bearer  # OAuth tokens too (Cloud Storage), not only Vertex AI paths
         self._ids = itertools.count(1)
 
     def new_id(self) -> str:
@@ -78,7 +79,8 @@ class Calls:
             record = RecordedRequest(self.api, request.method, request.path, headers, None)
             self.core.stats.received(record, batch_call=self.batch_call)
             key = self.core.config.api_key
-            wire = GeminiWire("", vertex=vertex_path(request), query_key=request.query.get("key"))
+            vertex = self.bearer or vertex_path(request)
+            wire = GeminiWire("", vertex=vertex, query_key=request.query.get("key"))
             # An upload's chunks go to its session URL, whose id is the credential.
             session = "upload_id" in request.query
             if key is not None and not session and wire.api_key(request.headers) != key:

@@ -2,7 +2,8 @@
 ``:streamGenerateContent`` (SSE with ``alt=sse``) and ``:countTokens`` on the Gemini API
 (``/v1beta``) and on Vertex AI (``/{v1,v1beta1}/projects/{p}/locations/{l}/publishers/
 google/models/{model}:...``, ``global`` included), the batch mode and Files API of the
-Gemini API, and explicit context caches on both."""
+Gemini API, Vertex AI batch prediction over a minimal Cloud Storage JSON API, and
+explicit context caches on both."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from ._gemini_batches import GeminiBatches
 from ._gemini_caches import GeminiCaches
 from ._gemini_calls import VERSIONS, error_reply
 from ._gemini_files import GeminiFiles
+from ._gemini_gcs import GcsObjects
+from ._gemini_vertex_batches import VertexBatches
 from ._gemini_wire import GeminiWire
 from ._stats import RecordedRequest, redact_headers
 from ._types import ParsedRequest, Wire
@@ -44,6 +47,8 @@ class GeminiRoutes:
         self.caches = GeminiCaches(core)
         self.files = GeminiFiles(core)
         self.batches = GeminiBatches(core, self.files, timing, enqueued_limit)
+        self.gcs = GcsObjects(core)
+        self.vertex_batches = VertexBatches(core, self.gcs, timing)
 
     def add_routes(self, app: web.Application) -> None:
         for version in VERSIONS:
@@ -55,12 +60,15 @@ class GeminiRoutes:
         self.caches.add_routes(app)
         self.files.add_routes(app)
         self.batches.add_routes(app)
+        self.gcs.add_routes(app)
+        self.vertex_batches.add_routes(app)
 
     def reset(self) -> None:
         self.caches.clear()
 
     def close(self) -> None:
         self.batches.cancel_all()
+        self.vertex_batches.cancel_all()
 
     async def _gemini(self, request: web.Request) -> web.StreamResponse:
         model, method = _split(request.match_info["call"])

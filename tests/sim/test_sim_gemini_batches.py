@@ -294,3 +294,80 @@ def test_enqueued_token_quota_refuses_with_429_and_no_delay() -> None:
         client.batches.cancel(name=first.name)
         until(lambda: client.batches.get(name=first.name))
         assert client.batches.create(model=FLASH, src=_inline(["d" * 80])).name  # freed
+
+
+def _gcs_put(sim_url: str, bucket: str, name: str, content: bytes) -> dict[str, object]:
+    response = httpx.post(
+        f"{sim_url}/upload/storage/v1/b/{bucket}/o",
+        params={"uploadType": "media", "name": name},
+        content=content,
+        headers={"Content-Type": "application/jsonl", "Authorization": f"Bearer {KEY}"},
+    )
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def test_vertex_batch_prediction_over_cloud_storage() -> None:
+    lines = [
+        {"request": text_body("north")},
+        {"request": text_body("south")},
+        {"request": {"contents": []}},
+    ]
+    content = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+    with serve(api_key=KEY, batch_seconds=0.1) as sim:
+        stored = _gcs_put(sim.url, "in-bucket", "jobs/input.jsonl", content)
+        assert stored["size"] == str(len(content)) and stored["bucket"] == "in-bucket"
+        client = vertex(sim)
+        job = client.batches.create(
+            model=FLASH,
+            src="gs://in-bucket/jobs/input.jsonl",
+            config=types.CreateBatchJobConfig(
+                dest="gs://out-bucket/results", display_name="regions"
+            ),
+        )
+        assert job.name.startswith("projects/sim-project/locations/global/batchPredictionJobs/")
+        assert job.state == types.JobState.JOB_STATE_PENDING
+        job = until(lambda: client.batches.get(name=job.name))
+        assert job.state == types.JobState.JOB_STATE_SUCCEEDED
+        assert job.dest.gcs_uri == "gs://out-bucket/results"
+        assert (job.completion_stats.successful_count, job.completion_stats.failed_count) == (2, 1)
+        auth = {"Authorization": f"Bearer {KEY}"}
+        listed = httpx.get(
+            f"{sim.url}/storage/v1/b/out-bucket/o", params={"prefix": "results/"}, headers=auth
+        ).json()
+        [item] = listed["items"]
+        assert item["name"].endswith("/predictions.jsonl")
+        assert (
+            job.output_info.gcs_output_directory
+            == f"gs://out-bucket/{item['name'].rsplit('/', 1)[0]}"
+        )
+        rows = [json.loads(r) for r in httpx.get(item["mediaLink"], headers=auth).text.splitlines()]
+        assert [r["request"] for r in rows] == [line["request"] for line in lines]
+        assert (
+            rows[0]["status"] == ""
+            and strict(rows[0]["response"], vertex=True).text == "Simulated reply to: north"
+        )
+        assert rows[2]["status"].startswith("Bad Request") and "response" not in rows[2]
+        assert [b.name for b in client.batches.list()] == [job.name]
+        client.batches.delete(name=job.name)
+        assert list(client.batches.list()) == []
+        assert sim.stats().batch_lines == 3
+
+
+def test_vertex_batch_prediction_cancel_and_a_missing_input() -> None:
+    with serve(batch_seconds=30) as sim:
+        _gcs_put(sim.url, "b", "in.jsonl", json.dumps({"request": text_body("x")}).encode())
+        client = vertex(sim)
+        job = client.batches.create(
+            model=FLASH, src="gs://b/in.jsonl", config={"dest": "gs://b/out"}
+        )
+        client.batches.cancel(name=job.name)
+        assert (
+            until(lambda: client.batches.get(name=job.name)).state
+            == types.JobState.JOB_STATE_CANCELLED
+        )
+        with pytest.raises(errors.ClientError) as missing:
+            client.batches.create(
+                model=FLASH, src="gs://b/none.jsonl", config={"dest": "gs://b/out"}
+            )
+        assert "no such object" in missing.value.message
