@@ -1,7 +1,7 @@
 """The Gemini wire (the Gemini API and Vertex AI), with no HTTP: request bodies from
 raygent's messages and options, replies and stream events read into raygent's parts,
-calls, chunks and usage (read in `_gemini_reply`, re-exported here). Errors and prices
-are in `_gemini_errors`.
+calls, chunks and usage (read in `_gemini_reply`, re-exported here). Errors are in
+`_gemini_errors`, prices in `_gemini_prices`.
 
 Provider-only data rides raygent's messages as `ProviderBlock`s (provider "gemini"),
 each sent back verbatim, so a thought signature returns byte for byte:

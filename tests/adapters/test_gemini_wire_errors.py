@@ -17,6 +17,7 @@ from raygent.errors import (
     ServerError,
 )
 from raygent.models import _gemini_errors as errors
+from raygent.models import _gemini_prices as prices
 from raygent.models import _gemini_wire as wire
 from raygent.rates.limits import RateReading
 from raygent.sim import ServiceTiers, SimRateLimits, serve
@@ -219,20 +220,20 @@ def test_secrets_are_redacted_from_error_messages() -> None:
 
 def test_prices_tiered_by_prompt_length_batch_and_tiers() -> None:
     usage = Usage(requests=1, input_tokens=1_000_000, output_tokens=1_000_000, cached_tokens=0)
-    short = errors.priced(usage.model_copy(update={"input_tokens": 100_000}), "gemini-2.5-pro")
-    long = errors.priced(usage.model_copy(update={"input_tokens": 300_000}), "gemini-2.5-pro")
+    short = prices.priced(usage.model_copy(update={"input_tokens": 100_000}), "gemini-2.5-pro")
+    long = prices.priced(usage.model_copy(update={"input_tokens": 300_000}), "gemini-2.5-pro")
     assert short.cost is not None and long.cost is not None
     assert short.cost.output == pytest.approx(10.0) and long.cost.output == pytest.approx(15.0)
-    standard = errors.priced(usage, FLASH).cost
-    flex = errors.priced(usage, FLASH, tier="flex").cost
-    batch = errors.priced(usage, FLASH, batch=True).cost
-    priority = errors.priced(usage, FLASH, tier="priority").cost
+    standard = prices.priced(usage, FLASH).cost
+    flex = prices.priced(usage, FLASH, tier="flex").cost
+    batch = prices.priced(usage, FLASH, batch=True).cost
+    priority = prices.priced(usage, FLASH, tier="priority").cost
     assert standard and flex and batch and priority
     assert flex.total == pytest.approx(standard.total / 2) and batch.total == pytest.approx(
         standard.total / 2
     )
-    assert priority.total == pytest.approx(standard.total * errors.PRIORITY_MULTIPLIER)
-    cached = errors.priced(usage.model_copy(update={"cached_tokens": 1_000_000}), FLASH).cost
+    assert priority.total == pytest.approx(standard.total * prices.PRIORITY_MULTIPLIER)
+    cached = prices.priced(usage.model_copy(update={"cached_tokens": 1_000_000}), FLASH).cost
     assert cached is not None and cached.input == 0 and cached.cached_input == pytest.approx(0.03)
-    assert errors.priced(usage, "models/" + FLASH).cost == standard  # a resource name
-    assert errors.priced(usage, "not-a-model").cost is None
+    assert prices.priced(usage, "models/" + FLASH).cost == standard  # a resource name
+    assert prices.priced(usage, "not-a-model").cost is None
