@@ -137,3 +137,10 @@ def quota_error(refusal: Refusal, model: str, *, vertex: bool) -> bytes:
         message += f"\nPlease retry in {refusal.wait:.6f}s."
         details.append({"@type": _TYPE + "RetryInfo", "retryDelay": retry_delay(refusal.wait)})
     return error_body(429, message, details)
+
+
+def retry_error(message: str, seconds: float) -> bytes:
+    """A 429 ``RESOURCE_EXHAUSTED`` whose delay is a ``RetryInfo`` (the simulator's
+    concurrency cap, as Google would say it: no ``Retry-After`` header)."""
+    details = [{"@type": _TYPE + "RetryInfo", "retryDelay": retry_delay(seconds)}]
+    return error_body(429, message, details)

@@ -17,7 +17,7 @@ from ._anthropic_messages import AnthropicWire
 from ._batch_common import JsonAnswer, Timing
 from ._compaction import check_beta
 from ._config import SimConfig
-from ._gemini_errors import quota_error
+from ._gemini_errors import quota_error, retry_error
 from ._gemini_reply import tier_headers
 from ._gemini_routes import GeminiRoutes
 from ._openai_batches import OpenAIBatches
@@ -349,6 +349,8 @@ class SimCore:
             ex.rate_headers = self._rate_headers(wire, req, key, now)
             self.stats.rate_limited("concurrency")
             message = f"Too many concurrent requests (limit {config.max_concurrency})."
+            if wire.api == "gemini":
+                return ex.response(429, retry_error(message, config.retry_after))
             body = wire.error(429, message, request_id=rid)
             return ex.response(429, body, retry_after=config.retry_after)
         ex.admitted = True

@@ -561,3 +561,23 @@ def test_stats_count_gemini_requests_tokens_and_peaks() -> None:
         assert stats.admitted_requests == 3
         assert stats.admitted_output_tokens == 30
         assert stats.peak_requests_per_second >= 1
+
+
+async def test_the_concurrency_cap_answers_with_retry_info_and_no_header() -> None:
+    import asyncio
+
+    import httpx
+
+    hold = {"default": {"text": "slow", "latency_ms": 300}}
+    async with serve(hold, max_concurrency=1, retry_after=2) as sim, httpx.AsyncClient() as http:
+        url = f"{sim.url}/v1beta/models/{FLASH}:generateContent"
+        first = asyncio.ensure_future(http.post(url, json=text_body("a")))
+        await sim.wait_until(lambda s: s.in_flight == 1)
+        refused = await http.post(url, json=text_body("b"))
+        assert (await first).status_code == 200
+    assert refused.status_code == 429 and "retry-after" not in refused.headers
+    error = refused.json()["error"]
+    assert error["status"] == "RESOURCE_EXHAUSTED"
+    assert error["details"] == [
+        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "2s"}
+    ]
