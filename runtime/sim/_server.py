@@ -15,6 +15,7 @@ from pydantic_core import from_json, to_json
 from ._anthropic_batches import AnthropicBatches
 from ._anthropic_messages import AnthropicWire
 from ._batch_common import JsonAnswer, Timing
+from ._bedrock_jobs import BedrockJobs
 from ._bedrock_runtime import BedrockRuntime
 from ._compaction import check_beta
 from ._config import SimConfig
@@ -68,6 +69,7 @@ class SimCore:
         self.openai_batches = OpenAIBatches(self, wires, timing)
         self.anthropic_batches = AnthropicBatches(self, ANTHROPIC, timing)
         self.bedrock = BedrockRuntime(self)
+        self.bedrock_jobs = BedrockJobs(self, timing, config.s3_endpoint_url)
 
     async def start(self) -> None:
         """Listen on the configured host and port; :attr:`port` is the real port."""
@@ -80,6 +82,7 @@ class SimCore:
         self.openai_batches.add_routes(app)
         self.anthropic_batches.add_routes(app)
         self.bedrock.add_routes(app)
+        self.bedrock_jobs.add_routes(app)
         app.router.add_get("/sim/stats", self._stats_endpoint)
         app.router.add_post("/sim/reset", self._reset_endpoint)
         app.router.add_get("/health", self._health)
@@ -105,6 +108,7 @@ class SimCore:
             task.cancel()
         self.openai_batches.cancel_all()
         self.anthropic_batches.cancel_all()
+        self.bedrock_jobs.cancel_all()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
