@@ -229,8 +229,8 @@ def _blocks(plan: Plan) -> list[tuple[dict[str, Any], str | None]]:
     """The content blocks in order, each with its raw argument text (tool uses)."""
     blocks: list[tuple[dict[str, Any], str | None]] = []
     if plan.thinking is not None:
-        text = {"text": plan.thinking, "signature": plan.thinking_signature or ""}
-        blocks.append(({"reasoningContent": {"reasoningText": text}}, None))
+        reasoning = {"text": plan.thinking, "signature": plan.thinking_signature or ""}
+        blocks.append(({"reasoningContent": {"reasoningText": reasoning}}, None))
     if plan.redacted_thinking is not None:
         data = base64.b64encode(plan.redacted_thinking.encode()).decode()
         blocks.append(({"reasoningContent": {"redactedContent": data}}, None))

@@ -510,7 +510,7 @@ def _member(block: object, kinds: frozenset[str], where: str) -> str:
     """The union member a block sets (exactly one, and known)."""
     if not isinstance(block, dict) or len(block) != 1 or next(iter(block)) not in kinds:
         raise WireError(f"{where} must set exactly one of {', '.join(sorted(kinds))}.", param=where)
-    return next(iter(block))
+    return str(next(iter(block)))
 
 
 def _media(value: Any, formats: tuple[str, ...], where: str) -> None:
