@@ -63,6 +63,13 @@ class _Job:
     counts: dict[str, int] = field(default_factory=dict)
     clock: LineClock | None = None
     task: asyncio.Task[None] | None = None
+    stopping: bool = False  # StopModelInvocationJob was called
+
+    def stopped(self) -> bool:
+        """Whether a stop was asked for (the job then ends Stopped)."""
+        if self.stopping:
+            self.set("Stopped")
+        return self.stopping
 
     def set(self, status: str, message: str | None = None) -> None:
         self.status = status
@@ -213,6 +220,7 @@ class BedrockJobs:
         if job.status not in _STOPPABLE:
             return _error(409, f"The job cannot be stopped: its status is {job.status}.")
         job.set("Stopping")
+        job.stopping = True
         if job.clock is not None:
             job.clock.cancel()
         return _json({})
@@ -225,11 +233,12 @@ class BedrockJobs:
 
     async def _process(self, job: _Job) -> None:
         await asyncio.sleep(0)
-        if job.status == "Stopping":
-            job.set("Stopped")
+        if job.stopped():
             return
         job.set("Validating")
         files = await asyncio.to_thread(self._read_input, job)
+        if job.stopped():
+            return
         if isinstance(files, str):
             job.set("Failed", files)
             return
@@ -245,6 +254,8 @@ class BedrockJobs:
         job.set("Scheduled")
         job.set("InProgress")
         clock = job.clock = LineClock(self.timing, total)
+        if job.stopping:
+            clock.cancel()
         outputs: list[tuple[str, list[bytes]]] = []
         index = 0
         for key, records in files:
@@ -256,9 +267,9 @@ class BedrockJobs:
                 lines.append(self._answer(job, record))
                 index += 1
         await asyncio.to_thread(self._write_output, job, outputs)
-        if job.status == "Stopping":
-            job.set("Stopped")
-        elif index < total:
+        if job.stopped():
+            return
+        if index < total:
             job.set("Expired", "The job expired before all its records were processed.")
         elif job.counts.get("error", 0) == total:
             job.set("Failed", "Every record of the job failed.")
