@@ -319,10 +319,12 @@ def test_exception_inside_a_stream(boto: Boto) -> None:
         with pytest.raises(botocore.exceptions.EventStreamError) as caught:
             for event in stream:
                 seen.append(next(iter(event)))
+        stream.close()  # a stream cut by an exception leaves its connection to close
     with serve(plain) as sim:
         stream = boto.runtime(sim).converse_stream(modelId=CLAUDE, messages=user("go"))["stream"]
         with pytest.raises(botocore.exceptions.EventStreamError) as model_error:
             list(stream)
+        stream.close()
     assert seen[0] == "messageStart" and "messageStop" not in seen
     assert caught.value.response["Error"] == {"Code": "throttlingException", "Message": "slow down"}
     assert model_error.value.response["Error"]["Code"] == "modelStreamErrorException"
