@@ -19,6 +19,7 @@ __all__ = [
     "ContextLengthExceededError",
     "DriftError",
     "FlowOutputError",
+    "GuardrailInterventionError",
     "InvalidOptionsError",
     "InvalidRequestError",
     "MCPServerError",
@@ -183,6 +184,14 @@ class ContentFilterError(ProviderError):
     """The provider refused or filtered the content."""
 
     code = "PROVIDER_CONTENT_FILTER"
+
+
+class GuardrailInterventionError(ContentFilterError):
+    """A provider's guardrail stepped in (Bedrock's `guardrail_intervened`): the input or
+    the output was blocked. details: provider, guardrail (its id), action_reason, and
+    the text the guardrail answered with (`output`)."""
+
+    code = "PROVIDER_GUARDRAIL"
 
 
 class ServerError(ProviderError):

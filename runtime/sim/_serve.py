@@ -196,6 +196,7 @@ def serve(
     batch_seconds: float = 0.0,
     batch_expire_after: int | None = None,
     tiers: ServiceTiers | None = None,
+    s3_endpoint_url: str | None = None,
 ) -> Simulator:
     """A provider simulator speaking the OpenAI Chat Completions and Anthropic Messages
     wires; enter it (``with`` / ``async with``) to run it.
@@ -224,6 +225,11 @@ def serve(
     metadata keys ``sim_batch_seconds`` and ``sim_expire_after``.
     ``tiers``: how service tiers are served (:class:`ServiceTiers`: flex slower and
     sometimes refused for capacity, priority faster); every reply names its tier.
+
+    Bedrock: ``/model/{modelId}/converse`` and ``converse-stream`` (each request's
+    Signature V4 checked) and batch inference's model invocation jobs, whose records
+    and outputs are S3 objects read and written through botocore at
+    ``s3_endpoint_url`` (moto's server in tests; None: botocore's own configuration).
     """
     config = SimConfig(
         host=host,
@@ -241,5 +247,6 @@ def serve(
         batch_seconds=batch_seconds,
         batch_expire_after=batch_expire_after,
         tiers=tiers or ServiceTiers(),
+        s3_endpoint_url=s3_endpoint_url,
     )
     return Simulator(SimCore(load_script(script), config))

@@ -15,6 +15,8 @@ from pydantic_core import from_json, to_json
 from ._anthropic_batches import AnthropicBatches
 from ._anthropic_messages import AnthropicWire
 from ._batch_common import JsonAnswer, Timing
+from ._bedrock_jobs import BedrockJobs
+from ._bedrock_runtime import BedrockRuntime
 from ._compaction import check_beta
 from ._config import SimConfig
 from ._openai_batches import OpenAIBatches
@@ -66,6 +68,8 @@ class SimCore:
         wires: dict[str, Wire] = {"/v1/chat/completions": OPENAI, "/v1/responses": RESPONSES}
         self.openai_batches = OpenAIBatches(self, wires, timing)
         self.anthropic_batches = AnthropicBatches(self, ANTHROPIC, timing)
+        self.bedrock = BedrockRuntime(self)
+        self.bedrock_jobs = BedrockJobs(self, timing, config.s3_endpoint_url)
 
     async def start(self) -> None:
         """Listen on the configured host and port; :attr:`port` is the real port."""
@@ -77,6 +81,8 @@ class SimCore:
         app.router.add_post("/v1/messages/count_tokens", self._handler(ANTHROPIC, self._count))
         self.openai_batches.add_routes(app)
         self.anthropic_batches.add_routes(app)
+        self.bedrock.add_routes(app)
+        self.bedrock_jobs.add_routes(app)
         app.router.add_get("/sim/stats", self._stats_endpoint)
         app.router.add_post("/sim/reset", self._reset_endpoint)
         app.router.add_get("/health", self._health)
@@ -102,6 +108,7 @@ class SimCore:
             task.cancel()
         self.openai_batches.cancel_all()
         self.anthropic_batches.cancel_all()
+        self.bedrock_jobs.cancel_all()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -173,8 +180,14 @@ class SimCore:
             body = wire.error(400, exc.message, request_id=rid, code=exc.code, param=exc.param)
             return ex.response(400, body)
 
-    async def _chat(self, request: web.Request, wire: Wire, ex: Exchange) -> web.StreamResponse:
-        req = await self._receive(ex)
+    async def _chat(
+        self,
+        request: web.Request,
+        wire: Wire,
+        ex: Exchange,
+        parse: Callable[[object], ParsedRequest] | None = None,
+    ) -> web.StreamResponse:
+        req = await self._receive(ex, parse)
         if isinstance(req, web.Response):
             return req
         refusal = self._context_refusal(wire, req, ex.request_id)
@@ -188,6 +201,10 @@ class SimCore:
             return refused
         reply, fault = self._choose(req)
         return await self._answer(ex, req, reply, fault)
+
+    # For wires with routes of their own (Bedrock's model id is in its path).
+    handler = _handler
+    chat = _chat
 
     def answer_json(self, wire: Wire, body: object) -> JsonAnswer:
         """What the online endpoint of `wire` would answer the JSON `body` with, answered

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from bedrock_helpers import Boto
 from sim_helpers import Clients
 
 
@@ -14,3 +15,25 @@ async def clients() -> AsyncIterator[Clients]:
     made = Clients()
     yield made
     await made.aclose()
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[str]:
+    """moto's server (S3 for Bedrock's batch jobs), started once per session: its URL."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def boto() -> Iterator[Boto]:
+    """boto3 clients for the simulator's Bedrock wire and moto's S3, closed at teardown."""
+    made = Boto()
+    yield made
+    made.close()
