@@ -20,6 +20,7 @@ __all__ = [
     "ContextLengthExceededError",
     "DriftError",
     "FlowOutputError",
+    "GuardrailInterventionError",
     "InvalidOptionsError",
     "InvalidRequestError",
     "MCPServerError",
@@ -205,6 +206,14 @@ class RecitationError(ContentFilterError):
 
     code = "PROVIDER_RECITATION"
     default_retryable = True
+
+
+class GuardrailInterventionError(ContentFilterError):
+    """A provider's guardrail stepped in (Bedrock's `guardrail_intervened`): the input or
+    the output was blocked. details: provider, guardrail (its id), action_reason, and
+    the text the guardrail answered with (`output`)."""
+
+    code = "PROVIDER_GUARDRAIL"
 
 
 class ServerError(ProviderError):

@@ -1,10 +1,14 @@
 """Provider simulator: a local HTTP server speaking the OpenAI Chat Completions, OpenAI
-Responses, Anthropic Messages and Gemini (Gemini API and Vertex AI) wires, scripted
-replies, latency, rate caps and faults.
+Responses, Anthropic Messages, Bedrock Converse (and Bedrock's batch inference jobs)
+and Gemini (the Gemini API and Vertex AI, their batches) wires, scripted replies,
+latency, rate caps and faults.
 
 It plays the provider, so it stands alone: it imports nothing else of raygent.
 """
 
+from ._bedrock_auth import TEST_CREDENTIALS as AWS_TEST_CREDENTIALS
+from ._bedrock_auth import TEST_SESSION_CREDENTIALS as AWS_TEST_SESSION_CREDENTIALS
+from ._bedrock_auth import AwsTestCredentials
 from ._rates import SimRateLimits
 from ._script import (
     Fault,
@@ -22,6 +26,9 @@ from ._stats import RecordedRequest, SimStats
 from ._tiers import ServiceTiers
 
 __all__ = [
+    "AWS_TEST_CREDENTIALS",
+    "AWS_TEST_SESSION_CREDENTIALS",
+    "AwsTestCredentials",
     "Fault",
     "Latency",
     "Match",

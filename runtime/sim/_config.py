@@ -29,6 +29,7 @@ class SimConfig:
     batch_expire_after: int | None = None
     batch_enqueued_tokens: int | None = None
     tiers: ServiceTiers = field(default_factory=ServiceTiers)
+    s3_endpoint_url: str | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fault_rate <= 1.0:

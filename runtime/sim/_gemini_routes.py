@@ -7,7 +7,7 @@ explicit context caches on both."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from aiohttp import web
@@ -20,6 +20,7 @@ from ._gemini_files import GeminiFiles
 from ._gemini_gcs import GcsObjects
 from ._gemini_vertex_batches import VertexBatches
 from ._gemini_wire import GeminiWire
+from ._respond import Exchange
 from ._stats import RecordedRequest, redact_headers
 from ._types import ParsedRequest, Wire
 
@@ -28,15 +29,19 @@ _VERTEX_TIER = "X-Vertex-AI-LLM-Shared-Request-Type"
 
 
 class Exchanges(Core, Protocol):
-    """What the routes use of the simulator's core: one exchange of a wire made per
-    request, a chat or (`count` renders it) a token count."""
+    """What the routes use of the simulator's core: an exchange run by a serve function
+    (`handler`), the chat one (`chat`), and a request read and checked (`receive`)."""
 
-    async def exchange(
-        self,
-        request: web.Request,
-        wire: Wire,
-        count: Callable[[ParsedRequest], bytes] | None = None,
-    ) -> web.StreamResponse: ...
+    def handler(
+        self, wire: Wire, serve: Serve
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]: ...
+
+    async def chat(self, request: web.Request, wire: Wire, ex: Exchange) -> web.StreamResponse: ...
+
+    async def receive(self, ex: Exchange) -> ParsedRequest | web.Response: ...
+
+
+Serve = Callable[[web.Request, Wire, Exchange], Awaitable[web.StreamResponse]]
 
 
 class GeminiRoutes:
@@ -100,8 +105,15 @@ class GeminiRoutes:
             header_tier=request.headers.get(_VERTEX_TIER) if vertex else None,
             count=method == "countTokens",
         )
-        count = wire.count_body if method == "countTokens" else None
-        return await self.core.exchange(request, wire, count)
+        serve = self._count if method == "countTokens" else self.core.chat
+        return await self.core.handler(wire, serve)(request)
+
+    async def _count(self, request: web.Request, wire: Wire, ex: Exchange) -> web.StreamResponse:
+        req = await self.core.receive(ex)
+        if isinstance(req, web.Response):
+            return req
+        assert isinstance(wire, GeminiWire)
+        return ex.response(200, wire.count_body(req))
 
     async def _unknown(self, request: web.Request, message: str | None = None) -> web.Response:
         headers = redact_headers(request.headers)

@@ -13,7 +13,7 @@ from ._rates import Admission
 from ._script import Fault
 from ._types import ParsedRequest, Plan, SSEStream, Wire
 
-_SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+_SSE_HEADERS = {"Cache-Control": "no-cache"}
 _FOREVER = 24 * 3600.0
 
 
@@ -126,7 +126,8 @@ async def respond_plan(
             await ex.hang()
         stop = min(fault.after_chunks, sse.body_end)
     extra = fault.headers if fault is not None else None
-    resp = web.StreamResponse(status=200, headers={**_SSE_HEADERS, **ex.headers(extra=extra)})
+    headers = {"Content-Type": sse.content_type, **_SSE_HEADERS, **ex.headers(extra=extra)}
+    resp = web.StreamResponse(status=200, headers=headers)
     await resp.prepare(ex.request)
     try:
         await _write_events(resp, sse, stop, ex.per_token)

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Api = Literal["openai", "openai_responses", "anthropic", "gemini"]
+Api = Literal["openai", "openai_responses", "anthropic", "bedrock", "gemini"]
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "pause_turn"]
 FaultKind = Literal[
     "status",

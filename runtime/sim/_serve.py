@@ -204,6 +204,7 @@ def serve(
     batch_expire_after: int | None = None,
     batch_enqueued_tokens: int | None = None,
     tiers: ServiceTiers | None = None,
+    s3_endpoint_url: str | None = None,
 ) -> Simulator:
     """A provider simulator speaking the OpenAI Chat Completions and Responses, Anthropic
     Messages and Gemini (Gemini API and Vertex AI) wires; enter it (``with`` /
@@ -235,6 +236,11 @@ def serve(
     batches not yet done; a batch that would pass it is refused with 429.
     ``tiers``: how service tiers are served (:class:`ServiceTiers`: flex slower and
     sometimes refused for capacity, priority faster); every reply names its tier.
+
+    Bedrock: ``/model/{modelId}/converse`` and ``converse-stream`` (each request's
+    Signature V4 checked) and batch inference's model invocation jobs, whose records
+    and outputs are S3 objects read and written through botocore at
+    ``s3_endpoint_url`` (moto's server in tests; None: botocore's own configuration).
     """
     config = SimConfig(
         host=host,
@@ -253,5 +259,6 @@ def serve(
         batch_expire_after=batch_expire_after,
         batch_enqueued_tokens=batch_enqueued_tokens,
         tiers=tiers or ServiceTiers(),
+        s3_endpoint_url=s3_endpoint_url,
     )
     return Simulator(SimCore(load_script(script), config))

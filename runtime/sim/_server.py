@@ -15,6 +15,8 @@ from pydantic_core import from_json, to_json
 from ._anthropic_batches import AnthropicBatches
 from ._anthropic_messages import AnthropicWire
 from ._batch_common import JsonAnswer, Timing
+from ._bedrock_jobs import BedrockJobs
+from ._bedrock_runtime import BedrockRuntime
 from ._compaction import check_beta
 from ._config import SimConfig
 from ._gemini_errors import quota_error, retry_error
@@ -69,6 +71,8 @@ class SimCore:
         wires: dict[str, Wire] = {"/v1/chat/completions": OPENAI, "/v1/responses": RESPONSES}
         self.openai_batches = OpenAIBatches(self, wires, timing)
         self.anthropic_batches = AnthropicBatches(self, ANTHROPIC, timing)
+        self.bedrock = BedrockRuntime(self)
+        self.bedrock_jobs = BedrockJobs(self, timing, config.s3_endpoint_url)
         self.gemini = GeminiRoutes(self, timing, config.batch_enqueued_tokens)
 
     async def start(self) -> None:
@@ -81,6 +85,8 @@ class SimCore:
         app.router.add_post("/v1/messages/count_tokens", self._handler(ANTHROPIC, self._count))
         self.openai_batches.add_routes(app)
         self.anthropic_batches.add_routes(app)
+        self.bedrock.add_routes(app)
+        self.bedrock_jobs.add_routes(app)
         self.gemini.add_routes(app)
         app.router.add_get("/sim/stats", self._stats_endpoint)
         app.router.add_post("/sim/reset", self._reset_endpoint)
@@ -107,6 +113,7 @@ class SimCore:
             task.cancel()
         self.openai_batches.cancel_all()
         self.anthropic_batches.cancel_all()
+        self.bedrock_jobs.cancel_all()
         self.gemini.close()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -123,23 +130,6 @@ class SimCore:
         self.gemini.reset()
         self._latency_rng.seed(self.config.latency.seed)
         self._fault_rng.seed(self.config.seed)
-
-    async def exchange(
-        self,
-        request: web.Request,
-        wire: Wire,
-        count: Callable[[ParsedRequest], bytes] | None = None,
-    ) -> web.StreamResponse:
-        """One exchange of a wire made per request (Gemini's: the model and the method
-        are in the URL): a chat, or a token count whose reply `count` renders."""
-        if count is None:
-            return await self._exchange(request, wire, self._chat)
-
-        async def run(request: web.Request, wire: Wire, ex: Exchange) -> web.StreamResponse:
-            req = await self._receive(ex)
-            return req if isinstance(req, web.Response) else ex.response(200, count(req))
-
-        return await self._exchange(request, wire, run)
 
     def _handler(self, wire: Wire, serve: _Serve) -> _Handler:
         async def handle(request: web.Request) -> web.StreamResponse:
@@ -198,8 +188,14 @@ class SimCore:
             body = wire.error(status, exc.message, request_id=rid, code=exc.code, param=exc.param)
             return ex.response(status, body)
 
-    async def _chat(self, request: web.Request, wire: Wire, ex: Exchange) -> web.StreamResponse:
-        req = await self._receive(ex)
+    async def _chat(
+        self,
+        request: web.Request,
+        wire: Wire,
+        ex: Exchange,
+        parse: Callable[[object], ParsedRequest] | None = None,
+    ) -> web.StreamResponse:
+        req = await self._receive(ex, parse)
         if isinstance(req, web.Response):
             return req
         refusal = self._context_refusal(wire, req, ex.request_id)
@@ -213,6 +209,11 @@ class SimCore:
             return refused
         reply, fault = self._choose(req)
         return await self._answer(ex, req, reply, fault)
+
+    # For wires with routes of their own (Bedrock's and Gemini's model id is in the path).
+    handler = _handler
+    chat = _chat
+    receive = _receive
 
     def answer_json(self, wire: Wire, body: object) -> JsonAnswer:
         """What the online endpoint of `wire` would answer the JSON `body` with, answered

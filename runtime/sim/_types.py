@@ -122,11 +122,13 @@ class Plan:
 @dataclass(slots=True)
 class SSEStream:
     """Encoded SSE events, the output tokens each carries (for per-token latency), and
-    the index of the first closing event (a truncated stream stops before it)."""
+    the index of the first closing event (a truncated stream stops before it).
+    `content_type`: what the stream is sent as (Bedrock's is a binary event stream)."""
 
     events: list[bytes]
     tokens: list[int]
     body_end: int
+    content_type: str = "text/event-stream; charset=utf-8"
 
 
 class Wire(Protocol):

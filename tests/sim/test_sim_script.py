@@ -184,6 +184,9 @@ def test_public_exports() -> None:
     import raygent.sim
 
     assert set(raygent.sim.__all__) == {
+        "AWS_TEST_CREDENTIALS",
+        "AWS_TEST_SESSION_CREDENTIALS",
+        "AwsTestCredentials",
         "Fault",
         "Latency",
         "Match",
