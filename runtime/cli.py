@@ -229,6 +229,9 @@ def _run_sim(args: argparse.Namespace) -> int:
             print(f"raygent sim listening on {sim.url}", flush=True)
             print(f"OPENAI_BASE_URL={sim.openai_base_url}", flush=True)
             print(f"ANTHROPIC_BASE_URL={sim.anthropic_base_url}", flush=True)
+            # What google-genai reads for the Gemini API and Vertex AI.
+            print(f"GOOGLE_GEMINI_BASE_URL={sim.gemini_base_url}", flush=True)
+            print(f"GOOGLE_VERTEX_BASE_URL={sim.gemini_base_url}", flush=True)
             stop.wait()
     finally:
         for sig, handler in previous.items():

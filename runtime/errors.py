@@ -15,6 +15,7 @@ __all__ = [
     "AwaitingApprovalError",
     "BudgetExceededError",
     "CapabilityError",
+    "ContentBlockedError",
     "ContentFilterError",
     "ContextLengthExceededError",
     "DriftError",
@@ -37,6 +38,7 @@ __all__ = [
     "ProviderTimeoutError",
     "RateLimitError",
     "RaygentError",
+    "RecitationError",
     "RefusalError",
     "RoutingError",
     "RunNotFoundError",
@@ -144,8 +146,11 @@ class RateLimitError(ProviderError):
     @property
     def for_capacity(self) -> bool:
         """Whether this is a service tier's refusal for capacity (OpenAI flex's 429
-        `resource_unavailable`), not the key's rate: it says nothing of how fast the key
-        may send, so nobody pauses for it."""
+        `resource_unavailable`; a Gemini flex request shed with 503, marked
+        `capacity=True`), not the key's rate: it says nothing of how fast the key may
+        send, so nobody pauses for it."""
+        if self.details.get("capacity"):
+            return True
         code = (getattr(self, "provider_code", None) or "").lower()
         return code == "resource_unavailable" or "resource unavailable" in str(self).lower()
 
@@ -184,6 +189,23 @@ class ContentFilterError(ProviderError):
     """The provider refused or filtered the content."""
 
     code = "PROVIDER_CONTENT_FILTER"
+
+
+class ContentBlockedError(ContentFilterError):
+    """The provider's safety system blocked the prompt or withheld the reply (Gemini's
+    `promptFeedback.blockReason`, or a candidate finishing `SAFETY`, `BLOCKLIST`,
+    `PROHIBITED_CONTENT`, `SPII`, ...). details: blocked ("prompt" or "reply"), reason
+    (the provider's), safety_ratings (the categories that blocked, when given)."""
+
+    code = "PROVIDER_CONTENT_BLOCKED"
+
+
+class RecitationError(ContentFilterError):
+    """The reply was stopped because it recited a source too closely (Gemini's
+    `RECITATION`). A retry may phrase it otherwise. details: reason, citations."""
+
+    code = "PROVIDER_RECITATION"
+    default_retryable = True
 
 
 class GuardrailInterventionError(ContentFilterError):

@@ -1,6 +1,7 @@
 """Provider simulator: a local HTTP server speaking the OpenAI Chat Completions, OpenAI
-Responses, Anthropic Messages and Bedrock Converse wires (and Bedrock's batch inference
-jobs), scripted replies, latency, rate caps and faults.
+Responses, Anthropic Messages, Bedrock Converse (and Bedrock's batch inference jobs)
+and Gemini (the Gemini API and Vertex AI, their batches) wires, scripted replies,
+latency, rate caps and faults.
 
 It plays the provider, so it stands alone: it imports nothing else of raygent.
 """

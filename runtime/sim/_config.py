@@ -27,6 +27,7 @@ class SimConfig:
     api_key: str | None = None
     batch_seconds: float = 0.0
     batch_expire_after: int | None = None
+    batch_enqueued_tokens: int | None = None
     tiers: ServiceTiers = field(default_factory=ServiceTiers)
     s3_endpoint_url: str | None = None
 
@@ -38,7 +39,12 @@ class SimConfig:
         given = self.rate_limits.requests_per_minute if self.rate_limits else None
         if None not in (given, self.requests_per_minute) and given != self.requests_per_minute:
             raise ValueError("requests_per_minute is given twice, with two values")
-        for name in ("max_concurrency", "requests_per_minute", "context_window"):
+        for name in (
+            "max_concurrency",
+            "requests_per_minute",
+            "context_window",
+            "batch_enqueued_tokens",
+        ):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1")

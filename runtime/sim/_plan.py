@@ -88,6 +88,8 @@ def plan_reply(
         server_tools=server_tools,
         citations=[] if text is None else list(reply.citations),
         list_content=reply.list_content,
+        finish_reason=reply.finish_reason,
+        block_reason=reply.block_reason,
     )
 
 
@@ -157,7 +159,8 @@ def _tool_calls(reply: Reply, req: ParsedRequest, id_prefix: str) -> list[Planne
         args = call.arguments
         calls.append(
             PlannedToolCall(
-                id=call.id or f"{id_prefix}{req.prior_tool_calls + i + 1}",
+                # A scripted empty id is sent empty (Gemini: a call without an id).
+                id=call.id if call.id is not None else f"{id_prefix}{req.prior_tool_calls + i + 1}",
                 name=call.name,
                 # json.dumps's defaults (", ", ": ") read like model output and equal
                 # what a client gets re-serialising a parsed Anthropic ``input``.

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Api = Literal["openai", "openai_responses", "anthropic", "bedrock"]
+Api = Literal["openai", "openai_responses", "anthropic", "bedrock", "gemini"]
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "pause_turn"]
 FaultKind = Literal[
     "status",
@@ -73,7 +73,8 @@ class Fault(_Model):
 class ToolCallReply(_Model):
     """A scripted tool call. A ``str`` ``arguments`` is sent verbatim (malformed JSON
     included); an absent ``id`` becomes ``call_<n>`` (OpenAI, both wires) or ``toolu_<n>``
-    (Anthropic), ``n`` counting the tool calls of the conversation so far from 1."""
+    (Anthropic), ``n`` counting the tool calls of the conversation so far from 1; an
+    empty ``id`` is sent as it is (Gemini: the call has no id)."""
 
     name: str
     arguments: dict[str, Any] | str = Field(default_factory=dict)
@@ -178,6 +179,12 @@ class Reply(_Model):
     makes Chat Completions send ``message.content`` (and each streamed
     ``delta.content``) as a list of parts, as Mistral does: a ``thinking`` part holding
     text parts, then a ``text`` part.
+
+    ``finish_reason``: the finish reason as the provider names it, sent verbatim on the
+    wires that have their own (Gemini: ``SAFETY``, ``RECITATION``, ``BLOCKLIST``,
+    ``MALFORMED_FUNCTION_CALL``, ...); it overrides what ``finish`` maps to there.
+    ``block_reason``: the prompt is blocked (Gemini's ``promptFeedback.blockReason``,
+    e.g. ``SAFETY``): the reply has no candidate at all.
     """
 
     text: str | None = None
@@ -193,6 +200,8 @@ class Reply(_Model):
     server_tools: list[ServerToolReply] = Field(default_factory=list)
     citations: list[dict[str, Any]] = Field(default_factory=list)
     list_content: bool = False
+    finish_reason: str | None = None
+    block_reason: str | None = None
 
     def __init__(
         self,
@@ -210,6 +219,8 @@ class Reply(_Model):
         server_tools: Sequence[ServerToolReply] = (),
         citations: Sequence[dict[str, Any]] = (),
         list_content: bool = False,
+        finish_reason: str | None = None,
+        block_reason: str | None = None,
     ) -> None:
         # Spelled out so that ``Reply(json=...)`` type-checks: the field is ``json_value``
         # because ``json`` would shadow a BaseModel method.
@@ -227,6 +238,8 @@ class Reply(_Model):
             "server_tools": list(server_tools),
             "citations": list(citations),
             "list_content": list_content,
+            "finish_reason": finish_reason,
+            "block_reason": block_reason,
         }
         super().__init__(**data)
 

@@ -48,6 +48,13 @@ class Simulator:
         return self.url
 
     @property
+    def gemini_base_url(self) -> str:
+        """``http://HOST:PORT``: the ``base_url`` for ``google.genai``'s ``HttpOptions``
+        (the Gemini API under ``/v1beta`` and ``/v1``, Vertex AI under
+        ``/v1/projects/...`` and ``/v1beta1/projects/...``)."""
+        return self.url
+
+    @property
     def port(self) -> int:
         return self._core.port
 
@@ -195,11 +202,13 @@ def serve(
     api_key: str | None = None,
     batch_seconds: float = 0.0,
     batch_expire_after: int | None = None,
+    batch_enqueued_tokens: int | None = None,
     tiers: ServiceTiers | None = None,
     s3_endpoint_url: str | None = None,
 ) -> Simulator:
-    """A provider simulator speaking the OpenAI Chat Completions and Anthropic Messages
-    wires; enter it (``with`` / ``async with``) to run it.
+    """A provider simulator speaking the OpenAI Chat Completions and Responses, Anthropic
+    Messages and Gemini (Gemini API and Vertex AI) wires; enter it (``with`` /
+    ``async with``) to run it.
 
     ``script``: a :class:`Script`, its dict/list form, or a YAML/JSON file path.
     ``max_concurrency``: over it, 429 with ``Retry-After: retry_after``.
@@ -223,6 +232,8 @@ def serve(
     ``batch_expire_after``: after that many answered lines a batch expires, the rest
     answered as expired (``None``: never). An OpenAI batch may override both with the
     metadata keys ``sim_batch_seconds`` and ``sim_expire_after``.
+    ``batch_enqueued_tokens``: the Gemini API's per-model quota of tokens enqueued in
+    batches not yet done; a batch that would pass it is refused with 429.
     ``tiers``: how service tiers are served (:class:`ServiceTiers`: flex slower and
     sometimes refused for capacity, priority faster); every reply names its tier.
 
@@ -246,6 +257,7 @@ def serve(
         api_key=api_key,
         batch_seconds=batch_seconds,
         batch_expire_after=batch_expire_after,
+        batch_enqueued_tokens=batch_enqueued_tokens,
         tiers=tiers or ServiceTiers(),
         s3_endpoint_url=s3_endpoint_url,
     )

@@ -19,6 +19,9 @@ from ._bedrock_jobs import BedrockJobs
 from ._bedrock_runtime import BedrockRuntime
 from ._compaction import check_beta
 from ._config import SimConfig
+from ._gemini_errors import quota_error, retry_error
+from ._gemini_reply import tier_headers
+from ._gemini_routes import GeminiRoutes
 from ._openai_batches import OpenAIBatches
 from ._openai_chat import OpenAIWire
 from ._openai_responses import ResponsesWire
@@ -70,6 +73,7 @@ class SimCore:
         self.anthropic_batches = AnthropicBatches(self, ANTHROPIC, timing)
         self.bedrock = BedrockRuntime(self)
         self.bedrock_jobs = BedrockJobs(self, timing, config.s3_endpoint_url)
+        self.gemini = GeminiRoutes(self, timing, config.batch_enqueued_tokens)
 
     async def start(self) -> None:
         """Listen on the configured host and port; :attr:`port` is the real port."""
@@ -83,6 +87,7 @@ class SimCore:
         self.anthropic_batches.add_routes(app)
         self.bedrock.add_routes(app)
         self.bedrock_jobs.add_routes(app)
+        self.gemini.add_routes(app)
         app.router.add_get("/sim/stats", self._stats_endpoint)
         app.router.add_post("/sim/reset", self._reset_endpoint)
         app.router.add_get("/health", self._health)
@@ -109,6 +114,7 @@ class SimCore:
         self.openai_batches.cancel_all()
         self.anthropic_batches.cancel_all()
         self.bedrock_jobs.cancel_all()
+        self.gemini.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -121,6 +127,7 @@ class SimCore:
         self._cache.clear()
         self._tiers.reset()
         self._rates.reset()
+        self.gemini.reset()
         self._latency_rng.seed(self.config.latency.seed)
         self._fault_rng.seed(self.config.seed)
 
@@ -177,8 +184,9 @@ class SimCore:
                 check_beta(body, request.headers)  # a beta field needs its header
             return (parse or wire.parse)(body)
         except WireError as exc:
-            body = wire.error(400, exc.message, request_id=rid, code=exc.code, param=exc.param)
-            return ex.response(400, body)
+            status = exc.status
+            body = wire.error(status, exc.message, request_id=rid, code=exc.code, param=exc.param)
+            return ex.response(status, body)
 
     async def _chat(
         self,
@@ -195,16 +203,17 @@ class SimCore:
             return ex.response(400, refusal)
         no_capacity = self._tiers.admit(wire, req, ex.request_id)
         if no_capacity is not None:  # flex without capacity: charged nothing either
-            return ex.response(429, no_capacity)
+            return ex.response(503 if wire.api == "gemini" else 429, no_capacity)
         refused = self._admit(ex, req)
         if refused is not None:
             return refused
         reply, fault = self._choose(req)
         return await self._answer(ex, req, reply, fault)
 
-    # For wires with routes of their own (Bedrock's model id is in its path).
+    # For wires with routes of their own (Bedrock's and Gemini's model id is in the path).
     handler = _handler
     chat = _chat
+    receive = _receive
 
     def answer_json(self, wire: Wire, body: object) -> JsonAnswer:
         """What the online endpoint of `wire` would answer the JSON `body` with, answered
@@ -216,8 +225,9 @@ class SimCore:
         try:
             req = wire.parse(body)
         except WireError as exc:
-            error = wire.error(400, exc.message, request_id=rid, code=exc.code, param=exc.param)
-            return JsonAnswer(400, error, rid)
+            status = exc.status
+            error = wire.error(status, exc.message, request_id=rid, code=exc.code, param=exc.param)
+            return JsonAnswer(status, error, rid)
         req.stream = False
         req.served_tier = "batch" if wire.api == "anthropic" else "default"
         refusal = self._context_refusal(wire, req, rid)
@@ -326,23 +336,36 @@ class SimCore:
         now = time.monotonic()
         verdict = self._rates.admit(key, model, cost, now)
         if verdict is not None and not isinstance(verdict, Admission):
-            ex.rate_headers = self._rates.headers(wire.api, key, model, now)
+            ex.rate_headers = self._rate_headers(wire, req, key, now)
             self.stats.rate_limited(verdict.cause)
+            if wire.api == "gemini":  # the delay is in the body (RetryInfo), not a header
+                return ex.response(
+                    429, quota_error(verdict, model, vertex="/projects/" in ex.request.path)
+                )
             body = error_body(wire.api, verdict, model, rid)
             return ex.response(429, body, headers=retry_after(verdict))
         if not self.stats.try_admit(config.max_concurrency):
             if verdict is not None:
                 verdict.refund()
-            ex.rate_headers = self._rates.headers(wire.api, key, model, now)
+            ex.rate_headers = self._rate_headers(wire, req, key, now)
             self.stats.rate_limited("concurrency")
             message = f"Too many concurrent requests (limit {config.max_concurrency})."
+            if wire.api == "gemini":
+                return ex.response(429, retry_error(message, config.retry_after))
             body = wire.error(429, message, request_id=rid)
             return ex.response(429, body, retry_after=config.retry_after)
         ex.admitted = True
         ex.admission = verdict
-        ex.rate_headers = self._rates.headers(wire.api, key, model, now)
+        ex.rate_headers = self._rate_headers(wire, req, key, now)
         self.stats.admitted(now, cost.input_tokens, cost.max_tokens)
         return None
+
+    def _rate_headers(self, wire: Wire, req: ParsedRequest, key: str, now: float) -> dict[str, str]:
+        """The headers every reply carries: the rate-limit headers (none from Google, who
+        names the tier it served instead)."""
+        if wire.api == "gemini":
+            return tier_headers(req)
+        return self._rates.headers(wire.api, key, req.model, now)
 
     def _request_id(self) -> str:
         return f"req_sim{next(self._request_ids):012x}"

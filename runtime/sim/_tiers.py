@@ -8,6 +8,11 @@ capacity for is answered 429 with the code `resource_unavailable`, not billed.
 Anthropic: `service_tier` "auto" | "standard_only"; the reply's `usage.service_tier` is
 "standard", "priority" (an organisation with priority capacity, asking "auto") or
 "batch" (a Message Batches line).
+Gemini: `serviceTier` "flex" | "standard" | "priority" (Vertex AI: also the header
+`X-Vertex-AI-LLM-Shared-Request-Type`); the reply names the tier served in the header
+`x-gemini-service-tier` (Vertex AI: `usageMetadata.trafficType`).
+Priority past its limit is served at standard without an error; flex without capacity
+is shed with 503 UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -33,17 +38,23 @@ class ServiceTiers:
     at that tier takes of the configured latency (time to first byte and per token).
     `flex_refusal_rate`: the share of flex requests refused for capacity (429
     `resource_unavailable`), drawn from `seed`. `anthropic_priority`: the organisation
-    has Anthropic priority capacity (a request asking "auto" is served at "priority")."""
+    has Anthropic priority capacity (a request asking "auto" is served at "priority").
+    `priority_downgrade_rate`: the share of Gemini priority requests served at standard
+    (past the priority limit: Gemini downgrades silently), drawn from `seed`."""
 
     flex_latency: float = 3.0
     priority_latency: float = 0.5
     flex_refusal_rate: float = 0.0
     anthropic_priority: bool = False
+    priority_downgrade_rate: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.flex_refusal_rate <= 1.0:
-            raise ValueError("flex_refusal_rate must be within [0, 1]")
+        for rate in (self.flex_refusal_rate, self.priority_downgrade_rate):
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(
+                    "flex_refusal_rate and priority_downgrade_rate must be within [0, 1]"
+                )
         if self.flex_latency < 0 or self.priority_latency < 0:
             raise ValueError("a tier's latency multiplier must be at least 0")
 
@@ -84,12 +95,29 @@ class TierDesk:
             priority = asked == "auto" and self.tiers.anthropic_priority
             req.served_tier = "priority" if priority else "standard"
             return None
+        if req.api == "gemini":
+            return self._gemini(wire, req, request_id)
         req.served_tier = "default" if asked in (None, "auto") else asked
         rate = self.tiers.flex_refusal_rate
         if asked == "flex" and rate > 0 and self._rng.random() < rate:
             return wire.error(
                 429, CAPACITY_MESSAGE, request_id=request_id, code="resource_unavailable"
             )
+        return None
+
+    def _gemini(self, wire: Wire, req: ParsedRequest, request_id: str) -> bytes | None:
+        asked = req.service_tier
+        req.served_tier = asked or "standard"
+        downgrade = self.tiers.priority_downgrade_rate
+        if asked == "priority" and downgrade > 0 and self._rng.random() < downgrade:
+            req.served_tier = "standard"
+        rate = self.tiers.flex_refusal_rate
+        if asked == "flex" and rate > 0 and self._rng.random() < rate:
+            message = (
+                "This model is currently experiencing high demand for the flex tier. Spikes "
+                "in demand are usually temporary. Please try again later."
+            )
+            return wire.error(503, message, request_id=request_id)
         return None
 
     def latency(self, req: ParsedRequest) -> float:

@@ -14,13 +14,22 @@ Finish = Literal["stop", "length", "tool_calls", "content_filter", "pause_turn",
 
 
 class WireError(Exception):
-    """A request the provider would reject with 400 (``param`` names the bad field)."""
+    """A request the provider would reject with 400 (``param`` names the bad field;
+    ``status`` another 4xx where the provider sends one)."""
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status: int = 400,
+    ):
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code
+        self.status = status
 
 
 def typed_parts(value: object, kinds: Collection[str]) -> bool:
@@ -105,6 +114,9 @@ class Plan:
     citations: list[dict[str, Any]] = field(default_factory=list)
     # Chat Completions: content as a list of parts (Mistral), thinking included.
     list_content: bool = False
+    # The provider's own finish reason, verbatim; a blocked prompt's reason (Gemini).
+    finish_reason: str | None = None
+    block_reason: str | None = None
 
 
 @dataclass(slots=True)

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from bedrock_helpers import Boto
+from gemini_sdk import close_all
 from sim_helpers import Clients
 
 
@@ -37,3 +38,10 @@ def boto() -> Iterator[Boto]:
     made = Boto()
     yield made
     made.close()
+
+
+@pytest.fixture(autouse=True)
+def _close_gemini_clients() -> Iterator[None]:
+    """The google-genai clients a test made, closed after it."""
+    yield
+    close_all()

@@ -19,6 +19,7 @@ from raygent import (
     Message,
     ProviderBlock,
     TextPart,
+    ToolCall,
     UserMessage,
 )
 from raygent.stores import (
@@ -57,6 +58,31 @@ SHAPES: dict[str, Message] = {
             ),
             TextPart(text="Going on from the summary."),
         ]
+    ),
+    # A Gemini 3 turn: its thought summary, a signed text and a signed call, each sent
+    # back byte for byte (the signature is what Gemini checks).
+    "gemini-signed-turn": AssistantMessage(
+        content=[
+            ProviderBlock(
+                provider="gemini", kind="thought", data={"text": "Two cities.", "thought": True}
+            ),
+            TextPart(text="Checking both."),
+            ProviderBlock(
+                provider="gemini", kind="signature", data={"thoughtSignature": "q1Jx/8+w=="}
+            ),
+            ProviderBlock(
+                provider="gemini",
+                kind="function_call",
+                data={
+                    "call_id": "gemini_5f3a",
+                    "part": {
+                        "functionCall": {"name": "get_weather", "args": {"city": "Zürich"}},
+                        "thoughtSignature": "IR7BxOqNJB8Rcrtdn5JV_AJO4D8jVsNX",
+                    },
+                },
+            ),
+        ],
+        tool_calls=[ToolCall.parse("gemini_5f3a", "get_weather", '{"city": "Zürich"}')],
     ),
     "provider-numbers": AssistantMessage(
         content=[
