@@ -53,6 +53,11 @@ class Flow(ABC):
     """Base of `Workflow` and `Supervisor`. A subclass gives `kind` and `_body`."""
 
     kind: ClassVar[Literal["workflow", "supervisor"]]
+    # What `execute` takes (see its docstring): `raygent.batch` refuses any other run
+    # option before anything runs (`raygent.executable.TakesRunOptions`).
+    run_option_names: frozenset[str] = frozenset(
+        {"context", "deps", "signal", "on", "observe", "run_id", "parent", "durable"}
+    )
 
     def __init__(
         self,

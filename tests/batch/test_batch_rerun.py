@@ -124,7 +124,7 @@ async def test_resume_and_a_new_jobs_mode_do_not_go_together(tmp_path: Path) -> 
     for mode in ("overwrite", "append"):
         with pytest.raises(InvalidOptionsError, match="resume=True"):
             await batch(Counted(), [{"n": 1}], sink=sink, resume=True, mode=mode)  # type: ignore[arg-type]
-    with pytest.raises(InvalidOptionsError, match="mode must be one of"):
+    with pytest.raises(InvalidOptionsError, match="mode= must be one of"):
         await batch(Counted(), [{"n": 1}], sink=sink, mode="replace")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="needs sink="):
         await batch(Counted(), [{"n": 1}], mode="append")
