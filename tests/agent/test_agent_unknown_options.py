@@ -166,3 +166,26 @@ async def test_a_plain_callable_takes_no_run_options(backend_kind: str) -> None:
 
     with pytest.raises(TypeError, match="a plain callable gets each item as it is"):
         await raygent.batch(upper, ["a"], progress=False, run_options={"output": Answer})
+
+
+async def test_a_flow_run_with_a_misspelt_option_fails_before_any_step() -> None:
+    async with serve(SCRIPT) as sim:
+        step = raygent.agent(model=_model(sim))
+        flow = raygent.workflow(name="flow", steps=[raygent.step("ask", agent=step)])
+        result = await flow.execute("q", contxt={"user": "ada"})
+        ok = await flow.execute("q", context={"user": "ada"})
+        assert sim.stats().requests == 1  # the well-spelt run's one trip
+    assert result.status == "failed" and isinstance(result.error, UnknownOptionError)
+    assert "a run of workflow 'flow': unknown run option 'contxt'" in str(result.error)
+    assert result.error.suggestion == "context" and ok.ok
+
+
+async def test_a_flow_batch_s_items_may_still_name_a_session(backend_kind: str) -> None:
+    # An item's session goes only to an executable that takes one: a flow runs its item
+    # as before, not refused for a run option it was never given.
+    async with serve(SCRIPT) as sim:
+        step = raygent.agent(model=_model(sim))
+        flow = raygent.workflow(name="flow", steps=[raygent.step("ask", agent=step)])
+        items = [{"input": "q", "session_id": "ada", "user_id": "u1"}]
+        result = await raygent.batch(flow, items, progress=False)
+    assert result.ok, result.report.errors
