@@ -172,18 +172,15 @@ def unknown_option(
     alias = (aliases or {}).get(_normal(name))
     ordered = list(known) if isinstance(known, list | tuple) else sorted(known)
     suggestion = alias if alias is not None else closest(name, [*ordered, *others])
-    message = (
-        f"{subject}: unknown {what} {spelling.name(name)}"
-        if subject
-        else f"unknown {what} {spelling.name(name)}"
-    )
+    message = f"{subject}: " if subject else ""
+    message += f"unknown {what} {spelling.name(name)}"
     if suggestion is not None and suggestion in others and suggestion not in known:
         message += f": {others[suggestion]}"
     elif suggestion is not None:
         message += f" (did you mean {spelling.name(suggestion)}?)"
     else:
         if listed:
-            message += "; known: " + ", ".join(n for n in sorted(known))
+            message += "; known: " + ", ".join(sorted(known))
         if tail:
             message += f"; {tail}"
     return UnknownOptionError(message, option=name, suggestion=suggestion, where=subject)
@@ -253,15 +250,13 @@ def check_run_options(
 ) -> None:
     """Refuse a run option of a name not in `known`, and, when it has `model_options`,
     a model option of an unknown name (`UnknownOptionError`). `elsewhere`: more names
-    that belong somewhere else (a model option's are known here)."""
+    that belong somewhere else (a model option's are known here, where `known` takes
+    `model_options`)."""
     if not isinstance(options, Mapping):
         raise TypeError(f"{subject}: run options are a mapping, not {type(options).__name__}")
-    if isinstance(known, frozenset | set) and known.issuperset(options):
-        unknown = None
-    else:
-        unknown = next((n for n in options if n not in known), None)
+    unknown = next((name for name in options if name not in known), None)
     if unknown is not None:
-        hints = model_option_hints(spelling)
+        hints = model_option_hints(spelling) if "model_options" in known else {}
         if elsewhere is not None:
             hints.update(elsewhere())
         raise unknown_option(
