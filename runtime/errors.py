@@ -48,6 +48,7 @@ __all__ = [
     "StepFailedError",
     "ToolDeniedError",
     "ToolExecutionError",
+    "UnknownOptionError",
     "error_dict",
     "redact",
 ]
@@ -318,6 +319,15 @@ class InvalidOptionsError(RaygentError):
 
     code = "INVALID_OPTIONS"
     category = "config"
+
+
+class UnknownOptionError(InvalidOptionsError, TypeError):
+    """An option, a setting or a flag of a name nothing takes (a misspelt one would be
+    silently ignored): refused before anything is sent. A `TypeError` too, as Python's
+    own unexpected keyword is. details: option (the name given), suggestion (the closest
+    known one, or None), where (what was given it)."""
+
+    code = "UNKNOWN_OPTION"
 
 
 class CapabilityError(InvalidOptionsError):

@@ -30,6 +30,7 @@ from typing_extensions import Unpack
 from .._sync import on_interrupt, run_sync
 from ..abort import AbortController, AbortSignal
 from ..budgets import BudgetReport, amount_of
+from ..models._names import PYTHON, Spelling
 from ..seams.batch import Attempt, BatchItem, Deliver, Feed, Job, Outcome, cancelled, ended
 from ..seams.contract import Backend, BatchExecution, BatchPool, PoolPlan
 from ..seams.registry import current_backend
@@ -46,7 +47,7 @@ from .exec import (
     is_runnable,
 )
 from .job_budget import job_ledger
-from .plan import KEPT_FAILURES, BatchOptions, Plan
+from .plan import KEPT_FAILURES, BatchOptions, Plan, refuse_unknown_options
 from .progress import Progress
 from .provider.job import (
     check_batchable,
@@ -70,6 +71,8 @@ __all__ = [
     "Retry",
     "batch",
     "batch_sync",
+    "run_batch",
+    "run_batch_sync",
 ]
 
 
@@ -129,8 +132,16 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
     it does in `batch_sync`: the unfinished items end cancelled and the result comes
     back; a second Ctrl-C cancels the awaiting task.
     """
+    return await run_batch(executable, items, options)
+
+
+async def run_batch(
+    executable: Any, items: Any, options: BatchOptions, spelling: Spelling = PYTHON
+) -> BatchResult:
+    """`batch`, its options given as a mapping, its messages naming them as
+    `spelling`'s reader writes them (the `raygent batch` command's: `--resume`)."""
     if _interruptible.get():
-        return await _batch(executable, items, options)
+        return await _batch(executable, items, options, spelling)
     controller = AbortController()
     user = options.get("signal")
     unlink = user.add_callback(lambda: controller.abort(user.reason)) if user else None
@@ -149,19 +160,26 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
         with on_interrupt(interrupted):
             linked = options.copy()
             linked["signal"] = controller.signal
-            return await _batch(executable, items, linked)
+            return await _batch(executable, items, linked, spelling)
     finally:
         _interruptible.reset(token)
         if unlink is not None:
             unlink()
 
 
-async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchResult:
-    plan = Plan.of(options)
+async def _batch(
+    executable: Any, items: Any, options: BatchOptions, spelling: Spelling
+) -> BatchResult:
+    # Refused here, in the driver, before any runner starts or any request is sent.
+    refuse_unknown_options(options, executable, spelling=spelling)
+    plan = Plan.of(options, spelling)
+    say = spelling.option
     if plan.durable is not None and not callable(getattr(executable, "is_stored", None)):
-        raise TypeError("durable= needs an agent (something with resume(run_id))")
+        raise TypeError(f"{say('durable')} needs an agent (something with resume(run_id))")
     if options.get("tool_errors") is not None and not hasattr(executable, "tool_errors"):
-        raise TypeError("tool_errors= needs an agent (flows and plain callables run no tools)")
+        raise TypeError(
+            f"{say('tool_errors')} needs an agent (flows and plain callables run no tools)"
+        )
     ledger = job_ledger(executable, plan.budget)
     if ledger is not None:
         held = {**(plan.run_options or {}), BATCH_BUDGET: ledger}
@@ -169,7 +187,7 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     attempt = attempt_for(executable, plan.run_options)
     lines: LinePool | None = None
     if plan.provider_batch is not None:
-        check_batchable(executable)
+        check_batchable(executable, spelling)
     runners = _runners_for(executable, plan)
     if runners is not None:
         runners.check(executable)
@@ -290,8 +308,15 @@ def batch_sync(executable: Any, items: Any, **options: Unpack[BatchOptions]) -> 
     consistent, and the result comes back. A second Ctrl-C stops at once
     (KeyboardInterrupt, after the items in flight are recorded as cancelled).
     """
+    return run_batch_sync(executable, items, options)
+
+
+def run_batch_sync(
+    executable: Any, items: Any, options: BatchOptions, spelling: Spelling = PYTHON
+) -> BatchResult:
+    """`batch_sync`, its options as a mapping, spelt for `spelling`'s reader."""
     try:
-        return run_sync(lambda: batch(executable, items, **options))
+        return run_sync(lambda: run_batch(executable, items, options, spelling))
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
 
@@ -412,7 +437,8 @@ class _Collector:
         if pool.signal.aborted and self.stopped is None:
             self.stopped = f"cancelled: {pool.signal.reason or 'no reason given'}"
             if self.sink is not None:
-                self.stopped += " (to go on with this job: resume=True, the same sink)"
+                again = self.plan.spelling.option("resume", True)
+                self.stopped += f" (to go on with this job: {again}, the same sink)"
         for failure in (pool.feed_error, pool.deliver_error):  # last guards, not paths
             if failure is not None and self.stopped is None:
                 self.stopped = f"the batch failed: {type(failure).__name__}: {failure}"

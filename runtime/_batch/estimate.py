@@ -29,13 +29,14 @@ from typing_extensions import Unpack
 
 from .._sync import run_sync
 from ..budgets import pricing_of
+from ..models._names import PYTHON, Spelling
 from ..models.contract import Tier
 from ..seams.batch import BatchItem
 from ..usage import Usage, dollars, total_cost
 from .call import batch
 from .exec import ItemKey, JobMaker, is_runnable
 from .job_budget import agents_of, models_of
-from .plan import DEFAULT_CONCURRENCY
+from .plan import DEFAULT_CONCURRENCY, refuse_unknown_options, two_prices
 from .provider.job import check_batchable
 from .provider.options import ProviderBatch
 from .sinks import key_token
@@ -115,6 +116,24 @@ class EstimateOptions(TypedDict, total=False):
     service_tier: str | Tier | None
 
 
+ESTIMATE_OPTIONS: frozenset[str] = (
+    EstimateOptions.__optional_keys__ | EstimateOptions.__required_keys__
+)
+_NAMED = ("sample", "concurrency", "seed")  # `estimate`'s own keywords
+
+
+def check_estimate_options(
+    executable: Any, options: Mapping[str, Any], spelling: Spelling = PYTHON
+) -> None:
+    """`UnknownOptionError` for an option `estimate` does not take (a batch option that
+    changes nothing of the cost, or a misspelt one), or a run option `executable` does
+    not take, before any item is read."""
+    known = ESTIMATE_OPTIONS | frozenset(_NAMED)
+    refuse_unknown_options(
+        options, executable, known=known, subject="raygent.estimate()", spelling=spelling
+    )
+
+
 async def estimate(
     executable: Any,
     items: Any,
@@ -127,13 +146,14 @@ async def estimate(
     `raygent.batch`, at `concurrency`, with the job's `options`) and project the job's
     totals (see `Estimate`). Raises only for options that make no sense, before
     anything runs (as `batch` does)."""
+    check_estimate_options(executable, options)
     if not isinstance(sample, int) or sample < 1:
         raise ValueError(f"sample must be a positive int, not {sample!r}")
     by_batch = options.get("provider_batch") not in (None, False)
     if by_batch:
         check_batchable(executable)
         if options.get("service_tier") is not None:
-            raise ValueError("service_tier= and provider_batch= are two prices: choose one")
+            raise ValueError(two_prices())
     maker = JobMaker(runnable=is_runnable(executable), item_key=options.get("item_key"))
     total, chosen = await _reservoir(items, sample, random.Random(seed))
     bound = concurrency or DEFAULT_CONCURRENCY

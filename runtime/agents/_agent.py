@@ -43,8 +43,15 @@ from ..tools import Tool, ToolContext, tool
 from ..toolsets import Toolset
 from ._durable_api import DurableRuns, journal_for
 from ._guard import GuardSetting, guard_buffer
-from ._model_options import run_model_options
-from ._options import RunOptions, ServerCompactionSetting, SystemPrompt, server_compaction_for
+from ._model_options import agent_model_options, run_model_options
+from ._options import (
+    RUN_OPTIONS,
+    RunOptions,
+    ServerCompactionSetting,
+    SystemPrompt,
+    refusal,
+    server_compaction_for,
+)
 from ._retry_resume import continued_run_id, saver_for
 from ._start import start_run
 from ._state import RunConfig, RunState
@@ -63,6 +70,10 @@ __all__ = ["Agent", "AgentStream", "RunOptions", "SystemPrompt", "agent"]
 
 class Agent(DurableRuns):
     """Build with `raygent.agent(...)`."""
+
+    # What a call takes (`RunOptions`): `raygent.batch` refuses any other run option
+    # before anything runs (`raygent.executable.TakesRunOptions`).
+    run_option_names = RUN_OPTIONS
 
     def __init__(
         self,
@@ -124,7 +135,7 @@ class Agent(DurableRuns):
         self.system_prompt = system_prompt
         self.placeholders = dict(placeholders or {})
         self.max_trips = max_trips
-        self.model_options = dict(model_options or {})
+        self.model_options = agent_model_options(model_options)  # checked now, not per run
         self.output = output
         self.middleware = tuple(middleware)
         self.version = version
@@ -223,6 +234,7 @@ class Agent(DurableRuns):
         streaming: bool,
         sink: Callable[[Event], None] | None,
     ) -> tuple[RunState, list[Message]]:
+        refused = None if RUN_OPTIONS.issuperset(options) else refusal(self.name, options, agent)
         info = self._run_info(options)
         events = Dispatcher(
             [
@@ -242,7 +254,7 @@ class Agent(DurableRuns):
             abort=AbortController(),
             messages=opening.messages,
             # The first thing that went wrong is the run's error.
-            setup_error=opening.error or observers_error or saver_error,
+            setup_error=refused or opening.error or observers_error or saver_error,
             saver=saver,
             observers=observers,
         )

@@ -245,7 +245,7 @@ async def test_options_that_make_no_sense_raise_before_anything_runs() -> None:
         await batch(shouting_agent(), ["a"], concurrency=0)
     with pytest.raises(ValueError, match="resume"):
         await batch(shouting_agent(), ["a"], resume=True)
-    with pytest.raises(TypeError, match="unknown batch options"):
+    with pytest.raises(TypeError, match=r"unknown option .concurency. .did you mean .concurrency"):
         await batch(shouting_agent(), ["a"], concurency=3)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="agent or an async callable"):
         await batch(42, ["a"])

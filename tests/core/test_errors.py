@@ -84,6 +84,7 @@ EXPECTED: dict[type[RaygentError], tuple[str, str, bool]] = {
     ToolTimeoutError: ("TOOL_TIMEOUT", "tool", False),
     errors.InvalidOptionsError: ("INVALID_OPTIONS", "config", False),
     errors.SinkExistsError: ("BATCH_SINK_EXISTS", "config", False),
+    errors.UnknownOptionError: ("UNKNOWN_OPTION", "config", False),
     errors.CapabilityError: ("MODEL_CAPABILITY", "config", False),
     errors.PromptError: ("PROMPT", "config", False),
     errors.AttachmentError: ("ATTACHMENT", "input", False),
