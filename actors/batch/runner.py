@@ -214,6 +214,9 @@ class BatchRunner:
                 retry=retry,
                 deliver=lambda item: self._deliver(batch_id, item),
                 grace=grace,
+                # An error every item would meet stops this share at once; the driver,
+                # told by its item, stops the others.
+                stop_on_config=True,
             ),
             jobs=asyncio.Queue(),
             ready=asyncio.Event(),

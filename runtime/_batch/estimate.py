@@ -35,8 +35,8 @@ from ..usage import Usage, dollars, total_cost
 from .call import batch
 from .exec import ItemKey, JobMaker, is_runnable
 from .job_budget import agents_of, models_of
-from .plan import DEFAULT_CONCURRENCY
-from .provider.job import check_batchable
+from .plan import DEFAULT_CONCURRENCY, BatchOptions, Plan
+from .preflight import check_job
 from .provider.options import ProviderBatch
 from .sinks import key_token
 from .sources import open_items
@@ -130,10 +130,16 @@ async def estimate(
     if not isinstance(sample, int) or sample < 1:
         raise ValueError(f"sample must be a positive int, not {sample!r}")
     by_batch = options.get("provider_batch") not in (None, False)
-    if by_batch:
-        check_batchable(executable)
-        if options.get("service_tier") is not None:
-            raise ValueError("service_tier= and provider_batch= are two prices: choose one")
+    # The job's own check, before its items are read and its sample paid for.
+    job = Plan.of(
+        BatchOptions(
+            run_options=options.get("run_options"),
+            cache=options.get("cache"),
+            provider_batch=options.get("provider_batch"),
+            service_tier=options.get("service_tier"),
+        )
+    )
+    await check_job(executable, job)
     maker = JobMaker(runnable=is_runnable(executable), item_key=options.get("item_key"))
     total, chosen = await _reservoir(items, sample, random.Random(seed))
     bound = concurrency or DEFAULT_CONCURRENCY

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple, cast
 
 from pydantic import Field
 from typing_extensions import Unpack
@@ -18,7 +18,7 @@ from typing_extensions import Unpack
 from .._message_input import MessageLike, as_messages, check_answered, run_input
 from .._sync import run_sync
 from ..abort import AbortController, AbortSignal
-from ..attachments import AttachmentLike, AttachmentPolicy
+from ..attachments import AttachmentLike, AttachmentPolicy, parse_attachments
 from ..budgets import Budget, BudgetLedger, LocalBudgetLedger
 from ..cache import ResponseCache
 from ..compaction.policy import Compaction
@@ -28,7 +28,7 @@ from ..errors import InvalidOptionsError, RaygentError
 from ..executable import Executable
 from ..memory import Memory
 from ..memory.save import RunSaver, default_memory
-from ..messages import ContentPart, Message, SystemMessage
+from ..messages import ContentPart, ImagePart, Message, SystemMessage, TextPart, UserMessage
 from ..models.contract import Model, ModelOptions, ToolSpec
 from ..observers import Observe, Observer
 from ..observers.delivery import observers_for, own_observers
@@ -38,6 +38,7 @@ from ..run_context import RunInfo
 from ..seams.attempt import attempt_of
 from ..seams.budgeted import held_ledgers
 from ..seams.contract import Backend
+from ..seams.planned import STAND_IN, PlannedRequest, RunPlan, StoreUse
 from ..seams.registry import current_backend
 from ..tools import Tool, ToolContext, tool
 from ..toolsets import Toolset
@@ -59,6 +60,9 @@ if TYPE_CHECKING:
     from ..eval import EvalReport, Scorer
 
 __all__ = ["Agent", "AgentStream", "RunOptions", "SystemPrompt", "agent"]
+
+# A planned request's image attachment: its kind counts, not its bytes (never fetched).
+PLANNED_IMAGE = "https://raygent.invalid/attachment.png"
 
 
 class Agent(DurableRuns):
@@ -327,11 +331,35 @@ class Agent(DurableRuns):
             deps=options.get("deps", parent.deps if parent else None),
         )
 
-    def _config(self, options: RunOptions, streaming: bool) -> tuple[RunConfig, str]:
-        output = self._output_spec(options)
-        caps = self.model.capabilities
+    def plan_run(self, run_options: Mapping[str, Any]) -> RunPlan:
+        """What a run with `run_options` would send first and the stores it would use,
+        unsent and unwritten (what a batch job checks before it spends: see
+        `raygent.seams.planned`). Raises what the run would fail with before sending."""
+        options = cast("RunOptions", run_options)
+        model_options, system = self._request_options(options, self._output_spec(options))
+        stand_in: list[ContentPart] = [
+            ImagePart(url=PLANNED_IMAGE)
+            for each in parse_attachments(options.get("attachments") or ())
+            if each.kind == "image"
+        ]
+        user = UserMessage(content=[*stand_in, TextPart(text=STAND_IN)])
+        messages = (SystemMessage(content=system), user) if system else (user,)
+        request = PlannedRequest(f"agent {self.name!r}", self.model, model_options, messages)
+        durable = self._durable_for(options)
+        cache = options.get("cache", self.cache)
+        stores: list[tuple[StoreUse, Any]] = [
+            ("memory", self.memory.store if self.memory else None),
+            ("durable", durable.store if durable else None),
+            ("cache", cache.store if cache else None),
+        ]
+        return RunPlan((request,), tuple((use, s) for use, s in stores if s is not None))
+
+    def _request_options(
+        self, options: RunOptions, output: OutputSpec | None
+    ) -> tuple[ModelOptions, str]:
+        """The model options of the run's requests, and its system text."""
         merged = run_model_options(self.name, self.model, self.model_options, options)
-        native = output is not None and caps.structured_output
+        native = output is not None and self.model.capabilities.structured_output
         server = options.get("server_compaction")
         model_options = ModelOptions(
             **merged,
@@ -344,6 +372,11 @@ class Agent(DurableRuns):
         system = self._system_text(options)
         if output is not None and not native:
             system = f"{system}\n\n{output.instruction()}" if system else output.instruction()
+        return model_options, system
+
+    def _config(self, options: RunOptions, streaming: bool) -> tuple[RunConfig, str]:
+        output = self._output_spec(options)
+        model_options, system = self._request_options(options, output)
         continuations = options.get("continue_on_output_limit")
         capture = options.get("capture_messages")
         guard = options.get("streaming_tool_guard")
