@@ -47,8 +47,8 @@ from .exec import (
 )
 from .job_budget import job_ledger
 from .plan import KEPT_FAILURES, BatchOptions, Plan
-from .progress import Progress
 from .preflight import check_job
+from .progress import Progress
 from .provider.job import (
     line_pool,
     max_waiting,
@@ -353,16 +353,17 @@ class _Collector:
 
     def _count(self, item: BatchItem) -> BatchItem:
         verdict = self.stops.observe(item)
-        item = verdict.item
+        if verdict is not None:
+            item = verdict.item
+            if verdict.stop is not None and self.stopped is None:
+                self.stopped = verdict.stop
+                if self.pool is not None:
+                    self.pool.abort(verdict.stop.message)
         self.tally.add(item)
-        if verdict.stop is not None and self.stopped is None:
-            self.stopped = verdict.stop
-            if self.pool is not None:
-                self.pool.abort(verdict.stop.message)
         if self.sink is None:
             self.kept.append(item)
         else:
-            for ready in verdict.record:
+            for ready in (item,) if verdict is None else verdict.record:
                 self._record(ready)
             if not item.ok and len(self.kept) < KEPT_FAILURES:
                 self.kept.append(item)

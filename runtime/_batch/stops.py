@@ -44,7 +44,9 @@ CONFIRM = 3
 # past this many, the oldest are written as the failures they may well be.
 _MAX_HELD = 64
 _JOB_CODES = frozenset({"PROVIDER_AUTHENTICATION", "OFFLINE"})
-_SHAPE_CODES = frozenset({"PROVIDER_INVALID_REQUEST", "INVALID_OPTIONS", "MODEL_CAPABILITY", "PROMPT"})
+_SHAPE_CODES = frozenset(
+    {"PROVIDER_INVALID_REQUEST", "INVALID_OPTIONS", "MODEL_CAPABILITY", "PROMPT"}
+)
 _FLOW_STEP = "FLOW_STEP_FAILED"
 
 
@@ -123,16 +125,20 @@ class StopRule:
     _held: list[BatchItem] = field(default_factory=list)  # "shape" failures, unconfirmed
     _cause: BatchItem | None = None
 
-    def observe(self, item: BatchItem) -> Verdict:
+    def observe(self, item: BatchItem) -> Verdict | None:
+        """What to do with `item`; None: record it as it is (the common case, kept
+        cheap: this runs for every item of every job)."""
         if self.stopped is not None:
             return self._after_stop(item)
         if item.status == "completed":
             self.working = True
+            if not self._held:
+                return None
             held, self._held = self._held, []
             return Verdict(item, [*held, item])
         kind = config_kind(item.error) if item.status == "failed" else None
         if kind is None or (kind == "shape" and self.working):
-            return Verdict(item, [item])
+            return None
         if kind == "shape":
             self._held.append(item)
             if not self._confirmed(item):

@@ -18,7 +18,7 @@ from typing_extensions import Unpack
 from .._message_input import MessageLike, as_messages, check_answered, run_input
 from .._sync import run_sync
 from ..abort import AbortController, AbortSignal
-from ..attachments import AttachmentLike, AttachmentPolicy, parse_attachments
+from ..attachments import AttachmentLike, AttachmentPolicy
 from ..budgets import Budget, BudgetLedger, LocalBudgetLedger
 from ..cache import ResponseCache
 from ..compaction.policy import Compaction
@@ -28,7 +28,7 @@ from ..errors import InvalidOptionsError, RaygentError
 from ..executable import Executable
 from ..memory import Memory
 from ..memory.save import RunSaver, default_memory
-from ..messages import ContentPart, ImagePart, Message, SystemMessage, TextPart, UserMessage
+from ..messages import ContentPart, Message, SystemMessage
 from ..models.contract import Model, ModelOptions, ToolSpec
 from ..observers import Observe, Observer
 from ..observers.delivery import observers_for, own_observers
@@ -38,7 +38,6 @@ from ..run_context import RunInfo
 from ..seams.attempt import attempt_of
 from ..seams.budgeted import held_ledgers
 from ..seams.contract import Backend
-from ..seams.planned import STAND_IN, PlannedRequest, RunPlan, StoreUse
 from ..seams.registry import current_backend
 from ..tools import Tool, ToolContext, tool
 from ..toolsets import Toolset
@@ -46,6 +45,7 @@ from ._durable_api import DurableRuns, journal_for
 from ._guard import GuardSetting, guard_buffer
 from ._model_options import run_model_options
 from ._options import RunOptions, ServerCompactionSetting, SystemPrompt, server_compaction_for
+from ._plan import RunPlan, first_request, stores_of
 from ._retry_resume import continued_run_id, saver_for
 from ._start import start_run
 from ._state import RunConfig, RunState
@@ -60,9 +60,6 @@ if TYPE_CHECKING:
     from ..eval import EvalReport, Scorer
 
 __all__ = ["Agent", "AgentStream", "RunOptions", "SystemPrompt", "agent"]
-
-# A planned request's image attachment: its kind counts, not its bytes (never fetched).
-PLANNED_IMAGE = "https://raygent.invalid/attachment.png"
 
 
 class Agent(DurableRuns):
@@ -332,31 +329,14 @@ class Agent(DurableRuns):
         )
 
     def plan_run(self, run_options: Mapping[str, Any]) -> RunPlan:
-        """What a run with `run_options` would send first and the stores it would use,
-        unsent and unwritten (what a batch job checks before it spends: see
-        `raygent.seams.planned`). Raises what the run would fail with before sending."""
+        """A run's first request and its stores, unsent (`raygent.seams.planned`)."""
         options = cast("RunOptions", run_options)
-        model_options, system = self._request_options(options, self._output_spec(options))
-        stand_in: list[ContentPart] = [
-            ImagePart(url=PLANNED_IMAGE)
-            for each in parse_attachments(options.get("attachments") or ())
-            if each.kind == "image"
-        ]
-        user = UserMessage(content=[*stand_in, TextPart(text=STAND_IN)])
-        messages = (SystemMessage(content=system), user) if system else (user,)
-        request = PlannedRequest(f"agent {self.name!r}", self.model, model_options, messages)
-        durable = self._durable_for(options)
+        model_options, system = self._asked(options, self._output_spec(options))
+        request = first_request(f"agent {self.name!r}", self.model, model_options, system, options)
         cache = options.get("cache", self.cache)
-        stores: list[tuple[StoreUse, Any]] = [
-            ("memory", self.memory.store if self.memory else None),
-            ("durable", durable.store if durable else None),
-            ("cache", cache.store if cache else None),
-        ]
-        return RunPlan((request,), tuple((use, s) for use, s in stores if s is not None))
+        return RunPlan((request,), stores_of(self.memory, self._durable_for(options), cache))
 
-    def _request_options(
-        self, options: RunOptions, output: OutputSpec | None
-    ) -> tuple[ModelOptions, str]:
+    def _asked(self, options: RunOptions, output: OutputSpec | None) -> tuple[ModelOptions, str]:
         """The model options of the run's requests, and its system text."""
         merged = run_model_options(self.name, self.model, self.model_options, options)
         native = output is not None and self.model.capabilities.structured_output
@@ -376,7 +356,7 @@ class Agent(DurableRuns):
 
     def _config(self, options: RunOptions, streaming: bool) -> tuple[RunConfig, str]:
         output = self._output_spec(options)
-        model_options, system = self._request_options(options, output)
+        model_options, system = self._asked(options, output)
         continuations = options.get("continue_on_output_limit")
         capture = options.get("capture_messages")
         guard = options.get("streaming_tool_guard")

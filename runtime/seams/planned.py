@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 from ..messages import Message
 from ..models.contract import Model, ModelOptions
 
-__all__ = ["STAND_IN", "PlannedRequest", "Plannable", "RunPlan", "StoreUse"]
+__all__ = ["STAND_IN", "Plannable", "PlannedRequest", "RunPlan", "StoreUse"]
 
 # The text a planned request carries where an item's input would be.
 STAND_IN = "(an item's input)"

@@ -57,11 +57,16 @@ async def refused(sim: Simulator, agent: Any, sink: Path | None = None, **option
         )
     assert sim.stats().requests == 0
     if sink is not None:
-        assert not sink.exists() and not sink.with_name(sink.name + ".job").exists()
+        assert untouched(sink)
     error = caught.value
     assert error.code == "BATCH_JOB_CHECK" and error.category == "config"
     assert len(error.problems) >= 1 and all(p["fix"] for p in error.problems)
     return error
+
+
+def untouched(sink: Path) -> bool:
+    """Neither the sink nor the job file beside it was written."""
+    return not sink.exists() and not sink.with_name(sink.name + ".job").exists()
 
 
 def wheres(error: JobCheckError) -> list[str]:
@@ -136,7 +141,8 @@ async def test_a_tool_schema_anthropic_strict_tools_refuse_is_refused(backend_ki
     }
     async with serve() as sim:
         agent = raygent.agent(
-            model=anthropic(sim), model_options={"provider_options": {"anthropic": {"tools": [tool]}}}
+            model=anthropic(sim),
+            model_options={"provider_options": {"anthropic": {"tools": [tool]}}},
         )
         error = await refused(sim, agent)
     assert any("`minimum` is not supported by strict tools" in p["problem"] for p in error.problems)
@@ -183,7 +189,11 @@ async def test_a_store_the_job_cannot_reach_is_refused(backend_kind: str, use: s
             )
         error = await refused(sim, agent, **options)
     (problem,) = error.problems
-    said = {"memory": "the agent's memory", "durable": "durable runs", "cache": "the response cache"}
+    said = {
+        "memory": "the agent's memory",
+        "durable": "durable runs",
+        "cache": "the response cache",
+    }
     assert problem["where"] == f"{said[use]} (RedisStore)"
     assert "round trip failed" in problem["problem"]
 
@@ -288,4 +298,4 @@ def test_the_cli_refuses_with_exit_status_2_and_writes_nothing(tmp_path: Path) -
         assert sim.stats().requests == 0
     assert proc.returncode == 2, err
     assert "refused before its first request" in err and "server_compaction" in err
-    assert not sink.exists() and not (tmp_path / "out.jsonl.job").exists()
+    assert untouched(sink)

@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ...cache import ResponseCache
 from ...errors import CapabilityError, InvalidOptionsError
 from ...models.contract import ModelOptions
 from ...seams.planned import Plannable, RunPlan, StoreUse
@@ -70,7 +71,7 @@ async def check_job(executable: Any, plan: Plan) -> None:
     if plan.durable is not None:
         stores.append(("durable", plan.durable.store))
     cache = run_options.get("cache")
-    if getattr(cache, "store", None) is not None:
+    if isinstance(cache, ResponseCache) and cache.store is not None:
         stores.append(("cache", cache.store))
     problems.extend(await store_problems(stores))
     if problems:
@@ -129,4 +130,3 @@ def _where(in_options: bool) -> str:
 def _once(problems: list[Problem]) -> list[Problem]:
     """Each problem once (a flow's agents may share a model, a store)."""
     return list(dict.fromkeys(problems))
-

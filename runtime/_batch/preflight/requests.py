@@ -93,6 +93,8 @@ def _models(model: Model) -> list[Model]:
 
 def _without_images(message: Message) -> Message:
     kept = [p for p in message.content if not isinstance(p, ImagePart)]
-    return message if len(kept) == len(message.content) else message.model_copy(
-        update={"content": kept}
+    return (
+        message
+        if len(kept) == len(message.content)
+        else message.model_copy(update={"content": kept})
     )

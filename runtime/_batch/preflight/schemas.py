@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any, TypeGuard, get_args
 
 from ...models.tiers import AnthropicTier, OpenAITier
 from .problems import Problem
@@ -101,7 +101,7 @@ def _openai(body: dict[str, Any], where: str, official: bool) -> list[Problem]:
         )
     for tool in functions:
         # Chat Completions nests the function; Responses puts it flat.
-        function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        function = tool["function"] if isinstance(tool.get("function"), dict) else tool
         problems.extend(_openai_function(function, where))
     response = _openai_format(body)
     if response is not None:
@@ -326,9 +326,7 @@ def _anthropic_strict(schema: dict[str, Any], where: str) -> list[Problem]:
 # -- shared ---------------------------------------------------------------------------
 
 
-def _tier(
-    body: dict[str, Any], where: str, provider: str, known: tuple[str, ...]
-) -> list[Problem]:
+def _tier(body: dict[str, Any], where: str, provider: str, known: tuple[str, ...]) -> list[Problem]:
     tier = body.get("service_tier")
     if tier is None or tier in known:
         return []
@@ -362,7 +360,7 @@ def _not_object(at: str, schema: Any, provider: str) -> Problem:
     )
 
 
-def _is_object_schema(schema: Any) -> bool:
+def _is_object_schema(schema: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(schema, dict) and schema.get("type") == "object"
 
 
