@@ -396,6 +396,7 @@ class RunnerPool:
                 plan.retry,
                 plan.grace,
                 None if lines is None else (lines.options, lines.job, plan.deadline, active),
+                plan.stop_on_config,
             )
             try:
                 await opening

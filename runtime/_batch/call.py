@@ -163,9 +163,10 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
         raise TypeError("durable= needs an agent (something with resume(run_id))")
     if options.get("tool_errors") is not None and not hasattr(executable, "tool_errors"):
         raise TypeError("tool_errors= needs an agent (flows and plain callables run no tools)")
-    # Before anything is sent or written, and before Ray's runners start: one error
-    # listing every problem the job would meet on every item.
-    await check_job(executable, plan)
+    if plan.check:
+        # Before anything is sent or written, and before Ray's runners start: one error
+        # listing every problem the job would meet on every item.
+        await check_job(executable, plan)
     ledger = job_ledger(executable, plan.budget)
     if ledger is not None:
         held = {**(plan.run_options or {}), BATCH_BUDGET: ledger}
@@ -270,6 +271,7 @@ def _pool(
                 lines=lines,
                 deadline=plan.deadline,
                 active=None if held is None else plan.concurrency,
+                stop_on_config=plan.check,
             ),
         )
     return InFlight(
@@ -279,7 +281,7 @@ def _pool(
         deliver=deliver,
         signal=plan.signal,
         grace=grace,
-        stop_on_config=True,
+        stop_on_config=plan.check,
     )
 
 
@@ -321,7 +323,7 @@ class _Collector:
         self.pool: BatchPool | None = None
         self.stopped: Stopped | None = None
         # Stops the job on an error every item would meet (and keeps it out of the sink).
-        self.stops = StopRule(resume=sink is not None)
+        self.stops = StopRule(resume=sink is not None, enabled=plan.check)
         self._sink_broken = False
         self.progress = Progress(plan.progress, total)
         self.answers = dict(plan.reused or {})

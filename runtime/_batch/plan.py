@@ -96,6 +96,11 @@ class BatchOptions(TypedDict, total=False):
         agents' and models' own; each trip is priced at the tier its reply names, and
         the report counts trips by tier (`tiers`) and fallbacks (`tier_fallbacks`).
         Not with `provider_batch` (a batch line has the batch API's own price).
+    check: False skips the job's check before its first request (options, capabilities,
+        the providers' schema rules, a round trip through its stores, its sink) and its
+        stop on a configuration error met by its items (see docs/batch.md): for a store
+        meant to be down, a provider the rules misjudge, items that choose their own
+        models or keys (a router's).
     """
 
     concurrency: int
@@ -118,6 +123,7 @@ class BatchOptions(TypedDict, total=False):
     reuse: Answered | None
     tool_errors: Literal["continue", "fail"] | None
     service_tier: str | Tier | None
+    check: bool
 
 
 class Answered(Protocol):
@@ -148,6 +154,7 @@ class Plan:
     budget: Budget | None = None
     reused: Mapping[str, BatchItem] | None = None  # items answered already, by key token
     sink_job: SinkJob | None = None  # the sink, checked, and the job that writes it
+    check: bool = True  # the job's check before its first request (`_batch.preflight`)
 
     @classmethod
     def of(cls, options: BatchOptions) -> Plan:
@@ -203,6 +210,7 @@ class Plan:
             budget=_budget(options.get("budget")),
             reused=_reused(options.get("reuse")),
             sink_job=checked,
+            check=bool(options.get("check", True)),
         )
 
 

@@ -117,9 +117,11 @@ class Verdict:
 @dataclass
 class StopRule:
     """Watches the items of a job as they end and says when its configuration is wrong
-    (see the module docstring). `resume`: the job has a sink to go on from."""
+    (see the module docstring). `resume`: the job has a sink to go on from; not
+    `enabled` (`check=False`), it never stops a job."""
 
     resume: bool = False
+    enabled: bool = True
     stopped: Stopped | None = None
     working: bool = False  # an item completed: the configuration works
     _held: list[BatchItem] = field(default_factory=list)  # "shape" failures, unconfirmed
@@ -130,6 +132,8 @@ class StopRule:
         cheap: this runs for every item of every job)."""
         if self.stopped is not None:
             return self._after_stop(item)
+        if not self.enabled:
+            return None
         if item.status == "completed":
             self.working = True
             if not self._held:

@@ -198,6 +198,14 @@ async def test_a_store_the_job_cannot_reach_is_refused(backend_kind: str, use: s
     assert "round trip failed" in problem["problem"]
 
 
+async def test_check_false_runs_a_job_the_check_would_refuse(backend_kind: str) -> None:
+    # The items name no session: the agent's dead memory store is never used.
+    async with serve() as sim:
+        agent = raygent.agent(model=openai(sim), memory=Memory(RedisStore(DEAD_REDIS)))
+        result = await raygent.batch(agent, ["a", "b"], progress=False, check=False)
+    assert result.ok
+
+
 async def test_a_round_trip_through_a_store_leaves_no_conversation_or_run_behind(
     tmp_path: Path,
 ) -> None:

@@ -81,6 +81,19 @@ async def test_a_401_stops_the_job_at_once_and_the_rest_is_not_run(backend_kind:
     assert report.errors["BATCH_STOPPED"] == report.cancelled
 
 
+async def test_check_false_fails_every_item_on_its_own(backend_kind: str) -> None:
+    # A router's items may each use a model or a key of their own: no error is every
+    # item's, and the job goes on (none of them retried).
+    async with serve(api_key="sk-right") as sim:
+        result = await raygent.batch(
+            agent_on(sim, key="sk-wrong"), [f"q{n}" for n in range(12)], concurrency=4,
+            progress=False, check=False,
+        )  # fmt: skip
+        assert sim.stats().requests == 12
+    assert result.report.stopped is None and result.report.failed == 12
+    assert codes(result.items) == {"PROVIDER_AUTHENTICATION"}
+
+
 async def test_a_400_met_by_the_first_items_stops_the_job(backend_kind: str) -> None:
     bound = 4
     async with serve(script=failing(400)) as sim:

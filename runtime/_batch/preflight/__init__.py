@@ -32,6 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ...cache import ResponseCache
+from ...durable.scope import scope_of
 from ...errors import CapabilityError, InvalidOptionsError
 from ...models.contract import ModelOptions
 from ...seams.planned import Plannable, RunPlan, StoreUse
@@ -55,7 +56,7 @@ async def check_job(executable: Any, plan: Plan) -> None:
     """Raise `JobCheckError` listing every problem found (see the module docstring);
     return if there is none."""
     run_options = {k: v for k, v in (plan.run_options or {}).items() if k not in _OWN}
-    problems: list[Problem] = []
+    problems: list[Problem] = _scope_problems(run_options)
     runs = _plans(executable, run_options, problems)
     for run in runs:
         for request in run.requests:
@@ -121,6 +122,19 @@ def _plan(
             problems.append(from_error(exc, f"{who}: run_options"))
             return None
     return None
+
+
+def _scope_problems(run_options: dict[str, Any]) -> list[Problem]:
+    """The session the run options name for every run (`session_id`, `user_id`,
+    `metadata`), as a store would key it."""
+    if not {"session_id", "user_id", "metadata"} & set(run_options):
+        return []
+    try:
+        scope_of(run_options.get("session_id") or "-", run_options.get("user_id"),
+                 run_options.get("metadata"))  # fmt: skip
+    except (TypeError, ValueError) as exc:
+        return [from_error(exc, "run_options", "give strings: session_id, user_id, metadata")]
+    return []
 
 
 def _where(in_options: bool) -> str:

@@ -7,7 +7,7 @@ OpenAI (Chat Completions and Responses):
 - a function's or a response format's name: `^[a-zA-Z0-9_-]{1,64}$`; at most 128 tools;
 - a function's parameters: a JSON schema of `type: "object"`; every array schema in
   them has `items` (else "array schema missing items");
-- strict schemas (`strict: true`, Structured Outputs): the root an object, not `anyOf`;
+- strict schemas (`strict: true`, Structured Outputs): the root an object (not `anyOf`);
   every object `additionalProperties: false` and every property in `required`; none of
   `allOf`, `oneOf`, `not`, `if`/`then`/`else`, `dependentRequired`, `dependentSchemas`;
   no `$ref` with other keywords beside it; at most 5,000 object properties and 10
@@ -55,6 +55,8 @@ _STRICT_UNSUPPORTED = (
     "dependentRequired",
     "dependentSchemas",
 )
+# What may stand beside a `$ref` (definitions it points into), unlike keywords.
+_REF_COMPANIONS = frozenset({"$ref", "$defs", "definitions"})
 _MAX_PROPERTIES = 5000
 _MAX_DEPTH = 10
 _MAX_ENUM_VALUES = 1000
@@ -162,10 +164,6 @@ def _openai_format_problems(response: dict[str, Any], where: str) -> list[Proble
 def _strict(schema: dict[str, Any], where: str) -> list[Problem]:
     """OpenAI's Structured Outputs subset (see the module docstring)."""
     problems: list[Problem] = []
-    if "anyOf" in schema:
-        problems.append(
-            Problem(where, "the root is `anyOf`: strict schemas need an object", "wrap it")
-        )
     tally = _Tally()
     for path, node in _nodes(schema, tally=tally):
         at = f"{where}{path}"
@@ -178,8 +176,8 @@ def _strict(schema: dict[str, Any], where: str) -> list[Problem]:
                         "express it with anyOf, or send the schema without strict",
                     )
                 )
-        if "$ref" in node and len(node) > 1:
-            others = ", ".join(sorted(k for k in node if k != "$ref"))
+        others = ", ".join(sorted(set(node) - _REF_COMPANIONS))
+        if "$ref" in node and others:
             problems.append(
                 Problem(
                     at,
@@ -352,7 +350,9 @@ def _name(name: Any, pattern: re.Pattern[str], most: int, at: str, provider: str
 
 
 def _not_object(at: str, schema: Any, provider: str) -> Problem:
-    got = schema.get("type") if isinstance(schema, dict) else type(schema).__name__
+    got: Any = type(schema).__name__
+    if isinstance(schema, dict):
+        got = schema.get("type") or next((k for k in ("anyOf", "oneOf") if k in schema), None)
     return Problem(
         at,
         f'{provider} takes a JSON schema of type "object" here, not {got!r}',
@@ -361,7 +361,12 @@ def _not_object(at: str, schema: Any, provider: str) -> Problem:
 
 
 def _is_object_schema(schema: Any) -> TypeGuard[dict[str, Any]]:
-    return isinstance(schema, dict) and schema.get("type") == "object"
+    """An object schema, or a reference to one (pydantic's root of a recursive model)."""
+    if not isinstance(schema, dict):
+        return False
+    ref = schema.get("$ref")
+    target = _resolve(schema, ref) if isinstance(ref, str) else schema
+    return target is not None and target.get("type") == "object"
 
 
 def _is_object(node: dict[str, Any]) -> bool:
