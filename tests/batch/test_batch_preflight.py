@@ -206,7 +206,7 @@ async def test_check_false_runs_a_job_the_check_would_refuse(backend_kind: str) 
     assert result.ok
 
 
-async def test_a_round_trip_through_a_store_leaves_no_conversation_or_run_behind(
+async def test_a_round_trip_through_a_store_leaves_nothing_behind(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "one.db"
@@ -224,7 +224,9 @@ async def test_a_round_trip_through_a_store_leaves_no_conversation_or_run_behind
         for table in ("raygent_conversations", "raygent_messages", "raygent_batches"):
             assert db.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
         runs = [ref for (ref,) in db.execute("SELECT ref FROM raygent_runs")]
+        replies = db.execute("SELECT count(*) FROM raygent_cache").fetchone()
     assert len(runs) == 1 and "raygent-preflight" not in runs[0]  # the item's own run
+    assert replies == (1,)  # the item's reply, and nothing of the check
 
 
 async def test_a_sink_the_job_cannot_write_is_refused(backend_kind: str, tmp_path: Path) -> None:
