@@ -6,7 +6,6 @@ simulator's stats) and nothing is written to the sink (not even its job file).""
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 import pytest
 from backend_support import BACKENDS, on_backend
-from batch_support import raygent_cli, write_jsonl
+from batch_support import cli_on_sim, sim_agent_module
 from pydantic import BaseModel
 
 import raygent
@@ -283,29 +282,10 @@ async def test_estimate_refuses_before_it_reads_or_pays_for_its_sample() -> None
 
 
 def test_the_cli_refuses_with_exit_status_2_and_writes_nothing(tmp_path: Path) -> None:
-    (tmp_path / "preflight_target.py").write_text(
-        "import os\n"
-        "import raygent\n"
-        "from raygent.models import OpenAIModel\n"
-        "model = OpenAIModel('gpt-4o', base_url=os.environ['SIM_URL'], api_key='sk-test')\n"
-        "agent = raygent.agent(model=model, server_compaction=True)\n"
-    )
-    source = write_jsonl(tmp_path / "in.jsonl", [{"input": f"q{n}"} for n in range(5)])
-    sink = tmp_path / "out.jsonl"
+    target = sim_agent_module(tmp_path, "preflight_target", server_compaction="True")
     with serve() as sim:
-        proc = raygent_cli(
-            "batch",
-            "preflight_target:agent",
-            str(source),
-            "-o",
-            str(sink),
-            "--backend",
-            "local",
-            cwd=tmp_path,
-            env={**os.environ, "SIM_URL": sim.openai_base_url},
-        )
-        _, err = proc.communicate(timeout=120)
+        status, err, sink = cli_on_sim(sim.openai_base_url, tmp_path, target, 5)
         assert sim.stats().requests == 0
-    assert proc.returncode == 2, err
+    assert status == 2, err
     assert "refused before its first request" in err and "server_compaction" in err
     assert untouched(sink)

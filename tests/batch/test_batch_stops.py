@@ -6,13 +6,12 @@ Both backends; on Ray the runner that meets the error stops its share at once.""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from backend_support import BACKENDS, on_backend
-from batch_support import raygent_cli, read_jsonl, write_jsonl
+from batch_support import cli_on_sim, read_jsonl, sim_agent_module
 
 import raygent
 from raygent._batch.stops import CONFIRM, StopRule, config_kind
@@ -155,31 +154,12 @@ async def test_items_that_fail_for_their_own_content_do_not_stop_the_job(
 
 
 def test_the_cli_exits_2_after_a_stop_and_says_how_to_go_on(tmp_path: Path) -> None:
-    (tmp_path / "stops_target.py").write_text(
-        "import os\n"
-        "import raygent\n"
-        "from raygent.models import OpenAIModel\n"
-        "model = OpenAIModel('gpt-4o', base_url=os.environ['SIM_URL'], api_key='sk-wrong')\n"
-        "agent = raygent.agent(model=model)\n"
-    )
-    source = write_jsonl(tmp_path / "in.jsonl", [{"input": f"q{n}"} for n in range(20)])
-    sink = tmp_path / "out.jsonl"
+    target = sim_agent_module(tmp_path, "stops_target", key="sk-wrong")
     with serve(api_key="sk-right") as sim:
-        proc = raygent_cli(
-            "batch",
-            "stops_target:agent",
-            str(source),
-            "-o",
-            str(sink),
-            "--concurrency",
-            "2",
-            "--backend",
-            "local",
-            cwd=tmp_path,
-            env={**os.environ, "SIM_URL": sim.openai_base_url},
+        status, err, sink = cli_on_sim(
+            sim.openai_base_url, tmp_path, target, 20, "--concurrency", "2"
         )
-        _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 2, err
+    assert status == 2, err
     assert "stopped: configuration error" in err and "PROVIDER_AUTHENTICATION" in err
     assert "to go on with this job once it is fixed: raygent batch" in err and "--resume" in err
     assert read_jsonl(sink) == []  # nothing completed, nothing recorded

@@ -114,14 +114,11 @@ def _openai(body: dict[str, Any], where: str, official: bool) -> list[Problem]:
 
 
 def _openai_function(function: dict[str, Any], where: str) -> list[Problem]:
-    name = function.get("name")
-    at = f"{where}: tool {name!r}"
-    problems = _name(name, _OPENAI_NAME, 64, at, "OpenAI")
+    at = f"{where}: tool {function.get('name')!r}"
     parameters = function.get("parameters")
-    if not _is_object_schema(parameters):
-        problems.append(_not_object(f"{at} parameters", parameters, "OpenAI"))
-        return problems
-    for path, node in _nodes(parameters):
+    strict = function.get("strict") is True
+    problems = _openai_schema(function.get("name"), parameters, strict, at, "parameters")
+    for path, node in _nodes(parameters) if _is_object_schema(parameters) else ():
         if _is_array(node) and "items" not in node and "prefixItems" not in node:
             problems.append(
                 Problem(
@@ -130,8 +127,6 @@ def _openai_function(function: dict[str, Any], where: str) -> list[Problem]:
                     "say what the list holds (e.g. list[str], not list)",
                 )
             )
-    if function.get("strict") is True:
-        problems.extend(_strict(parameters, f"{at} parameters (strict)"))
     return problems
 
 
@@ -149,15 +144,20 @@ def _openai_format(body: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _openai_format_problems(response: dict[str, Any], where: str) -> list[Problem]:
-    name = response.get("name")
+    name, strict = response.get("name"), response.get("strict") is True
     at = f"{where}: output type {name!r}"
+    return _openai_schema(name, response.get("schema"), strict, at, "schema")
+
+
+def _openai_schema(name: Any, schema: Any, strict: bool, at: str, part: str) -> list[Problem]:
+    """A named schema as OpenAI takes it: the name's pattern, an object (a function's
+    parameters always, an output's when strict), and strict mode's subset when asked."""
     problems = _name(name, _OPENAI_NAME, 64, at, "OpenAI")
-    schema = response.get("schema")
-    if response.get("strict") is True:
-        if not _is_object_schema(schema):
-            problems.append(_not_object(f"{at} schema (strict)", schema, "OpenAI"))
-        else:
-            problems.extend(_strict(schema, f"{at} schema (strict)"))
+    label = f"{at} {part}" + (" (strict)" if strict else "")
+    if (strict or part == "parameters") and not _is_object_schema(schema):
+        problems.append(_not_object(label, schema, "OpenAI"))
+    elif strict:
+        problems.extend(_strict(schema, label))
     return problems
 
 
