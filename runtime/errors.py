@@ -23,6 +23,8 @@ __all__ = [
     "GuardrailInterventionError",
     "InvalidOptionsError",
     "InvalidRequestError",
+    "JobCheckError",
+    "JobStoppedError",
     "MCPServerError",
     "MaxIterationsError",
     "MaxStepsError",
@@ -342,6 +344,26 @@ class SinkExistsError(InvalidOptionsError):
     `resume=True` (go on with that job) nor `mode=` (`"overwrite"` or `"append"`)."""
 
     code = "BATCH_SINK_EXISTS"
+
+
+class JobCheckError(InvalidOptionsError):
+    """A batch job refused before its first request and before anything was written to
+    its sink: what it asks cannot be done (a capability its model lacks, an option value,
+    an output type or tool schema the provider would refuse, a store or sink it cannot
+    reach). details: problems, every one found, each {"where": the item of
+    configuration, "problem": what is wrong, "fix": what to do}."""
+
+    code = "BATCH_JOB_CHECK"
+
+
+class JobStoppedError(RaygentError):
+    """The item did not complete because its batch stopped first, on a configuration
+    error another item met that every item would meet (the report's `stopped` says
+    which). Not this item's failure: a resume runs it. details: stopped_by (that item's
+    key), cause (its error, as a dict)."""
+
+    code = "BATCH_STOPPED"
+    category = "cancelled"
 
 
 class PromptError(RaygentError):

@@ -3,6 +3,9 @@ many items.
 
 call          `batch`, `batch_sync`, `BatchOptions`, `BatchResult`: reading, recording
 engine        the in-flight core: attempts in flight, retries, each item ended once
+preflight/    the job's check before its first request: options, capabilities, the
+              providers' schema rules, stores and sink (`JobCheckError`)
+stops         which errors stop a job (one every item would meet), and what it records
 exec          what a batch runs: items into jobs, one attempt of the executable
 job_budget    a job's budget: the agents it holds (an agent's, a flow's) and its ledger
 durable       durable items: each item's run named by its key, so an attempt resumes it
@@ -19,7 +22,8 @@ provider/     provider batches (the providers' batch APIs, half price): `Provide
 A private name: `raygent.batch` is the public function, which a subpackage would shadow.
 May import the base, models (the providers' batch APIs), seams, the cache and budgets
 (a job's cache and budget), observers and durable (the types of `durable=` and
-approvals); never agents or flows (it runs any executable, through its methods). The
+approvals), and the stores (the job's check makes a round trip through each store its
+runs would use); never agents or flows (it runs any executable, through its methods). The
 Ray batch runners (raygent.actors) run engine's core; this package reaches them only
 through the backend (and cli, through importlib, to ship a target by value on Ray).
 """
@@ -36,6 +40,7 @@ from .call import (
 )
 from .estimate import Estimate, EstimateOptions, estimate, estimate_sync
 from .provider.options import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
+from .report import Stopped
 
 __all__ = [
     "BatchItem",
@@ -49,6 +54,7 @@ __all__ = [
     "ProviderBatchInfo",
     "ProviderBatchSummary",
     "Retry",
+    "Stopped",
     "batch",
     "batch_sync",
     "estimate",

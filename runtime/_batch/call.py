@@ -48,6 +48,7 @@ from .exec import (
 )
 from .job_budget import job_ledger
 from .plan import KEPT_FAILURES, BatchOptions, Plan, refuse_unknown_options
+from .preflight import check_job
 from .progress import Progress
 from .provider.job import (
     check_batchable,
@@ -58,9 +59,10 @@ from .provider.job import (
     with_lines,
 )
 from .provider.pool import LinePool
-from .report import BatchReport, Tally, counts_line
+from .report import BatchReport, Stopped, Tally, counts_line
 from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
+from .stops import StopRule
 
 __all__ = [
     "BatchItem",
@@ -107,7 +109,7 @@ class BatchResult:
         cost = total_cost(self.usage)
         money = "cost unknown" if cost is None else dollars(cost)
         sink = f", sink={report.sink!r}" if report.sink else ""
-        stopped = f", stopped={report.stopped!r}" if report.stopped else ""
+        stopped = f", stopped={str(report.stopped)!r}" if report.stopped else ""
         return (
             f"BatchResult({counts_line(report)}, {report.duration:.1f} s, {money}{sink}{stopped})"
         )
@@ -180,6 +182,10 @@ async def _batch(
         raise TypeError(
             f"{say('tool_errors')} needs an agent (flows and plain callables run no tools)"
         )
+    if plan.check:
+        # Before anything is sent or written, and before Ray's runners start: one error
+        # listing every problem the job would meet on every item.
+        await check_job(executable, plan)
     ledger = job_ledger(executable, plan.budget)
     if ledger is not None:
         held = {**(plan.run_options or {}), BATCH_BUDGET: ledger}
@@ -286,6 +292,7 @@ def _pool(
                 lines=lines,
                 deadline=plan.deadline,
                 active=None if held is None else plan.concurrency,
+                stop_on_config=plan.check,
             ),
         )
     return InFlight(
@@ -295,6 +302,7 @@ def _pool(
         deliver=deliver,
         signal=plan.signal,
         grace=grace,
+        stop_on_config=plan.check,
     )
 
 
@@ -341,7 +349,9 @@ class _Collector:
         self.tally = Tally()
         self.kept: list[BatchItem] = []
         self.pool: BatchPool | None = None
-        self.stopped: str | None = None
+        self.stopped: Stopped | None = None
+        # Stops the job on an error every item would meet (and keeps it out of the sink).
+        self.stops = StopRule(resume=sink is not None, enabled=plan.check)
         self._sink_broken = False
         self.progress = Progress(plan.progress, total)
         self.answers = dict(plan.reused or {})
@@ -358,8 +368,7 @@ class _Collector:
         answer = self.answers.pop(token, None) if self.answers else None
         if answer is None:
             return False
-        item = dataclasses.replace(answer, index=job.index)
-        self._count(item)
+        item = self._count(dataclasses.replace(answer, index=job.index))
         self._reused.append(item)
         return True
 
@@ -370,23 +379,31 @@ class _Collector:
             await self._on_item(item)
 
     async def deliver(self, item: BatchItem) -> None:
-        self._count(item)
-        await self._on_item(item)
+        await self._on_item(self._count(item))
 
-    def _count(self, item: BatchItem) -> None:
+    def _count(self, item: BatchItem) -> BatchItem:
+        verdict = self.stops.observe(item)
+        if verdict is not None:
+            item = verdict.item
+            if verdict.stop is not None and self.stopped is None:
+                self.stopped = verdict.stop
+                if self.pool is not None:
+                    self.pool.abort(verdict.stop.message)
         self.tally.add(item)
         if self.sink is None:
             self.kept.append(item)
         else:
-            self._record(item)
+            for ready in (item,) if verdict is None else verdict.record:
+                self._record(ready)
             if not item.ok and len(self.kept) < KEPT_FAILURES:
                 self.kept.append(item)
         if getattr(item.error, "fatal", False) and self.stopped is None:
-            self.stopped = str(item.error)
+            self.stopped = Stopped(why="failed", message=str(item.error), index=item.index)
         tally = self.tally
         retrying = self.pool.retrying if self.pool is not None else 0
         rates = (tally.usage.requests, tally.throttled, tally.rate_wait)
         self.progress.update(tally.failed, tally.cancelled, retrying, rates)
+        return item
 
     async def _on_item(self, item: BatchItem) -> None:
         if self.plan.on_item is not None:
@@ -405,9 +422,11 @@ class _Collector:
         except Exception as exc:
             # Results can no longer be kept: stop, rather than run items for nothing.
             self._sink_broken = True
-            self.stopped = f"the sink failed: {type(exc).__name__}: {exc}"
+            self.stopped = Stopped(
+                why="sink", message=f"the sink failed: {type(exc).__name__}: {exc}"
+            )
             if self.pool is not None:
-                self.pool.abort(self.stopped)
+                self.pool.abort(self.stopped.message)
 
     async def cancel_unread(self, jobs: Feed, signal: AbortSignal) -> None:
         """A cancelled batch over a list: the items never started end cancelled too, so
@@ -422,10 +441,14 @@ class _Collector:
     def close(self) -> None:
         self.progress.close(self.tally.failed, self.tally.cancelled, 0)
         if self.sink is not None:
+            for failed in self.stops.release():  # unconfirmed, and never confirmed
+                self._record(failed)
             try:
                 self.sink.close()
             except Exception as exc:
-                self.stopped = self.stopped or f"the sink failed: {type(exc).__name__}: {exc}"
+                self.stopped = self.stopped or Stopped(
+                    why="sink", message=f"the sink failed: {type(exc).__name__}: {exc}"
+                )
 
     def result(self) -> BatchResult:
         pool = self.pool
@@ -433,15 +456,18 @@ class _Collector:
         report = self.tally.finish(pool.retries)
         if pool.failure is not None and self.stopped is None:
             # The pool could not go on (Ray runners unable to load the executable).
-            self.stopped = f"the batch failed: {pool.failure}"
+            self.stopped = Stopped(why="failed", message=f"the batch failed: {pool.failure}")
         if pool.signal.aborted and self.stopped is None:
-            self.stopped = f"cancelled: {pool.signal.reason or 'no reason given'}"
+            message = f"cancelled: {pool.signal.reason or 'no reason given'}"
             if self.sink is not None:
                 again = self.plan.spelling.option("resume", True)
-                self.stopped += f" (to go on with this job: {again}, the same sink)"
+                message += f" (to go on with this job: {again}, the same sink)"
+            self.stopped = Stopped(why="cancelled", message=message)
         for failure in (pool.feed_error, pool.deliver_error):  # last guards, not paths
             if failure is not None and self.stopped is None:
-                self.stopped = f"the batch failed: {type(failure).__name__}: {failure}"
+                self.stopped = Stopped(
+                    why="failed", message=f"the batch failed: {type(failure).__name__}: {failure}"
+                )
         report.stopped = self.stopped
         report.sink = str(self.sink.path) if self.sink is not None else None
         items = sorted(self.kept, key=lambda item: item.index)

@@ -31,6 +31,7 @@ from .report import BatchReport, counts_line
 __all__ = ["CLI", "load_target", "model_options_of", "resume_command", "run_batch_command"]
 
 INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT
+REFUSED = 2  # options, or a job's configuration, that cannot work: nothing (more) is sent
 DECLINED = 3  # the job was estimated over --confirm-over and the answer was no
 
 # How the command's messages name a job's options: by the flag that sets each.
@@ -59,7 +60,7 @@ CLI = Spelling(
 def run_batch_command(args: argparse.Namespace) -> int:
     if args.output is None and not getattr(args, "estimate", False):
         print("raygent batch: -o/--output is needed to run a job", file=sys.stderr)
-        return 2
+        return REFUSED
     try:
         options = _options(args)
         # First (before Ray, before an estimate pays for its sample): do the options make
@@ -97,13 +98,15 @@ def run_batch_command(args: argparse.Namespace) -> int:
         InvalidOptionsError,
     ) as exc:
         print(f"raygent batch: {exc}", file=sys.stderr)
-        return 2
+        return REFUSED
     print(summary(result), file=sys.stderr)
-    report = result.report
-    if report.stopped is not None and report.stopped.startswith("cancelled"):
-        if report.sink is not None:
-            print(f"to go on with this job: {resume_command(args)}", file=sys.stderr)
-        return INTERRUPTED
+    stopped = result.report.stopped
+    if stopped is not None and stopped.why in ("cancelled", "configuration"):
+        if result.report.sink is not None:
+            when = " once it is fixed" if stopped.why == "configuration" else ""
+            print(f"to go on with this job{when}: {resume_command(args)}", file=sys.stderr)
+        # A configuration error every item would meet is a refusal, as before the job.
+        return INTERRUPTED if stopped.why == "cancelled" else REFUSED
     return 0 if result.ok else 1
 
 

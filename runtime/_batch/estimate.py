@@ -36,7 +36,8 @@ from ..usage import Usage, dollars, total_cost
 from .call import batch
 from .exec import ItemKey, JobMaker, is_runnable
 from .job_budget import agents_of, models_of
-from .plan import DEFAULT_CONCURRENCY, refuse_unknown_options, two_prices
+from .plan import DEFAULT_CONCURRENCY, BatchOptions, Plan, refuse_unknown_options, two_prices
+from .preflight import check_job
 from .provider.job import check_batchable
 from .provider.options import ProviderBatch
 from .sinks import key_token
@@ -154,6 +155,16 @@ async def estimate(
         check_batchable(executable)
         if options.get("service_tier") is not None:
             raise ValueError(two_prices())
+    # The job's own check, before its items are read and its sample paid for.
+    job = Plan.of(
+        BatchOptions(
+            run_options=options.get("run_options"),
+            cache=options.get("cache"),
+            provider_batch=options.get("provider_batch"),
+            service_tier=options.get("service_tier"),
+        )
+    )
+    await check_job(executable, job)
     maker = JobMaker(runnable=is_runnable(executable), item_key=options.get("item_key"))
     total, chosen = await _reservoir(items, sample, random.Random(seed))
     bound = concurrency or DEFAULT_CONCURRENCY

@@ -113,6 +113,11 @@ class BatchOptions(TypedDict, total=False):
         agents' and models' own; each trip is priced at the tier its reply names, and
         the report counts trips by tier (`tiers`) and fallbacks (`tier_fallbacks`).
         Not with `provider_batch` (a batch line has the batch API's own price).
+    check: False skips the job's check before its first request (options, capabilities,
+        the providers' schema rules, a round trip through its stores, its sink) and its
+        stop on a configuration error met by its items (see docs/batch.md): for a store
+        meant to be down, a provider the rules misjudge, items that choose their own
+        models or keys (a router's).
     """
 
     concurrency: int
@@ -135,6 +140,7 @@ class BatchOptions(TypedDict, total=False):
     reuse: Answered | None
     tool_errors: Literal["continue", "fail"] | None
     service_tier: str | Tier | None
+    check: bool
 
 
 class Answered(Protocol):
@@ -167,6 +173,7 @@ class Plan:
     sink_job: SinkJob | None = None  # the sink, checked, and the job that writes it
     # How the job's messages name its options: to a Python caller, or the CLI's user.
     spelling: Spelling = PYTHON
+    check: bool = True  # the job's check before its first request (`_batch.preflight`)
 
     @classmethod
     def of(cls, options: BatchOptions, spelling: Spelling = PYTHON) -> Plan:
@@ -229,6 +236,7 @@ class Plan:
             reused=_reused(options.get("reuse")),
             sink_job=checked,
             spelling=spelling,
+            check=bool(options.get("check", True)),
         )
 
 

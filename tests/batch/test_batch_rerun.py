@@ -252,10 +252,11 @@ async def test_a_cancelled_job_on_a_sink_says_how_to_go_on(tmp_path: Path) -> No
         first_stops_the_job, [{"n": 1}], sink=sink, signal=controller.signal, progress=False
     )
     assert result.report.stopped is not None
-    assert result.report.stopped.startswith("cancelled: enough")
-    assert "resume=True" in result.report.stopped
+    assert result.report.stopped.why == "cancelled"
+    assert result.report.stopped.message.startswith("cancelled: enough")
+    assert "resume=True" in result.report.stopped.message
     without = await batch(Counted(), [{"n": 1}], signal=controller.signal, progress=False)
-    assert without.report.stopped == "cancelled: enough"  # no sink: nothing to go on with
+    assert str(without.report.stopped) == "cancelled: enough"  # no sink: nothing to go on with
 
 
 @pytest.mark.parametrize("name", SINKS)
