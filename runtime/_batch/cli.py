@@ -15,10 +15,10 @@ from ..cache import ResponseCache
 from ..errors import InvalidOptionsError
 from ..seams import backend_plugin, current_backend, init
 from ..usage import Usage, dollars, total_cost
-from .call import BatchOptions, BatchResult, Retry, batch_sync
+from .call import RESUME_HINT, BatchOptions, BatchResult, Retry, batch_sync
 from .estimate import Estimate, EstimateOptions, estimate
 from .provider.options import ProviderBatch
-from .report import BatchReport, counts_line
+from .report import BatchReport, counts_line, timing_text, tool_errors_text
 from .sink_job import sink_job
 
 __all__ = ["load_target", "resume_command", "run_batch_command"]
@@ -78,11 +78,11 @@ def run_batch_command(args: argparse.Namespace) -> int:
     ) as exc:
         print(f"raygent batch: {exc}", file=sys.stderr)
         return 2
-    print(summary(result), file=sys.stderr)
     report = result.report
-    if report.stopped is not None and report.stopped.startswith("cancelled"):
-        if report.sink is not None:
-            print(f"to go on with this job: {resume_command(args)}", file=sys.stderr)
+    interrupted = report.stopped is not None and report.stopped.startswith("cancelled")
+    resume = resume_command(args) if interrupted and report.sink is not None else None
+    print(summary(result, resume), file=sys.stderr)
+    if interrupted:
         return INTERRUPTED
     return 0 if result.ok else 1
 
@@ -164,9 +164,11 @@ def _ship_by_value(target: str) -> None:
         backend_plugin("ray").ship_by_value(module)
 
 
-def summary(result: BatchResult) -> str:
+def summary(result: BatchResult, resume: str | None = None) -> str:
+    """What the command prints when the job ends; `resume`: the command that goes on
+    with an interrupted job (said once, in place of the Python hint in `stopped`)."""
     r = result.report
-    line = f"{counts_line(r)} in {r.duration:.1f} s ({r.throughput:.1f} items/s)"
+    line = f"{counts_line(r)} in {timing_text(r)} ({r.throughput:.1f} items/s)"
     if r.sink:
         line += f" -> {r.sink}"
     line += f"\n{cost_line(result.usage)}"
@@ -174,6 +176,11 @@ def summary(result: BatchResult) -> str:
         line += f"\ncache: {r.cache_hits} trips answered, {dollars(r.saved)} saved"
     if r.tool_errors:
         line += f"\n{tool_errors_line(r)}"
+    if r.throttled or r.rate_wait:
+        line += (
+            f"\nrates: {r.requests_per_minute:,.0f} requests/min, {r.throttled} 429s, "
+            f"{r.rate_wait:.1f} s with a request waiting for a rate limit"
+        )
     if r.cache_errors:
         line += (
             f"\ncache: its store could not be reached for {r.cache_errors} trips "
@@ -189,7 +196,10 @@ def summary(result: BatchResult) -> str:
             + ("" if b.limit.usd is None else f" of {dollars(b.limit.usd)}")
         )
     if r.stopped:
-        line += f"\nstopped: {r.stopped}"
+        stopped = r.stopped.removesuffix(RESUME_HINT) if resume else r.stopped
+        line += f"\nstopped: {stopped}"
+        if resume:
+            line += f"\nto go on with this job: {resume}"
     spent = r.provider_batch
     if spent is not None:
         line += f"\nprovider batches: {len(spent.batches)}, {spent.lines} lines"
@@ -201,11 +211,7 @@ def summary(result: BatchResult) -> str:
 def tool_errors_line(report: BatchReport) -> str:
     """`tool errors: 300 failed calls in 300 items (first: ...)`: what a model read and
     went on from is not hidden behind "completed"."""
-    calls, items = report.tool_errors, report.items_with_tool_errors
-    line = (
-        f"tool errors: {calls} failed call{'s' if calls != 1 else ''} in {items} "
-        f"item{'s' if items != 1 else ''}"
-    )
+    line = f"tool errors: {tool_errors_text(report)}"
     if report.first_tool_error:
         first = report.first_tool_error
         line += f" (first: {first if len(first) <= 200 else first[:199] + '…'})"
@@ -216,7 +222,7 @@ def tool_errors_line(report: BatchReport) -> str:
 
 def cost_line(usage: Usage) -> str:
     """`cost: $0.0123 (300 requests, 45,000 in / 9,000 out tokens)`, on every run."""
-    cost = total_cost(usage) if usage.requests else 0.0  # nothing sent costs nothing
+    cost = total_cost(usage)
     money = "unknown (no pricing for the model)" if cost is None else dollars(cost)
     return (
         f"cost: {money} ({usage.requests:,} requests, "
