@@ -525,11 +525,15 @@ class RunnerPool:
         for task in list(self._consumers):
             task.cancel()
         # Runners stay up for the driver's next batch; one still running this batch's
-        # work (an unexpected exit) is told to stop it.
+        # work (an unexpected exit) is told to stop it, and that nothing more comes (a
+        # runner keeps a batch until the driver's `close`).
         for runner in self._runners:
             if not runner.ended:
                 with contextlib.suppress(Exception):
                     runner.handle.abort.remote(runner.share, "the batch ended")
+                    if runner.opened and not runner.closed:
+                        runner.closed = True
+                        runner.handle.close.remote(runner.share, runner.chunks)
 
     async def _deliver(self, item: BatchItem) -> None:
         try:
