@@ -163,7 +163,8 @@ import sys
 import raygent
 from tests.batch.interrupt_support import agent, items
 
-result = raygent.batch_sync(agent, items(), concurrency={concurrency}, sink=sys.argv[1], progress=False)
+options = dict(concurrency={concurrency}, sink=sys.argv[1], progress=False)
+result = raygent.batch_sync(agent, items(), **options)
 print(repr(result))
 print(result.report.errors, file=sys.stderr)
 """
