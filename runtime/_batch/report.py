@@ -190,7 +190,7 @@ def _report_repr(report: BatchReport) -> str:
 class WallClock:
     """The wall-clock seconds covered by a union of spans (start, seconds), in bounded
     memory: spans are merged in groups, and past `_SPANS_KEPT` merged ones the oldest
-    are folded into a sum (a later span reaching that far back is then counted whole)."""
+    are folded into a sum (a later span reaching back that far counts from there on)."""
 
     def __init__(self) -> None:
         self._spans: list[tuple[float, float]] = []  # (start, end)
@@ -199,8 +199,8 @@ class WallClock:
         self._floor = float("-inf")  # folded spans end by here
 
     def add(self, start: float, seconds: float) -> None:
-        start = max(start, self._floor)
         end = start + seconds
+        start = max(start, self._floor)
         if end > start:
             self._spans.append((start, end))
             if len(self._spans) - self._merged >= _SPANS_KEPT:

@@ -18,6 +18,7 @@ import raygent
 import raygent.seams.registry
 from raygent import RateLimit, Usage
 from raygent._batch.progress import Progress
+from raygent._batch.report import WallClock
 from raygent.seams.contract import Backend
 from raygent.seams.local import LOCAL
 from raygent.sim import Fault, Reply, Rule, serve
@@ -163,3 +164,17 @@ def test_the_bar_clock_starts_with_the_first_item(monkeypatch: pytest.MonkeyPatc
     elapsed = bar.format_dict["elapsed"]
     progress.close(0, 0, 0)
     assert elapsed < 50  # a second or so, not the 100 s of start-up
+
+
+def test_wall_clock_counts_overlapping_waits_once_in_bounded_memory() -> None:
+    clock = WallClock()
+    for start, seconds in [(0.0, 2.0), (1.0, 2.0), (10.0, 1.0), (2.5, 0.25), (20.0, 0.0)]:
+        clock.add(start, seconds)
+    assert clock.total() == pytest.approx(4.0)  # [0, 3] and [10, 11]
+    many = WallClock()
+    for n in range(20_000):  # disjoint: 20,000 spans of 0.5 s, one a second
+        many.add(float(n), 0.5)
+    assert many.total() == pytest.approx(10_000.0)
+    assert len(many._spans) <= 2 * 4096  # the oldest folded into a sum
+    many.add(0.0, 20_000.0)  # reaching back past what was folded: counted from there
+    assert 10_000.0 < many.total() <= 20_000.0
