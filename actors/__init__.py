@@ -19,6 +19,7 @@ import the shared helpers and never each other, except batch, which uses session
 `plugin` imports them all, and nothing here imports `plugin`.
 """
 
+from . import _quiet  # noqa: F401  (first: Ray imported without its notebook noise)
 from ._options import RayOptions, RetryPolicy
 from .gateway.access import RayModelAccess, endpoint_digest, gateway_key, gateway_names
 from .gateway.actor import Gateway

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from .redaction import redact, redact_value
+from .usage import Usage
 
 __all__ = [
     "AbortedError",
@@ -117,10 +118,15 @@ def _rebuild(
 
 
 class AbortedError(RaygentError):
-    """The caller's abort signal fired; the in-flight request was closed."""
+    """The caller's abort signal fired; the in-flight request was closed.
+
+    `usage`: set when a model request was cut off after it had been sent (the provider
+    may bill it): one request, its estimated input tokens, priced at the model's input
+    rate; its output is unknown and not counted. None: nothing was sent."""
 
     code = "ABORTED"
     category = "cancelled"
+    usage: Usage | None = None
 
 
 class OfflineError(RaygentError):

@@ -125,8 +125,14 @@ def merged_models(mine: dict[str, Usage] | None, theirs: dict[str, Usage]) -> di
 
 
 def total_cost(cost: Cost | Usage | None) -> float | None:
-    """The total in USD of a cost (or of a usage's cost); None when it is unknown."""
+    """The total in USD of a cost (or of a usage's cost).
+
+    A usage of no request (nothing was sent) costs `0.0`. None means the cost is
+    really unknown: a request went to a model with no pricing (declared or known to
+    genai-prices), or `cost` itself is None."""
     if isinstance(cost, Usage):
+        if cost.cost is None and cost.requests == 0:
+            return 0.0
         cost = cost.cost
     return None if cost is None else cost.total
 

@@ -210,9 +210,7 @@ class RunnerPool:
     def __init__(
         self, executable: Any, plan: PoolPlan, options: RayOptions, runner_backend: RunnerBackend
     ) -> None:
-        self._executable = executable
-        self._plan = plan
-        self._options = options
+        self._executable, self._plan, self._options = executable, plan, options
         self._runner_backend = runner_backend
         self._controller = AbortController()
         self._runners: list[_Runner] = []  # every runner of the batch, dead ones too
@@ -222,8 +220,7 @@ class RunnerPool:
         self._consumers: set[asyncio.Task[None]] = set()
         self._lost: dict[int, int] = {}
         self._changed = asyncio.Event()
-        self._exhausted = False
-        self._stopping = False
+        self._exhausted = self._stopping = False
         self._barren = 0  # runners that died before giving anything back
         self._payload: Any = None
         self._id = uuid.uuid4().hex
@@ -428,9 +425,11 @@ class RunnerPool:
             logger.warning("batch runner results unreadable: %r", exc)
             died = exc
             runner.handle.abort.remote(runner.share, "the driver cannot read its results")
+            if not runner.closed:  # nothing more comes: the runner may forget the batch
+                runner.closed = True
+                runner.handle.close.remote(runner.share, runner.chunks)
         finally:
-            runner.ended = True
-            runner.retrying = 0
+            runner.ended, runner.retrying = True, 0
             await self._settle_held(runner, died)
             self._changed.set()
 
@@ -525,11 +524,13 @@ class RunnerPool:
         self._relay.close()
         for task in list(self._consumers):
             task.cancel()
-        # Runners stay up for the next batch; one still on this batch's work is told to stop.
-        for runner in self._runners:
-            if not runner.ended:
-                with contextlib.suppress(Exception):
-                    runner.handle.abort.remote(runner.share, "the batch ended")
+        # Runners stay up for the driver's next batch; one still running this batch's work
+        # (an unexpected exit) is told to stop, and its `close` (it keeps a batch till then).
+        for runner in (r for r in self._runners if not r.ended):
+            with contextlib.suppress(Exception):
+                runner.handle.abort.remote(runner.share, "the batch ended")
+                if runner.opened and not runner.closed:
+                    runner.handle.close.remote(runner.share, runner.chunks)
 
     async def _deliver(self, item: BatchItem) -> None:
         try:

@@ -159,6 +159,9 @@ class _Batch:
     expected: int | None = None
     lines: RelayedLines | None = None  # provider_batch=: the runs' lines, to the driver
     budget: Any = None  # budget=: the job's ledger (its lease here is told when we end)
+    # Every call the driver makes for the batch has arrived (its `close`, and each chunk
+    # it counted): only then may the batch be forgotten here.
+    fed: bool = False
 
     slots: int = 1
 
@@ -173,8 +176,10 @@ class _Batch:
         self.maybe_end()
 
     def maybe_end(self) -> None:
-        if self.expected is not None and self.received == self.expected:
+        if not self.fed and self.expected is not None and self.received == self.expected:
+            self.fed = True
             self.jobs.put_nowait(None)
+            self.wake()
 
 
 class BatchRunner:
@@ -262,8 +267,9 @@ class BatchRunner:
 
     async def close(self, batch_id: str, chunks: int) -> None:
         """`chunks` chunks in all are submitted: `results` ends once they have arrived
-        and every job has ended. (Ray may run a `close` before the last `submit`s of
-        the same caller: the count says when the feed is whole.)"""
+        and every job has ended, aborted or not (the batch is kept until then, so no
+        call of the driver's comes for a batch forgotten). Ray may run a `close` before
+        the last `submit`s of the same caller: the count says when the feed is whole."""
         state = self._batches[batch_id]
         state.expected = chunks
         state.maybe_end()
@@ -300,7 +306,12 @@ class BatchRunner:
                 if task.done() and not state.ended:
                     if not task.cancelled() and task.exception() is not None:
                         raise task.exception()  # type: ignore[misc]
-                    return
+                    # An aborted pool ends before its feed does: the driver's `close`
+                    # (and chunks sent before it) may still be on their way, and must
+                    # find the batch here. Jobs that come now are not run: the driver
+                    # holds them, and ends them cancelled once this stream ends.
+                    if state.fed:
+                        return
         finally:
             if not task.done():  # the driver went away mid-batch: stop its work
                 state.pool.abort("the driver stopped reading the batch")

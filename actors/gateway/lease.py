@@ -162,6 +162,11 @@ class EndpointLease:
     def done(self, ticket: Ticket) -> None:
         self._release(ticket)
 
+    def holds_rate(self) -> bool:
+        """Whether some gateway holds a rate for it (configured or learnt): a wait for
+        its first grant, with none held, is no limit holding a request back."""
+        return any(any(s.held_kinds) for s in self._slices)
+
     def counts_tokens(self) -> bool:
         """Whether some gateway holds a token rate (a request then needs an estimate)."""
         return any(any(s.held_kinds[1:]) for s in self._slices)

@@ -226,7 +226,8 @@ async def _admitted(
         if rates is not None:
             waited = time.perf_counter()
             paced = await _ticket(rates, need, signal)
-            note_wait(time.perf_counter() - waited)
+            if rates.holds_rate():  # a limit held it back, not the lease's first grant
+                note_wait(time.perf_counter() - waited)
     except BaseException:
         lease.done(slot)
         raise

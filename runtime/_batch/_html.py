@@ -6,7 +6,7 @@ from ..observers.views import ROWS, STYLE, badge, bar, clip, esc, more, secs, ta
 from ..seams.batch import BatchItem
 from ..usage import Usage, dollars
 from .provider.options import ProviderBatchSummary
-from .report import BatchReport, tool_errors_of
+from .report import BatchReport, tool_errors_of, tool_errors_text
 
 __all__ = ["batch_html"]
 
@@ -22,20 +22,28 @@ def batch_html(report: BatchReport, items: list[BatchItem], usage: Usage) -> str
     )
     if report.awaiting_approval:
         counts += f" {badge('awaiting_approval', f'{report.awaiting_approval} awaiting approval')}"
+    if report.items_with_tool_errors:
+        # Completed is not clean: the model read a failed tool call's error and went on.
+        counts += f" {badge('failed', f'{report.items_with_tool_errors} with tool errors')}"
     latency = f"p50 {secs(report.latency_p50)} · p95 {secs(report.latency_p95)}"
+    startup = f" (+{secs(report.startup)} start-up)" if report.startup >= 0.05 else ""
     head = (
         f"<div><b>batch</b> · {report.total} items {counts}</div>"
-        f'<div class="meta">{secs(report.duration)} · {report.throughput:.1f} items/s · '
+        f'<div class="meta">{secs(report.duration)}{startup} · {report.throughput:.1f} items/s · '
         f"latency {latency} · {report.attempts} attempts ({report.retries} retries)</div>"
         f"<div>{usage_line(usage)}</div>"
     )
+    if report.throttled or report.rate_wait:
+        head += (
+            f'<div class="meta">rate: {report.requests_per_minute:,.0f} req/min · '
+            f"429s {report.throttled} · rate wait {secs(report.rate_wait)} (wall clock)</div>"
+        )
     if report.stopped:
         head += f'<div class="err">stopped: {esc(report.stopped)}</div>'
     if report.tool_errors:
         first = report.first_tool_error
         head += (
-            f'<div class="err">tool errors: {report.tool_errors} failed calls in '
-            f"{report.items_with_tool_errors} items"
+            f'<div class="err">tool errors: {tool_errors_text(report)}'
             f"{f' (first: {esc(clip(first))})' if first else ''}</div>"
         )
     if report.errors:

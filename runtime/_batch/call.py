@@ -21,6 +21,7 @@ import contextlib
 import contextvars
 import dataclasses
 import inspect
+import time
 from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,7 @@ from .provider.job import (
     with_lines,
 )
 from .provider.pool import LinePool
-from .report import BatchReport, Stopped, Tally, counts_line
+from .report import BatchReport, Stopped, Tally, counts_line, timing_text, tool_errors_text
 from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
 from .stops import StopRule
@@ -96,22 +97,33 @@ class BatchResult:
 
     @property
     def ok(self) -> bool:
-        """Every item completed and nothing stopped the batch early."""
+        """Every item completed and nothing stopped the batch early. An item completes
+        even when the model read a failed tool call's error and went on: `clean` says
+        that none did."""
         report = self.report
         return report.failed == 0 and report.cancelled == 0 and report.stopped is None
+
+    @property
+    def clean(self) -> bool:
+        """`ok`, and no tool call failed in any item's run (`report.tool_errors == 0`)."""
+        return self.ok and self.report.tool_errors == 0
 
     def _repr_html_(self) -> str:
         return batch_html(self.report, self.items, self.usage)
 
     def __repr__(self) -> str:
-        # One line (the default would print every item): counts, time, cost, the sink.
+        # One line (the default would print every item): counts, the tool calls that
+        # failed, time, cost, the sink.
         report = self.report
         cost = total_cost(self.usage)
         money = "cost unknown" if cost is None else dollars(cost)
+        tools = tool_errors_text(report)
+        tools = f", tool errors: {tools}" if tools else ""
         sink = f", sink={report.sink!r}" if report.sink else ""
         stopped = f", stopped={str(report.stopped)!r}" if report.stopped else ""
         return (
-            f"BatchResult({counts_line(report)}, {report.duration:.1f} s, {money}{sink}{stopped})"
+            f"BatchResult({counts_line(report)}{tools}, {timing_text(report)}, {money}"
+            f"{sink}{stopped})"
         )
 
 
@@ -249,6 +261,10 @@ def _ending_lines(lines: LinePool, deliver: Deliver) -> Deliver:
 
     return ended
 
+
+# What `report.stopped` adds to a cancelled job's reason when it has a sink (the CLI says
+# it in its own words instead).
+RESUME_HINT = " (to go on with this job: resume=True, the same sink)"
 
 _interruptible: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "raygent_batch_interruptible", default=False
@@ -400,9 +416,19 @@ class _Collector:
         if getattr(item.error, "fatal", False) and self.stopped is None:
             self.stopped = Stopped(why="failed", message=str(item.error), index=item.index)
         tally = self.tally
+        progress = self.progress
+        if not progress.enabled:
+            return item
+        if tally.first_start is not None:
+            progress.began(time.monotonic() - tally.first_start)
         retrying = self.pool.retrying if self.pool is not None else 0
-        rates = (tally.usage.requests, tally.throttled, tally.rate_wait)
-        self.progress.update(tally.failed, tally.cancelled, retrying, rates)
+        progress.update(
+            tally.failed,
+            tally.cancelled,
+            retrying,
+            lambda: (tally.usage.requests, tally.throttled, tally.rate_wait),
+            (tally.tool_errors, tally.items_with_tool_errors),
+        )
         return item
 
     async def _on_item(self, item: BatchItem) -> None:
@@ -439,7 +465,10 @@ class _Collector:
             await self.deliver(ended(job, Outcome("cancelled", error=error)))
 
     def close(self) -> None:
-        self.progress.close(self.tally.failed, self.tally.cancelled, 0)
+        tally = self.tally
+        self.progress.close(
+            tally.failed, tally.cancelled, 0, (tally.tool_errors, tally.items_with_tool_errors)
+        )
         if self.sink is not None:
             for failed in self.stops.release():  # unconfirmed, and never confirmed
                 self._record(failed)
@@ -459,9 +488,9 @@ class _Collector:
             self.stopped = Stopped(why="failed", message=f"the batch failed: {pool.failure}")
         if pool.signal.aborted and self.stopped is None:
             message = f"cancelled: {pool.signal.reason or 'no reason given'}"
-            if self.sink is not None:
-                again = self.plan.spelling.option("resume", True)
-                message += f" (to go on with this job: {again}, the same sink)"
+            # The CLI says how to go on itself, with the command as given.
+            if self.sink is not None and not self.plan.spelling.cli:
+                message += RESUME_HINT
             self.stopped = Stopped(why="cancelled", message=message)
         for failure in (pool.feed_error, pool.deliver_error):  # last guards, not paths
             if failure is not None and self.stopped is None:

@@ -26,7 +26,7 @@ from .estimate import Estimate, EstimateOptions, check_estimate_options, estimat
 from .plan import Plan, refuse_unknown_options
 from .provider.job import check_batchable
 from .provider.options import ProviderBatch
-from .report import BatchReport, counts_line
+from .report import BatchReport, counts_line, timing_text, tool_errors_text
 
 __all__ = ["CLI", "load_target", "model_options_of", "resume_command", "run_batch_command"]
 
@@ -99,12 +99,12 @@ def run_batch_command(args: argparse.Namespace) -> int:
     ) as exc:
         print(f"raygent batch: {exc}", file=sys.stderr)
         return REFUSED
-    print(summary(result), file=sys.stderr)
-    stopped = result.report.stopped
-    if stopped is not None and stopped.why in ("cancelled", "configuration"):
-        if result.report.sink is not None:
-            when = " once it is fixed" if stopped.why == "configuration" else ""
-            print(f"to go on with this job{when}: {resume_command(args)}", file=sys.stderr)
+    report = result.report
+    stopped = report.stopped
+    goes_on = stopped is not None and stopped.why in ("cancelled", "configuration")
+    resume = resume_command(args) if goes_on and report.sink is not None else None
+    print(summary(result, resume), file=sys.stderr)
+    if stopped is not None and goes_on:
         # A configuration error every item would meet is a refusal, as before the job.
         return INTERRUPTED if stopped.why == "cancelled" else REFUSED
     return 0 if result.ok else 1
@@ -250,9 +250,11 @@ def _ship_by_value(target: str) -> None:
         backend_plugin("ray").ship_by_value(module)
 
 
-def summary(result: BatchResult) -> str:
+def summary(result: BatchResult, resume: str | None = None) -> str:
+    """What the command prints when the job ends; `resume`: the command that goes on
+    with an interrupted job (said once, in place of the Python hint in `stopped`)."""
     r = result.report
-    line = f"{counts_line(r)} in {r.duration:.1f} s ({r.throughput:.1f} items/s)"
+    line = f"{counts_line(r)} in {timing_text(r)} ({r.throughput:.1f} items/s)"
     if r.sink:
         line += f" -> {r.sink}"
     line += f"\n{cost_line(result.usage)}"
@@ -260,6 +262,11 @@ def summary(result: BatchResult) -> str:
         line += f"\ncache: {r.cache_hits} trips answered, {dollars(r.saved)} saved"
     if r.tool_errors:
         line += f"\n{tool_errors_line(r)}"
+    if r.throttled or r.rate_wait:
+        line += (
+            f"\nrates: {r.requests_per_minute:,.0f} requests/min, {r.throttled} 429s, "
+            f"{r.rate_wait:.1f} s with a request waiting for a rate limit"
+        )
     if r.cache_errors:
         line += (
             f"\ncache: its store could not be reached for {r.cache_errors} trips "
@@ -276,6 +283,9 @@ def summary(result: BatchResult) -> str:
         )
     if r.stopped:
         line += f"\nstopped: {r.stopped}"
+        if resume:
+            when = " once it is fixed" if r.stopped.why == "configuration" else ""
+            line += f"\nto go on with this job{when}: {resume}"
     spent = r.provider_batch
     if spent is not None:
         line += f"\nprovider batches: {len(spent.batches)}, {spent.lines} lines"
@@ -287,11 +297,7 @@ def summary(result: BatchResult) -> str:
 def tool_errors_line(report: BatchReport) -> str:
     """`tool errors: 300 failed calls in 300 items (first: ...)`: what a model read and
     went on from is not hidden behind "completed"."""
-    calls, items = report.tool_errors, report.items_with_tool_errors
-    line = (
-        f"tool errors: {calls} failed call{'s' if calls != 1 else ''} in {items} "
-        f"item{'s' if items != 1 else ''}"
-    )
+    line = f"tool errors: {tool_errors_text(report)}"
     if report.first_tool_error:
         first = report.first_tool_error
         line += f" (first: {first if len(first) <= 200 else first[:199] + '…'})"
@@ -304,7 +310,7 @@ def cost_line(usage: Usage) -> str:
     """`cost: $0.0123 (300 requests, 45,000 in / 9,000 out tokens)`, on every run; then a
     line for each other model that ran inside those requests (an advisor), of which
     its tokens and cost are part."""
-    cost = total_cost(usage) if usage.requests else 0.0  # nothing sent costs nothing
+    cost = total_cost(usage)
     money = "unknown (no pricing for the model)" if cost is None else dollars(cost)
     line = (
         f"cost: {money} ({usage.requests:,} requests, "

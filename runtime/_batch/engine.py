@@ -38,6 +38,7 @@ from ..seams.batch import (
     session_of,
 )
 from ..seams.retry import Retry
+from .report import rates_of
 from .stops import config_kind
 
 __all__ = ["InFlight"]
@@ -272,6 +273,12 @@ class InFlight:
         # An error of the job's configuration is never sent again: it would come back.
         if kind is None and job.attempts < retry.attempts and retry.should_retry(outcome.error):
             if not self.signal.aborted:
+                if outcome.result is not None:
+                    # Its result goes; what it met of rates is the item's all the same.
+                    throttled, waits = rates_of(outcome.result)
+                    job.throttled += throttled
+                    if waits:
+                        job.rate_waits += tuple(waits)
                 self._schedule_retry(job, retry.delay(job.attempts, outcome.error))
                 return
             # It would have been tried again: it is unfinished, not failed.
@@ -338,6 +345,10 @@ class InFlight:
                 self._parked -= 1
             elif not queued:
                 del self._sessions[session]  # type: ignore[arg-type]
+        if outcome.status == "cancelled" and self.signal.aborted:
+            # The batch's cancellation ended it: one code however far it had come.
+            error = cancelled(self.signal, outcome.error)
+            outcome = Outcome("cancelled", outcome.result, None, error, outcome.usage)
         item = ended(job, outcome)
         try:
             await self._deliver(item)

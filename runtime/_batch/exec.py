@@ -205,7 +205,7 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
                 else:
                     value = await execute(job.input, **item_options, signal=signal)
             except AbortedError as exc:
-                return Outcome("cancelled", error=exc)
+                return Outcome("cancelled", error=exc, usage=_usage_of(exc))
             except Exception as exc:
                 return Outcome("failed", error=exc, usage=_usage_of(exc))
             finally:
@@ -231,7 +231,7 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
             if inspect.isawaitable(value):
                 value = await value
         except AbortedError as exc:
-            return Outcome("cancelled", error=exc)
+            return Outcome("cancelled", error=exc, usage=_usage_of(exc))
         except Exception as exc:
             return Outcome("failed", error=exc, usage=_usage_of(exc))
         return outcome_of(value)

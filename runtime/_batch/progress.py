@@ -8,6 +8,7 @@ import importlib.util
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -82,15 +83,22 @@ def lines_text(status: LinesStatus) -> str:
 
 
 class Progress:
-    """done (the bar), failed and retrying counts, items/s; with `provider_batch=`, the
-    job's batches and lines too (`lines`); a no-op when disabled."""
+    """done (the bar), failed and retrying counts, items/s, the tool calls that failed;
+    the rate the job holds once a limit held it back; with `provider_batch=`, the job's
+    batches and lines too (`lines`); a no-op when disabled.
+
+    Its clock (elapsed, items/s, ETA, requests a minute) runs from the first item's
+    start (`began`), not from the call: on Ray the call first starts or joins Ray and
+    the runners, which is no part of the job's pace."""
 
     def __init__(self, enabled: bool, total: int | None, skipped: int = 0) -> None:
         self._bar: Any = None
         self._last = 0.0
         self._lines = ""  # the provider-batch part of the postfix
         self._rates = ""  # the rate-limit part, once a limit held the job back
+        self._tools = ""  # the failed tool calls, once there are some
         self._began = time.monotonic()
+        self._clock_set = False
         self._counts: dict[str, int] = _counts(0, 0, 0)
         if enabled:
             bar = bar_class(notebook=in_notebook(), widgets=has_widgets())
@@ -100,15 +108,33 @@ class Progress:
         if self._bar is not None:
             self._bar.update(count)
 
+    def began(self, seconds_ago: float) -> None:
+        """The first item began `seconds_ago`: the bar's clock starts then (once)."""
+        if self._clock_set:
+            return
+        self._clock_set = True
+        self._began = time.monotonic() - seconds_ago
+        bar = self._bar
+        if bar is not None:
+            # tqdm's clock is `time.time` (its `start_t` is public: tqdm's own `reset`
+            # sets it), and its rate is n over elapsed: counted from the first start.
+            bar.start_t = max(bar.start_t, time.time() - seconds_ago)
+            # Its smoothed rate measures each update from the last print: not from the
+            # bar's creation either.
+            bar.last_print_t = max(bar.last_print_t, bar.start_t)
+
     def update(
         self,
         failed: int,
         cancelled: int,
         retrying: int,
-        rates: tuple[int, int, float] | None = None,
+        rates: tuple[int, int, float] | Callable[[], tuple[int, int, float]] | None = None,
+        tools: tuple[int, int] = (0, 0),
     ) -> None:
-        """One more item ended. `rates`: (requests sent, 429s met, seconds waited for a
-        rate limit) so far, shown once a limit has held the job back."""
+        """One more item ended. `rates`: (requests sent, 429s met, wall-clock seconds
+        during which a request waited for a rate limit) so far, shown once a limit has
+        held the job back (or what gives them, asked only when the bar is redrawn).
+        `tools`: (failed tool calls, items with one), shown once there are some."""
         bar = self._bar
         if bar is None:
             return
@@ -117,8 +143,10 @@ class Progress:
         if now - self._last >= _POSTFIX_EVERY:
             self._last = now
             self._counts = _counts(failed, retrying, cancelled)
+            self._tools = _tools_text(*tools)
             if rates is not None:
-                self._rates = _rates_text(*rates, now - self._began)
+                figures = rates() if callable(rates) else rates
+                self._rates = _rates_text(*figures, now - self._began)
             self._postfix(refresh=False)
 
     @property
@@ -132,14 +160,19 @@ class Progress:
             self._lines = lines_text(status)
             self._postfix(refresh=True)
 
-    def close(self, failed: int, cancelled: int, retrying: int) -> None:
+    def close(
+        self, failed: int, cancelled: int, retrying: int, tools: tuple[int, int] = (0, 0)
+    ) -> None:
         if self._bar is not None:
             self._counts = _counts(failed, retrying, cancelled)
+            self._tools = _tools_text(*tools)
             self._postfix(refresh=True)
             self._bar.close()
 
     def _postfix(self, *, refresh: bool) -> None:
         text = ", ".join(f"{name}={count}" for name, count in self._counts.items())
+        if self._tools:
+            text = f"{text}, {self._tools}"
         if self._rates:
             text = f"{text} · {self._rates}"
         if self._lines:
@@ -153,6 +186,11 @@ def _counts(failed: int, retrying: int, cancelled: int) -> dict[str, int]:
     if cancelled:
         counts["cancelled"] = cancelled
     return counts
+
+
+def _tools_text(calls: int, items: int) -> str:
+    """`tool errors=3 (2 items)`: completed items may hide failed tool calls."""
+    return f"tool errors={calls} ({items} item{'s' if items != 1 else ''})" if calls else ""
 
 
 def _rates_text(requests: int, throttled: int, waited: float, elapsed: float) -> str:

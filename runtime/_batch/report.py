@@ -15,9 +15,20 @@ from ..seams.batch import BatchItem
 from ..usage import Usage
 from .provider.options import ProviderBatchSummary
 
-__all__ = ["BatchReport", "Stopped", "Tally", "counts_line", "tool_errors_of", "trips_of"]
+__all__ = [
+    "BatchReport",
+    "Stopped",
+    "Tally",
+    "WallClock",
+    "counts_line",
+    "rates_of",
+    "tool_errors_of",
+    "tool_errors_text",
+    "trips_of",
+]
 
 _RESERVOIR = 10_000  # latencies kept for the percentiles: exact up to this many items
+_SPANS_KEPT = 4_096  # rate-wait spans merged at once; older ones are folded into a sum
 
 
 class Stopped(BaseModel):
@@ -46,10 +57,12 @@ class BatchReport(BaseModel):
     `total` counts the items that ended (completed + failed + cancelled +
     awaiting_approval: a durable item stopped before a tool call that needs approval,
     continued by a later batch with `approvals=`); `skipped` the
-    items a resume found already completed in the sink. `throughput` is ended items per
-    second of `duration`; latencies are per item, first attempt to end, in seconds
-    (sampled past 10,000 items). `stopped` says why a batch ended early, if it did
-    (a `Stopped`).
+    items a resume found already completed in the sink. `startup` is the seconds from
+    the call to its first item's start (on Ray: connecting, or starting a local Ray, and
+    the runners); `duration` the seconds from then to the end, the job's own time, which
+    `throughput` (ended items per second) and `requests_per_minute` are measured over.
+    Latencies are per item, first attempt to end, in seconds (sampled past 10,000
+    items). `stopped` says why a batch ended early, if it did (a `Stopped`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -64,6 +77,7 @@ class BatchReport(BaseModel):
     input_items: int | None = None
     attempts: int = 0
     retries: int = 0
+    startup: float = 0.0
     duration: float = 0.0
     throughput: float = 0.0
     latency_p50: float | None = None
@@ -89,12 +103,14 @@ class BatchReport(BaseModel):
     items_with_tool_errors: int = 0
     first_tool_error: str | None = None
     budget: BudgetReport | None = None
-    # Trips by the service tier their replies name (each item's last attempt; "" where a
-    # reply named none), and the requests sent again at a `Tier`'s fallback.
+    # Trips by the service tier their replies name (each item's last attempt; a trip
+    # whose reply named none, a cancelled one say, is not counted), and the requests
+    # sent again at a `Tier`'s fallback.
     tiers: dict[str, int] = Field(default_factory=dict)
     tier_fallbacks: int = 0
-    # Rates: the 429s the items' trips met and the seconds they waited for a rate limit
-    # (each item's last attempt), and the requests a minute the job held.
+    # Rates: the 429s met by every attempt of every item; `rate_wait` the wall-clock
+    # seconds during which at least one request waited for a rate limit (configured or
+    # learnt; 0 where none held the job back), and the requests a minute the job held.
     throttled: int = 0
     rate_wait: float = 0.0
     requests_per_minute: float = 0.0
@@ -123,6 +139,29 @@ def trips_of(report: Any) -> list[Any]:
     return trips
 
 
+def rates_of(result: Any) -> tuple[int, list[tuple[float, float]]]:
+    """What a run result's trips (nested runs' included) met of rates: the 429s, and
+    each rate wait as (wall-clock start, seconds). A trip waits for its rate before it
+    sends, so its wait is taken to begin with the trip."""
+    throttled, spans = 0, []
+    for trip in trips_of(getattr(result, "report", None)):
+        throttled += trip.throttled
+        if trip.rate_wait > 0:
+            spans.append((trip.timing.started_at.timestamp(), trip.rate_wait))
+    return throttled, spans
+
+
+def tool_errors_text(report: BatchReport) -> str:
+    """`300 failed tool calls in 100 items` ("" when no tool call failed)."""
+    calls, items = report.tool_errors, report.items_with_tool_errors
+    if not calls:
+        return ""
+    return (
+        f"{calls} failed tool call{'s' if calls != 1 else ''} in {items} "
+        f"item{'s' if items != 1 else ''}"
+    )
+
+
 def _first_tool_error(report: Any) -> str | None:
     for call in getattr(report, "tool_calls", None) or ():
         if call.error is not None:
@@ -149,11 +188,63 @@ def counts_line(report: BatchReport) -> str:
     return line
 
 
+def timing_text(report: BatchReport) -> str:
+    """`17.0 s` of the job, and its start-up apart when it took a while (`+9.1 s
+    start-up`: starting Ray)."""
+    text = f"{report.duration:.1f} s"
+    if report.startup >= 0.05:
+        text += f" (+{report.startup:.1f} s start-up)"
+    return text
+
+
 def _report_repr(report: BatchReport) -> str:
-    extra = f", stopped={str(report.stopped)!r}" if report.stopped else ""
+    tools = tool_errors_text(report)
+    extra = f", tool errors: {tools}" if tools else ""
+    extra += f", {timing_text(report)}"
+    if report.stopped:
+        extra += f", stopped={str(report.stopped)!r}"
     if report.errors:
         extra += f", errors={report.errors}"
-    return f"BatchReport({counts_line(report)}, {report.duration:.1f} s{extra})"
+    return f"BatchReport({counts_line(report)}{extra})"
+
+
+class WallClock:
+    """The wall-clock seconds covered by a union of spans (start, seconds), in bounded
+    memory: spans are merged in groups, and past `_SPANS_KEPT` merged ones the oldest
+    are folded into a sum (a later span reaching back that far counts from there on)."""
+
+    def __init__(self) -> None:
+        self._spans: list[tuple[float, float]] = []  # (start, end)
+        self._merged = 0  # the first this many are merged and sorted
+        self._folded = 0.0
+        self._floor = float("-inf")  # folded spans end by here
+
+    def add(self, start: float, seconds: float) -> None:
+        end = start + seconds
+        start = max(start, self._floor)
+        if end > start:
+            self._spans.append((start, end))
+            if len(self._spans) - self._merged >= _SPANS_KEPT:
+                self._merge()
+
+    def total(self) -> float:
+        if len(self._spans) > self._merged:
+            self._merge()
+        return self._folded + sum(end - start for start, end in self._spans)
+
+    def _merge(self) -> None:
+        merged: list[tuple[float, float]] = []
+        for start, end in sorted(self._spans):
+            if merged and start <= merged[-1][1]:
+                if end > merged[-1][1]:
+                    merged[-1] = (merged[-1][0], end)
+            else:
+                merged.append((start, end))
+        if len(merged) > _SPANS_KEPT:
+            old, merged = merged[: -_SPANS_KEPT // 2], merged[-_SPANS_KEPT // 2 :]
+            self._folded += sum(end - start for start, end in old)
+            self._floor = old[-1][1]
+        self._spans, self._merged = merged, len(merged)
 
 
 class Tally:
@@ -162,11 +253,13 @@ class Tally:
 
     def __init__(self) -> None:
         self.started = time.monotonic()
+        self.first_start: float | None = None  # when the first item began (monotonic)
+        self.waits = WallClock()
         self.usage = Usage()
         self.total = self.succeeded = self.failed = self.cancelled = self.awaiting = 0
         self.skipped = self.attempts = self.on_item_errors = self.cache_hits = 0
         self.cache_errors = self.throttled = 0
-        self.saved = self.rate_wait = 0.0
+        self.saved = 0.0
         self.tool_errors = self.items_with_tool_errors = self.tier_fallbacks = 0
         self.tiers: dict[str, int] = {}
         self.first_tool_error: str | None = None
@@ -200,13 +293,22 @@ class Tally:
             self.saved += report.saved  # type: ignore[union-attr]
         self.cache_errors += getattr(report, "cache_errors", 0)
         self.tier_fallbacks += getattr(report, "tier_fallbacks", 0)
+        self.throttled += item.throttled  # its earlier attempts'
+        for start, seconds in item.rate_waits:
+            self.waits.add(start, seconds)
         for trip in trips_of(report):
-            tier = trip.service_tier or ""
-            self.tiers[tier] = self.tiers.get(tier, 0) + 1
+            tier = trip.service_tier
+            if tier:
+                self.tiers[tier] = self.tiers.get(tier, 0) + 1
             self.throttled += trip.throttled
-            self.rate_wait += trip.rate_wait
+            if trip.rate_wait > 0:
+                self.waits.add(trip.timing.started_at.timestamp(), trip.rate_wait)
         if item.latency is not None:
             self._sample(item.latency)
+            # It began `latency` ago (on Ray, a little earlier: the way back to the driver).
+            began = time.monotonic() - item.latency
+            if self.first_start is None or began < self.first_start:
+                self.first_start = max(self.started, began)
         failed_calls = tool_errors_of(item)
         if failed_calls:
             self.tool_errors += failed_calls
@@ -219,8 +321,15 @@ class Tally:
         if self.first_on_item_error is None:
             self.first_on_item_error = f"{type(error).__name__}: {error}"
 
+    @property
+    def rate_wait(self) -> float:
+        """Wall-clock seconds during which at least one request waited for a rate."""
+        return self.waits.total()
+
     def finish(self, retries: int) -> BatchReport:
-        duration = time.monotonic() - self.started
+        ended = time.monotonic()
+        began = self.first_start if self.first_start is not None else self.started
+        startup, duration = began - self.started, ended - began
         report = BatchReport(
             total=self.total,
             succeeded=self.succeeded,
@@ -230,6 +339,7 @@ class Tally:
             skipped=self.skipped,
             attempts=self.attempts,
             retries=retries,
+            startup=startup,
             duration=duration,
             throughput=self.total / duration if duration > 0 else 0.0,
             errors=dict(self.errors),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ..errors import MaxTripsError, ProviderResponseError
+from ..errors import AbortedError, MaxTripsError, ProviderResponseError
 from ..messages import ContentPart, TextPart
 from ..models.contract import (
     Done,
@@ -62,6 +62,11 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
         response = _guarded(run, response)
         for mw in reversed(run.config.middleware):
             response = await maybe_await(mw.after_trip(run.info, response))
+    except AbortedError as exc:
+        if exc.usage is not None:  # cut off after it was sent: the provider may bill it
+            run.usage = run.usage + exc.usage
+            trip.usage = exc.usage
+        raise
     finally:  # a failed or cancelled trip has an end too
         trip_rates.reset(token)
         trip.rate_wait, trip.throttled = rates.wait, rates.throttled

@@ -17,6 +17,7 @@ from typing_extensions import Unpack
 
 from ..abort import AbortSignal, AbortWatch, abortable
 from ..errors import (
+    AbortedError,
     AuthenticationError,
     OfflineError,
     ProviderConnectionError,
@@ -67,6 +68,9 @@ MALFORMED: tuple[type[Exception], ...] = (
 
 
 _LARGE_BODY = 1 << 20
+# A prompt's tokens, estimated from its JSON as a rate's admission does (bytes over 4:
+# `raygent.rates.estimate`, a part above this one).
+_CHARS_PER_TOKEN = 4
 
 
 async def _chunks(content: bytes) -> AsyncIterator[bytes]:
@@ -299,22 +303,37 @@ class HTTPModel:
         once its status is 2xx, else raise typed. `fallback`: a service tier refused for
         capacity is asked again at its fallback."""
         self._may_send()
-        response = await self._send(self._json_request(path, body, headers), signal)
+        request = self._json_request(path, body, headers)
         try:
-            while response.status_code >= 400:
-                raw = await abortable(self._read(response), signal)
-                error = error_from_response(
-                    response, raw, provider=self.provider, secrets=self._secrets
-                )
-                again = None if fallback is None else fallback.next_body(body, error)
-                if again is None:
-                    raise error
+            response = await self._send(request, signal)
+            try:
+                while response.status_code >= 400:
+                    raw = await abortable(self._read(response), signal)
+                    error = error_from_response(
+                        response, raw, provider=self.provider, secrets=self._secrets
+                    )
+                    again = None if fallback is None else fallback.next_body(body, error)
+                    if again is None:
+                        raise error
+                    await response.aclose()
+                    body = again
+                    request = self._json_request(path, body, headers)
+                    response = await self._send(request, signal)
+                yield response  # (a stream read under the caller's block aborts here too)
+            finally:
                 await response.aclose()
-                body = again
-                response = await self._send(self._json_request(path, body, headers), signal)
-            yield response
-        finally:
-            await response.aclose()
+        except AbortedError as exc:
+            if exc.usage is None and exc.details.get("sent", True):
+                exc.usage = self._cut_off(request)
+            raise
+
+    def _cut_off(self, request: httpx.Request) -> Usage:
+        """What a request cut off in flight is counted: it was sent, and a provider bills
+        the prompt it began on (OpenAI and Anthropic alike), so one request and its input
+        tokens, estimated as a rate's admission does (its JSON's bytes over 4),
+        priced at the model's input rate; what it may have generated is unknown."""
+        tokens = len(request.content) // _CHARS_PER_TOKEN + 1
+        return self._priced(Usage(requests=1, input_tokens=tokens))
 
     def _json_request(
         self, path: str, body: dict[str, Any], headers: Mapping[str, str] | None
@@ -339,7 +358,12 @@ class HTTPModel:
             )
 
     async def _send(self, request: httpx.Request, signal: AbortSignal | None) -> httpx.Response:
-        """Send `request`, its reply open (streamed); a transport failure raised typed."""
+        """Send `request`, its reply open (streamed); a transport failure raised typed.
+        Aborted before it went: AbortedError with `sent=False`."""
+        if signal is not None and signal.aborted:
+            raise AbortedError(
+                f"aborted: {signal.reason or 'no reason given'}", reason=signal.reason, sent=False
+            )
         client = self._injected_client
         try:
             if client is not None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from ..abort import AbortSignal
-from ..errors import AbortedError
+from ..errors import AbortedError, RaygentError
 from ..usage import Usage
 
 __all__ = [
@@ -52,6 +52,10 @@ class Job:
     # Attempts lost with the process that ran them (a Ray runner that died): counted in
     # `attempts`, but the next one is the same run again, not a retry.
     lost: int = 0
+    # What its earlier attempts met of rates (the last one's is on its result): the
+    # 429s, and each wait for a rate as (wall-clock start, seconds).
+    throttled: int = 0
+    rate_waits: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(slots=True)
@@ -87,6 +91,10 @@ class BatchItem:
     latency: float | None = None
     input: Any = None
     meta: dict[str, Any] | None = None
+    # Of its attempts before the last: the 429s they met and their rate waits
+    # ((wall-clock start, seconds)), which a report counts besides the last one's.
+    throttled: int = 0
+    rate_waits: tuple[tuple[float, float], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -107,6 +115,8 @@ def ended(job: Job, outcome: Outcome) -> BatchItem:
         latency=None if job.started is None else time.monotonic() - job.started,
         input=job.input,
         meta=job.meta,
+        throttled=job.throttled,
+        rate_waits=job.rate_waits,
     )
 
 
@@ -118,10 +128,16 @@ def session_of(job: Job) -> tuple[Any, Any] | None:
     return (meta["session_id"], meta.get("user_id"))
 
 
-def cancelled(signal: AbortSignal) -> AbortedError:
-    """The error of an item a batch ended unfinished when `signal` fired."""
+def cancelled(signal: AbortSignal, ended: BaseException | None = None) -> AbortedError:
+    """The error of an item a batch ended unfinished when `signal` fired: `ABORTED`
+    wherever the item was (not started, waiting to retry, running) and on every backend.
+    `ended`: the error its run ended with (an agent's `AGENT_CANCELLED`, kept on its
+    result), named in `run_error`."""
     reason = signal.reason or "no reason given"
-    return AbortedError(f"batch cancelled: {reason}", reason=signal.reason)
+    details: dict[str, Any] = {"reason": signal.reason}
+    if isinstance(ended, RaygentError) and not isinstance(ended, AbortedError):
+        details["run_error"] = ended.code
+    return AbortedError(f"batch cancelled: {reason}", **details)
 
 
 Attempt: TypeAlias = Callable[[Job, AbortSignal], Coroutine[Any, Any, Outcome]]

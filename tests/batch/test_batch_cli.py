@@ -183,7 +183,8 @@ def test_the_cli_shows_tool_errors_and_fails_on_them_when_asked(tmp_path: Path, 
     _, err = proc.communicate(timeout=60)
     rows = read_jsonl(sink)
     assert (
-        "tool errors: 3 failed calls in 3 items (first: TOOL_EXECUTION: tool 'broken_lookup'" in err
+        "tool errors: 3 failed tool calls in 3 items (first: TOOL_EXECUTION: tool 'broken_lookup'"
+        in err
     )
     assert [r["tool_errors"] for r in rows] == [1, 1, 1]
     if fail:

@@ -204,8 +204,10 @@ def test_a_driver_stopped_mid_batch_resumes_with_every_item_once(
     # On "ray" the items run on batch runner actors. A SIGKILLed driver joins the
     # session's Ray (RAY_ADDRESS), as a driver on a cluster does: its job's actors die with
     # it (starting a Ray per run cost ~10 s each). A SIGINTed one starts a Ray of its own:
-    # joined to a running Ray, its Ctrl-C has been seen to record no item cancelled, or
-    # more than the bound below (for the lead: not yet understood).
+    # HANG_FROM is the driver's environment, which the workers of a Ray it joins do not
+    # share, so there nothing would hang (issue 44.5: "no item cancelled", "419 lines").
+    # A driver joined to a shared Ray is interrupted in test_batch_interrupt.py, with the
+    # hang in the simulator.
     joins = backend == "ray" and stop == "SIGKILL"
     if joins:
         request.getfixturevalue("ray_session")
