@@ -54,6 +54,8 @@ async def iter_sse(chunks: AsyncIterator[bytes]) -> AsyncGenerator[SSE, None]:
 
 
 def _parse(block: bytes) -> SSE | None:
+    if block.startswith(b"data: ") and b"\n" not in block:  # most events: one data line
+        return SSE(None, block[6:].decode("utf-8", "replace"))
     name: str | None = None
     data: list[str] = []
     for line in block.decode("utf-8", "replace").split("\n"):

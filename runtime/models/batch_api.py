@@ -30,6 +30,7 @@ __all__ = [
     "BatchState",
     "LineResult",
     "OpenAIBatchAPI",
+    "cancel_batch",
     "split_results",
 ]
 
@@ -101,15 +102,26 @@ class BatchAPI(Protocol):
     def read_line(self, line: bytes) -> LineResult: ...
 
 
-async def _ended(api: BatchAPI, batch_id: str, error: ProviderError) -> bool:
-    """Whether a cancel refused with 409 (Conflict) met a batch that had already ended
-    (what the providers answer then): nothing was left to cancel, so no error."""
-    if error.details.get("status") != 409:
-        return False
+async def cancel_batch(api: BatchAPI, model: HTTPModel, batch_id: str, path: str) -> None:
+    """POST a batch's cancel `path`. A cancel refused with 409 (Conflict) that met a
+    batch already ended (what the providers answer then) left nothing to cancel: no
+    error."""
     try:
-        return (await api.state(batch_id)).ended
-    except ProviderError:
-        return False
+        await model._call_json("POST", path)
+    except ProviderError as exc:
+        if exc.details.get("status") != 409:
+            raise
+        try:
+            ended = (await api.state(batch_id)).ended
+        except ProviderError:
+            ended = False
+        if not ended:
+            raise
+
+
+def _lines(raw: bytes) -> bytes:
+    """A results file as lines, each ended by a newline (the last one too)."""
+    return raw if raw.endswith(b"\n") or not raw else raw + b"\n"
 
 
 def split_results(raw: bytes) -> Iterator[tuple[str, bytes]]:
@@ -248,14 +260,10 @@ class OpenAIBatchAPI:
 
     async def results(self, state: BatchState) -> bytes:
         parts = [(await self.model._call("GET", f"/files/{f}/content"))[0] for f in state.files]
-        return b"".join(p if p.endswith(b"\n") or not p else p + b"\n" for p in parts)
+        return b"".join(_lines(p) for p in parts)
 
     async def cancel(self, batch_id: str) -> None:
-        try:
-            await self.model._call_json("POST", f"/batches/{batch_id}/cancel")
-        except ProviderError as exc:
-            if not await _ended(self, batch_id, exc):
-                raise
+        await cancel_batch(self, self.model, batch_id, f"/batches/{batch_id}/cancel")
 
     def read_line(self, line: bytes) -> LineResult:
         data = _object(line)
@@ -352,14 +360,11 @@ class AnthropicBatchAPI:
 
     async def results(self, state: BatchState) -> bytes:
         raw, _ = await self.model._call("GET", f"/v1/messages/batches/{state.id}/results")
-        return raw if raw.endswith(b"\n") or not raw else raw + b"\n"
+        return _lines(raw)
 
     async def cancel(self, batch_id: str) -> None:
-        try:
-            await self.model._call_json("POST", f"/v1/messages/batches/{batch_id}/cancel")
-        except ProviderError as exc:
-            if not await _ended(self, batch_id, exc):
-                raise
+        path = f"/v1/messages/batches/{batch_id}/cancel"
+        await cancel_batch(self, self.model, batch_id, path)
 
     def read_line(self, line: bytes) -> LineResult:
         data = _object(line)

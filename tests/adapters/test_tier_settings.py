@@ -5,7 +5,6 @@ official SDKs' request types; and a misspelt model setting refused on every adap
 from __future__ import annotations
 
 import inspect
-
 from typing import Any
 
 import pytest
