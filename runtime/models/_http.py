@@ -16,10 +16,8 @@ import functools
 import hashlib
 import inspect
 import os
-import time
-from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 import httpx
 import pydantic_core
@@ -34,26 +32,15 @@ from ..errors import (
     ProviderResponseError,
     redact,
 )
-from ..messages import Message
 from ..pricing import Pricing, price_usage
-from ..rates.limits import RateLimit, RateReading, rate_headers, read_rate_headers
+from ..rates.limits import RateLimit, RateReading
 from ..redaction import register_secret
 from ..usage import Usage
-from ._errors import (
-    ErrorSaid,
-    error_from_response,
-    error_from_stream_event,
-    parse_error_body,
-    read_error_body,
-)
+from ._errors import error_from_response, error_from_stream_event, parse_error_body
 from ._resend import TierFallback, tier_fallback
-from ._sse import SSEDecoder
 from ._transport import Opened, Outgoing, send, timeouts_of
-from ._wire import MALFORMED, Decoder, ErrorEvent, Reply, StreamFeeder, json_object
+from ._wire import MALFORMED, ErrorEvent, Reply, StreamFeeder, Wire, json_object
 from .contract import Capabilities, Done, ModelOptions, ModelResponse, StreamChunk, UsageChunk
-
-if TYPE_CHECKING:
-    from .batch_api import BatchAPI
 
 __all__ = ["MALFORMED", "HTTPModel", "ModelSettings"]
 
@@ -100,9 +87,9 @@ class ModelSettings(TypedDict, total=False):
     http_client: httpx.AsyncClient | None
 
 
-class HTTPModel(ABC):
+class HTTPModel(Wire):
     """Base of the HTTP adapters: the per-request steps, written once; a subclass
-    states its wire (the hooks `raygent.models._wire` lists).
+    states its wire (the hooks of `raygent.models._wire.Wire`).
 
     Requests go straight to one aiohttp session per event loop, shared by all adapters
     (measured: httpx's own pool burns ~15 ms CPU per request at 64 in flight, and its
@@ -226,74 +213,6 @@ class HTTPModel(ABC):
     def _register_secrets(self) -> None:
         for secret in self._secrets:
             register_secret(secret, self)
-
-    # -- the wire: what an adapter states (see `_wire`) ------------------------------
-
-    # The provider id genai-prices knows this wire's models by (None: `provider`).
-    prices_as: ClassVar[str | None] = None
-
-    @abstractmethod
-    def build_body(
-        self, messages: Sequence[Message], options: ModelOptions, *, stream: bool
-    ) -> dict[str, Any]:
-        """The JSON body of a request, from options the model's settings filled."""
-
-    @abstractmethod
-    def request_path(self, *, stream: bool) -> str:
-        """The path after `base_url` a request is posted to, streamed or not."""
-
-    @abstractmethod
-    def parse_reply(self, data: dict[str, Any]) -> Reply:
-        """A non-streamed reply's JSON (or a batch line's), read; `ErrorEvent` for an
-        error it carries, any of `MALFORMED` for a shape it does not know."""
-
-    @abstractmethod
-    def stream_feeder(self) -> StreamFeeder[Any]:
-        """A new stream's state: its events in, chunks and at last the whole reply out."""
-
-    def stream_decoder(self) -> Decoder[Any]:
-        """A new stream's framing: server-sent events unless the wire frames otherwise."""
-        return SSEDecoder()
-
-    def call_options(self, options: ModelOptions | None) -> ModelOptions:
-        """A call's options with what the model's settings fill where it left a gap."""
-        return options or _NO_OPTIONS
-
-    def _auth_headers(self) -> dict[str, str]:
-        """The credential headers that never change (sent with every request)."""
-        return {}
-
-    def body_headers(self, body: dict[str, Any]) -> Mapping[str, str] | None:
-        """Headers a request needs because of its body (None: none)."""
-        return None
-
-    async def sign(self, request: Outgoing) -> None:
-        """Per-request credentials over the final request (its headers may be set): a
-        signature over the body's bytes, a token refreshed when it expired."""
-        return None
-
-    def error_said(self, body: Any, headers: Mapping[str, str]) -> ErrorSaid:
-        """What an error reply's body (its JSON, else its text) and headers say."""
-        return read_error_body(body)
-
-    def rate_reading(self, headers: Mapping[str, str]) -> RateReading | None:
-        """What a reply's rate-limit headers say (None: nothing)."""
-        found = rate_headers(headers.items())
-        return read_rate_headers(found, time.time()) if found else None
-
-    def batch_api(self) -> BatchAPI | None:
-        """This model's provider batch API (None: it has none)."""
-        return None
-
-    def batch_body(
-        self, messages: Sequence[MessageLike], options: ModelOptions | None
-    ) -> dict[str, Any]:
-        """The body of a provider-batch line: the online request's, at the batch API's
-        own tier and price (no stream, no service tier)."""
-        body = self.request_body(messages, options, stream=False)
-        body.pop("stream", None)
-        body.pop("service_tier", None)
-        return body
 
     # -- the steps, written once ------------------------------------------------------
 

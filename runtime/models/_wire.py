@@ -6,9 +6,10 @@ rate-limit headers, parse the reply and its usage, price it (genai-prices or dec
 rates, at the tier that served it or at batch rates), and assemble a streamed reply into
 its `Done`. `HTTPModel` (`_http.py`) writes those steps once: `complete`, `stream`,
 `request_body`, `batch_reply`, `line_error`. An adapter is a subclass that states only
-its wire, in these hooks (the pure wire mapping lives in a `_<name>_wire.py` beside it):
+its wire, in the hooks `Wire` declares (below; the pure wire mapping lives in a
+`_<name>_wire.py` beside the adapter, and is tested without I/O):
 
-Required (abstract on `HTTPModel`):
+Required (abstract):
 
 - `provider`, `env_key`, `default_base_url`: who it is, where its key and host are.
 - `build_body(messages, options, *, stream) -> dict`: the JSON body, from options the
@@ -80,16 +81,25 @@ Bedrock's would return an event-stream `Decoder` from `stream_decoder()` (events
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import pydantic_core
 
-from ..messages import ContentPart, ToolCall
+from .._message_input import MessageLike
+from ..messages import ContentPart, Message, ToolCall
+from ..rates.limits import RateReading, rate_headers, read_rate_headers
 from ..usage import Usage
-from ._errors import ErrorSaid
-from .contract import FinishReason, StreamChunk
+from ._errors import ErrorSaid, read_error_body
+from ._sse import SSEDecoder
+from ._transport import Outgoing
+from .contract import FinishReason, ModelOptions, StreamChunk
+
+if TYPE_CHECKING:
+    from ._batch_wire import BatchAPI
 
 __all__ = [
     "MALFORMED",
@@ -99,9 +109,12 @@ __all__ = [
     "Event",
     "Reply",
     "StreamFeeder",
+    "Wire",
     "json_object",
     "text_field",
 ]
+
+_NO_OPTIONS = ModelOptions()
 
 # What reading a reply of an unexpected shape raises (pydantic's ValidationError is a
 # ValueError; json nesting too deep for the stack a RecursionError): the skeleton turns
@@ -197,3 +210,82 @@ def text_field(value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, not {type(value).__name__}")
     return value
+
+
+class Wire(ABC):
+    """The hooks a wire states (the module's docstring says how to add one);
+    `HTTPModel` (`_http`) is this with the steps written once, `request_body` among
+    them. `build_body`, `request_path`, `parse_reply` and `stream_feeder` are each
+    wire's to state; every other hook has the default below."""
+
+    # The provider id genai-prices knows this wire's models by (None: `provider`).
+    prices_as: ClassVar[str | None] = None
+
+    @abstractmethod
+    def build_body(
+        self, messages: Sequence[Message], options: ModelOptions, *, stream: bool
+    ) -> dict[str, Any]:
+        """The JSON body of a request, from options the model's settings filled."""
+
+    @abstractmethod
+    def request_path(self, *, stream: bool) -> str:
+        """The path after `base_url` a request is posted to, streamed or not."""
+
+    @abstractmethod
+    def parse_reply(self, data: dict[str, Any]) -> Reply:
+        """A non-streamed reply's JSON (or a batch line's), read; `ErrorEvent` for an
+        error it carries, any of `MALFORMED` for a shape it does not know."""
+
+    @abstractmethod
+    def stream_feeder(self) -> StreamFeeder[Any]:
+        """A new stream's state: its events in, chunks and at last the whole reply out."""
+
+    def stream_decoder(self) -> Decoder[Any]:
+        """A new stream's framing: server-sent events unless the wire frames otherwise."""
+        return SSEDecoder()
+
+    def call_options(self, options: ModelOptions | None) -> ModelOptions:
+        """A call's options with what the model's settings fill where it left a gap."""
+        return options or _NO_OPTIONS
+
+    def _auth_headers(self) -> dict[str, str]:
+        """The credential headers that never change (sent with every request)."""
+        return {}
+
+    def body_headers(self, body: dict[str, Any]) -> Mapping[str, str] | None:
+        """Headers a request needs because of its body (None: none)."""
+        return None
+
+    async def sign(self, request: Outgoing) -> None:
+        """Per-request credentials over the final request (its headers may be set): a
+        signature over the body's bytes, a token refreshed when it expired."""
+        return None
+
+    def error_said(self, body: Any, headers: Mapping[str, str]) -> ErrorSaid:
+        """What an error reply's body (its JSON, else its text) and headers say."""
+        return read_error_body(body)
+
+    def rate_reading(self, headers: Mapping[str, str]) -> RateReading | None:
+        """What a reply's rate-limit headers say (None: nothing)."""
+        found = rate_headers(headers.items())
+        return read_rate_headers(found, time.time()) if found else None
+
+    def batch_api(self) -> BatchAPI | None:
+        """This model's provider batch API (None: it has none)."""
+        return None
+
+    @abstractmethod
+    def request_body(
+        self, messages: Sequence[MessageLike], options: ModelOptions | None, *, stream: bool
+    ) -> dict[str, Any]:
+        """The body of a call (the skeleton's: `build_body` on its filled options)."""
+
+    def batch_body(
+        self, messages: Sequence[MessageLike], options: ModelOptions | None
+    ) -> dict[str, Any]:
+        """The body of a provider-batch line: the online request's, at the batch API's
+        own tier and price (no stream, no service tier)."""
+        body = self.request_body(messages, options, stream=False)
+        body.pop("stream", None)
+        body.pop("service_tier", None)
+        return body

@@ -12,14 +12,14 @@ job reads its results the same way.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 
 from ..errors import ProviderBatchError, ProviderError, ServerError
 from ._anthropic_wire import compact_betas
+from ._batch_wire import BatchAPI, BatchState, LineResult
 
 if TYPE_CHECKING:
     from ._http import HTTPModel
@@ -34,7 +34,6 @@ __all__ = [
     "split_results",
 ]
 
-LineOutcome = Literal["succeeded", "errored", "expired", "cancelled"]
 _PAGE = 100
 _MAX_PAGES = 20  # how far back a lost submission is looked for (2,000 batches)
 # Anthropic's error types, as the HTTP status an online call would have had.
@@ -50,56 +49,6 @@ _ANTHROPIC_STATUS = {
     "timeout_error": 504,
     "overloaded_error": 529,
 }
-
-
-@dataclass(frozen=True, slots=True)
-class BatchState:
-    """A provider batch as its provider last described it."""
-
-    id: str
-    status: str  # the provider's own word ("in_progress", "ended", "completed", ...)
-    ended: bool
-    created_at: float | None = None
-    ended_at: float | None = None
-    # The batch as a whole was refused (validation of its file): every line fails so.
-    failure: ProviderBatchError | None = None
-    files: tuple[str, ...] = ()  # OpenAI: its output and error file ids
-
-
-@dataclass(frozen=True, slots=True)
-class LineResult:
-    """One line's outcome: the reply body, or the typed error an online call would raise."""
-
-    custom_id: str
-    outcome: LineOutcome
-    body: dict[str, Any] | None = None
-    error: ProviderError | None = None
-
-
-class BatchAPI(Protocol):
-    """What the provider-batch pool needs of a provider."""
-
-    provider: str
-    endpoint: str  # the URL lines name ("/v1/chat/completions", "/v1/messages")
-    max_lines: int
-    max_bytes: int
-
-    def encode(self, custom_id: str, body: bytes) -> bytes:
-        """One line, as it goes in a batch (less its separator: a batch's size is the
-        lines' and one byte each); `body` is the request body's JSON."""
-        ...
-
-    async def submit(self, lines: Sequence[bytes], tag: str) -> str: ...
-
-    async def find(self, tag: str, since: float, lines: int) -> str | None: ...
-
-    async def state(self, batch_id: str) -> BatchState: ...
-
-    async def results(self, state: BatchState) -> bytes: ...
-
-    async def cancel(self, batch_id: str) -> None: ...
-
-    def read_line(self, line: bytes) -> LineResult: ...
 
 
 async def cancel_batch(api: BatchAPI, model: HTTPModel, batch_id: str, path: str) -> None:
