@@ -10,6 +10,8 @@ session; if the loop lives on, the session lives on.
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import weakref
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
@@ -42,16 +44,22 @@ async def shared_session() -> aiohttp.ClientSession:
     # Imported here, on a loop's first request: aiohttp costs ~0.1 s to import, which a
     # process that never calls a model (a session host, a tool executor) does not pay.
     import aiohttp
-    import httpx
 
-    connector = aiohttp.TCPConnector(
-        limit=0, keepalive_timeout=_KEEPALIVE, ssl=httpx.create_ssl_context()
-    )
+    connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=_KEEPALIVE, ssl=_ssl_context())
     session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
     closer = _close_with_loop(session)
     await closer.__anext__()
     _sessions[loop] = (session, closer)
     return session
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    # Made once per process (loading the CA bundle costs ~10 ms), shared by every loop's
+    # session: a context holds settings, not connections.
+    import httpx
+
+    return httpx.create_ssl_context()
 
 
 async def _close_with_loop(session: aiohttp.ClientSession) -> AsyncGenerator[None, None]:
