@@ -128,10 +128,13 @@ class HTTPModel(Wire):
         api_key = settings.get("api_key")
         self._api_key = api_key if api_key is not None else os.environ.get(self.env_key, "")
         # A key is required unless the caller said none is needed: `api_key=None` given
-        # on purpose, or a base URL of their own (a local server, a gateway).
+        # on purpose, or a base URL of their own (a local server, a gateway); or the wire
+        # takes none (no `env_key`: its requests are signed, `sign`).
         base_url = settings.get("base_url")
-        self._key_required = "api_key" not in settings and (
-            not base_url or base_url.rstrip("/") == self.default_base_url
+        self._key_required = (
+            bool(self.env_key)
+            and "api_key" not in settings
+            and (not base_url or base_url.rstrip("/") == self.default_base_url)
         )
         self._injected_client = settings.get("http_client")
         self._urls: dict[str, str] = {}

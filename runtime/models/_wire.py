@@ -11,7 +11,10 @@ its wire, in the hooks `Wire` declares (below; the pure wire mapping lives in a
 
 Required (abstract):
 
-- `provider`, `env_key`, `default_base_url`: who it is, where its key and host are.
+- `provider`, `env_key`, `default_base_url`: who it is, where its key and host are
+  (no `env_key`: the wire takes no API key, its requests are signed). `key_fingerprint`
+  names the account an endpoint's limits are held for: a hash of the key, unless the
+  wire's credentials are another thing (an AWS access key id, a Google project).
 - `build_body(messages, options, *, stream) -> dict`: the JSON body, from options the
   model's settings filled.
 - `request_path(*, stream) -> str`: the path after `base_url`, per mode.

@@ -333,3 +333,13 @@ async def test_a_stream_that_stops_short_or_a_malformed_reply_is_typed(toy: ToyS
     reply = model.batch_reply  # a whole reply of the wrong shape
     with pytest.raises(ProviderResponseError, match="malformed reply"):
         reply({"text": ["not", "text"], "usage": {"in": 1, "out": 1}})
+
+
+async def test_a_wire_that_signs_asks_for_no_key(toy: ToyServer) -> None:
+    # On its own default URL with no `api_key=`: a wire with a key would refuse it.
+    keyed = type("Keyed", (ToyModel,), {"default_base_url": toy.url})
+    keyless = type("Keyless", (keyed,), {"env_key": ""})  # its requests are signed
+    reply = await keyless("toy-1").complete(HELLO)
+    assert reply.text == "echo: hello"
+    with pytest.raises(AuthenticationError, match="TOY_API_KEY"):
+        await keyed("toy-1").complete(HELLO)
