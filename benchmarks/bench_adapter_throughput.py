@@ -6,7 +6,8 @@ machine noise hits every client alike; the median round is reported, with the CP
 each request cost the client process. The figures that matter are the ratio of each
 adapter (complete and stream, every wire) to the hand-written aiohttp loop posting the
 same body to the same endpoint, measured in the same run (target >= 0.95), and the CPU
-each request costs beside the loop's. It uses the public API only, so it runs unchanged
+each request costs beside the loop's. Each adapter call carries an abort signal, as an
+agent's calls do. It uses the public API only, so it runs unchanged
 on older commits (to compare before and after).
 
     python benchmarks/bench_adapter_throughput.py
@@ -21,6 +22,7 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 import httpx
@@ -28,7 +30,7 @@ import httpx
 # The script's own folder is on sys.path when run as `python benchmarks/...`.
 from _sim_process import sim_process
 
-from raygent import AnthropicModel, OpenAIModel, OpenAIResponsesModel, UserMessage
+from raygent import AbortController, AnthropicModel, OpenAIModel, OpenAIResponsesModel, UserMessage
 
 MESSAGES = [UserMessage(content="Say something short.")]
 TARGET = 0.95
@@ -79,37 +81,39 @@ async def run(args: argparse.Namespace, base: str) -> None:
     openai_body = json.dumps(openai.request_body(MESSAGES, None, stream=False)).encode()
     anthropic_body = json.dumps(anthropic.request_body(MESSAGES, None, stream=False)).encode()
     json_headers = {"content-type": "application/json"}
+    # Every call under an abort signal, as an agent's run makes them (never fired).
+    signal = AbortController().signal
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
     plain_httpx = httpx.AsyncClient(limits=httpx.Limits(max_connections=None), timeout=60)
 
-    async def openai_stream() -> object:
-        return [c async for c in openai.stream(MESSAGES)]
+    def completing(model: Any) -> Call:
+        return lambda: model.complete(MESSAGES, signal=signal)
 
-    async def responses_stream() -> object:
-        return [c async for c in responses.stream(MESSAGES)]
+    def streaming(model: Any) -> Call:
+        async def call() -> object:
+            return [c async for c in model.stream(MESSAGES, signal=signal)]
 
-    async def anthropic_stream() -> object:
-        return [c async for c in anthropic.stream(MESSAGES)]
+        return call
 
     clients: dict[str, tuple[Call, int]] = {
         "aiohttp loop, OpenAI body (baseline)": (
             aiohttp_call(session, base + "/v1/chat/completions", openai_body, json_headers),
             args.requests,
         ),
-        "OpenAIModel.complete": (lambda: openai.complete(MESSAGES), args.requests),
-        "OpenAIModel.stream": (openai_stream, args.requests),
+        "OpenAIModel.complete": (completing(openai), args.requests),
+        "OpenAIModel.stream": (streaming(openai), args.requests),
         "aiohttp loop, Anthropic body (baseline)": (
             aiohttp_call(session, base + "/v1/messages", anthropic_body, json_headers),
             args.requests,
         ),
-        "AnthropicModel.complete": (lambda: anthropic.complete(MESSAGES), args.requests),
-        "AnthropicModel.stream": (anthropic_stream, args.requests),
+        "AnthropicModel.complete": (completing(anthropic), args.requests),
+        "AnthropicModel.stream": (streaming(anthropic), args.requests),
         "aiohttp loop, Responses body (baseline)": (
             aiohttp_call(session, base + "/v1/responses", responses_body, json_headers),
             args.requests,
         ),
-        "OpenAIResponsesModel.complete": (lambda: responses.complete(MESSAGES), args.requests),
-        "OpenAIResponsesModel.stream": (responses_stream, args.requests),
+        "OpenAIResponsesModel.complete": (completing(responses), args.requests),
+        "OpenAIResponsesModel.stream": (streaming(responses), args.requests),
     }
     if args.with_plain_httpx:
         clients["plain httpx.AsyncClient (default pool)"] = (
