@@ -9,7 +9,7 @@ its `Done`. `HTTPModel` (`_http.py`) writes those steps once: `complete`, `strea
 its wire, in the hooks `Wire` declares (below; the pure wire mapping lives in a
 `_<name>_wire.py` beside the adapter, and is tested without I/O):
 
-Required (abstract):
+Required:
 
 - `provider`, `env_key`, `default_base_url`: who it is, where its key and host are
   (no `env_key`: the wire takes no API key, its requests are signed). `key_fingerprint`
@@ -30,8 +30,10 @@ Stated where the wire differs from the default:
   settings filled in (default: as given).
 - `_auth_headers() -> dict`: the credential headers that never change (cached).
 - `body_headers(body) -> Mapping | None`: headers a body needs (Anthropic's betas).
-- `sign(request: Outgoing)`: per-request credentials over the final request, its
-  body's bytes included (SigV4; a token refreshed when it expired). Default: none.
+- `sign(request: Outgoing)`: per-request credentials over the final request (its
+  method, URL, headers and body's bytes; it sets headers): SigV4, a token refreshed
+  when it expired. Awaited on the loop: a blocking refresh goes to a thread. Default:
+  none.
 - `error_said(body, headers) -> ErrorSaid`: what an error reply says (code, message,
   a retry delay the body gives; default: the OpenAI/Anthropic `{"error": ...}` shape).
   The mapping to a typed error by status and hints is shared (`_errors`).
@@ -39,8 +41,9 @@ Stated where the wire differs from the default:
   (default: `x-ratelimit-*`, `anthropic-ratelimit-*`, `retry-after`).
 - `prices_as`: the provider id genai-prices knows the wire's models by (default:
   `provider`); pricing itself (declared or genai-prices, batch, tier) is shared.
-- `batch_api() -> BatchAPI | None`: its provider batch API (`batch_api.BatchAPI`:
-  a line's encoding, submission, state, results, a line's reading; default: none);
+- `batch_api() -> BatchAPI | None`: its provider batch API (`_batch_wire.BatchAPI`:
+  a line's encoding, submission, state, results, a line's reading; default: none;
+  the providers' own are in `batch_api`);
   `batch_body(messages, options) -> dict`: a batch line's body (default: the online
   body with no stream and no service tier). A line's reply is read by `parse_reply`
   and priced at batch rates.
