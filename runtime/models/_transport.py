@@ -208,10 +208,11 @@ async def _chunks(content: bytes) -> AsyncIterator[bytes]:
 @functools.lru_cache(maxsize=256)
 def _yarl(url: str) -> Any:
     # Parsed once per URL (a model posts to one or two): aiohttp would parse a string
-    # on every request.
+    # on every request. Taken as encoded: left as the wire built it, a signed path's
+    # escapes included (requoted, `%3A` would go out as `:` and fail its signature).
     from yarl import URL
 
-    return URL(url)
+    return URL(url, encoded=True)
 
 
 @functools.lru_cache(maxsize=64)
@@ -262,5 +263,8 @@ def _connect_text(url: str, exc: BaseException, provider: str, secrets: tuple[st
     reason = getattr(exc, "os_error", None) or getattr(cause, "os_error", None) or cause or exc
     detail = redact(str(reason), secrets) or type(reason).__name__
     parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # not a port number: said as it came
+        return f"{provider}: cannot connect to {parts.netloc}: {detail}"
     return f"{provider}: cannot connect to {parts.hostname}:{port}: {detail}"

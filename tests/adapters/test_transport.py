@@ -16,7 +16,7 @@ import pytest
 from adapter_support import make_model
 from aiohttp import web
 
-from raygent import AbortController, UserMessage
+from raygent import AbortController, OpenAIModel, UserMessage
 from raygent.errors import (
     AbortedError,
     ProviderConnectionError,
@@ -70,14 +70,20 @@ async def test_replies_whole_and_streamed(provider: str, way: str) -> None:
     assert sim.stats().requests == 2
 
 
+Recorded = list[tuple[int, dict[str, str]]]
+
+
 @pytest.fixture
-async def recorder() -> AsyncIterator[tuple[list[tuple[int, dict[str, str]]], str]]:
-    """A server that records each request's body length and headers, and answers 500."""
-    got: list[tuple[int, dict[str, str]]] = []
+async def recorder() -> AsyncIterator[tuple[Recorded, str, list[str]]]:
+    """A server that records each request's body length, headers and raw path, and
+    answers 500."""
+    got: Recorded = []
+    paths: list[str] = []
 
     async def handle(request: web.Request) -> web.Response:
         body = await request.read()
         got.append((len(body), {k.lower(): v for k, v in request.headers.items()}))
+        paths.append(request.raw_path)
         return web.json_response({"error": {"message": "recorded"}}, status=500)
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -87,14 +93,14 @@ async def recorder() -> AsyncIterator[tuple[list[tuple[int, dict[str, str]]], st
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield got, f"http://127.0.0.1:{port}"
+    yield got, f"http://127.0.0.1:{port}", paths
     await runner.cleanup()
 
 
 async def test_a_body_over_a_mebibyte_goes_in_chunks_and_arrives_whole(
     provider: str, way: str, recorder: Any
 ) -> None:
-    got, url = recorder
+    got, url, _ = recorder
     big = [UserMessage(content="x" * 3_000_000)]
     async with sent(way) as (settings, _):
         model = make_model(provider, _Urls(url), **settings)
@@ -182,3 +188,19 @@ async def test_an_injected_client_on_httpx_aiohttp_names_a_refused_host(provider
         model = make_model(provider, _Urls(f"http://127.0.0.1:{port}"), http_client=client)
         with pytest.raises(ProviderConnectionError):
             await model.complete(HELLO)
+
+
+class _Escaped(OpenAIModel):
+    """A wire whose path carries escapes a signature covers (a Bedrock model ARN)."""
+
+    def request_path(self, *, stream: bool) -> str:
+        return "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Aprofile%2Fus.m/converse?x=a%2Fb"
+
+
+async def test_a_path_goes_out_as_the_wire_escaped_it(way: str, recorder: Any) -> None:
+    _, url, paths = recorder
+    async with sent(way) as (settings, _):
+        model = _Escaped("m", base_url=url, api_key="sk-test-key-000000", **settings)
+        with pytest.raises(Exception, match="recorded"):
+            await model.complete(HELLO)
+    assert paths == ["/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Aprofile%2Fus.m/converse?x=a%2Fb"]
