@@ -20,16 +20,23 @@ from ..messages import (
     ToolMessage,
 )
 from ..usage import Usage
+from ._sse import SSE
+from ._wire import ErrorEvent, Reply, json_object, text_field
 from .contract import (
     CacheControl,
     Capabilities,
     FinishReason,
     ModelOptions,
+    ReasoningDelta,
     ServerCompaction,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
     ToolSpec,
+    UsageChunk,
 )
 from .media import image_data, require_vision
-from .tiers import body_tier
+from .tiers import body_tier, served_tier
 
 PROVIDER = "anthropic"
 API_VERSION = "2023-06-01"
@@ -405,19 +412,117 @@ def content_from(blocks: list[dict[str, Any]]) -> tuple[list[ContentPart], list[
     return content, calls
 
 
+def reply_of(data: dict[str, Any]) -> Reply:
+    """A message (a non-streamed reply, or a batch line's)."""
+    content, calls = content_from(data["content"])
+    usage = data.get("usage")
+    finish = finish_reason(data.get("stop_reason"))
+    return Reply(
+        content=content,
+        tool_calls=calls,
+        finish_reason=finish,
+        usage=usage_from(usage),
+        response_id=data.get("id"),
+        model=data.get("model"),
+        refusal="refused" if finish == "refusal" else None,
+        service_tier=served_tier((usage or {}).get("service_tier")),
+        iterations=iterations_of(usage) or None,
+    )
+
+
 @dataclass
 class StreamState:
-    """Content blocks assembled from stream events, by index."""
+    """A streamed message (the skeleton's `StreamFeeder`): content blocks assembled
+    from its events by index, until `message_stop`."""
 
     blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
     partial_json: dict[int, list[str]] = field(default_factory=dict)
     stop_reason: str | None = None
-    stopped: bool = False
+    ended: bool = False
     response_id: str | None = None
     model: str | None = None
     usage: Usage | None = None
     service_tier: str | None = None
     iterations: list[dict[str, Any]] | None = None
+
+    def feed(self, event: SSE) -> list[StreamChunk]:
+        data = json_object(event.data) if event.data else {}
+        kind = data.get("type") or event.event or ""
+        if kind == "content_block_delta":
+            return self._delta(data["index"], data["delta"])
+        if kind == "message_start":
+            message = data["message"]
+            self.response_id, self.model = message.get("id"), message.get("model")
+            self.usage = usage_from(message.get("usage"))
+            self.service_tier = served_tier((message.get("usage") or {}).get("service_tier"))
+        elif kind == "content_block_start":
+            block = data["content_block"]
+            if not isinstance(block, dict) or not isinstance(block["type"], str):
+                raise TypeError("a content block is not an object with a type")
+            self.blocks[data["index"]] = dict(block)
+        elif kind == "message_delta":
+            self.stop_reason = data.get("delta", {}).get("stop_reason") or self.stop_reason
+            self.usage = usage_from(data.get("usage"), self.usage)
+            self.iterations = iterations_of(data.get("usage")) or self.iterations
+            return [UsageChunk(self.usage)]
+        elif kind == "message_stop":
+            self.ended = True
+        elif kind == "error":
+            raise ErrorEvent(data)
+        return []
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> list[StreamChunk]:
+        block = self.blocks[index]
+        kind = delta["type"]
+        if kind == "text_delta":
+            text = text_field(delta["text"])
+            block["text"] = block.get("text", "") + text
+            return [TextDelta(text)]
+        if kind == "input_json_delta":
+            # Client tool_use, and server-side tool blocks (server_tool_use, mcp_tool_use):
+            # each is rebuilt with its input; only a client's call is a ToolCallDelta.
+            fragment = text_field(delta["partial_json"])
+            self.partial_json.setdefault(index, []).append(fragment)
+            if block["type"] != "tool_use":
+                return []
+            call_id, name = text_field(block["id"]), text_field(block["name"])
+            return [ToolCallDelta(index, call_id, name, fragment)]
+        if kind == "citations_delta":
+            citation = delta["citation"]
+            if not isinstance(citation, dict):
+                raise TypeError("a citation is not an object")
+            block["citations"] = [*(block.get("citations") or ()), citation]
+            return []
+        if kind == "thinking_delta":
+            text = text_field(delta["thinking"])
+            block["thinking"] = block.get("thinking", "") + text
+            return [ReasoningDelta(text)]
+        if kind == "signature_delta":
+            block["signature"] = block.get("signature", "") + text_field(delta["signature"])
+        if kind == "compaction_delta":
+            # The summary comes whole in one delta (as the SDK's accumulator reads it).
+            for key in ("content", "encrypted_content"):
+                if key in delta:
+                    block[key] = delta[key]
+        return []
+
+    def reply(self) -> Reply | None:
+        """The whole message (None: the stream stopped before `message_stop`)."""
+        if not self.ended:
+            return None
+        content, calls = content_from(self.finished_blocks())
+        finish = finish_reason(self.stop_reason)
+        return Reply(
+            content=content,
+            tool_calls=calls,
+            finish_reason=finish,
+            usage=self.usage or Usage(),
+            response_id=self.response_id,
+            model=self.model,
+            refusal="refused" if finish == "refusal" else None,
+            service_tier=self.service_tier,
+            iterations=self.iterations,
+        )
 
     def finished_blocks(self) -> list[dict[str, Any]]:
         """The blocks as a non-streamed reply has them. A block that received

@@ -1,4 +1,13 @@
-"""What every HTTP model adapter shares: the client, auth, limits, sending, SSE."""
+"""The skeleton every HTTP wire stands on: `HTTPModel`.
+
+What every wire does per request is written here once: fill the call's options from the
+model's settings, build the body, post it or stream it, map an error reply to a typed
+error, read the rate-limit headers, parse the reply and its usage, price it, and
+assemble a stream into its `Done`; so are the settings every adapter takes, its identity
+(endpoint, rate key), its key's redaction, the provider-batch line's body and reply. An
+adapter states only its wire, in the hooks `_wire` describes (the interface, with a
+sketch of a new wire); the sending itself is `_transport`'s.
+"""
 
 from __future__ import annotations
 
@@ -6,116 +15,61 @@ import functools
 import hashlib
 import inspect
 import os
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import asynccontextmanager
-from typing import Any, ClassVar, Protocol, TypedDict
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, ClassVar, TypedDict
 
 import httpx
 import pydantic_core
 from typing_extensions import Unpack
 
+from .._message_input import MessageLike, given_messages
 from ..abort import AbortSignal, AbortWatch, abortable
 from ..errors import (
     AbortedError,
     AuthenticationError,
     OfflineError,
-    ProviderConnectionError,
     ProviderError,
     ProviderResponseError,
-    ProviderTimeoutError,
     redact,
 )
 from ..pricing import Pricing, price_usage
-from ..rates.limits import RateLimit, RateReading, rate_headers, read_rate_headers
+from ..rates.limits import RateLimit, RateReading
 from ..redaction import register_secret
 from ..usage import Usage
-from ._errors import error_from_response, error_from_stream_event
+from ._errors import error_from_response, error_from_stream_event, parse_error_body
 from ._names import model_option_hints, unknown_option
-from ._pool import shared_transport
-from ._sse import SSE, iter_sse
-from .contract import Capabilities, ModelResponse
+from ._resend import TierFallback, tier_fallback
+from ._transport import Opened, Outgoing, send, timeouts_of
+from ._wire import MALFORMED, ErrorEvent, Reply, StreamFeeder, Wire, json_object
+from .contract import Capabilities, Done, ModelOptions, ModelResponse, StreamChunk, UsageChunk
 
-
-class Resend(Protocol):
-    """What a request sends again after an error (`tiers.TierFallback`): the body to
-    send, or None (the error stands)."""
-
-    def next_body(self, body: dict[str, Any], error: ProviderError) -> dict[str, Any] | None: ...
-
-
-__all__ = ["MALFORMED", "HTTPModel", "text_field"]
+__all__ = ["MALFORMED", "HTTPModel", "ModelSettings"]
 
 DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 _LOOPBACK_HOSTS = ("localhost", "::1", "[::1]")
 # Extra headers whose values are credentials (a gateway's own key header, say).
 _SECRET_HEADER_WORDS = ("auth", "key", "token", "secret")
 _SNIPPET_CHARS = 200
-
+_NO_OPTIONS = ModelOptions()
+_NO_HEADERS: Mapping[str, str] = {}
 
 _VERSION = "0.1.0"
-# What reading a reply of an unexpected shape raises (pydantic's ValidationError is a
-# ValueError; json nesting too deep for the stack a RecursionError): each parse path
-# turns these into a ProviderResponseError, so nothing a reply holds escapes untyped.
-MALFORMED: tuple[type[Exception], ...] = (
-    ValueError,
-    KeyError,
-    IndexError,
-    TypeError,
-    AttributeError,
-    RecursionError,
-)
-
-
-_LARGE_BODY = 1 << 20
 # A prompt's tokens, estimated from its JSON as a rate's admission does (bytes over 4:
 # `raygent.rates.estimate`, a part above this one).
 _CHARS_PER_TOKEN = 4
 
 
-async def _chunks(content: bytes) -> AsyncIterator[bytes]:
-    view = memoryview(content)
-    for start in range(0, len(content), _LARGE_BODY):
-        yield bytes(view[start : start + _LARGE_BODY])
-
-
-def _timeout_extension(timeout: httpx.Timeout) -> dict[str, float | None]:
-    return {
-        "connect": timeout.connect,
-        "read": timeout.read,
-        "write": timeout.write,
-        "pool": timeout.pool,
-    }
-
-
-def text_field(value: object) -> str:
-    """A string field of a reply (TypeError otherwise: the reply is malformed)."""
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, not {type(value).__name__}")
-    return value
-
-
-def _timed_out(exc: httpx.TransportError) -> bool:
-    """Whether a transport error is a timeout. httpx-aiohttp maps every aiohttp
-    connection error (a refused connection, a failed DNS lookup, a server that hung up)
-    to `httpx.ConnectTimeout`; what it wraps says what happened."""
-    if not isinstance(exc, httpx.TimeoutException):
-        return False
-    cause = exc.__cause__
-    return cause is None or isinstance(cause, TimeoutError)
+def _not_sent_if_aborted(signal: AbortSignal | None) -> None:
+    """Aborted before the request went: AbortedError with `sent=False` (nothing to bill)."""
+    if signal is not None and signal.aborted:
+        raise AbortedError(
+            f"aborted: {signal.reason or 'no reason given'}", reason=signal.reason, sent=False
+        )
 
 
 def _leaves_machine(url: str) -> bool:
     host = httpx.URL(url).host
     return not (host in _LOOPBACK_HOSTS or host.startswith("127."))
-
-
-def reading_of(response: httpx.Response | None) -> RateReading | None:
-    """What a reply's rate-limit headers say (None: nothing, or no reply)."""
-    if response is None:
-        return None
-    found = rate_headers(response.headers.multi_items())
-    return read_rate_headers(found, time.time()) if found else None
 
 
 def _rate_limit(settings: ModelSettings) -> RateLimit | None:
@@ -145,13 +99,15 @@ class ModelSettings(TypedDict, total=False):
     http_client: httpx.AsyncClient | None
 
 
-class HTTPModel:
-    """Base of the HTTP adapters.
+class HTTPModel(Wire):
+    """Base of the HTTP adapters: the per-request steps, written once; a subclass
+    states its wire (the hooks of `raygent.models._wire.Wire`).
 
-    Requests go through one `httpx.AsyncClient` per event loop on httpx's aiohttp
-    transport (measured: httpx's own pool burns ~15 ms CPU per request at 64 in flight),
-    shared by all adapters; pass `http_client=` to use your own. The model is picklable
-    (Ray ships it to workers). The API key never appears in repr, errors or logs.
+    Requests go straight to one aiohttp session per event loop, shared by all adapters
+    (measured: httpx's own pool burns ~15 ms CPU per request at 64 in flight, and its
+    Request/Response layer over aiohttp a quarter of a request's); pass `http_client=`
+    (an `httpx.AsyncClient`) to send through your own. The model is picklable (Ray
+    ships it to workers). The API key never appears in repr, errors or logs.
 
     `max_concurrency` and `rate_limit` (a `RateLimit`: requests and tokens per minute,
     input and output apart) declare the provider limits that the model gateway (local:
@@ -184,15 +140,18 @@ class HTTPModel:
         api_key = settings.get("api_key")
         self._api_key = api_key if api_key is not None else os.environ.get(self.env_key, "")
         # A key is required unless the caller said none is needed: `api_key=None` given
-        # on purpose, or a base URL of their own (a local server, a gateway).
+        # on purpose, or a base URL of their own (a local server, a gateway); or the wire
+        # takes none (no `env_key`: its requests are signed, `sign`).
         base_url = settings.get("base_url")
-        self._key_required = "api_key" not in settings and (
-            not base_url or base_url.rstrip("/") == self.default_base_url
+        self._key_required = (
+            bool(self.env_key)
+            and "api_key" not in settings
+            and (not base_url or base_url.rstrip("/") == self.default_base_url)
         )
         self._injected_client = settings.get("http_client")
-        self._urls: dict[str, httpx.URL] = {}
+        self._urls: dict[str, str] = {}
         self._headers: dict[str, str] | None = None
-        self._timeouts = _timeout_extension(self.timeout)
+        self._timeouts = timeouts_of(self.timeout)
         self._register_secrets()
 
     @classmethod
@@ -274,12 +233,260 @@ class HTTPModel:
         for secret in self._secrets:
             register_secret(secret, self)
 
+    # -- the steps, written once ------------------------------------------------------
+
+    def request_body(
+        self, messages: Sequence[MessageLike], options: ModelOptions | None, *, stream: bool
+    ) -> dict[str, Any]:
+        """The JSON body this adapter sends (public so tests can check it against the SDK)."""
+        return self.build_body(given_messages(messages), self.call_options(options), stream=stream)
+
+    async def complete(
+        self,
+        messages: Sequence[MessageLike],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> ModelResponse:
+        filled = self.call_options(options)
+        body = self.build_body(given_messages(messages), filled, stream=False)
+        fallback = tier_fallback(filled, self.name, self.provider)
+        _not_sent_if_aborted(signal)
+        try:
+            # One abort registration for the whole request (the send and the read).
+            return await abortable(self._complete(body, fallback), signal)
+        except AbortedError as exc:
+            raise self._cut_off(exc, body) from None
+
+    async def _complete(self, body: dict[str, Any], fallback: TierFallback | None) -> ModelResponse:
+        opened = await self._open(self.request_path(stream=False), body, fallback)
+        try:
+            raw = await opened.read()
+        finally:
+            await opened.aclose()
+        data = self._json(raw, opened.status)
+        rate = self.rate_reading(opened.headers)
+        return self._whole(data, opened.status, rate=rate, fallback=fallback)
+
+    async def stream(
+        self,
+        messages: Sequence[MessageLike],
+        options: ModelOptions | None = None,
+        *,
+        signal: AbortSignal | None = None,
+    ) -> AsyncIterator[StreamChunk]:
+        filled = self.call_options(options)
+        body = self.build_body(given_messages(messages), filled, stream=True)
+        fallback = tier_fallback(filled, self.name, self.provider)
+        feeder, decoder = self.stream_feeder(), self.stream_decoder()
+        _not_sent_if_aborted(signal)
+        try:
+            with AbortWatch(signal) as watch:
+                path = self.request_path(stream=True)
+                opened = await watch.until(self._open(path, body, fallback))
+                try:
+                    ended = False
+                    while not ended:
+                        chunk = await watch.until(opened.chunk())
+                        if not chunk:
+                            break
+                        for event in decoder.feed(chunk):
+                            if signal is not None:
+                                signal.raise_if_aborted()  # aborted while a chunk was held
+                            for out in self._fed(feeder, event, opened.status):
+                                yield out
+                            ended = feeder.ended
+                            if ended:
+                                break
+                finally:
+                    await opened.aclose()
+        except AbortedError as exc:
+            raise self._cut_off(exc, body) from None
+        yield Done(self._assembled(feeder, opened, fallback))
+
+    def batch_reply(self, data: dict[str, Any]) -> ModelResponse:
+        """A batch line's reply body, read as `complete` reads one, priced at batch rates."""
+        return self._whole(data, None, batch=True)
+
+    def line_error(self, status: int, body: Any, request_id: str | None = None) -> ProviderError:
+        """The typed error of a batch line the provider answered with `status` and `body`
+        (as an online request answered so would raise)."""
+        headers = {"x-request-id": request_id} if request_id else _NO_HEADERS
+        data = parse_error_body(body) if isinstance(body, bytes) else body
+        return self._error(status, headers, data)
+
+    # -- the steps' parts -------------------------------------------------------------
+
+    async def _open(self, path: str, body: dict[str, Any], fallback: TierFallback | None) -> Opened:
+        """POST `body`; the reply once its status is 2xx, else its error raised typed."""
+        self._may_send()
+        while True:
+            opened = await self._send("POST", path, pydantic_core.to_json(body), body)
+            if opened.status < 400:
+                return opened
+            try:
+                raw = await opened.read()
+            finally:
+                await opened.aclose()
+            error = self._error(opened.status, opened.headers, parse_error_body(raw))
+            # The tier's resend (`_resend`): the request chain is taking it over.
+            resent = None if fallback is None else fallback.next_body(body, error)
+            if resent is None:
+                raise error
+            body = resent
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        body: dict[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Opened:
+        sent = {**self._request_headers()}
+        if body is not None and (needed := self.body_headers(body)):
+            sent.update(needed)
+        if headers:
+            sent.update(headers)
+        request = Outgoing(method, self._url(path), sent, content)
+        await self.sign(request)
+        return await send(
+            request,
+            self._timeouts,
+            self._injected_client,
+            provider=self.provider,
+            secrets=self._secrets,
+        )
+
+    def _fed(self, feeder: StreamFeeder[Any], event: Any, status: int) -> list[StreamChunk]:
+        """The chunks an event makes, a usage chunk priced; its error raised typed."""
+        try:
+            outs = feeder.feed(event)
+        except ErrorEvent as said:
+            raise self._event_error(said) from None
+        except MALFORMED:
+            raise self._bad_reply(status, "malformed stream event", event.data.encode()) from None
+        for at, out in enumerate(outs):
+            if type(out) is UsageChunk:
+                outs[at] = UsageChunk(self._priced(out.usage, tier=feeder.service_tier))
+        return outs
+
+    def _assembled(
+        self, feeder: StreamFeeder[Any], opened: Opened, fallback: TierFallback | None
+    ) -> ModelResponse:
+        try:
+            reply = feeder.reply()
+        except MALFORMED:
+            raise self._bad_reply(None, "malformed reply in the stream") from None
+        if reply is None:
+            raise self._bad_reply(None, "the stream ended before the reply was complete")
+        try:
+            return self._response(reply, rate=self.rate_reading(opened.headers), fallback=fallback)
+        except MALFORMED:
+            raise self._bad_reply(None, "malformed reply in the stream") from None
+
+    def _whole(
+        self,
+        data: dict[str, Any],
+        status: int | None,
+        *,
+        batch: bool = False,
+        rate: RateReading | None = None,
+        fallback: TierFallback | None = None,
+    ) -> ModelResponse:
+        """A whole reply's JSON as the response it says, priced; typed if malformed."""
+        try:
+            reply = self.parse_reply(data)
+            return self._response(reply, batch=batch, rate=rate, fallback=fallback)
+        except ErrorEvent as said:
+            raise self._event_error(said) from None
+        except MALFORMED:
+            raw = pydantic_core.to_json(data, fallback=str)
+            raise self._bad_reply(status, "malformed reply", raw) from None
+
+    def _response(
+        self,
+        reply: Reply,
+        *,
+        batch: bool = False,
+        rate: RateReading | None = None,
+        fallback: TierFallback | None = None,
+    ) -> ModelResponse:
+        """The one place a reply becomes a `ModelResponse`: priced at the tier that
+        served it (or at batch rates), with its rate reading and the attempts before."""
+        usage = self._priced(reply.usage, batch=batch, tier=reply.service_tier)
+        attempts: list[dict[str, Any]] = []
+        if fallback is not None:
+            usage, attempts = fallback.charged(usage)
+        return ModelResponse(
+            content=reply.content,
+            tool_calls=reply.tool_calls,
+            finish_reason=reply.finish_reason,
+            usage=usage,
+            response_id=reply.response_id,
+            model=reply.model,
+            provider=self.provider,
+            refusal=reply.refusal,
+            attempts=attempts,
+            service_tier=reply.service_tier,
+            iterations=reply.iterations,
+            rate=rate,
+        )
+
+    def _cut_off(self, exc: AbortedError, body: dict[str, Any]) -> AbortedError:
+        """`exc` with what a request cut off in flight is counted: it was sent, and a
+        provider bills the prompt it began on (OpenAI and Anthropic alike), so one request
+        and its input tokens, estimated as a rate's admission does (its JSON's bytes over
+        4), priced at the model's input rate; what it may have generated is unknown."""
+        if exc.usage is None and exc.details.get("sent", True):
+            tokens = len(pydantic_core.to_json(body)) // _CHARS_PER_TOKEN + 1
+            exc.usage = self._priced(Usage(requests=1, input_tokens=tokens))
+        return exc
+
+    def _priced(self, usage: Usage, *, batch: bool = False, tier: str | None = None) -> Usage:
+        return price_usage(
+            usage,
+            provider=self.prices_as or self.provider,
+            model=self.name,
+            declared=self.pricing,
+            batch=batch,
+            tier=tier,
+        )
+
+    def _error(self, status: int, headers: Mapping[str, str], body: Any) -> ProviderError:
+        said = self.error_said(body, headers)
+        return error_from_response(
+            status, headers, said, provider=self.provider, secrets=self._secrets
+        )
+
+    def _event_error(self, event: ErrorEvent) -> ProviderError:
+        said = self.error_said(event.body, _NO_HEADERS)
+        if event.status is not None:
+            return error_from_response(
+                event.status, _NO_HEADERS, said, provider=self.provider, secrets=self._secrets
+            )
+        return error_from_stream_event(said, provider=self.provider, secrets=self._secrets)
+
+    def _json(self, raw: bytes, status: int | None) -> dict[str, Any]:
+        try:
+            return json_object(raw)
+        except ValueError:
+            raise self._bad_reply(status, "the reply is not JSON", raw) from None
+        except TypeError:
+            raise self._bad_reply(status, "the reply is not a JSON object", raw) from None
+
+    def _bad_reply(self, status: int | None, why: str, raw: bytes = b"") -> ProviderResponseError:
+        # Redacted whole, then cut: a cut first could leave part of a key behind.
+        snippet = redact(raw.decode("utf-8", "replace"), self._secrets)[:_SNIPPET_CHARS]
+        return ProviderResponseError(
+            f"{self.provider}: {why}" + (f": {snippet!r}" if snippet else ""),
+            provider=self.provider,
+            status=status,
+        )
+
     # -- HTTP -------------------------------------------------------------------------
 
-    def _auth_headers(self) -> dict[str, str]:
-        raise NotImplementedError
-
-    @property
+    @functools.cached_property
     def _secrets(self) -> tuple[str, ...]:
         """The key and the values of credential-like extra headers: what a provider's
         reply is redacted of before anything of it reaches an error."""
@@ -290,100 +497,22 @@ class HTTPModel:
         )
         return tuple(s for s in (self._api_key, *secret_headers) if s)
 
-    @asynccontextmanager
-    async def _post(
-        self,
-        path: str,
-        body: dict[str, Any],
-        signal: AbortSignal | None,
-        headers: Mapping[str, str] | None = None,
-        fallback: Resend | None = None,
-    ) -> AsyncIterator[httpx.Response]:
-        """POST `body` (with `headers` besides the model's own); yield the open response
-        once its status is 2xx, else raise typed. `fallback`: a service tier refused for
-        capacity is asked again at its fallback."""
-        self._may_send()
-        request = self._json_request(path, body, headers)
-        try:
-            response = await self._send(request, signal)
-            try:
-                while response.status_code >= 400:
-                    raw = await abortable(self._read(response), signal)
-                    error = error_from_response(
-                        response, raw, provider=self.provider, secrets=self._secrets
-                    )
-                    again = None if fallback is None else fallback.next_body(body, error)
-                    if again is None:
-                        raise error
-                    await response.aclose()
-                    body = again
-                    request = self._json_request(path, body, headers)
-                    response = await self._send(request, signal)
-                yield response  # (a stream read under the caller's block aborts here too)
-            finally:
-                await response.aclose()
-        except AbortedError as exc:
-            if exc.usage is None and exc.details.get("sent", True):
-                exc.usage = self._cut_off(request)
-            raise
-
-    def _cut_off(self, request: httpx.Request) -> Usage:
-        """What a request cut off in flight is counted: it was sent, and a provider bills
-        the prompt it began on (OpenAI and Anthropic alike), so one request and its input
-        tokens, estimated as a rate's admission does (its JSON's bytes over 4),
-        priced at the model's input rate; what it may have generated is unknown."""
-        tokens = len(request.content) // _CHARS_PER_TOKEN + 1
-        return self._priced(Usage(requests=1, input_tokens=tokens))
-
-    def _json_request(
-        self, path: str, body: dict[str, Any], headers: Mapping[str, str] | None
-    ) -> httpx.Request:
-        return httpx.Request(
-            "POST",
-            self._url(path),
-            content=pydantic_core.to_json(body),
-            headers={**self._request_headers(), **headers} if headers else self._request_headers(),
-            extensions={"timeout": self._timeouts},
-        )
-
     def _may_send(self) -> None:
         """Raise before any I/O: no key where one is needed (said first: that is what
         the caller must fix), or offline mode and a URL that leaves the machine."""
         if self._key_required and not self._api_key:
             raise self._missing_key()
-        if os.environ.get("RAYGENT_OFFLINE") and self._remote:
-            # The guard tests run under: a real provider call fails loudly, before any I/O.
+        # The guard tests run under: a real provider call fails loudly, before any I/O.
+        # (The environment is read only for a remote URL: a loopback one never leaves.)
+        if self._remote and os.environ.get("RAYGENT_OFFLINE"):
             raise OfflineError(
                 f"RAYGENT_OFFLINE is set: refusing to call {self.base_url}", provider=self.provider
             )
 
-    async def _send(self, request: httpx.Request, signal: AbortSignal | None) -> httpx.Response:
-        """Send `request`, its reply open (streamed); a transport failure raised typed.
-        Aborted before it went: AbortedError with `sent=False`."""
-        if signal is not None and signal.aborted:
-            raise AbortedError(
-                f"aborted: {signal.reason or 'no reason given'}", reason=signal.reason, sent=False
-            )
-        client = self._injected_client
-        try:
-            if client is not None:
-                sending = client.send(request, stream=True)
-            else:
-                sending = (await shared_transport()).handle_async_request(request)
-            return await abortable(sending, signal)
-        except httpx.TransportError as exc:
-            if _timed_out(exc):
-                raise ProviderTimeoutError(
-                    self._transport_text(exc), provider=self.provider
-                ) from None
-            raise ProviderConnectionError(
-                self._connect_text(request.url, exc), provider=self.provider
-            ) from None
-
-    def _url(self, path: str) -> httpx.URL:
+    def _url(self, path: str) -> str:
         url = self._urls.get(path)
         if url is None:
-            url = self._urls[path] = httpx.URL(self.base_url + path)
+            url = self._urls[path] = self.base_url + path
         return url
 
     def _request_headers(self) -> dict[str, str]:
@@ -408,31 +537,20 @@ class HTTPModel:
             env_key=self.env_key,
         )
 
-    def _connect_text(self, url: httpx.URL, exc: Exception) -> str:
-        """Which host could not be reached, and why (the OS's reason, not the client
-        library's wording: aiohttp's says `ssl:default` even of a plain http:// URL)."""
-        cause = exc.__cause__
-        reason = getattr(cause, "os_error", None) or cause or exc
-        detail = redact(str(reason), self._secrets) or type(reason).__name__
-        port = url.port or (443 if url.scheme == "https" else 80)
-        return f"{self.provider}: cannot connect to {url.host}:{port}: {detail}"
+    async def _post_json(
+        self, path: str, body: dict[str, Any], signal: AbortSignal | None
+    ) -> tuple[dict[str, Any], int]:
+        """POST `body` to `path` besides the model call (e.g. counting tokens): its
+        JSON reply and status, an error status raised typed."""
+        return await abortable(self._posted_json(path, body), signal)
 
-    def _transport_text(self, exc: Exception) -> str:
-        detail = redact(str(exc), self._secrets) or type(exc).__name__
-        return f"{self.provider}: {type(exc).__name__}: {detail}"
-
-    async def _read(self, response: httpx.Response) -> bytes:
+    async def _posted_json(self, path: str, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        opened = await self._open(path, body, None)
         try:
-            return await response.aread()
-        except httpx.TransportError as exc:
-            if _timed_out(exc):
-                raise ProviderTimeoutError(
-                    self._transport_text(exc), provider=self.provider
-                ) from None
-            raise ProviderResponseError(
-                f"{self.provider}: the reply broke off: {self._transport_text(exc)}",
-                provider=self.provider,
-            ) from None
+            raw = await opened.read()
+        finally:
+            await opened.aclose()
+        return self._json(raw, opened.status), opened.status
 
     async def _call(
         self,
@@ -445,128 +563,36 @@ class HTTPModel:
         form: Mapping[str, str] | None = None,
         signal: AbortSignal | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> tuple[bytes, httpx.Response]:
+    ) -> tuple[bytes, Opened]:
         """A request besides a model call (a batch API's files and jobs): the reply read
         whole; a status of 400 or more raises typed, as a model call's does. `body` is
-        sent as JSON; `content`, JSON already encoded; `headers` go besides the model's."""
+        sent as JSON; `content`, JSON already encoded; `files` (and `form`), as
+        multipart; `headers` go besides the model's."""
         self._may_send()
-        headers = {**self._request_headers(), **(headers or {})}
+        sent = dict(headers or {})
         if files is not None:
-            headers.pop("content-type")  # multipart: httpx sets it, with the boundary
-            request = httpx.Request(
-                method, self._url(path), files=files, data=form, headers=headers,
-                extensions={"timeout": self._timeouts},
-            )  # fmt: skip
-        else:
-            encoded = pydantic_core.to_json(body) if body is not None else content
-            sent: bytes | AsyncIterator[bytes] | None = encoded
-            if encoded is not None and len(encoded) > _LARGE_BODY:
-                # A large body goes in chunks: sent whole, it would hold the loop.
-                headers["content-length"] = str(len(encoded))
-                sent = _chunks(encoded)
-            request = httpx.Request(
-                method, self._url(path), content=sent, headers=headers,
-                extensions={"timeout": self._timeouts},
-            )  # fmt: skip
-        response = await self._send(request, signal)
+            # Encoded by httpx (its boundary in the content type), sent as bytes.
+            multipart = httpx.Request(method, self._url(path), files=files, data=form)
+            content = multipart.read()
+            sent["content-type"] = multipart.headers["content-type"]
+        elif body is not None:
+            content = pydantic_core.to_json(body)
+        return await abortable(self._called(method, path, content, sent), signal)
+
+    async def _called(
+        self, method: str, path: str, content: bytes | None, headers: Mapping[str, str]
+    ) -> tuple[bytes, Opened]:
+        opened = await self._send(method, path, content, headers=headers)
         try:
-            raw = await abortable(self._read(response), signal)
+            raw = await opened.read()
         finally:
-            await response.aclose()
-        if response.status_code >= 400:
-            raise error_from_response(response, raw, provider=self.provider, secrets=self._secrets)
-        return raw, response
+            await opened.aclose()
+        if opened.status >= 400:
+            raise self._error(opened.status, opened.headers, parse_error_body(raw))
+        return raw, opened
 
     async def _call_json(
         self, method: str, path: str, body: Any = None, **kw: Any
     ) -> dict[str, Any]:
-        raw, response = await self._call(method, path, body=body, **kw)
-        try:
-            data = pydantic_core.from_json(raw)
-        except ValueError:
-            raise self._bad_reply(response, "the reply is not JSON", raw) from None
-        if not isinstance(data, dict):
-            raise self._bad_reply(response, "the reply is not a JSON object", raw)
-        return data
-
-    def line_error(self, status: int, body: Any, request_id: str | None = None) -> ProviderError:
-        """The typed error of a batch line the provider answered with `status` and `body`
-        (as an online request answered so would raise)."""
-        response = httpx.Response(
-            status, headers={"x-request-id": request_id} if request_id else None
-        )
-        raw = body if isinstance(body, bytes) else pydantic_core.to_json(body)
-        return error_from_response(response, raw, provider=self.provider, secrets=self._secrets)
-
-    async def _post_json(
-        self,
-        path: str,
-        body: dict[str, Any],
-        signal: AbortSignal | None,
-        headers: Mapping[str, str] | None = None,
-        fallback: Resend | None = None,
-    ) -> tuple[dict[str, Any], httpx.Response]:
-        async with self._post(path, body, signal, headers, fallback) as response:
-            raw = await abortable(self._read(response), signal)
-        try:
-            data = pydantic_core.from_json(raw)
-        except ValueError:
-            raise self._bad_reply(response, "the reply is not JSON", raw) from None
-        if not isinstance(data, dict):
-            raise self._bad_reply(response, "the reply is not a JSON object", raw)
-        return data, response
-
-    def _bad_reply(
-        self, response: httpx.Response | None, why: str, raw: bytes = b""
-    ) -> ProviderResponseError:
-        # Redacted whole, then cut: a cut first could leave part of a key behind.
-        snippet = redact(raw.decode("utf-8", "replace"), self._secrets)[:_SNIPPET_CHARS]
-        return ProviderResponseError(
-            f"{self.provider}: {why}" + (f": {snippet!r}" if snippet else ""),
-            provider=self.provider,
-            status=None if response is None else response.status_code,
-        )
-
-    async def _events(
-        self, response: httpx.Response, signal: AbortSignal | None
-    ) -> AsyncGenerator[SSE, None]:
-        """The SSE events of a streamed response; a broken connection is a typed error."""
-        events = iter_sse(response.aiter_bytes())
-        with AbortWatch(signal) as watch:
-            try:
-                while True:
-                    try:
-                        event = await watch.until(anext(events))
-                    except StopAsyncIteration:
-                        return
-                    except httpx.TransportError as exc:
-                        if _timed_out(exc):
-                            raise ProviderTimeoutError(
-                                self._transport_text(exc), provider=self.provider
-                            ) from None
-                        raise ProviderResponseError(
-                            f"{self.provider}: the stream broke off: {self._transport_text(exc)}",
-                            provider=self.provider,
-                        ) from None
-                    yield event
-            finally:
-                # Closed here, not left to the loop's async-generator finaliser.
-                await events.aclose()
-
-    def _stream_error(self, data: dict[str, Any]) -> ProviderError:
-        return error_from_stream_event(data, provider=self.provider, secrets=self._secrets)
-
-    def _rated(self, reply: ModelResponse, response: httpx.Response | None) -> ModelResponse:
-        """`reply` with what `response`'s rate-limit headers said (as it is if nothing)."""
-        reading = reading_of(response)
-        return reply if reading is None else reply.model_copy(update={"rate": reading})
-
-    def _priced(self, usage: Usage, *, batch: bool = False, tier: str | None = None) -> Usage:
-        return price_usage(
-            usage,
-            provider=self.provider,
-            model=self.name,
-            declared=self.pricing,
-            batch=batch,
-            tier=tier,
-        )
+        raw, opened = await self._call(method, path, body=body, **kw)
+        return self._json(raw, opened.status)

@@ -19,9 +19,20 @@ from ..messages import (
     UserMessage,
 )
 from ..usage import Usage
-from .contract import Capabilities, FinishReason, ModelOptions
+from ._sse import SSE
+from ._wire import ErrorEvent, Reply, json_object, text_field
+from .contract import (
+    Capabilities,
+    FinishReason,
+    ModelOptions,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+    UsageChunk,
+)
 from .media import image_url, require_vision
-from .tiers import openai_fields
+from .tiers import openai_fields, served_tier
 
 PROVIDER = "openai"
 
@@ -194,10 +205,20 @@ class ParsedReply:
     refusal: str | None
 
 
-def _string(value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, not {type(value).__name__}")
-    return value
+def reply_of(data: dict[str, Any]) -> Reply:
+    """A chat completion (a non-streamed reply, or a batch line's), its first choice."""
+    parsed = parse_choice(data["choices"][0])
+    state = StreamState(text=[parsed.text], reasoning=[parsed.reasoning])
+    return Reply(
+        content=state.content(),
+        tool_calls=parsed.tool_calls,
+        finish_reason=parsed.finish_reason,
+        usage=usage_from(data.get("usage")),
+        response_id=data.get("id"),
+        model=data.get("model"),
+        refusal=parsed.refusal,
+        service_tier=served_tier(data.get("service_tier")),
+    )
 
 
 def content_parts(content: object) -> tuple[str, str]:
@@ -219,7 +240,7 @@ def content_parts(content: object) -> tuple[str, str]:
             continue
         kind = part["type"]
         if kind == "text":
-            text.append(_string(part["text"]))
+            text.append(text_field(part["text"]))
         elif kind in ("thinking", "reasoning"):
             reasoning.append(content_parts(part.get(kind) or part.get("text"))[0])
     return "".join(text), "".join(reasoning)
@@ -236,7 +257,7 @@ def parse_choice(choice: dict[str, Any]) -> ParsedReply:
     message = choice["message"]
     refusal = message.get("refusal")
     if refusal is not None:
-        _string(refusal)
+        text_field(refusal)
     calls = [
         ToolCall.parse(c["id"], c["function"]["name"], c["function"].get("arguments") or "")
         for c in message.get("tool_calls") or ()
@@ -260,7 +281,8 @@ class PendingCall:
 
 @dataclass
 class StreamState:
-    """Accumulates a streamed reply into what a non-streamed one would have said."""
+    """A streamed reply, assembled into what a non-streamed one would have said (the
+    skeleton's `StreamFeeder`): chunks end with `[DONE]`."""
 
     text: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
@@ -271,6 +293,67 @@ class StreamState:
     model: str | None = None
     usage: Usage | None = None
     service_tier: str | None = None
+    ended: bool = False
+
+    def feed(self, event: SSE) -> list[StreamChunk]:
+        if event.data.strip() == "[DONE]":
+            self.ended = True
+            return []
+        chunk = json_object(event.data)
+        if chunk.get("error") is not None:
+            raise ErrorEvent(chunk)
+        out: list[StreamChunk] = []
+        self.response_id = self.response_id or chunk.get("id")
+        self.model = self.model or chunk.get("model")
+        self.service_tier = served_tier(chunk.get("service_tier")) or self.service_tier
+        if chunk.get("usage"):
+            self.usage = usage_from(chunk["usage"])
+            out.append(UsageChunk(self.usage))
+        for choice in chunk.get("choices") or ():
+            self._choice(choice, out)
+        return out
+
+    def _choice(self, choice: dict[str, Any], out: list[StreamChunk]) -> None:
+        delta = choice.get("delta") or {}
+        text, reasoning = content_parts(delta.get("content"))
+        reasoning = reasoning_field(delta) + reasoning
+        if reasoning:
+            self.reasoning.append(reasoning)
+            out.append(ReasoningDelta(reasoning))
+        if text:
+            self.text.append(text)
+            out.append(TextDelta(text))
+        if delta.get("refusal"):
+            self.refusal.append(text_field(delta["refusal"]))
+        for call in delta.get("tool_calls") or ():
+            index = call["index"]
+            if not isinstance(index, int):
+                raise TypeError("a tool call index that is not an integer")
+            pending = self.calls.setdefault(index, PendingCall())
+            function = call.get("function") or {}
+            pending.call_id = text_field(call.get("id") or pending.call_id)
+            pending.name = text_field(function.get("name") or pending.name)
+            fragment = text_field(function.get("arguments") or "")
+            pending.arguments.append(fragment)
+            out.append(ToolCallDelta(index, pending.call_id, pending.name, fragment))
+        if choice.get("finish_reason"):
+            self.finish = text_field(choice["finish_reason"])
+
+    def reply(self) -> Reply | None:
+        """The whole reply (None: the stream stopped before `[DONE]` or a finish)."""
+        if not self.ended and self.finish is None:
+            return None
+        refusal = "".join(self.refusal) or None
+        return Reply(
+            content=self.content(),
+            tool_calls=self.tool_calls(),
+            finish_reason=finish_reason(self.finish, refusal),
+            usage=self.usage or Usage(requests=1),
+            response_id=self.response_id,
+            model=self.model,
+            refusal=refusal,
+            service_tier=self.service_tier,
+        )
 
     def content(self) -> list[ContentPart]:
         """Reasoning a compatible server sent (kept as a `thinking` block: it is not

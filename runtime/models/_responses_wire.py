@@ -1,9 +1,9 @@
-"""The OpenAI Responses wire format: request bodies, replies, usage."""
+"""The OpenAI Responses wire format: request bodies, replies, usage, stream assembly."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..messages import (
@@ -19,9 +19,21 @@ from ..messages import (
     UserMessage,
 )
 from ..usage import Usage
-from .contract import Capabilities, FinishReason, ModelOptions, ToolSpec
+from ._sse import SSE
+from ._wire import ErrorEvent, Reply, json_object, text_field
+from .contract import (
+    Capabilities,
+    FinishReason,
+    ModelOptions,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+    ToolSpec,
+    UsageChunk,
+)
 from .media import image_url, require_vision
-from .tiers import openai_fields
+from .tiers import openai_fields, served_tier
 
 PROVIDER = "openai"
 # The key of `ModelOptions.provider_options` this adapter merges into its bodies (not
@@ -32,6 +44,44 @@ _INCOMPLETE: dict[str | None, FinishReason] = {
     "max_output_tokens": "length",
     "content_filter": "refusal",
 }
+_FINAL_EVENTS = ("response.completed", "response.incomplete")
+# Events whose content the final response object carries too: named by their SSE
+# `event:` line, they are not parsed at all (a reply streams ~10 events, most of these).
+_SKIPPED = frozenset(
+    {
+        "response.created",
+        "response.in_progress",
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.output_text.done",
+        "response.output_item.done",
+        "response.refusal.delta",
+        "response.refusal.done",
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_part.done",
+        "response.reasoning_summary_text.done",
+        "response.function_call_arguments.done",
+        # Built-in tools (kept whole, as provider blocks, from the final response) and
+        # the text's annotations: never a client tool call, never text.
+        "response.output_text.annotation.added",
+        "response.web_search_call.in_progress",
+        "response.web_search_call.searching",
+        "response.web_search_call.completed",
+        "response.file_search_call.in_progress",
+        "response.file_search_call.searching",
+        "response.file_search_call.completed",
+        "response.mcp_call.in_progress",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.completed",
+        "response.mcp_call.failed",
+        "response.code_interpreter_call.in_progress",
+        "response.code_interpreter_call_code.delta",
+        "response.code_interpreter_call_code.done",
+        "response.code_interpreter_call.interpreting",
+        "response.code_interpreter_call.completed",
+    }
+)
 
 
 def request_body(
@@ -229,3 +279,74 @@ def _finish(data: dict[str, Any], refusal: str | None, has_calls: bool) -> Finis
     if status not in (None, "completed"):
         return "error"
     return "tool_calls" if has_calls else "stop"
+
+
+def reply_of(data: dict[str, Any]) -> Reply:
+    """A response object (a non-streamed reply, a batch line's, or what the stream's
+    final event carries); a failed one raises `ErrorEvent`."""
+    if data.get("status") == "failed":
+        raise _failed(data)
+    parsed = parse_response(data)
+    return Reply(
+        content=parsed.content,
+        tool_calls=parsed.tool_calls,
+        finish_reason=parsed.finish_reason,
+        usage=parsed.usage,
+        response_id=data.get("id"),
+        model=data.get("model"),
+        refusal=parsed.refusal,
+        service_tier=served_tier(data.get("service_tier")),
+    )
+
+
+def _failed(data: dict[str, Any]) -> ErrorEvent:
+    error = data.get("error")
+    return ErrorEvent({"error": error if isinstance(error, dict) else {}})
+
+
+@dataclass
+class StreamState:
+    """A streamed response (the skeleton's `StreamFeeder`): deltas as they come, the
+    whole reply from the final event's response object."""
+
+    calls: dict[int, tuple[str, str]] = field(default_factory=dict)  # output index: id, name
+    final: Reply | None = None
+    service_tier: str | None = None
+    ended: bool = False
+
+    def feed(self, event: SSE) -> list[StreamChunk]:
+        if event.event in _SKIPPED:
+            return []
+        data = json_object(event.data) if event.data else {}
+        kind = data.get("type") or event.event or ""
+        if kind == "response.output_text.delta":
+            return [TextDelta(text_field(data["delta"]))]
+        if kind == "response.function_call_arguments.delta":
+            index = data["output_index"]
+            call_id, name = self.calls[index]
+            return [ToolCallDelta(index, call_id, name, text_field(data["delta"]))]
+        if kind == "response.reasoning_summary_text.delta":
+            return [ReasoningDelta(text_field(data["delta"]))]
+        if kind == "response.output_item.added":
+            item = data["item"]
+            if item["type"] == "function_call":
+                index = data["output_index"]
+                if not isinstance(index, int):
+                    raise TypeError("an output index that is not an integer")
+                self.calls[index] = (text_field(item["call_id"]), text_field(item["name"]))
+        elif kind in _FINAL_EVENTS:
+            final = data["response"]
+            if not isinstance(final, dict):
+                raise TypeError("a final response that is not an object")
+            self.final = reply_of(final)
+            self.service_tier, self.ended = self.final.service_tier, True
+            return [UsageChunk(self.final.usage)]
+        elif kind == "response.failed":
+            raise _failed(data["response"])
+        elif kind == "error":
+            error = data.get("error") if isinstance(data.get("error"), dict) else data
+            raise ErrorEvent({"error": error})
+        return []
+
+    def reply(self) -> Reply | None:
+        return self.final

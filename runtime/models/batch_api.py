@@ -12,14 +12,14 @@ job reads its results the same way.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 import pydantic_core
 
 from ..errors import ProviderBatchError, ProviderError, ServerError
 from ._anthropic_wire import compact_betas
+from ._batch_wire import BatchAPI, BatchState, LineResult
 
 if TYPE_CHECKING:
     from ._http import HTTPModel
@@ -30,10 +30,10 @@ __all__ = [
     "BatchState",
     "LineResult",
     "OpenAIBatchAPI",
+    "cancel_batch",
     "split_results",
 ]
 
-LineOutcome = Literal["succeeded", "errored", "expired", "cancelled"]
 _PAGE = 100
 _MAX_PAGES = 20  # how far back a lost submission is looked for (2,000 batches)
 # Anthropic's error types, as the HTTP status an online call would have had.
@@ -51,65 +51,26 @@ _ANTHROPIC_STATUS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class BatchState:
-    """A provider batch as its provider last described it."""
-
-    id: str
-    status: str  # the provider's own word ("in_progress", "ended", "completed", ...)
-    ended: bool
-    created_at: float | None = None
-    ended_at: float | None = None
-    # The batch as a whole was refused (validation of its file): every line fails so.
-    failure: ProviderBatchError | None = None
-    files: tuple[str, ...] = ()  # OpenAI: its output and error file ids
-
-
-@dataclass(frozen=True, slots=True)
-class LineResult:
-    """One line's outcome: the reply body, or the typed error an online call would raise."""
-
-    custom_id: str
-    outcome: LineOutcome
-    body: dict[str, Any] | None = None
-    error: ProviderError | None = None
-
-
-class BatchAPI(Protocol):
-    """What the provider-batch pool needs of a provider."""
-
-    provider: str
-    endpoint: str  # the URL lines name ("/v1/chat/completions", "/v1/messages")
-    max_lines: int
-    max_bytes: int
-
-    def encode(self, custom_id: str, body: bytes) -> bytes:
-        """One line, as it goes in a batch (less its separator: a batch's size is the
-        lines' and one byte each); `body` is the request body's JSON."""
-        ...
-
-    async def submit(self, lines: Sequence[bytes], tag: str) -> str: ...
-
-    async def find(self, tag: str, since: float, lines: int) -> str | None: ...
-
-    async def state(self, batch_id: str) -> BatchState: ...
-
-    async def results(self, state: BatchState) -> bytes: ...
-
-    async def cancel(self, batch_id: str) -> None: ...
-
-    def read_line(self, line: bytes) -> LineResult: ...
-
-
-async def _ended(api: BatchAPI, batch_id: str, error: ProviderError) -> bool:
-    """Whether a cancel refused with 409 (Conflict) met a batch that had already ended
-    (what the providers answer then): nothing was left to cancel, so no error."""
-    if error.details.get("status") != 409:
-        return False
+async def cancel_batch(api: BatchAPI, model: HTTPModel, batch_id: str, path: str) -> None:
+    """POST a batch's cancel `path`. A cancel refused with 409 (Conflict) that met a
+    batch already ended (what the providers answer then) left nothing to cancel: no
+    error."""
     try:
-        return (await api.state(batch_id)).ended
-    except ProviderError:
-        return False
+        await model._call_json("POST", path)
+    except ProviderError as exc:
+        if exc.details.get("status") != 409:
+            raise
+        try:
+            ended = (await api.state(batch_id)).ended
+        except ProviderError:
+            ended = False
+        if not ended:
+            raise
+
+
+def _lines(raw: bytes) -> bytes:
+    """A results file as lines, each ended by a newline (the last one too)."""
+    return raw if raw.endswith(b"\n") or not raw else raw + b"\n"
 
 
 def split_results(raw: bytes) -> Iterator[tuple[str, bytes]]:
@@ -248,14 +209,10 @@ class OpenAIBatchAPI:
 
     async def results(self, state: BatchState) -> bytes:
         parts = [(await self.model._call("GET", f"/files/{f}/content"))[0] for f in state.files]
-        return b"".join(p if p.endswith(b"\n") or not p else p + b"\n" for p in parts)
+        return b"".join(_lines(p) for p in parts)
 
     async def cancel(self, batch_id: str) -> None:
-        try:
-            await self.model._call_json("POST", f"/batches/{batch_id}/cancel")
-        except ProviderError as exc:
-            if not await _ended(self, batch_id, exc):
-                raise
+        await cancel_batch(self, self.model, batch_id, f"/batches/{batch_id}/cancel")
 
     def read_line(self, line: bytes) -> LineResult:
         data = _object(line)
@@ -352,14 +309,11 @@ class AnthropicBatchAPI:
 
     async def results(self, state: BatchState) -> bytes:
         raw, _ = await self.model._call("GET", f"/v1/messages/batches/{state.id}/results")
-        return raw if raw.endswith(b"\n") or not raw else raw + b"\n"
+        return _lines(raw)
 
     async def cancel(self, batch_id: str) -> None:
-        try:
-            await self.model._call_json("POST", f"/v1/messages/batches/{batch_id}/cancel")
-        except ProviderError as exc:
-            if not await _ended(self, batch_id, exc):
-                raise
+        path = f"/v1/messages/batches/{batch_id}/cancel"
+        await cancel_batch(self, self.model, batch_id, path)
 
     def read_line(self, line: bytes) -> LineResult:
         data = _object(line)

@@ -1,5 +1,6 @@
 """Service tiers and prompt-cache keys: what the OpenAI and Anthropic adapters take
-beyond `ModelSettings`, and a flex request's fallback when the provider has no capacity.
+beyond `ModelSettings` (a flex request's fallback when the provider has no capacity is
+`_resend`'s).
 
 OpenAI's `service_tier` is "auto", "default", "flex" or "priority"; the reply says which
 tier served it. Anthropic's is "auto" or "standard_only"; its reply says `standard`,
@@ -9,25 +10,19 @@ tier served it. Anthropic's is "auto" or "standard_only"; its reply says `standa
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import ProviderError, RateLimitError
-from ..usage import Cost, Usage
 from ._http import ModelSettings
-from .contract import ModelOptions, ModelResponse, Tier
+from .contract import ModelOptions, Tier
 
 __all__ = [
     "AnthropicSettings",
     "OpenAISettings",
-    "TierFallback",
     "body_tier",
     "openai_fields",
     "openai_options",
     "served_tier",
-    "tier_fallback",
     "with_defaults",
-    "with_refusals",
 ]
 
 OpenAITier = Literal["auto", "default", "flex", "priority"]
@@ -60,62 +55,6 @@ def body_tier(options: ModelOptions, default: str | Tier | None) -> str | None:
     """The tier a request asks for: the call's, else the model's (a `Tier`'s first)."""
     tier = options.service_tier if options.service_tier is not None else default
     return tier.tier if isinstance(tier, Tier) else tier
-
-
-@dataclass
-class TierFallback:
-    """A request's `Tier` with a fallback: the body to send again when the provider
-    refused the tier for capacity, and the refusals it answered (the response's
-    `attempts`)."""
-
-    tier: Tier
-    model: str
-    provider: str
-    refusals: list[dict[str, Any]] = field(default_factory=list)
-
-    def next_body(self, body: dict[str, Any], error: ProviderError) -> dict[str, Any] | None:
-        """`body` at the fallback tier when `error` refused the tier for capacity (once);
-        None: the error stands."""
-        if self.refusals or body.get("service_tier") != self.tier.tier:
-            return None
-        if not (isinstance(error, RateLimitError) and error.for_capacity):
-            return None
-        self.refusals.append(
-            {
-                "model": self.model,
-                "provider": self.provider,
-                "service_tier": self.tier.tier,
-                "fallback": self.tier.fallback,
-                "error": error.to_dict(),
-            }
-        )
-        return {**body, "service_tier": self.tier.fallback}
-
-
-def tier_fallback(
-    options: ModelOptions, default: str | Tier | None, model: str, provider: str
-) -> TierFallback | None:
-    """The fallback of a request's tier, if it has one."""
-    tier = options.service_tier if options.service_tier is not None else default
-    if isinstance(tier, Tier) and tier.fallback is not None:
-        return TierFallback(tier, model, provider)
-    return None
-
-
-def with_refusals(response: ModelResponse, fallback: TierFallback | None) -> ModelResponse:
-    """The response with the refusals before it: listed on `attempts`, counted as
-    requests billed at nothing."""
-    if fallback is None or not fallback.refusals:
-        return response
-    failed = Usage(requests=len(fallback.refusals), cost=Cost())
-    usage = response.usage
-    usage = (
-        usage + failed
-        if usage.cost is not None
-        else usage.model_copy(update={"requests": usage.requests + len(fallback.refusals)})
-    )
-    attempts = [*fallback.refusals, *response.attempts]
-    return response.model_copy(update={"attempts": attempts, "usage": usage})
 
 
 # The prompt-cache keys an agent derives (per session, per agent): a model given one

@@ -117,7 +117,7 @@ async def test_a_missing_key_is_said_before_any_io(
     def no_io(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a request was sent")
 
-    monkeypatch.setattr("raygent.models._http.shared_transport", no_io)
+    monkeypatch.setattr("raygent.models._transport.shared_session", no_io)
     for streamed in (False, True):
         with pytest.raises(AuthenticationError) as info:
             await _call(model, streamed)

@@ -10,13 +10,17 @@ import pickle
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 import raygent
 from raygent import OpenAIModel
 from raygent.errors import ServerError, redact
-from raygent.models._errors import error_from_response, error_from_stream_event
+from raygent.models._errors import (
+    error_from_response,
+    error_from_stream_event,
+    parse_error_body,
+    read_error_body,
+)
 from raygent.redaction import _KNOWN
 from raygent.stores import Scope, SQLiteStore
 from raygent.testing import ScriptedModel, reply
@@ -38,8 +42,9 @@ def slices(text: str, key: str = KEY) -> list[str]:
     ids=["raw", "other-json", "message"],
 )
 def test_an_error_body_is_redacted_before_it_is_cut(body: bytes) -> None:
-    response = httpx.Response(502, headers={"x-request-id": "req_" + KEY})
-    error = error_from_response(response, body, provider="openai", secrets=(KEY,))
+    said = read_error_body(parse_error_body(body))
+    headers = {"x-request-id": "req_" + KEY}
+    error = error_from_response(502, headers, said, provider="openai", secrets=(KEY,))
     assert KEY[:4] not in error.message  # cut first, the key's first characters stayed
     assert error.request_id == "req_***"
 

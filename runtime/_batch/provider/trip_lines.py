@@ -215,9 +215,8 @@ class _LineSend:
         api = batch_api_of(model)
         assert api is not None  # the route sends here only what has a batch API
         lines = self.lines
-        request = model.request_body(messages, options, stream=False)  # type: ignore[attr-defined]
-        request.pop("stream", None)
-        request.pop("service_tier", None)  # a line is at the batch API's own tier and price
+        # The model's line body: at the batch API's own tier and price, no stream.
+        request = model.batch_body(messages, options)  # type: ignore[attr-defined]
         body = pydantic_core.to_json(request)  # encoded once, here, where the run is
         base = f"{lines.token}-a{lines.attempt}-t{self.trip}-{_digest(body)}"
         for resend in range(MAX_RESENDS + 1):
