@@ -1,14 +1,17 @@
 """What the batch APIs share: the HTTP call bookkeeping (auth, stats), the scripted
-processing clock, and the line runner that cancellation and expiry can cut short."""
+processing clock (each batch's time drawn by `BatchTimer` from the provider's
+`BatchTimes`), and the line runner that cancellation and expiry can cut short."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import random
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from aiohttp import web
 
@@ -45,12 +48,93 @@ class Core(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Timing:
-    """How a batch is processed: ``seconds`` spread evenly over its lines (a line is
+    """How one batch is processed: ``seconds`` spread evenly over its lines (a line is
     answered at ``start + seconds * (i + 1) / n``); after ``expire_after`` answered
-    lines the batch expires and the rest are not answered."""
+    lines the batch expires and the rest are not answered. ``stall``: no line is ever
+    answered (until the batch is cancelled or its window passes). ``window``: seconds
+    after its start at which a batch still running expires (None: never)."""
 
     seconds: float = 0.0
     expire_after: int | None = None
+    stall: bool = False
+    window: float | None = None
+
+
+PROVIDERS = ("openai", "anthropic", "gemini", "vertex", "bedrock")
+
+
+@dataclass(frozen=True)
+class BatchTimes:
+    """How long the simulator's provider batches take, as real ones vary: each batch's
+    time to complete is drawn from a lognormal distribution with median
+    `median_seconds` and spread `spread` (the standard deviation of its log: 0 gives
+    the median every time, 0.5 a 95th percentile ~2.3 times it), seeded by `seed`; a
+    share `stall_rate` of batches stall (no line answered until the batch is cancelled
+    or its window passes). `window_seconds`: the completion window (24 h at the
+    providers, scaled down here): a batch still running then expires, the lines not yet
+    answered expired (None: no window). Times scale down freely: a test's "6 hours" may
+    be 6 seconds."""
+
+    median_seconds: float = 0.0
+    spread: float = 0.0
+    stall_rate: float = 0.0
+    window_seconds: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.median_seconds < 0 or self.spread < 0:
+            raise ValueError("median_seconds and spread must be at least 0")
+        if not 0.0 <= self.stall_rate <= 1.0:
+            raise ValueError("stall_rate must be within [0, 1]")
+        if self.window_seconds is not None and self.window_seconds <= 0:
+            raise ValueError("window_seconds must be positive (or None)")
+
+
+BatchTimesLike = BatchTimes | Mapping[str, BatchTimes] | None
+
+
+def times_by_provider(times: BatchTimesLike) -> dict[str, BatchTimes]:
+    """`serve(batch_times=...)` per provider: one `BatchTimes` for every provider, or a
+    mapping naming some of ``PROVIDERS`` (ValueError: one it does not know)."""
+    if times is None:
+        return {}
+    if isinstance(times, BatchTimes):
+        return dict.fromkeys(PROVIDERS, times)
+    unknown = set(times) - set(PROVIDERS)
+    if unknown:
+        raise ValueError(
+            f"batch_times names unknown providers {sorted(unknown)}; known: {', '.join(PROVIDERS)}"
+        )
+    for value in times.values():
+        if not isinstance(value, BatchTimes):
+            raise TypeError(f"batch_times values are BatchTimes, not {type(value).__name__}")
+    return dict(times)
+
+
+@dataclass
+class BatchTimer:
+    """Draws each new batch's `Timing`: from its provider's `BatchTimes` when it has
+    some (one seeded draw sequence per provider, so one provider's batches never move
+    another's draws), else the fixed ``default``."""
+
+    default: Timing
+    times: Mapping[str, BatchTimes] = field(default_factory=dict)
+    _rngs: dict[str, random.Random] = field(init=False, default_factory=dict)
+
+    def reset(self) -> None:
+        self._rngs.clear()
+
+    def draw(self, provider: str) -> Timing:
+        times = self.times.get(provider)
+        if times is None:
+            return self.default
+        rng = self._rngs.get(provider)
+        if rng is None:
+            rng = self._rngs[provider] = random.Random(f"{times.seed}:{provider}")
+        # Both draws are made for every batch: the sequence stays seeded whatever is set.
+        stall = rng.random() < times.stall_rate
+        seconds = times.median_seconds * math.exp(times.spread * rng.gauss(0.0, 1.0))
+        return Timing(seconds, self.default.expire_after, stall, times.window_seconds)
 
 
 def now() -> int:
@@ -100,32 +184,48 @@ def json_response(body: bytes) -> web.Response:
     return web.Response(status=200, body=body, content_type="application/json")
 
 
+LineTurn = Literal["answer", "expired", "cancelled"]
+
+
 class LineClock:
-    """Paces a batch's lines over ``Timing.seconds``; :meth:`cancel` wakes it at once."""
+    """Paces a batch's lines over its `Timing`; :meth:`cancel` wakes it at once."""
 
     def __init__(self, timing: Timing, lines: int) -> None:
         self.timing = timing
         self.lines = max(lines, 1)
         self.start = time.monotonic()
         self.cancelled = asyncio.Event()
+        self.timed_out = False  # the window passed: the rest expire
 
     def cancel(self) -> None:
         self.cancelled.set()
 
     def expired(self, answered: int) -> bool:
         limit = self.timing.expire_after
-        return limit is not None and answered >= limit
+        return self.timed_out or (limit is not None and answered >= limit)
 
-    async def wait_line(self, index: int) -> bool:
-        """Wait for line `index`'s turn; False if the batch was cancelled meanwhile."""
-        due = self.start + self.timing.seconds * (index + 1) / self.lines
-        delay = due - time.monotonic()
+    async def next_line(self, index: int) -> LineTurn:
+        """Wait for line `index`'s turn: "answer" it, or the batch "expired" (past
+        ``expire_after`` lines, or its window) or was "cancelled" meanwhile."""
+        if self.expired(index):
+            return "expired"
+        timing = self.timing
+        due = math.inf if timing.stall else self.start + timing.seconds * (index + 1) / self.lines
+        end = math.inf if timing.window is None else self.start + timing.window
         if self.cancelled.is_set():
-            return False
-        if delay > 0:
+            return "cancelled"
+        wake = min(due, end)
+        if math.isinf(wake):
+            await self.cancelled.wait()
+        elif (delay := wake - time.monotonic()) > 0:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.cancelled.wait(), delay)
-        return not self.cancelled.is_set()
+        if self.cancelled.is_set():
+            return "cancelled"
+        if due > end:
+            self.timed_out = True
+            return "expired"
+        return "answer"
 
 
 def page(items: list[dict[str, object]], limit: int) -> tuple[list[dict[str, object]], bool]:
