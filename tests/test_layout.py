@@ -102,7 +102,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "observers": {"base", "compaction"},
     "mcp": {"base", "models", "observers"},
     "durable": {"base", "memory", "observers", "stores"},
-    "batch": {"base", "models", "seams", "observers", "durable", "cache", "budgets"},
+    "batch": {"base", "models", "seams", "observers", "durable", "cache", "budgets", "stores"},
     "eval": {"base", "batch", "observers"},
     "agents": {
         *("base", "models", "memory", "attachments", "compaction", "observers"),
