@@ -395,7 +395,9 @@ class RunnerPool:
                 runner.slots,
                 plan.retry,
                 plan.grace,
-                None if lines is None else (lines.options, lines.job, plan.deadline, active),
+                None
+                if lines is None
+                else (lines.options, lines.job, plan.deadline, active, lines.runner_route),
             )
             try:
                 await opening

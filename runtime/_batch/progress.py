@@ -90,6 +90,7 @@ class Progress:
         self._last = 0.0
         self._lines = ""  # the provider-batch part of the postfix
         self._rates = ""  # the rate-limit part, once a limit held the job back
+        self._route = ""  # with deadline=: where the items went (the route's line)
         self._began = time.monotonic()
         self._counts: dict[str, int] = _counts(0, 0, 0)
         if enabled:
@@ -132,6 +133,11 @@ class Progress:
             self._lines = lines_text(status)
             self._postfix(refresh=True)
 
+    def route(self, text: str) -> None:
+        """Show where a job with a deadline's items went (redrawn with the next item)."""
+        if self._bar is not None:
+            self._route = text
+
     def close(self, failed: int, cancelled: int, retrying: int) -> None:
         if self._bar is not None:
             self._counts = _counts(failed, retrying, cancelled)
@@ -142,6 +148,8 @@ class Progress:
         text = ", ".join(f"{name}={count}" for name, count in self._counts.items())
         if self._rates:
             text = f"{text} · {self._rates}"
+        if self._route:
+            text = f"{text} · {self._route}"
         if self._lines:
             text = f"{text} · {self._lines}"
         self._bar.set_postfix_str(text, refresh=refresh)

@@ -98,6 +98,8 @@ class BatchOrOnline(Link):
             except SendOnline:
                 pass  # not answered, and to go online now: at online rates
         self.lines.note_online()
+        # A job with a deadline sends it at the tier its route chooses (flex, priority).
+        options = self.lines.online_options(model, options)
         return await self.inner.complete(model, messages, options, signal)
 
     async def send_stream(

@@ -98,13 +98,19 @@ def test_a_budget_too_small_is_refused_with_the_least_that_meets_the_deadline() 
     assert isinstance(refused, Refusal) and refused.constraint == "budget"
     assert refused.least_budget == pytest.approx(1000.0)  # 2 trips by batch at 0.5
     assert isinstance(plan_route(job, 6 * HOUR, budget=refused.least_budget), RoutePlan)
-    # A budget that flex meets at 30 minutes (where batch is not likely back) but not
-    # standard: refused at a deadline too tight for flex, with flex's deadline offered.
+    # A budget that all-flex meets, at a deadline only faster ways meet (it is refused
+    # for the budget, with the earliest deadline flex meets within it).
     tight = situation(1000, capacity=Capacity(8))
-    plan = planned(plan_route(tight, 2 * HOUR))
-    priced = plan_route(tight, 600, budget=(plan.cost_high or 0) * 1.01)
+    flex = planned(plan_route(tight, 3000))
+    assert flex.items == {"flex": 1000}
+    fastest = plan_route(tight, 1.0)
+    assert isinstance(fastest, Refusal) and fastest.earliest is not None
+    soon = fastest.earliest * 1.05
+    assert (planned(plan_route(tight, soon)).cost or 0) > (flex.cost or 0) * 1.01
+    priced = plan_route(tight, soon, budget=(flex.cost_high or 0) * 1.01)
     assert isinstance(priced, Refusal) and priced.constraint == "budget"
-    assert priced.earliest is not None and 600 < priced.earliest <= 2 * HOUR
+    assert priced.earliest is not None and soon < priced.earliest <= 3000
+    assert isinstance(plan_route(tight, priced.earliest * 1.02, budget=flex.cost_high), RoutePlan)
 
 
 def test_more_trips_cost_more_and_need_more_time() -> None:

@@ -9,6 +9,11 @@ for or read back, never sent again. Lines are grouped per endpoint and model, se
 no line joined them for `gather_seconds` (or the group is full), and
 every batch that is out is polled every `poll_seconds`.
 
+With a route (a job with a deadline, `routing`), a batch still out at its cutoff is late:
+its lines not answered go online (their trips get a `LateLine`) and the batch is
+cancelled; a moved line its batch answers anyway was paid twice, and is counted. Each
+batch's turnaround is told to the route, which learns from it.
+
 The pool lives where the job is driven (the driver's event loop); on Ray the runners'
 runs reach it through their runner (see raygent.actors.batch), a batch of lines a call.
 """
@@ -20,11 +25,12 @@ import contextlib
 import itertools
 import logging
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 from ...abort import AbortSignal, abortable
 from ...errors import (
@@ -39,9 +45,9 @@ from ...models.contract import ModelResponse
 from ..sinks import key_token
 from .log import SentBatch, SubmissionLog
 from .options import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
-from .trip_lines import Answer, LineCost, batch_api_of, line_token, spend_of
+from .trip_lines import Answer, LateLine, LineCost, batch_api_of, line_token, spend_of
 
-__all__ = ["LinePool", "LineRoute", "LinesStatus"]
+__all__ = ["LinePool", "LineRoute", "LinesStatus", "RouteBook"]
 
 logger = logging.getLogger(__name__)
 # A group of lines still growing is sent anyway once its first line has waited this
@@ -50,6 +56,20 @@ GATHER_CAP = 12
 # Polls of a batch that fail (a 5xx, a 429, the network) back off up to this many periods.
 MAX_BACKOFF = 8.0
 _UNCERTAIN = (ProviderTimeoutError, ProviderConnectionError, ServerError)
+_TRIP = re.compile(r"-t(\d+)-")  # a line's trip number, in its custom_id
+
+
+class RouteBook(Protocol):
+    """What the pool tells a job's route (`raygent._batch.routing.job.RouteJob`)."""
+
+    @property
+    def policy(self) -> Any: ...
+
+    def batch_ended(self, seconds: float, ok: bool) -> None: ...
+
+    def moved(self, why: str, lines: int = 1) -> None: ...
+
+    def answered_twice(self, cost: float | None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +111,7 @@ class _Group:
     api: BatchAPI
     first: float  # time.monotonic() of its first line, and of its last
     last: float = 0.0
+    model: Any = None  # the model of its lines (to price a line answered twice)
     ids: list[str] = field(default_factory=list)
     lines: list[bytes] = field(default_factory=list)
     size: int = 0
@@ -104,6 +125,9 @@ class _Out:
     info: ProviderBatchInfo
     failures: int = 0
     next_poll: float = 0.0
+    model: Any = None
+    cutoff: asyncio.TimerHandle | None = None  # with a route: when it is late
+    late: bool = False
 
 
 class LinePool:
@@ -133,6 +157,9 @@ class LinePool:
         self._answered_count = 0  # lines whose answer (or failure) came back
         # Told when batches go out, are polled or end (the job's progress shows them).
         self.on_change: Callable[[], None] | None = None
+        # A job with a deadline: its route, told of batches and moves (see the module).
+        self.routing: RouteBook | None = None
+        self._moved: set[str] = set()  # lines sent online while their batch was out
 
     # -- asking for a line ----------------------------------------------------------
 
@@ -143,7 +170,8 @@ class LinePool:
         if route is None:
             raise ProviderBatchError(f"{model!r} has no batch API", provider=model.provider)
         await self._adopt(model, route.api)
-        return await abortable(asyncio.shield(self._ask(route, custom_id, line)), signal)
+        asked = self._ask(route, custom_id, line, model)
+        return await abortable(asyncio.shield(asked), signal)
 
     @staticmethod
     def route(model: Any) -> LineRoute | None:
@@ -158,9 +186,11 @@ class LinePool:
         adopted = self._adopted.get(endpoint) if endpoint is not None else None
         if route is None or adopted is None or not adopted.done():
             return asyncio.ensure_future(self.line(model, custom_id, line, None))
-        return self._ask(route, custom_id, line)
+        return self._ask(route, custom_id, line, model)
 
-    def _ask(self, route: LineRoute, custom_id: str, line: bytes) -> asyncio.Future[Answer]:
+    def _ask(
+        self, route: LineRoute, custom_id: str, line: bytes, model: Any = None
+    ) -> asyncio.Future[Answer]:
         future = self._futures.get(custom_id)
         if future is not None:
             return future
@@ -173,10 +203,10 @@ class LinePool:
             return future
         self._futures[custom_id] = future
         if custom_id not in self._out_lines:  # else it is out: its batch answers it
-            self._add(route, custom_id, line)
+            self._add(route, custom_id, line, model)
         return future
 
-    def _add(self, route: LineRoute, custom_id: str, line: bytes) -> None:
+    def _add(self, route: LineRoute, custom_id: str, line: bytes, model: Any = None) -> None:
         api, key = route.api, route.key
         cap = min(self.options.max_lines or api.max_lines, api.max_lines)
         size = len(line) + 1  # and its separator
@@ -187,7 +217,7 @@ class LinePool:
         now = time.monotonic()
         fresh = group is None
         if group is None:
-            group = self._groups[key] = _Group(api, first=now)
+            group = self._groups[key] = _Group(api, first=now, model=model)
             group.timer = asyncio.get_running_loop().call_later(
                 self.options.gather_seconds, self._due, key
             )
@@ -256,9 +286,9 @@ class LinePool:
             )
             self._fail(ids, tag, error)
             return
-        self._track(sent, api, batch_id)
+        self._track(sent, api, batch_id, group.model)
 
-    def _track(self, sent: SentBatch, api: BatchAPI, batch_id: str) -> None:
+    def _track(self, sent: SentBatch, api: BatchAPI, batch_id: str, model: Any = None) -> None:
         if sent.id != batch_id:
             self.ledger.submitted(sent, batch_id)
         info = ProviderBatchInfo(
@@ -270,8 +300,9 @@ class LinePool:
         )
         self.summary.batches.append(info)
         self.summary.lines += len(sent.lines)
-        out = _Out(sent, api, info, next_poll=time.monotonic() + self._period())
+        out = _Out(sent, api, info, next_poll=time.monotonic() + self._period(), model=model)
         self._out[batch_id] = out
+        self._watch(batch_id, out)
         for custom_id in sent.lines:
             if custom_id not in self._futures:  # a resumed job's line, not asked for yet
                 self._out_lines.add(custom_id)
@@ -341,8 +372,9 @@ class LinePool:
         failure = state.failure
         self.ledger.ended(out.sent, state.status, raw, None if failure is None else str(failure))
         del self._out[batch_id]
+        self._learn(out, state.status, failure is None)
         out.info.ended = _stamp(state.ended_at) or datetime.now(timezone.utc)
-        self._route(out.sent, out.api, raw, failure, batch_id)
+        self._route(out.sent, out.api, raw, failure, batch_id, out.model)
         self._changed()
 
     def _route(
@@ -352,12 +384,19 @@ class LinePool:
         raw: bytes,
         failure: ProviderBatchError | None,
         batch_id: str,
+        model: Any = None,
     ) -> None:
         expected = set(sent.lines)
         for custom_id, line in split_results(raw):
             if custom_id in expected:
                 expected.discard(custom_id)
+                if custom_id in self._moved:  # sent online at its cutoff: answered twice?
+                    self._twice(custom_id, api, line, model)
+                    continue
                 self._settle(custom_id, line, batch_id)
+        if self._moved:
+            expected -= self._moved
+            self._moved.difference_update(sent.lines)
         if expected:
             error = failure or ProviderBatchError(
                 f"{api.provider} batch {batch_id} ended without a result for"
@@ -366,6 +405,85 @@ class LinePool:
                 batch_id=batch_id,
             )
             self._fail(sorted(expected), batch_id, error)
+
+    # -- a job with a deadline: late batches, and what its route learns -------------
+
+    def _watch(self, batch_id: str, out: _Out) -> None:
+        """With a route, a timer at the batch's cutoff: the cutoff of its earliest trip
+        (the one with the most trips left, which needs the most time online)."""
+        route = self.routing
+        if route is None:
+            return
+        trips = [int(m.group(1)) for c in out.sent.lines if (m := _TRIP.search(c))]
+        cutoff = route.policy.cutoff(min(trips, default=0))
+        if cutoff is None:
+            return
+        delay = max(0.0, cutoff - time.time())
+        out.cutoff = asyncio.get_running_loop().call_later(delay, self._late, batch_id)
+
+    def _late(self, batch_id: str) -> None:
+        """The batch is late for the deadline: its lines waited for go online now, and
+        the batch is cancelled (its answers to them, if any come, were paid twice)."""
+        out = self._out.get(batch_id)
+        route = self.routing
+        if out is None or route is None:
+            return
+        out.late = True
+        moved = 0
+        for custom_id in out.sent.lines:
+            future = self._futures.get(custom_id)
+            if future is None or future.done():
+                continue
+            error = LateLine(
+                f"{out.api.provider} batch {batch_id} is late for the deadline: line"
+                f" {custom_id} goes online",
+                provider=out.api.provider,
+                batch_id=batch_id,
+            )
+            self._moved.add(custom_id)
+            self._settle(custom_id, LineResult(custom_id, "cancelled", error=error), batch_id)
+            moved += 1
+        if moved:
+            route.moved("late batch", moved)
+        route.batch_ended(time.time() - out.sent.at, False)  # it took at least this long
+        self._spawn(self._cancel(batch_id, out))
+        self._changed()
+
+    async def _cancel(self, batch_id: str, out: _Out) -> None:
+        try:
+            await out.api.cancel(batch_id)
+            out.info.status = "cancelling"
+        except ProviderError as exc:  # it goes on: its answers are counted when it ends
+            logger.warning("cancelling late %s batch %s: %s", out.api.provider, batch_id, exc)
+        out.next_poll = time.monotonic()  # see it end soon
+        self._wake.set()
+
+    def _learn(self, out: _Out, status: str, whole: bool) -> None:
+        if out.cutoff is not None:
+            out.cutoff.cancel()
+        route = self.routing
+        if route is None or out.late:
+            return
+        answered = whole and status not in ("expired", "cancelled", "canceled")
+        route.batch_ended(time.time() - out.sent.at, answered)
+
+    def _twice(self, custom_id: str, api: BatchAPI, line: bytes, model: Any) -> None:
+        """A moved line's answer from its batch: paid twice if it succeeded."""
+        self._moved.discard(custom_id)
+        route = self.routing
+        if route is None:
+            return
+        try:
+            result = api.read_line(line)
+        except Exception:  # an unreadable line was not billed as an answer
+            return
+        if result.outcome != "succeeded":
+            return
+        cost: float | None = None
+        if model is not None and result.body is not None:
+            with contextlib.suppress(Exception):
+                cost = spend_of(model, model.batch_reply(result.body)).cost
+        route.answered_twice(cost)
 
     # -- what the job's progress shows ------------------------------------------------
 
@@ -445,6 +563,12 @@ class LinePool:
         for future in self._futures.values():
             future.cancel()
         self.ledger.close()
+
+    @property
+    def runner_route(self) -> Any:
+        """The route the Ray runners' attempts follow: the one the job started with
+        (the driver's cutoffs follow what it learns since)."""
+        return None if self.routing is None else self.routing.policy
 
     def note_online(self) -> None:
         self.summary.online_lines += 1

@@ -19,8 +19,10 @@ from typing import Any
 
 from ...errors import DeadlineError
 from ...pricing import price_usage
-from ...seams.batch import BatchItem
+from ...seams.batch import BatchItem, Deliver
 from ...stores import InMemoryStore, TimingSample
+from ..progress import Progress
+from ..provider.options import ProviderBatchSummary
 from ..report import trips_of
 from ..sinks import key_token
 from ._lognormal import LogNormal
@@ -36,7 +38,9 @@ __all__ = ["RouteJob", "plan_job"]
 logger = logging.getLogger(__name__)
 # With no store given, the timings live in this process's memory, shared by its jobs.
 _PROCESS_TIMINGS = InMemoryStore()
-_FLUSH_EVERY = 200  # samples gathered before they are added to the store
+_FLUSH_EVERY = 200  # samples added to the store in one call
+_SHOW_EVERY = 0.25  # seconds between redraws of the route on the progress bar
+_RELEARN_EVERY = 50  # online timings seen between two learnings (a batch's: each)
 UNKNOWN_ITEMS = 1000  # a job whose input size is unknown is planned for this many
 
 
@@ -172,6 +176,7 @@ class RouteJob:
         self.online_cost: float | None = 0.0
         self._batch_online = 0  # online trips of items by batch
         self._last_end = 0.0
+        self._shown = 0.0
 
     @property
     def plan(self) -> RoutePlan:
@@ -194,6 +199,24 @@ class RouteJob:
             self.paid_twice_cost = (self.paid_twice_cost or 0.0) + cost
 
     # -- what the items say ---------------------------------------------------------
+
+    def delivering(self, deliver: Deliver, progress: Progress) -> Deliver:
+        """`deliver`, each item counted by the route first (and shown on the bar)."""
+
+        async def routed(item: BatchItem) -> None:
+            self.item_ended(item)
+            if progress.enabled and time.monotonic() - self._shown >= _SHOW_EVERY:
+                self._shown = time.monotonic()
+                progress.route(self.progress_text())
+            await deliver(item)
+
+        return routed
+
+    def progress_text(self) -> str:
+        """The route as the bar shows it: items by way, trips moved online."""
+        ways = ", ".join(f"{n} {w}" for w, n in self.items.items() if n)
+        moved = self._batch_online
+        return f"route: {ways or 'waiting'}" + (f" · {moved} moved online" if moved else "")
 
     def item_ended(self, item: BatchItem) -> None:
         self._last_end = time.time()
@@ -237,7 +260,7 @@ class RouteJob:
 
     def _note(self, sample: TimingSample) -> None:
         self._new.append(sample)
-        if sample.way == "batch":
+        if sample.way == "batch" or len(self._new) % _RELEARN_EVERY == 0:
             self._learn()
 
     def _learn(self) -> None:
@@ -253,11 +276,11 @@ class RouteJob:
 
     # -- the end --------------------------------------------------------------------
 
-    async def close(
-        self, batch_cost: float | None, batch_online_cost: float | None
-    ) -> RouteSummary:
-        """Add what was seen to the store; the summary (`batch_cost`, what the lines
-        cost, and their online price: from the job's provider-batch summary)."""
+    async def close(self, lines: ProviderBatchSummary) -> RouteSummary:
+        """Add what was seen to the store; the summary (with what the job's batch lines
+        cost, and would have online: its provider-batch summary)."""
+        # Lines never answered (a stalled batch, cancelled) cost nothing.
+        batch_cost, batch_online_cost = lines.cost or 0.0, lines.online_cost or 0.0
         new, self._new = self._new, []
         if new:
             try:

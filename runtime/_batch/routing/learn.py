@@ -1,11 +1,12 @@
 """What a job knows of how long each way takes, from the store's history of timings
 (`raygent.stores.TimingStore`) and what it sees as it runs.
 
-Each way's time is the documented default (see `ways`) shrunk towards what was seen:
-the log-mean and log-deviation of the observed times, weighed against the default's as
-if it were `PRIOR_WEIGHT` observations, so a first batch moves the estimate and a
-history of fifty settles it. A batch that did not end in time counts as a stall (it
-took at least that long); a request refused for capacity as a refusal. Timings live
+Each way's time is what was seen (the median of the observed times), its spread the
+observed one weighed with the default's as if that were `PRIOR_WEIGHT` observations
+(one batch seen does not make the next one certain); with nothing seen, the documented
+default (see `ways`). The shares of stalls and refusals are shrunk the same way: a
+batch that did not end in time counts as a stall (it took at least that long), a
+request refused for capacity as a refusal. Timings live
 under a key naming the provider, the endpoint and the model: a history learnt against
 one endpoint is not used for another.
 """
@@ -61,15 +62,17 @@ def knowledge_of(
 
 
 def _shrunk(seen: list[float], prior: LogNormal) -> LogNormal:
+    """What was seen, with the prior's spread weighed in: the median is the observed
+    one (a history that contradicts the default is believed at once: a batch seen to
+    take a minute is not a half-hour batch), the spread the pooled deviation of what was
+    seen and the prior's, as if it were `PRIOR_WEIGHT` observations."""
+    if not seen:
+        return prior
     logs = [math.log(max(s, 1e-3)) for s in seen]
-    if not logs or prior.median <= 0:
-        return prior if not logs else LogNormal(math.exp(sum(logs) / len(logs)), prior.spread)
     n, k = float(len(logs)), PRIOR_WEIGHT
-    mu0 = math.log(prior.median)
-    mu = (sum(logs) + k * mu0) / (n + k)
-    # The spread: the pooled deviation around the shrunk mean, the prior's weighed in.
-    square = sum((x - mu) ** 2 for x in logs) + k * (prior.spread**2 + (mu0 - mu) ** 2)
-    return LogNormal(math.exp(mu), math.sqrt(square / (n + k)))
+    mu = sum(logs) / n
+    square = sum((x - mu) ** 2 for x in logs) + k * prior.spread**2
+    return LogNormal(math.exp(mu), math.sqrt(square / (n + k - 1)))
 
 
 def _batch(seen: list[TimingSample], prior: BatchTime) -> BatchTime:

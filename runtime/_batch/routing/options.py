@@ -56,9 +56,9 @@ class RouteSummary(BaseModel):
     `planned`: items by way as planned at the start; `items`: items by the way their
     last attempt's trips went ("batch" only if every trip went by batch; else the
     online way of its last trip); `trips`: trips by way. `moved`: trips of items by
-    batch that went online, by why ("deadline": too near to wait for a batch;
-    "late batch": its batch was late and its line was sent online, the batch
-    cancelled; "expired": its batch ended without answering it). `flex_refused`: flex
+    batch that went online, by why ("late batch": its batch was late for the deadline,
+    its line was sent online and the batch cancelled; "deadline": too near the
+    deadline to wait for a batch, or its batch ended without answering it). `flex_refused`: flex
     requests refused for capacity and sent at standard. `paid_twice`: lines answered
     by their batch after they were sent online (and `paid_twice_cost`, USD at batch
     rates). `cost`: what the job's trips cost (USD); `online_cost`: what they would have

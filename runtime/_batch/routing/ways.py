@@ -73,6 +73,9 @@ class OnlineTime:
 
 
 DEFAULT_BATCH = BatchTime(LogNormal(1800.0, 1.0), stall=0.01)
+# Online capacity is planned at 80% of what latency and limits allow: the client's own
+# time, queueing for a slot and 429s take the rest.
+BUSY_MARGIN = 1.25
 _FLEX_SLOWER, _FLEX_REFUSED, _PRIORITY_FASTER = 2.5, 0.05, 0.7
 
 
@@ -114,7 +117,8 @@ class Capacity:
     ) -> float:
         """The seconds `trips` online requests (by way) keep the job's online capacity
         busy: the most of what concurrency (each request holds a slot for its mean
-        `latency`), requests a minute and tokens a minute (`tokens` a request) allow."""
+        `latency`), requests a minute and tokens a minute (`tokens` a request) allow,
+        with `BUSY_MARGIN`."""
         held = sum(n * latency[w] for w, n in trips.items()) / max(self.concurrency, 1)
         count = sum(trips.values())
         rated = 0.0
@@ -122,4 +126,4 @@ class Capacity:
             rated = count * 60.0 / self.requests_per_minute
         if self.tokens_per_minute:
             rated = max(rated, count * tokens * 60.0 / self.tokens_per_minute)
-        return max(held, rated)
+        return max(held, rated) * BUSY_MARGIN
