@@ -28,12 +28,12 @@ from ..sinks import key_token
 from ._lognormal import LogNormal
 from .learn import knowledge_of, timings_key, way_of_tier
 from .offers import offers_of
-from .options import Route, RouteSummary
+from .options import PlannedRoute, Route, RouteSummary
 from .planner import Demand, Refusal, RoutePlan, Situation, plan_route
 from .policy import RoutePolicy
 from .ways import DEFAULT_BATCH, BatchTime, Capacity, Way
 
-__all__ = ["RouteJob", "plan_job"]
+__all__ = ["RouteJob", "plan_job", "preview", "timings_of"]
 
 logger = logging.getLogger(__name__)
 # With no store given, the timings live in this process's memory, shared by its jobs.
@@ -113,6 +113,66 @@ async def plan_job(
         raise _refused(found, deadline, now, budget)
     policy = RoutePolicy.of(found, situation, now)
     return RouteJob(route, policy, situation, store, key, model, history, prior)
+
+
+async def preview(
+    executable: Any,
+    route: Route,
+    *,
+    deadline: float,
+    demand: Demand,
+    concurrency: int,
+    overhead: float,
+    budget: float | None,
+    seen: list[TimingSample],
+) -> PlannedRoute:
+    """The plan of a job (an estimate's): what `plan_job` would plan, after adding to
+    the store what the estimate's sample `seen` (its trips' timings); a refusal is
+    told, not raised."""
+    model = _first_model(executable)
+    store = route.store if route.store is not None else _PROCESS_TIMINGS
+    if seen and model is not None:
+        try:
+            await store.add_timings(timings_key(model), seen)
+        except Exception as exc:
+            logger.warning("estimate: the timings store failed (%r): not learnt", exc)
+    due = _stamp(deadline)
+    try:
+        job = await plan_job(
+            executable,
+            route,
+            deadline=deadline,
+            items=demand.items,
+            demand=demand,
+            concurrency=concurrency,
+            overhead=overhead,
+            budget=budget,
+        )
+    except DeadlineError as exc:
+        return PlannedRoute(deadline=due, confidence=route.confidence, refused=str(exc))
+    plan = job.plan
+    return PlannedRoute(
+        deadline=due,
+        confidence=plan.confidence,
+        items=dict(plan.items),
+        rescue=plan.rescue,
+        cost=plan.cost,
+        cost_high=plan.cost_high,
+        online_cost=plan.online_cost,
+        finish=plan.finish,
+        finish_high=plan.finish_high,
+    )
+
+
+def timings_of(item: BatchItem) -> list[TimingSample]:
+    """The timings an item's run shows: each online trip's latency by its tier."""
+    now = time.time()
+    seen = []
+    for trip in trips_of(getattr(item.result, "report", None)):
+        if trip.cache == "hit" or trip.via == "batch" or trip.timing.duration is None:
+            continue
+        seen.append(TimingSample(way_of_tier(trip.service_tier), trip.timing.duration, True, now))
+    return seen
 
 
 def _refused(

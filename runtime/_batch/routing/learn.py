@@ -14,7 +14,8 @@ one endpoint is not used for another.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ...stores import TimingSample
@@ -55,9 +56,17 @@ def knowledge_of(
         by_way.setdefault(sample.way, []).append(sample)
     batch = _batch(by_way.get("batch", []), batch_prior)
     defaults = default_online(output_tokens)
-    online: Mapping[Way, OnlineTime] = {
-        way: _online(by_way.get(way, []), defaults[way]) for way in ONLINE
-    }
+    standard = _online(by_way.get("standard", []), defaults["standard"])
+    # A tier never seen is the default's multiple of what standard was seen to take.
+    scale = standard.latency.median / defaults["standard"].latency.median
+    online: dict[Way, OnlineTime] = {"standard": standard}
+    for way in ONLINE:
+        if way != "standard":
+            prior = defaults[way]
+            prior = replace(
+                prior, latency=replace(prior.latency, median=prior.latency.median * scale)
+            )
+            online[way] = _online(by_way.get(way, []), prior)
     return Knowledge(batch=batch, online=online)
 
 

@@ -8,9 +8,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ...usage import dollars
 from .ways import WAYS, Way
 
-__all__ = ["Route", "RouteSummary"]
+__all__ = ["PlannedRoute", "Route", "RouteSummary"]
 
 
 class Route(BaseModel):
@@ -95,3 +96,46 @@ class RouteSummary(BaseModel):
         if self.met is not None:
             parts.append("deadline met" if self.met else "deadline MISSED")
         return "; ".join(parts)
+
+
+class PlannedRoute(BaseModel):
+    """What a job with a deadline is planned to do (an `Estimate`'s `route`): `items`
+    by way ("batch": by provider batch, sent online at `rescue` if late), `cost` (USD
+    expected; None: unpriced) and `cost_high` (at the confidence), `online_cost` (the
+    same items all online at standard), `finish` and `finish_high` (seconds from the
+    start: expected, and at the confidence); or `refused`, why no plan meets the
+    deadline (and budget), and what would."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    deadline: datetime
+    confidence: float
+    items: dict[str, int] = Field(default_factory=dict)
+    rescue: str | None = None
+    cost: float | None = None
+    cost_high: float | None = None
+    online_cost: float | None = None
+    finish: float | None = None
+    finish_high: float | None = None
+    refused: str | None = None
+
+    def line(self) -> str:
+        if self.refused is not None:
+            return f"deadline cannot be met: {self.refused}"
+        ways = ", ".join(f"{n:,} {w}" for w, n in self.items.items() if n)
+        text = f"by the deadline: {ways}"
+        if self.cost is not None:
+            text += f", ~{dollars(self.cost)}"
+            if self.online_cost:
+                text += f" ({self.cost / self.online_cost:.2f}x all-online)"
+        if self.finish is not None and self.finish_high is not None:
+            text += f", done in ~{_span(self.finish)} ({_span(self.finish_high)} at"
+            text += f" {self.confidence:.0%})"
+        return text
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.1f} s"
