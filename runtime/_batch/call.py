@@ -56,7 +56,7 @@ from .provider.job import (
     warn_past,
     with_lines,
 )
-from .provider.pool import LinePool
+from .provider.pool import LinePool, grace_of
 from .report import BatchReport, Tally, counts_line
 from .routing.job import RouteJob, plan_job
 from .sinks import Sink, key_token, open_sink
@@ -240,6 +240,7 @@ async def _routed(executable: Any, plan: Plan, source: Source) -> RouteJob | Non
             concurrency=plan.concurrency,
             overhead=batching.gather_seconds + batching.poll_seconds,
             budget=None if plan.budget is None else plan.budget.usd,
+            grace=grace_of(batching),
         )
     except BaseException:
         await source.aclose()

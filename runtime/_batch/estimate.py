@@ -45,6 +45,7 @@ from .job_budget import agents_of, models_of
 from .plan import DEFAULT_CONCURRENCY, PROVIDER_BATCH_CONCURRENCY
 from .provider.job import check_batchable, deadline_of
 from .provider.options import ProviderBatch
+from .provider.pool import grace_of
 from .routing.job import preview, timings_of
 from .routing.options import PlannedRoute, Route
 from .routing.planner import Demand
@@ -254,6 +255,7 @@ async def _route(
         overhead=tuned.gather_seconds + tuned.poll_seconds,
         budget=None if budget is None else budget.usd,
         seen=[sample for item in ran for sample in timings_of(item)],
+        grace=grace_of(tuned),
     )
 
 

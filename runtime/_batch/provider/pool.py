@@ -47,7 +47,7 @@ from .log import SentBatch, SubmissionLog
 from .options import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
 from .trip_lines import Answer, LateLine, LineCost, batch_api_of, line_token, spend_of
 
-__all__ = ["LinePool", "LineRoute", "LinesStatus", "RouteBook"]
+__all__ = ["LinePool", "LineRoute", "LinesStatus", "RouteBook", "grace_of"]
 
 logger = logging.getLogger(__name__)
 # A group of lines still growing is sent anyway once its first line has waited this
@@ -366,7 +366,9 @@ class LinePool:
         out.failures = 0
         out.info.status = state.status
         if not state.ended:
-            out.next_poll = time.monotonic() + self._period()
+            # A late batch, cancelled, is watched closely: its end frees its lines.
+            period = self._period() if not out.late else self._grace() / 8
+            out.next_poll = time.monotonic() + period
             self._changed()
             return
         failure = state.failure
@@ -374,7 +376,7 @@ class LinePool:
         del self._out[batch_id]
         self._learn(out, state.status, failure is None)
         out.info.ended = _stamp(state.ended_at) or datetime.now(timezone.utc)
-        self._route(out.sent, out.api, raw, failure, batch_id, out.model)
+        self._route(out.sent, out.api, raw, failure, batch_id, out.model, out.late)
         self._changed()
 
     def _route(
@@ -385,15 +387,22 @@ class LinePool:
         failure: ProviderBatchError | None,
         batch_id: str,
         model: Any = None,
+        late: bool = False,
     ) -> None:
         expected = set(sent.lines)
+        unanswered = 0  # a late batch's lines it did not answer: they go online
         for custom_id, line in split_results(raw):
             if custom_id in expected:
                 expected.discard(custom_id)
                 if custom_id in self._moved:  # sent online at its cutoff: answered twice?
                     self._twice(custom_id, api, line, model)
                     continue
+                if late and custom_id in self._futures:
+                    with contextlib.suppress(Exception):
+                        unanswered += api.read_line(line).outcome in ("expired", "cancelled")
                 self._settle(custom_id, line, batch_id)
+        if unanswered and self.routing is not None:
+            self.routing.moved("late batch", unanswered)
         if self._moved:
             expected -= self._moved
             self._moved.difference_update(sent.lines)
@@ -408,9 +417,15 @@ class LinePool:
 
     # -- a job with a deadline: late batches, and what its route learns -------------
 
+    def _grace(self) -> float:
+        """How long a late batch is given to end once cancelled (its answers kept, the
+        rest sent online), before its lines go online anyway (`grace_of`)."""
+        return grace_of(self.options)
+
     def _watch(self, batch_id: str, out: _Out) -> None:
-        """With a route, a timer at the batch's cutoff: the cutoff of its earliest trip
-        (the one with the most trips left, which needs the most time online)."""
+        """With a route, a timer at the batch's cutoff (the route leaves the grace its
+        cancel is given after it): the cutoff of its earliest trip (the one with the
+        most trips left, which needs the most time online)."""
         route = self.routing
         if route is None:
             return
@@ -422,13 +437,26 @@ class LinePool:
         out.cutoff = asyncio.get_running_loop().call_later(delay, self._late, batch_id)
 
     def _late(self, batch_id: str) -> None:
-        """The batch is late for the deadline: its lines waited for go online now, and
-        the batch is cancelled (its answers to them, if any come, were paid twice)."""
+        """The batch is late for the deadline: it is cancelled, and polled until it
+        ends (what it answered is kept, the lines it did not go online); if it has not
+        ended after the grace, its lines go online anyway (`_move`)."""
         out = self._out.get(batch_id)
         route = self.routing
         if out is None or route is None:
             return
         out.late = True
+        route.batch_ended(time.time() - out.sent.at, False)  # it took at least this long
+        self._spawn(self._cancel(batch_id, out))
+        out.cutoff = asyncio.get_running_loop().call_later(self._grace(), self._move, batch_id)
+        self._changed()
+
+    def _move(self, batch_id: str) -> None:
+        """A late batch still not ended: the lines waited for go online now (any answer
+        its batch still gives them was paid twice, and is counted)."""
+        out = self._out.get(batch_id)
+        route = self.routing
+        if out is None or route is None:
+            return
         moved = 0
         for custom_id in out.sent.lines:
             future = self._futures.get(custom_id)
@@ -445,8 +473,6 @@ class LinePool:
             moved += 1
         if moved:
             route.moved("late batch", moved)
-        route.batch_ended(time.time() - out.sent.at, False)  # it took at least this long
-        self._spawn(self._cancel(batch_id, out))
         self._changed()
 
     async def _cancel(self, batch_id: str, out: _Out) -> None:
@@ -584,6 +610,11 @@ class LinePool:
         if spend.online_cost is not None:
             summary.online_cost = (summary.online_cost or 0.0) + spend.online_cost
         summary.online_lines += spend.online_lines
+
+
+def grace_of(options: ProviderBatch) -> float:
+    """How long a late batch is given to end once cancelled: two polls."""
+    return 2 * options.poll_seconds
 
 
 def _item_of(custom_id: str) -> str:

@@ -63,6 +63,7 @@ async def plan_job(
     concurrency: int,
     overhead: float,
     budget: float | None,
+    grace: float = 0.0,
     now: float | None = None,
 ) -> RouteJob:
     """The route of a job due at `deadline` (time.time()), planned from the store's
@@ -106,6 +107,7 @@ async def plan_job(
         capacity=capacity,
         overhead=overhead,
         priced=priced,
+        grace=grace,
     )
     left = deadline - now
     found = plan_route(situation, left, route.confidence, budget) if left > 0 else None
@@ -125,6 +127,7 @@ async def preview(
     overhead: float,
     budget: float | None,
     seen: list[TimingSample],
+    grace: float = 0.0,
 ) -> PlannedRoute:
     """The plan of a job (an estimate's): what `plan_job` would plan, after adding to
     the store what the estimate's sample `seen` (its trips' timings); a refusal is
@@ -147,6 +150,7 @@ async def preview(
             concurrency=concurrency,
             overhead=overhead,
             budget=budget,
+            grace=grace,
         )
     except DeadlineError as exc:
         return PlannedRoute(deadline=due, confidence=route.confidence, refused=str(exc))

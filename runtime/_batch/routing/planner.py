@@ -85,8 +85,10 @@ class Offer:
 @dataclass(frozen=True, slots=True)
 class Situation:
     """Everything the planner weighs. `overhead`: seconds a batch round adds to the
-    batch's own turnaround (gathering the lines, the poll that sees it end). `priced`:
-    the offers' prices are USD (else relative: no budget can be checked)."""
+    batch's own turnaround (gathering the lines, the poll that sees it end). `grace`:
+    seconds a late batch is given to end once cancelled (what it answered kept) before
+    its lines go online anyway. `priced`: the offers' prices are USD (else relative: no
+    budget can be checked)."""
 
     demand: Demand
     offers: tuple[Offer, ...]
@@ -94,6 +96,7 @@ class Situation:
     capacity: Capacity
     overhead: float = 0.0
     priced: bool = True
+    grace: float = 0.0
 
     def offer(self, way: Way) -> Offer | None:
         return next((o for o in self.offers if o.way == way), None)
@@ -272,6 +275,8 @@ def _with_batch(
         assert batch is not None
         if rescue is not None:
             need, need_median = _online_need(situation, {rescue: by_batch}, confidence)
+            need += situation.grace
+            need_median += situation.grace
             cutoff = end - need
             if cutoff <= 0:
                 return None

@@ -114,7 +114,8 @@ class RoutePolicy:
 def _cutoffs(plan: RoutePlan, situation: Situation) -> tuple[float, ...]:
     """Seconds after the start past which a line with r trips left (r = 1, 2, ...) goes
     online: the deadline (less its margin) less what rescuing the batch items' r trips
-    takes (the capacity they keep busy, then one item's r trips at the confidence)."""
+    takes (the capacity they keep busy, then one item's r trips at the confidence) and
+    the grace a late batch is given to end once cancelled."""
     assert plan.rescue is not None
     demand = situation.demand
     rescue = plan.rescue
@@ -126,5 +127,6 @@ def _cutoffs(plan: RoutePlan, situation: Situation) -> tuple[float, ...]:
     for left in range(1, demand.rounds + 1):
         trips: Mapping[Way, float] = {rescue: by_batch * left}
         busy = situation.capacity.seconds(trips, {rescue: latency.mean}, tokens)
-        cutoffs.append(end - busy - latency.sum_of(left).quantile(plan.confidence))
+        chain = latency.sum_of(left).quantile(plan.confidence)
+        cutoffs.append(end - busy - chain - situation.grace)
     return tuple(cutoffs)
