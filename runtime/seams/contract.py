@@ -111,9 +111,12 @@ class ProviderBatchPool(Protocol):
     options: Any  # the job's `raygent.ProviderBatch` (shipped to the runners)
     job: str  # the job's name, in every line's custom_id
     keep_answers: bool  # keep answers until their item ends (a run asks again)
-    # A job with a deadline: its route as the runners follow it (a small frozen value,
-    # shipped with the options); None: no route.
-    runner_route: Any
+
+    @property
+    def runner_route(self) -> Any:
+        """A job with a deadline: its route as the runners follow it (a small frozen
+        value, shipped with the options); None: no route."""
+        ...
 
     def route(self, model: Any) -> object | None:
         """Where `model`'s lines go (None: it has no provider-batch API)."""
