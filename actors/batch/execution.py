@@ -385,9 +385,9 @@ class RunnerPool:
     async def _consume(self, runner: _Runner) -> None:
         died: BaseException | None = None
         try:
-            plan = self._plan
-            lines = plan.lines
+            plan, lines = self._plan, self._plan.lines
             active = self._active[runner.lane] if self._active else None
+            ship = lines and (lines.options, lines.job, plan.deadline, active, lines.runner_route)
             opening = runner.handle.open.remote(
                 runner.share,
                 self._payload,
@@ -395,9 +395,7 @@ class RunnerPool:
                 runner.slots,
                 plan.retry,
                 plan.grace,
-                None
-                if lines is None
-                else (lines.options, lines.job, plan.deadline, active, lines.runner_route),
+                ship,
             )
             try:
                 await opening

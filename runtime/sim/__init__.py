@@ -6,7 +6,7 @@ latency, rate caps and faults.
 It plays the provider, so it stands alone: it imports nothing else of raygent.
 """
 
-from ._batch_common import BatchTimes
+from ._batch_times import BatchTimes
 from ._bedrock_auth import TEST_CREDENTIALS as AWS_TEST_CREDENTIALS
 from ._bedrock_auth import TEST_SESSION_CREDENTIALS as AWS_TEST_SESSION_CREDENTIALS
 from ._bedrock_auth import AwsTestCredentials

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from ._batch_common import BatchTimes
+from ._batch_times import BatchTimes
 from ._rates import SimRateLimits
 from ._script import Fault, FaultKind, Latency
 from ._tiers import ServiceTiers

@@ -10,7 +10,7 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
-from ._batch_common import BatchTimesLike, times_by_provider
+from ._batch_times import BatchTimesLike, times_by_provider
 from ._config import SimConfig
 from ._rates import SimRateLimits
 from ._script import Fault, FaultKind, Latency, ScriptLike, load_script

@@ -9,10 +9,8 @@ for or read back, never sent again. Lines are grouped per endpoint and model, se
 no line joined them for `gather_seconds` (or the group is full), and
 every batch that is out is polled every `poll_seconds`.
 
-With a route (a job with a deadline, `routing`), a batch still out at its cutoff is late:
-its lines not answered go online (their trips get a `LateLine`) and the batch is
-cancelled; a moved line its batch answers anyway was paid twice, and is counted. Each
-batch's turnaround is told to the route, which learns from it.
+With a route (a job with a deadline, `routing`), a batch still out at its cutoff is
+late: it is cancelled, and its lines not answered go online (see `late`).
 
 The pool lives where the job is driven (the driver's event loop); on Ray the runners'
 runs reach it through their runner (see raygent.actors.batch), a batch of lines a call.
@@ -25,12 +23,11 @@ import contextlib
 import itertools
 import logging
 import random
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any
 
 from ...abort import AbortSignal, abortable
 from ...errors import (
@@ -43,9 +40,10 @@ from ...errors import (
 from ...models.batch_api import BatchAPI, LineResult, split_results
 from ...models.contract import ModelResponse
 from ..sinks import key_token
+from .late import LateBatches, RouteBook, grace_of
 from .log import SentBatch, SubmissionLog
 from .options import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
-from .trip_lines import Answer, LateLine, LineCost, batch_api_of, line_token, spend_of
+from .trip_lines import Answer, LineCost, batch_api_of, line_token, spend_of
 
 __all__ = ["LinePool", "LineRoute", "LinesStatus", "RouteBook", "grace_of"]
 
@@ -56,20 +54,6 @@ GATHER_CAP = 12
 # Polls of a batch that fail (a 5xx, a 429, the network) back off up to this many periods.
 MAX_BACKOFF = 8.0
 _UNCERTAIN = (ProviderTimeoutError, ProviderConnectionError, ServerError)
-_TRIP = re.compile(r"-t(\d+)-")  # a line's trip number, in its custom_id
-
-
-class RouteBook(Protocol):
-    """What the pool tells a job's route (`raygent._batch.routing.job.RouteJob`)."""
-
-    @property
-    def policy(self) -> Any: ...
-
-    def batch_ended(self, seconds: float, ok: bool) -> None: ...
-
-    def moved(self, why: str, lines: int = 1) -> None: ...
-
-    def answered_twice(self, cost: float | None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +114,7 @@ class _Out:
     late: bool = False
 
 
-class LinePool:
+class LinePool(LateBatches):
     """The provider batches of one job (see the module's docstring)."""
 
     def __init__(self, options: ProviderBatch, ledger: SubmissionLog, job: str) -> None:
@@ -415,102 +399,6 @@ class LinePool:
             )
             self._fail(sorted(expected), batch_id, error)
 
-    # -- a job with a deadline: late batches, and what its route learns -------------
-
-    def _grace(self) -> float:
-        """How long a late batch is given to end once cancelled (its answers kept, the
-        rest sent online), before its lines go online anyway (`grace_of`)."""
-        return grace_of(self.options)
-
-    def _watch(self, batch_id: str, out: _Out) -> None:
-        """With a route, a timer at the batch's cutoff (the route leaves the grace its
-        cancel is given after it): the cutoff of its earliest trip (the one with the
-        most trips left, which needs the most time online)."""
-        route = self.routing
-        if route is None:
-            return
-        trips = [int(m.group(1)) for c in out.sent.lines if (m := _TRIP.search(c))]
-        cutoff = route.policy.cutoff(min(trips, default=0))
-        if cutoff is None:
-            return
-        delay = max(0.0, cutoff - time.time())
-        out.cutoff = asyncio.get_running_loop().call_later(delay, self._late, batch_id)
-
-    def _late(self, batch_id: str) -> None:
-        """The batch is late for the deadline: it is cancelled, and polled until it
-        ends (what it answered is kept, the lines it did not go online); if it has not
-        ended after the grace, its lines go online anyway (`_move`)."""
-        out = self._out.get(batch_id)
-        route = self.routing
-        if out is None or route is None:
-            return
-        out.late = True
-        route.batch_ended(time.time() - out.sent.at, False)  # it took at least this long
-        self._spawn(self._cancel(batch_id, out))
-        out.cutoff = asyncio.get_running_loop().call_later(self._grace(), self._move, batch_id)
-        self._changed()
-
-    def _move(self, batch_id: str) -> None:
-        """A late batch still not ended: the lines waited for go online now (any answer
-        its batch still gives them was paid twice, and is counted)."""
-        out = self._out.get(batch_id)
-        route = self.routing
-        if out is None or route is None:
-            return
-        moved = 0
-        for custom_id in out.sent.lines:
-            future = self._futures.get(custom_id)
-            if future is None or future.done():
-                continue
-            error = LateLine(
-                f"{out.api.provider} batch {batch_id} is late for the deadline: line"
-                f" {custom_id} goes online",
-                provider=out.api.provider,
-                batch_id=batch_id,
-            )
-            self._moved.add(custom_id)
-            self._settle(custom_id, LineResult(custom_id, "cancelled", error=error), batch_id)
-            moved += 1
-        if moved:
-            route.moved("late batch", moved)
-        self._changed()
-
-    async def _cancel(self, batch_id: str, out: _Out) -> None:
-        try:
-            await out.api.cancel(batch_id)
-            out.info.status = "cancelling"
-        except ProviderError as exc:  # it goes on: its answers are counted when it ends
-            logger.warning("cancelling late %s batch %s: %s", out.api.provider, batch_id, exc)
-        out.next_poll = time.monotonic()  # see it end soon
-        self._wake.set()
-
-    def _learn(self, out: _Out, status: str, whole: bool) -> None:
-        if out.cutoff is not None:
-            out.cutoff.cancel()
-        route = self.routing
-        if route is None or out.late:
-            return
-        answered = whole and status not in ("expired", "cancelled", "canceled")
-        route.batch_ended(time.time() - out.sent.at, answered)
-
-    def _twice(self, custom_id: str, api: BatchAPI, line: bytes, model: Any) -> None:
-        """A moved line's answer from its batch: paid twice if it succeeded."""
-        self._moved.discard(custom_id)
-        route = self.routing
-        if route is None:
-            return
-        try:
-            result = api.read_line(line)
-        except Exception:  # an unreadable line was not billed as an answer
-            return
-        if result.outcome != "succeeded":
-            return
-        cost: float | None = None
-        if model is not None and result.body is not None:
-            with contextlib.suppress(Exception):
-                cost = spend_of(model, model.batch_reply(result.body)).cost
-        route.answered_twice(cost)
-
     # -- what the job's progress shows ------------------------------------------------
 
     def status(self) -> LinesStatus:
@@ -610,11 +498,6 @@ class LinePool:
         if spend.online_cost is not None:
             summary.online_cost = (summary.online_cost or 0.0) + spend.online_cost
         summary.online_lines += spend.online_lines
-
-
-def grace_of(options: ProviderBatch) -> float:
-    """How long a late batch is given to end once cancelled: two polls."""
-    return 2 * options.poll_seconds
 
 
 def _item_of(custom_id: str) -> str:

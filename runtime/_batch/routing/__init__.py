@@ -16,6 +16,11 @@ What lives where:
 - `job`: the job's route in the driver: planned or refused before anything is sent,
   learning as batches come back and items end (imported by the batch call, not here:
   it reads the report, whose section `options` defines).
+
+Part of batch: may import what `raygent._batch` may (the base, budgets and pricing, the
+stores' `TimingStore`) and the batch's own provider batches, report and sinks; never
+agents or flows. `planner`, `policy`, `ways` and `_lognormal` import nothing but each
+other: the plan is pure.
 """
 
 from .options import Route, RouteSummary
