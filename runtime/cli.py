@@ -10,6 +10,12 @@ import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
+from .errors import UnknownOptionError
+from .models._names import Spelling, unknown_option
+
+# Flags are shown as typed (no quotes), whatever option they stand for.
+CLI_WORDS = Spelling({})
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the chosen subcommand."""
@@ -18,10 +24,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_sim(commands)
     _add_demo(commands)
     _add_batch(commands)
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command, to repeat it
+    given = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parser.parse_known_args(given)
+    if extra:
+        # Refused before anything runs, naming the closest flag (argparse's own message
+        # names none): a misspelt flag must not be taken for an input.
+        command = commands.choices[args.command]
+        print(f"{command.prog}: {unknown_flag(extra, command)}", file=sys.stderr)
+        return 2
+    args.argv = given  # the command, to repeat it
     run: Callable[[argparse.Namespace], int] = args.run
     return run(args)
+
+
+def unknown_flag(extra: Sequence[str], parser: argparse.ArgumentParser) -> UnknownOptionError:
+    """The error of the first word of `extra` the subcommand's `parser` does not take:
+    a flag it has not (with the closest it has), else an argument too many."""
+    flags = [flag for action in parser._actions for flag in action.option_strings]
+    for word in extra:
+        if word.startswith("-") and word != "-":
+            name = word.split("=", 1)[0]
+            return unknown_option(
+                name, flags, subject="", spelling=CLI_WORDS, listed=False, tail="see --help"
+            )
+    return UnknownOptionError(
+        f"unexpected argument {extra[0]!r} (see --help)", option=extra[0], where=parser.prog
+    )
 
 
 def _add_sim(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -164,6 +192,22 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="estimate first, and ask before running a job estimated over USD",
     )
     batch.add_argument("--sample", type=int, default=50, help="items an estimate runs")
+    batch.add_argument(
+        "--service-tier",
+        default=None,
+        metavar="TIER",
+        help="the service tier of every request (e.g. flex, priority; the provider's "
+        "names), over the agent's and its model's own; not with --provider-batch",
+    )
+    batch.add_argument(
+        "--model-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a model option of every run, over the agent's (repeatable; VALUE is read "
+        "as JSON when it is JSON, else as a string): e.g. max_tokens=512, "
+        'temperature=0.2, reasoning=\'{"effort": "low"}\'',
+    )
     batch.add_argument(
         "--backend",
         choices=["ray", "local"],

@@ -24,6 +24,8 @@ __all__ = [
     "GuardrailInterventionError",
     "InvalidOptionsError",
     "InvalidRequestError",
+    "JobCheckError",
+    "JobStoppedError",
     "MCPServerError",
     "MaxIterationsError",
     "MaxStepsError",
@@ -49,6 +51,7 @@ __all__ = [
     "StepFailedError",
     "ToolDeniedError",
     "ToolExecutionError",
+    "UnknownOptionError",
     "error_dict",
     "redact",
 ]
@@ -321,6 +324,15 @@ class InvalidOptionsError(RaygentError):
     category = "config"
 
 
+class UnknownOptionError(InvalidOptionsError, TypeError):
+    """An option, a setting or a flag of a name nothing takes (a misspelt one would be
+    silently ignored): refused before anything is sent. A `TypeError` too, as Python's
+    own unexpected keyword is. details: option (the name given), suggestion (the closest
+    known one, or None), where (what was given it)."""
+
+    code = "UNKNOWN_OPTION"
+
+
 class CapabilityError(InvalidOptionsError):
     """The run asks for something its model cannot do (e.g. `server_compaction=` on a
     model without that capability); raised before any request is sent."""
@@ -343,6 +355,26 @@ class DeadlineError(InvalidOptionsError):
     deadline can be met for, with `constraint="budget"`)."""
 
     code = "BATCH_DEADLINE"
+
+
+class JobCheckError(InvalidOptionsError):
+    """A batch job refused before its first request and before anything was written to
+    its sink: what it asks cannot be done (a capability its model lacks, an option value,
+    an output type or tool schema the provider would refuse, a store or sink it cannot
+    reach). details: problems, every one found, each {"where": the item of
+    configuration, "problem": what is wrong, "fix": what to do}."""
+
+    code = "BATCH_JOB_CHECK"
+
+
+class JobStoppedError(RaygentError):
+    """The item did not complete because its batch stopped first, on a configuration
+    error another item met that every item would meet (the report's `stopped` says
+    which). Not this item's failure: a resume runs it. details: stopped_by (that item's
+    key), cause (its error, as a dict)."""
+
+    code = "BATCH_STOPPED"
+    category = "cancelled"
 
 
 class PromptError(RaygentError):

@@ -9,7 +9,8 @@ to a workflow step or a supervisor's intents.
 
 The options every executable takes, so a parent can run it as its child: `parent=`
 (the parent's `RunInfo`: its run ids, session and deps), `signal=` (an `AbortSignal`),
-`on=` (event handlers), `deps=`, and `observe=`.
+`on=` (event handlers), `deps=`, and `observe=`. One that names all it takes
+(`TakesRunOptions`) has any other refused by `raygent.batch` before anything runs.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Executable", "executable_name", "is_executable"]
+__all__ = ["Executable", "TakesRunOptions", "executable_name", "is_executable"]
 
 
 @runtime_checkable
@@ -31,6 +32,15 @@ class Executable(Protocol):
     def execute_sync(self, input: Any, **options: Any) -> Any: ...
 
     def stream(self, input: Any, **options: Any) -> Any: ...
+
+
+@runtime_checkable
+class TakesRunOptions(Protocol):
+    """An executable that names the run options it takes (an agent: its `RunOptions`'
+    names): `raygent.batch` refuses any other in its `run_options=` before anything
+    runs, naming the closest it takes."""
+
+    run_option_names: frozenset[str]
 
 
 def is_executable(value: Any) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
@@ -116,15 +117,62 @@ def price_usage(
 ) -> Usage:
     """Return `usage` with its cost fixed: the declared pricing wins, else genai-prices.
     `batch`: the request went through the provider's batch API (its rates); `tier`: the
-    service tier the reply says it was served at (its rates)."""
-    if declared is not None:
-        pricing: Pricing | None = declared.for_tier("batch" if batch else tier)
-    else:
-        tokens = usage.total_input_tokens
-        pricing = lookup_pricing(provider, model, tokens, batch=batch, tier=tier)
+    service tier the reply says it was served at (its rates). The tokens of other
+    models in it (`usage.other_models`: an advisor's) are priced at each one's own
+    rates from genai-prices (the declared pricing is the request's model's), on the same
+    terms; the cost is unknown (None) when any of them is."""
+    others = usage.other_models
+    own = usage if not others else _less(usage, others.values())
+    pricing = _pricing(own, provider, model, declared, batch, tier)
     if pricing is None:
+        cost: Cost | None = None
+    else:
+        cost = pricing.cost(own)
+    if others:
+        priced = {
+            name: _priced_as(part, _pricing(part, provider, name, None, batch, tier))
+            for name, part in others.items()
+        }
+        for part in priced.values():
+            cost = None if cost is None or part.cost is None else cost + part.cost
+        return usage.model_copy(update={"cost": cost, "other_models": priced})
+    if cost is None:
         return usage if usage.cost is None else usage.model_copy(update={"cost": None})
-    return usage.model_copy(update={"cost": pricing.cost(usage)})
+    return usage.model_copy(update={"cost": cost})
+
+
+def _pricing(
+    usage: Usage,
+    provider: str,
+    model: str,
+    declared: Pricing | None,
+    batch: bool,
+    tier: str | None,
+) -> Pricing | None:
+    if declared is not None:
+        return declared.for_tier("batch" if batch else tier)
+    return lookup_pricing(provider, model, usage.total_input_tokens, batch=batch, tier=tier)
+
+
+def _priced_as(usage: Usage, pricing: Pricing | None) -> Usage:
+    return usage.model_copy(update={"cost": None if pricing is None else pricing.cost(usage)})
+
+
+def _less(usage: Usage, parts: Iterable[Usage]) -> Usage:
+    """`usage` without the tokens of `parts` (another model's, in the same convention):
+    the request's own model's tokens."""
+    take = sum(parts, Usage(input_includes_cache=usage.input_includes_cache))
+    return usage.model_copy(
+        update={
+            "input_tokens": usage.input_tokens - take.input_tokens,
+            "output_tokens": usage.output_tokens - take.output_tokens,
+            "cached_tokens": usage.cached_tokens - take.cached_tokens,
+            "cache_write_tokens": usage.cache_write_tokens - take.cache_write_tokens,
+            "cache_write_1h_tokens": usage.cache_write_1h_tokens - take.cache_write_1h_tokens,
+            "reasoning_tokens": usage.reasoning_tokens - take.reasoning_tokens,
+            "other_models": None,
+        }
+    )
 
 
 def lookup_pricing(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["Cost", "Usage", "dollars", "total_cost"]
+__all__ = ["Cost", "Usage", "dollars", "merged_models", "total_cost"]
 
 
 class Cost(BaseModel):
@@ -40,6 +40,12 @@ class Usage(BaseModel):
     tokens (OpenAI) or not (Anthropic). `output_tokens` includes `reasoning_tokens`.
     `cost` is None when the pricing is unknown (never 0 for "unknown"); it is fixed when
     the usage is produced and kept as a historical fact.
+
+    `other_models`: the part of these tokens (and of `cost`) that models other than the
+    request's own spent inside it, by model name, each priced at its own model's rates:
+    Anthropic's advisor tool runs a second model within a request and reports it in
+    `usage.iterations`. Their tokens are counted in the fields above too; unset (and
+    left out of the JSON) when no other model ran.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -52,6 +58,7 @@ class Usage(BaseModel):
     reasoning_tokens: int = 0
     input_includes_cache: bool = True
     cost: Cost | None = None
+    other_models: dict[str, Usage] | None = Field(default=None, exclude_if=lambda v: v is None)
 
     @property
     def total_tokens(self) -> int:
@@ -86,6 +93,9 @@ class Usage(BaseModel):
         else:
             input_tokens = self.total_input_tokens + other.total_input_tokens
         cost = None if self.cost is None or other.cost is None else self.cost + other.cost
+        others = self.other_models
+        if other.other_models is not None:
+            others = merged_models(others, other.other_models)
         return Usage(
             requests=self.requests + other.requests,
             input_tokens=input_tokens,
@@ -96,6 +106,7 @@ class Usage(BaseModel):
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             input_includes_cache=self.input_includes_cache if same else True,
             cost=cost,
+            other_models=others,
         )
 
     def __radd__(self, other: object) -> Usage:
@@ -103,6 +114,14 @@ class Usage(BaseModel):
         if other == 0:
             return self
         return NotImplemented
+
+
+def merged_models(mine: dict[str, Usage] | None, theirs: dict[str, Usage]) -> dict[str, Usage]:
+    """Two usages' `other_models` summed, model by model."""
+    merged = dict(mine or {})
+    for name, usage in theirs.items():
+        merged[name] = merged[name] + usage if name in merged else usage
+    return merged
 
 
 def total_cost(cost: Cost | Usage | None) -> float | None:

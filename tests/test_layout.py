@@ -38,7 +38,9 @@ MAX_TOP_LEVEL = 20
 
 # The base at the bottom: the flat modules every part builds on. The model contract
 # (`models/contract.py`: the `Model` protocol, options, replies, stream chunks, tool
-# specs) is part of it; it stays beside the adapters that implement it.
+# specs) is part of it; it stays beside the adapters that implement it, and so does the
+# rule every part refuses an unknown option name with (`models/_names.py`: the adapters
+# refuse unknown settings with it, and the model options it knows are the contract's).
 BASE = {
     "_message_input",
     "_sync",
@@ -47,6 +49,7 @@ BASE = {
     "errors",
     "executable",
     "messages",
+    "models._names",
     "models.contract",
     "pricing",
     "rates.limits",
@@ -102,6 +105,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "observers": {"base", "compaction"},
     "mcp": {"base", "models", "observers"},
     "durable": {"base", "memory", "observers", "stores"},
+    # The stores: a job's check makes a round trip through the stores its runs use, and
+    # a route keeps its timings there.
     "batch": {"base", "models", "seams", "observers", "durable", "cache", "budgets", "stores"},
     "eval": {"base", "batch", "observers"},
     "agents": {

@@ -396,6 +396,7 @@ class RunnerPool:
                 plan.retry,
                 plan.grace,
                 ship,
+                plan.stop_on_config,
             )
             try:
                 await opening
@@ -524,8 +525,7 @@ class RunnerPool:
         self._relay.close()
         for task in list(self._consumers):
             task.cancel()
-        # Runners stay up for the driver's next batch; one still running this batch's
-        # work (an unexpected exit) is told to stop it.
+        # Runners stay up for the next batch; one still on this batch's work is told to stop.
         for runner in self._runners:
             if not runner.ended:
                 with contextlib.suppress(Exception):

@@ -195,13 +195,16 @@ class BatchRunner:
         retry: Retry,
         grace: float,
         lines: tuple[Any, str, float | None, int | None, Any] | None = None,
+        stop_on_config: bool = True,
     ) -> None:
         """Take a share of a batch: `slots` attempts in flight. `lines`: with
         `provider_batch=`, (its options, the job's name, its deadline, the attempts
         working at once, the route of a job with a deadline, or None): the runs'
         trips go as lines to the driver's pool, in the
         results stream, answered by `answer`; `slots` then counts the runs waiting
-        for their lines too."""
+        for their lines too. `stop_on_config`: an item failed on an error every item
+        would meet stops this share at once (the driver, told by its item, stops the
+        others)."""
         attempt = attempt_for(load_executable(executable), run_options)
         relay: RelayedLines | None = None
         if lines is not None:
@@ -215,6 +218,7 @@ class BatchRunner:
                 retry=retry,
                 deliver=lambda item: self._deliver(batch_id, item),
                 grace=grace,
+                stop_on_config=stop_on_config,
             ),
             jobs=asyncio.Queue(),
             ready=asyncio.Event(),

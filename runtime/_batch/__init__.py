@@ -3,6 +3,9 @@ many items.
 
 call          `batch`, `batch_sync`, `BatchOptions`, `BatchResult`: reading, recording
 engine        the in-flight core: attempts in flight, retries, each item ended once
+preflight/    the job's check before its first request: options, capabilities, the
+              providers' schema rules, stores and sink (`JobCheckError`)
+stops         which errors stop a job (one every item would meet), and what it records
 exec          what a batch runs: items into jobs, one attempt of the executable
 job_budget    a job's budget: the agents it holds (an agent's, a flow's) and its ledger
 durable       durable items: each item's run named by its key, so an attempt resumes it
@@ -21,11 +24,12 @@ routing/      a job with a deadline: `Route`; each item the cheapest way (provid
 
 A private name: `raygent.batch` is the public function, which a subpackage would shadow.
 May import the base, models (the providers' batch APIs), seams, the cache and budgets
-(a job's cache and budget), the stores (a route's timings), observers and durable (the
-types of `durable=` and approvals); never agents or flows (it runs any executable,
-through its methods). The Ray batch runners (raygent.actors) run engine's core; this
-package reaches them only through the backend (and cli, through importlib, to ship a
-target by value on Ray).
+(a job's cache and budget), observers and durable (the types of `durable=` and
+approvals), and the stores (the job's check makes a round trip through each store its
+runs would use; a route keeps its timings there); never agents or flows (it runs any
+executable, through its methods). The Ray batch runners (raygent.actors) run engine's
+core; this package reaches them only through the backend (and cli, through importlib,
+to ship a target by value on Ray).
 """
 
 from .call import (
@@ -40,6 +44,7 @@ from .call import (
 )
 from .estimate import Estimate, EstimateOptions, estimate, estimate_sync
 from .provider.options import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
+from .report import Stopped
 from .routing.options import Route, RouteSummary
 
 __all__ = [
@@ -56,6 +61,7 @@ __all__ = [
     "Retry",
     "Route",
     "RouteSummary",
+    "Stopped",
     "batch",
     "batch_sync",
     "estimate",

@@ -30,6 +30,7 @@ from typing_extensions import Unpack
 from .._sync import on_interrupt, run_sync
 from ..abort import AbortController, AbortSignal
 from ..budgets import BudgetReport, amount_of
+from ..models._names import PYTHON, Spelling
 from ..seams.batch import Attempt, BatchItem, Deliver, Feed, Job, Outcome, cancelled, ended
 from ..seams.contract import Backend, BatchExecution, BatchPool, PoolPlan
 from ..seams.registry import current_backend
@@ -46,7 +47,8 @@ from .exec import (
     is_runnable,
 )
 from .job_budget import job_ledger
-from .plan import KEPT_FAILURES, BatchOptions, Plan
+from .plan import KEPT_FAILURES, BatchOptions, Plan, refuse_unknown_options
+from .preflight import check_job
 from .progress import Progress
 from .provider.job import (
     check_batchable,
@@ -57,10 +59,11 @@ from .provider.job import (
     with_lines,
 )
 from .provider.pool import LinePool, grace_of
-from .report import BatchReport, Tally, counts_line
+from .report import BatchReport, Stopped, Tally, counts_line
 from .routing.job import RouteJob, plan_job
 from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
+from .stops import StopRule
 
 __all__ = [
     "BatchItem",
@@ -71,6 +74,8 @@ __all__ = [
     "Retry",
     "batch",
     "batch_sync",
+    "run_batch",
+    "run_batch_sync",
 ]
 
 
@@ -105,7 +110,7 @@ class BatchResult:
         cost = total_cost(self.usage)
         money = "cost unknown" if cost is None else dollars(cost)
         sink = f", sink={report.sink!r}" if report.sink else ""
-        stopped = f", stopped={report.stopped!r}" if report.stopped else ""
+        stopped = f", stopped={str(report.stopped)!r}" if report.stopped else ""
         return (
             f"BatchResult({counts_line(report)}, {report.duration:.1f} s, {money}{sink}{stopped})"
         )
@@ -130,8 +135,16 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
     it does in `batch_sync`: the unfinished items end cancelled and the result comes
     back; a second Ctrl-C cancels the awaiting task.
     """
+    return await run_batch(executable, items, options)
+
+
+async def run_batch(
+    executable: Any, items: Any, options: BatchOptions, spelling: Spelling = PYTHON
+) -> BatchResult:
+    """`batch`, its options given as a mapping, its messages naming them as
+    `spelling`'s reader writes them (the `raygent batch` command's: `--resume`)."""
     if _interruptible.get():
-        return await _batch(executable, items, options)
+        return await _batch(executable, items, options, spelling)
     controller = AbortController()
     user = options.get("signal")
     unlink = user.add_callback(lambda: controller.abort(user.reason)) if user else None
@@ -150,19 +163,30 @@ async def batch(executable: Any, items: Any, **options: Unpack[BatchOptions]) ->
         with on_interrupt(interrupted):
             linked = options.copy()
             linked["signal"] = controller.signal
-            return await _batch(executable, items, linked)
+            return await _batch(executable, items, linked, spelling)
     finally:
         _interruptible.reset(token)
         if unlink is not None:
             unlink()
 
 
-async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchResult:
-    plan = Plan.of(options)
+async def _batch(
+    executable: Any, items: Any, options: BatchOptions, spelling: Spelling
+) -> BatchResult:
+    # Refused here, in the driver, before any runner starts or any request is sent.
+    refuse_unknown_options(options, executable, spelling=spelling)
+    plan = Plan.of(options, spelling)
+    say = spelling.option
     if plan.durable is not None and not callable(getattr(executable, "is_stored", None)):
-        raise TypeError("durable= needs an agent (something with resume(run_id))")
+        raise TypeError(f"{say('durable')} needs an agent (something with resume(run_id))")
     if options.get("tool_errors") is not None and not hasattr(executable, "tool_errors"):
-        raise TypeError("tool_errors= needs an agent (flows and plain callables run no tools)")
+        raise TypeError(
+            f"{say('tool_errors')} needs an agent (flows and plain callables run no tools)"
+        )
+    if plan.check:
+        # Before anything is sent or written, and before Ray's runners start: one error
+        # listing every problem the job would meet on every item.
+        await check_job(executable, plan)
     ledger = job_ledger(executable, plan.budget)
     if ledger is not None:
         held = {**(plan.run_options or {}), BATCH_BUDGET: ledger}
@@ -170,7 +194,7 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
     attempt = attempt_for(executable, plan.run_options)
     lines: LinePool | None = None
     if plan.provider_batch is not None and plan.route is None:
-        check_batchable(executable)
+        check_batchable(executable, spelling)
     runners = _runners_for(executable, plan)
     if runners is not None:
         runners.check(executable)
@@ -299,6 +323,7 @@ def _pool(
                 lines=lines,
                 deadline=plan.deadline,
                 active=None if held is None else plan.concurrency,
+                stop_on_config=plan.check,
             ),
         )
     return InFlight(
@@ -308,6 +333,7 @@ def _pool(
         deliver=deliver,
         signal=plan.signal,
         grace=grace,
+        stop_on_config=plan.check,
     )
 
 
@@ -321,8 +347,15 @@ def batch_sync(executable: Any, items: Any, **options: Unpack[BatchOptions]) -> 
     consistent, and the result comes back. A second Ctrl-C stops at once
     (KeyboardInterrupt, after the items in flight are recorded as cancelled).
     """
+    return run_batch_sync(executable, items, options)
+
+
+def run_batch_sync(
+    executable: Any, items: Any, options: BatchOptions, spelling: Spelling = PYTHON
+) -> BatchResult:
+    """`batch_sync`, its options as a mapping, spelt for `spelling`'s reader."""
     try:
-        return run_sync(lambda: batch(executable, items, **options))
+        return run_sync(lambda: run_batch(executable, items, options, spelling))
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None
 
@@ -347,7 +380,9 @@ class _Collector:
         self.tally = Tally()
         self.kept: list[BatchItem] = []
         self.pool: BatchPool | None = None
-        self.stopped: str | None = None
+        self.stopped: Stopped | None = None
+        # Stops the job on an error every item would meet (and keeps it out of the sink).
+        self.stops = StopRule(resume=sink is not None, enabled=plan.check)
         self._sink_broken = False
         self.progress = Progress(plan.progress, total)
         self.answers = dict(plan.reused or {})
@@ -364,8 +399,7 @@ class _Collector:
         answer = self.answers.pop(token, None) if self.answers else None
         if answer is None:
             return False
-        item = dataclasses.replace(answer, index=job.index)
-        self._count(item)
+        item = self._count(dataclasses.replace(answer, index=job.index))
         self._reused.append(item)
         return True
 
@@ -376,23 +410,31 @@ class _Collector:
             await self._on_item(item)
 
     async def deliver(self, item: BatchItem) -> None:
-        self._count(item)
-        await self._on_item(item)
+        await self._on_item(self._count(item))
 
-    def _count(self, item: BatchItem) -> None:
+    def _count(self, item: BatchItem) -> BatchItem:
+        verdict = self.stops.observe(item)
+        if verdict is not None:
+            item = verdict.item
+            if verdict.stop is not None and self.stopped is None:
+                self.stopped = verdict.stop
+                if self.pool is not None:
+                    self.pool.abort(verdict.stop.message)
         self.tally.add(item)
         if self.sink is None:
             self.kept.append(item)
         else:
-            self._record(item)
+            for ready in (item,) if verdict is None else verdict.record:
+                self._record(ready)
             if not item.ok and len(self.kept) < KEPT_FAILURES:
                 self.kept.append(item)
         if getattr(item.error, "fatal", False) and self.stopped is None:
-            self.stopped = str(item.error)
+            self.stopped = Stopped(why="failed", message=str(item.error), index=item.index)
         tally = self.tally
         retrying = self.pool.retrying if self.pool is not None else 0
         rates = (tally.usage.requests, tally.throttled, tally.rate_wait)
         self.progress.update(tally.failed, tally.cancelled, retrying, rates)
+        return item
 
     async def _on_item(self, item: BatchItem) -> None:
         if self.plan.on_item is not None:
@@ -411,9 +453,11 @@ class _Collector:
         except Exception as exc:
             # Results can no longer be kept: stop, rather than run items for nothing.
             self._sink_broken = True
-            self.stopped = f"the sink failed: {type(exc).__name__}: {exc}"
+            self.stopped = Stopped(
+                why="sink", message=f"the sink failed: {type(exc).__name__}: {exc}"
+            )
             if self.pool is not None:
-                self.pool.abort(self.stopped)
+                self.pool.abort(self.stopped.message)
 
     async def cancel_unread(self, jobs: Feed, signal: AbortSignal) -> None:
         """A cancelled batch over a list: the items never started end cancelled too, so
@@ -428,10 +472,14 @@ class _Collector:
     def close(self) -> None:
         self.progress.close(self.tally.failed, self.tally.cancelled, 0)
         if self.sink is not None:
+            for failed in self.stops.release():  # unconfirmed, and never confirmed
+                self._record(failed)
             try:
                 self.sink.close()
             except Exception as exc:
-                self.stopped = self.stopped or f"the sink failed: {type(exc).__name__}: {exc}"
+                self.stopped = self.stopped or Stopped(
+                    why="sink", message=f"the sink failed: {type(exc).__name__}: {exc}"
+                )
 
     def result(self) -> BatchResult:
         pool = self.pool
@@ -439,14 +487,18 @@ class _Collector:
         report = self.tally.finish(pool.retries)
         if pool.failure is not None and self.stopped is None:
             # The pool could not go on (Ray runners unable to load the executable).
-            self.stopped = f"the batch failed: {pool.failure}"
+            self.stopped = Stopped(why="failed", message=f"the batch failed: {pool.failure}")
         if pool.signal.aborted and self.stopped is None:
-            self.stopped = f"cancelled: {pool.signal.reason or 'no reason given'}"
+            message = f"cancelled: {pool.signal.reason or 'no reason given'}"
             if self.sink is not None:
-                self.stopped += " (to go on with this job: resume=True, the same sink)"
+                again = self.plan.spelling.option("resume", True)
+                message += f" (to go on with this job: {again}, the same sink)"
+            self.stopped = Stopped(why="cancelled", message=message)
         for failure in (pool.feed_error, pool.deliver_error):  # last guards, not paths
             if failure is not None and self.stopped is None:
-                self.stopped = f"the batch failed: {type(failure).__name__}: {failure}"
+                self.stopped = Stopped(
+                    why="failed", message=f"the batch failed: {type(failure).__name__}: {failure}"
+                )
         report.stopped = self.stopped
         report.sink = str(self.sink.path) if self.sink is not None else None
         items = sorted(self.kept, key=lambda item: item.index)

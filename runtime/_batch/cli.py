@@ -4,34 +4,120 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from typing import Any
+
+from pydantic import ValidationError
 
 from .._sync import run_sync
 from ..budgets import Budget
 from ..cache import ResponseCache
 from ..errors import InvalidOptionsError
+from ..models._names import Spelling, check_model_options
+from ..models.contract import ModelOptions
 from ..seams import backend_plugin, current_backend, init
 from ..usage import Usage, dollars, total_cost
-from .call import BatchOptions, BatchResult, Retry, batch_sync
-from .estimate import Estimate, EstimateOptions, estimate
+from .call import BatchOptions, BatchResult, Retry, run_batch_sync
+from .estimate import Estimate, EstimateOptions, check_estimate_options, estimate
+from .plan import Plan, refuse_unknown_options
+from .provider.job import check_batchable
 from .provider.options import ProviderBatch
 from .report import BatchReport, counts_line
-from .sink_job import sink_job
 
-__all__ = ["load_target", "resume_command", "run_batch_command"]
+__all__ = ["CLI", "load_target", "model_options_of", "resume_command", "run_batch_command"]
 
 INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT
+REFUSED = 2  # options, or a job's configuration, that cannot work: nothing (more) is sent
 DECLINED = 3  # the job was estimated over --confirm-over and the answer was no
+
+# How the command's messages name a job's options: by the flag that sets each.
+CLI = Spelling(
+    {
+        "sink": "--output",
+        "resume": "--resume",
+        "mode": "--mode",
+        "concurrency": "--concurrency",
+        "retry": "--retries",
+        "item_key": "--item-key",
+        "progress": "--progress",
+        "provider_batch": "--provider-batch",
+        "cache": "--cache",
+        "budget": "--budget-usd",
+        "tool_errors": "--fail-on-tool-error",
+        "service_tier": "--service-tier",
+        # The command's run options are its model options.
+        "run_options": "--model-option",
+        "model_options": "--model-option",
+        "sample": "--sample",
+    }
+)
 
 
 def run_batch_command(args: argparse.Namespace) -> int:
     if args.output is None and not getattr(args, "estimate", False):
         print("raygent batch: -o/--output is needed to run a job", file=sys.stderr)
-        return 2
+        return REFUSED
+    try:
+        options = _options(args)
+        # First (before Ray, before an estimate pays for its sample): do the options make
+        # sense, and may the job write its sink? (An estimate writes none.)
+        checked = options.copy()
+        if getattr(args, "estimate", False):
+            checked.pop("sink", None)
+            checked.pop("resume", None)
+            checked.pop("mode", None)
+        Plan.of(checked, CLI)
+        if getattr(args, "budget_usd", None) is not None:
+            options["budget"] = Budget(usd=args.budget_usd)
+        if args.cache is not None:
+            options["cache"] = ResponseCache.at(args.cache, ttl=args.cache_ttl)
+        if args.backend is not None:
+            init(args.backend)
+        executable = load_target(args.target)
+        # What the target takes of the options, named by flag, before anything runs.
+        refuse_unknown_options(options, executable, spelling=CLI)
+        if args.provider_batch:
+            check_batchable(executable, CLI)
+        _ship_by_value(args.target)
+        declined, guess = _estimated(executable, args, options)
+        if declined is not None:
+            return declined
+        if guess is not None:
+            options["reuse"] = guess  # the sample's answers are the job's: not paid twice
+        result = run_batch_sync(executable, args.input, options, CLI)
+    except (
+        ImportError,
+        AttributeError,
+        TypeError,
+        ValueError,
+        OSError,
+        InvalidOptionsError,
+    ) as exc:
+        print(f"raygent batch: {exc}", file=sys.stderr)
+        return REFUSED
+    print(summary(result), file=sys.stderr)
+    stopped = result.report.stopped
+    if stopped is not None and stopped.why in ("cancelled", "configuration"):
+        if result.report.sink is not None:
+            when = " once it is fixed" if stopped.why == "configuration" else ""
+            print(f"to go on with this job{when}: {resume_command(args)}", file=sys.stderr)
+        # A configuration error every item would meet is a refusal, as before the job.
+        return INTERRUPTED if stopped.why == "cancelled" else REFUSED
+    return 0 if result.ok else 1
+
+
+def _options(args: argparse.Namespace) -> BatchOptions:
+    """The job's options, from the command's flags."""
     options = BatchOptions(sink=args.output, resume=args.resume, progress=args.progress)
+    model_options = model_options_of(getattr(args, "model_option", None) or ())
+    if model_options:
+        options["run_options"] = {"model_options": model_options}
+    if getattr(args, "service_tier", None) is not None:
+        options["service_tier"] = args.service_tier
     if getattr(args, "mode", None) is not None:
         options["mode"] = args.mode
     if args.concurrency is not None:
@@ -49,42 +135,7 @@ def run_batch_command(args: argparse.Namespace) -> int:
             if (value := getattr(args, name, None)) is not None
         }
         options["provider_batch"] = ProviderBatch(**timing)
-    try:
-        if args.output is not None and not getattr(args, "estimate", False):
-            # First (before Ray, before an estimate pays for its sample): may the job
-            # write its sink?
-            sink_job(args.output, args.resume, options.get("mode"))
-        if getattr(args, "budget_usd", None) is not None:
-            options["budget"] = Budget(usd=args.budget_usd)
-        if args.cache is not None:
-            options["cache"] = ResponseCache.at(args.cache, ttl=args.cache_ttl)
-        if args.backend is not None:
-            init(args.backend)
-        executable = load_target(args.target)
-        _ship_by_value(args.target)
-        declined, guess = _estimated(executable, args, options)
-        if declined is not None:
-            return declined
-        if guess is not None:
-            options["reuse"] = guess  # the sample's answers are the job's: not paid twice
-        result = batch_sync(executable, args.input, **options)
-    except (
-        ImportError,
-        AttributeError,
-        TypeError,
-        ValueError,
-        OSError,
-        InvalidOptionsError,
-    ) as exc:
-        print(f"raygent batch: {exc}", file=sys.stderr)
-        return 2
-    print(summary(result), file=sys.stderr)
-    report = result.report
-    if report.stopped is not None and report.stopped.startswith("cancelled"):
-        if report.sink is not None:
-            print(f"to go on with this job: {resume_command(args)}", file=sys.stderr)
-        return INTERRUPTED
-    return 0 if result.ok else 1
+    return options
 
 
 def resume_command(args: argparse.Namespace) -> str:
@@ -118,7 +169,10 @@ def _estimated(
         cache=options.get("cache"),
         provider_batch=options.get("provider_batch"),
         item_key=options.get("item_key"),
+        run_options=options.get("run_options"),
+        service_tier=options.get("service_tier"),
     )
+    check_estimate_options(executable, job, CLI)
     guess: Estimate = run_sync(
         lambda: estimate(
             executable, args.input, sample=args.sample, concurrency=args.concurrency, **job
@@ -134,6 +188,38 @@ def _estimated(
     sys.stderr.flush()
     answer = sys.stdin.readline().strip().lower()
     return (None, guess) if answer in ("y", "yes") else (DECLINED, guess)
+
+
+def model_options_of(pairs: Sequence[str]) -> dict[str, Any]:
+    """`--model-option KEY=VALUE`s as model options: each VALUE read as JSON when it is
+    JSON (`512`, `0.2`, `true`, `{"effort": "low"}`), else as a string (`flex`); a KEY
+    no model option has, or a VALUE of the wrong kind, is refused (InvalidOptionsError)
+    naming the flag."""
+    given: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InvalidOptionsError(
+                f"--model-option takes KEY=VALUE (e.g. max_tokens=512), not {pair!r}",
+                option="model_options",
+            )
+        try:
+            value: Any = json.loads(text)
+        except ValueError:
+            value = text
+        given[key] = value
+    check_model_options(given, subject="--model-option", spelling=CLI)
+    try:
+        ModelOptions(**{k: v for k, v in given.items() if k != "signal"})
+    except ValidationError as exc:
+        issue = exc.errors(include_url=False)[0]
+        key = str(issue["loc"][0])
+        raise InvalidOptionsError(
+            f"--model-option {key}={json.dumps(given.get(key))}: {issue['msg']}",
+            option="model_options",
+        ) from None
+    return given
 
 
 def load_target(target: str) -> Any:
@@ -215,13 +301,23 @@ def tool_errors_line(report: BatchReport) -> str:
 
 
 def cost_line(usage: Usage) -> str:
-    """`cost: $0.0123 (300 requests, 45,000 in / 9,000 out tokens)`, on every run."""
+    """`cost: $0.0123 (300 requests, 45,000 in / 9,000 out tokens)`, on every run; then a
+    line for each other model that ran inside those requests (an advisor), of which
+    its tokens and cost are part."""
     cost = total_cost(usage) if usage.requests else 0.0  # nothing sent costs nothing
     money = "unknown (no pricing for the model)" if cost is None else dollars(cost)
-    return (
+    line = (
         f"cost: {money} ({usage.requests:,} requests, "
         f"{usage.total_input_tokens:,} in / {usage.output_tokens:,} out tokens)"
     )
+    for name, part in sorted((usage.other_models or {}).items()):
+        spent = total_cost(part)
+        paid = "unknown (no pricing for the model)" if spent is None else dollars(spent)
+        line += (
+            f"\n  of which {name}, run inside the requests (an advisor): {paid} "
+            f"({part.total_input_tokens:,} in / {part.output_tokens:,} out tokens)"
+        )
+    return line
 
 
 def _left(usd: float | None) -> str:

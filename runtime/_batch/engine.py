@@ -38,6 +38,7 @@ from ..seams.batch import (
     session_of,
 )
 from ..seams.retry import Retry
+from .stops import config_kind
 
 __all__ = ["InFlight"]
 
@@ -73,6 +74,11 @@ class InFlight:
     attempts get `grace` seconds to end on their own before their tasks are cancelled.
     `max_held` bounds the jobs held at once (running plus waiting to retry; default
     twice the concurrency), so a storm of failures cannot pull the feed into memory.
+
+    An attempt that fails on the job's configuration (`stops.config_kind`) is never
+    retried, whatever the `Retry` says; with `stop_on_config`, one that every item would
+    meet (an authentication error, a missing model) stops the pool at once, as an abort
+    does.
     """
 
     def __init__(
@@ -85,6 +91,7 @@ class InFlight:
         signal: AbortSignal | None = None,
         grace: float = 5.0,
         max_held: int | None = None,
+        stop_on_config: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, not {concurrency}")
@@ -95,6 +102,7 @@ class InFlight:
         self._outer = signal
         self._grace = grace
         self._max_held = max_held or 2 * concurrency
+        self._stop_on_config = stop_on_config
         self._controller = AbortController()
         self._controller.signal = _LeanSignal()
         self._running: dict[asyncio.Future[Outcome], Job] = {}
@@ -256,16 +264,21 @@ class InFlight:
 
     async def _settle(self, job: Job, outcome: Outcome) -> None:
         job.usage = job.usage + outcome.usage
-        if (
-            outcome.status == "failed"
-            and job.attempts < self._retry.attempts
-            and self._retry.should_retry(outcome.error)
-        ):
+        if outcome.status != "failed":
+            await self._finish(job, outcome)
+            return
+        retry = self._retry
+        kind = config_kind(outcome.error)
+        # An error of the job's configuration is never sent again: it would come back.
+        if kind is None and job.attempts < retry.attempts and retry.should_retry(outcome.error):
             if not self.signal.aborted:
-                self._schedule_retry(job, self._retry.delay(job.attempts, outcome.error))
+                self._schedule_retry(job, retry.delay(job.attempts, outcome.error))
                 return
             # It would have been tried again: it is unfinished, not failed.
             outcome = Outcome("cancelled", outcome.result, None, outcome.error)
+        elif kind == "job" and self._stop_on_config and not self.signal.aborted:
+            # Every item would meet it: nothing more is started (the item ends failed).
+            self.abort(f"configuration error: {outcome.error}")
         await self._finish(job, outcome)
 
     def _outcome_of(self, task: asyncio.Future[Outcome]) -> Outcome:

@@ -36,13 +36,22 @@ from typing_extensions import Unpack
 
 from .._sync import run_sync
 from ..budgets import Budget, pricing_of
+from ..models._names import PYTHON, Spelling
 from ..models.contract import Tier
 from ..seams.batch import BatchItem
 from ..usage import Usage, dollars, total_cost
 from .call import batch
 from .exec import ItemKey, JobMaker, is_runnable
 from .job_budget import agents_of, models_of
-from .plan import DEFAULT_CONCURRENCY, PROVIDER_BATCH_CONCURRENCY
+from .plan import (
+    DEFAULT_CONCURRENCY,
+    PROVIDER_BATCH_CONCURRENCY,
+    BatchOptions,
+    Plan,
+    refuse_unknown_options,
+    two_prices,
+)
+from .preflight import check_job
 from .provider.job import check_batchable, deadline_of
 from .provider.options import ProviderBatch
 from .provider.pool import grace_of
@@ -140,6 +149,24 @@ class EstimateOptions(TypedDict, total=False):
     budget: Budget | None
 
 
+ESTIMATE_OPTIONS: frozenset[str] = (
+    EstimateOptions.__optional_keys__ | EstimateOptions.__required_keys__
+)
+_NAMED = ("sample", "concurrency", "seed")  # `estimate`'s own keywords
+
+
+def check_estimate_options(
+    executable: Any, options: Mapping[str, Any], spelling: Spelling = PYTHON
+) -> None:
+    """`UnknownOptionError` for an option `estimate` does not take (a batch option that
+    changes nothing of the cost, or a misspelt one), or a run option `executable` does
+    not take, before any item is read."""
+    known = ESTIMATE_OPTIONS | frozenset(_NAMED)
+    refuse_unknown_options(
+        options, executable, known=known, subject="raygent.estimate()", spelling=spelling
+    )
+
+
 async def estimate(
     executable: Any,
     items: Any,
@@ -152,6 +179,7 @@ async def estimate(
     `raygent.batch`, at `concurrency`, with the job's `options`) and project the job's
     totals (see `Estimate`). Raises only for options that make no sense, before
     anything runs (as `batch` does)."""
+    check_estimate_options(executable, options)
     if not isinstance(sample, int) or sample < 1:
         raise ValueError(f"sample must be a positive int, not {sample!r}")
     due = _due(options)
@@ -159,7 +187,17 @@ async def estimate(
     if by_batch:
         check_batchable(executable)
         if options.get("service_tier") is not None:
-            raise ValueError("service_tier= and provider_batch= are two prices: choose one")
+            raise ValueError(two_prices())
+    # The job's own check, before its items are read and its sample paid for.
+    job = Plan.of(
+        BatchOptions(
+            run_options=options.get("run_options"),
+            cache=options.get("cache"),
+            provider_batch=options.get("provider_batch"),
+            service_tier=options.get("service_tier"),
+        )
+    )
+    await check_job(executable, job)
     maker = JobMaker(runnable=is_runnable(executable), item_key=options.get("item_key"))
     total, chosen = await _reservoir(items, sample, random.Random(seed))
     bound = concurrency or DEFAULT_CONCURRENCY

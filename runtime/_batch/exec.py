@@ -16,6 +16,7 @@ from .._message_input import as_messages
 from ..abort import AbortSignal
 from ..budgets import BudgetLedger
 from ..errors import AbortedError, BudgetExceededError, RaygentError
+from ..executable import TakesRunOptions
 from ..messages import MESSAGE_TYPES, ImagePart, TextPart
 from ..observers.report import AgentResult
 from ..seams.attempt import AttemptState, current_attempt
@@ -173,6 +174,10 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
         job_budget = cast("BudgetLedger | None", options.pop(BATCH_BUDGET, None))
         # Only an agent with memory writes its item's session (the others ignore it).
         on_sessions = item_runs is not None and getattr(executable, "memory", None) is not None
+        # An item's session goes only to an executable that takes one (a flow does not,
+        # and refuses a run option it does not take).
+        takes = isinstance(executable, TakesRunOptions)
+        fields = SESSION_FIELDS & executable.run_option_names if takes else SESSION_FIELDS
 
         async def run(job: Job, signal: AbortSignal) -> Outcome:
             if job_budget is not None and job_budget.exhausted is not None:
@@ -180,9 +185,9 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
             meta = job.meta
             item_options = options
             recover = False
-            if meta is not None and not SESSION_FIELDS.isdisjoint(meta):
+            if meta is not None and not fields.isdisjoint(meta):
                 # An item's own session: its runs load and save that conversation.
-                item_options = {**options, **{k: meta[k] for k in SESSION_FIELDS & set(meta)}}
+                item_options = {**options, **{k: meta[k] for k in fields & set(meta)}}
                 if on_sessions:
                     # One run per item, across attempts and processes: named by its key.
                     assert item_runs is not None

@@ -5,13 +5,22 @@ to: the one place their defaults live."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from ..abort import AbortSignal
 from ..budgets import Budget
+from ..executable import TakesRunOptions
+from ..models._names import (
+    MODEL_OPTIONS,
+    PYTHON,
+    Spelling,
+    check_model_options,
+    check_run_options,
+    unknown_option,
+)
 from ..models.contract import Tier
 from ..seams.batch import BatchItem
 from ..seams.retry import Retry
@@ -28,7 +37,15 @@ if TYPE_CHECKING:
     from ..cache import ResponseCache
     from ..durable.options import Decision, Durable
 
-__all__ = ["DEFAULT_CONCURRENCY", "KEPT_FAILURES", "Answered", "BatchOptions", "Plan"]
+__all__ = [
+    "BATCH_OPTIONS",
+    "DEFAULT_CONCURRENCY",
+    "KEPT_FAILURES",
+    "Answered",
+    "BatchOptions",
+    "Plan",
+    "refuse_unknown_options",
+]
 
 DEFAULT_CONCURRENCY = 16
 # With provider_batch, the attempts working at once (the ones waiting for their lines
@@ -105,6 +122,11 @@ class BatchOptions(TypedDict, total=False):
         agents' and models' own; each trip is priced at the tier its reply names, and
         the report counts trips by tier (`tiers`) and fallbacks (`tier_fallbacks`).
         Not with `provider_batch` (a batch line has the batch API's own price).
+    check: False skips the job's check before its first request (options, capabilities,
+        the providers' schema rules, a round trip through its stores, its sink) and its
+        stop on a configuration error met by its items (see docs/batch.md): for a store
+        meant to be down, a provider the rules misjudge, items that choose their own
+        models or keys (a router's).
     """
 
     concurrency: int
@@ -128,6 +150,7 @@ class BatchOptions(TypedDict, total=False):
     reuse: Answered | None
     tool_errors: Literal["continue", "fail"] | None
     service_tier: str | Tier | None
+    check: bool
 
 
 class Answered(Protocol):
@@ -164,12 +187,16 @@ class Plan:
     reused: Mapping[str, BatchItem] | None = None  # items answered already, by key token
     sink_job: SinkJob | None = None  # the sink, checked, and the job that writes it
     demand: Demand | None = None  # what `reuse=`'s sample measured of the items
+    # How the job's messages name its options: to a Python caller, or the CLI's user.
+    spelling: Spelling = PYTHON
+    check: bool = True  # the job's check before its first request (`_batch.preflight`)
 
     @classmethod
-    def of(cls, options: BatchOptions) -> Plan:
-        unknown = set(options) - set(BatchOptions.__annotations__)
-        if unknown:
-            raise TypeError(f"unknown batch options: {', '.join(sorted(unknown))}")
+    def of(cls, options: BatchOptions, spelling: Spelling = PYTHON) -> Plan:
+        """The options resolved, or the error of the first that makes no sense (named
+        as `spelling`'s reader writes it), before anything runs."""
+        refuse_unknown_options(options, None, spelling=spelling)
+        say = spelling.option
         provider_batch = _provider_batch(options.get("provider_batch"))
         route = _route(options)
         if route is not None and provider_batch is None:
@@ -177,25 +204,30 @@ class Plan:
         default = DEFAULT_CONCURRENCY if provider_batch is None else PROVIDER_BATCH_CONCURRENCY
         concurrency = options.get("concurrency", default)
         if not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(f"concurrency must be a positive int, not {concurrency!r}")
+            raise ValueError(f"{say('concurrency')} must be a positive int, not {concurrency!r}")
         sink, resume = options.get("sink"), bool(options.get("resume", False))
         if resume and sink is None:
-            raise ValueError("resume=True needs a sink to resume from")
+            raise ValueError(f"{say('resume', True)} needs {say('sink')} to resume from")
         if options.get("mode") is not None and sink is None:
-            raise ValueError("mode= says what a job does with its sink: it needs sink=")
-        checked = None if sink is None else sink_job(sink, resume, options.get("mode"))
+            raise ValueError(
+                f"{say('mode')} says what a job does with its sink: it needs {say('sink')}"
+            )
+        mode = options.get("mode")
+        checked = None if sink is None else sink_job(sink, resume, mode, spelling=spelling)
         job = None if checked is None else checked.namespace
         run_options = options.get("run_options")
         cache = options.get("cache")
         if cache is not None:
             run_options = {**(run_options or {}), "cache": cache}
-        run_options = _with_tool_errors(run_options, options.get("tool_errors"))
+        run_options = _with_tool_errors(run_options, options.get("tool_errors"), spelling)
         if route is not None and options.get("service_tier") is not None:
             raise ValueError("service_tier= and deadline=: the route chooses each trip's tier")
-        run_options = _with_tier(run_options, options.get("service_tier"), provider_batch)
+        run_options = _with_tier(run_options, options.get("service_tier"), provider_batch, spelling)
         durable, approvals = options.get("durable"), options.get("approvals")
         if approvals is not None and durable is None:
-            raise ValueError("approvals= needs durable= (the runs that wait are stored)")
+            raise ValueError(
+                f"{say('approvals')} needs {say('durable')} (the runs that wait are stored)"
+            )
         if durable is not None:
             # The item's run id rides with the run options (to the Ray runners too).
             run_options = {
@@ -226,6 +258,8 @@ class Plan:
             reused=_reused(options.get("reuse")),
             demand=_demand(options.get("reuse")),
             sink_job=checked,
+            spelling=spelling,
+            check=bool(options.get("check", True)),
         )
 
 
@@ -267,13 +301,15 @@ def _route(options: BatchOptions) -> Route | None:
 
 
 def _with_tool_errors(
-    run_options: Mapping[str, Any] | None, tool_errors: str | None
+    run_options: Mapping[str, Any] | None, tool_errors: str | None, spelling: Spelling
 ) -> Mapping[str, Any] | None:
     """`tool_errors=` rides with every run's options (to the Ray runners too)."""
     if tool_errors is None:
         return run_options
     if tool_errors not in ("continue", "fail"):
-        raise ValueError(f'tool_errors must be "continue" or "fail", not {tool_errors!r}')
+        raise ValueError(
+            f'{spelling.option("tool_errors")} must be "continue" or "fail", not {tool_errors!r}'
+        )
     return {**(run_options or {}), "tool_errors": tool_errors}
 
 
@@ -281,16 +317,96 @@ def _with_tier(
     run_options: Mapping[str, Any] | None,
     tier: str | Tier | None,
     provider_batch: ProviderBatch | None,
+    spelling: Spelling,
 ) -> Mapping[str, Any] | None:
     """`service_tier=` rides with every run's model options (to the Ray runners too)."""
     if tier is None:
         return run_options
+    say = spelling.option
     if not isinstance(tier, str | Tier):
-        raise TypeError(f"service_tier= takes a tier's name or raygent.Tier(...), not {tier!r}")
+        raise TypeError(
+            f"{say('service_tier')} takes a tier's name or raygent.Tier(...), not {tier!r}"
+        )
     if provider_batch is not None:
-        raise ValueError("service_tier= and provider_batch= are two prices: choose one")
+        raise ValueError(two_prices(spelling))
     model_options = {**((run_options or {}).get("model_options") or {}), "service_tier": tier}
     return {**(run_options or {}), "model_options": model_options}
+
+
+def two_prices(spelling: Spelling = PYTHON) -> str:
+    """Why a job cannot ask for a service tier and provider batches at once."""
+    tier, batch = spelling.option("service_tier"), spelling.option("provider_batch", True)
+    return f"{tier} and {batch} are two prices: choose one"
+
+
+BATCH_OPTIONS: frozenset[str] = BatchOptions.__optional_keys__ | BatchOptions.__required_keys__
+
+
+def refuse_unknown_options(
+    options: Mapping[str, Any],
+    executable: Any,
+    *,
+    known: frozenset[str] = BATCH_OPTIONS,
+    subject: str = "raygent.batch()",
+    spelling: Spelling = PYTHON,
+) -> None:
+    """`UnknownOptionError`, before anything runs, for an option of a name the job does
+    not take (`known`), naming the closest it takes or where the name belongs (a run
+    option goes in `run_options`, a model option in its `model_options`), and for a run
+    option `executable` does not take (when it names those it takes: an agent does).
+    A plain callable takes no run options."""
+    if not known.issuperset(options):
+        name = next(n for n in options if n not in known)
+        takes = executable.run_option_names if isinstance(executable, TakesRunOptions) else ()
+        raise unknown_option(
+            name,
+            sorted(known),
+            subject=subject,
+            elsewhere=_batch_hints(takes),
+            aliases=_BATCH_ALIASES,
+            spelling=spelling,
+        )
+    run_options = options.get("run_options")
+    if not run_options or executable is None:
+        return
+    inner = f"{subject.removesuffix(')')}run_options=...)" if not spelling.cli else subject
+    if isinstance(executable, TakesRunOptions):
+        check_run_options(
+            run_options, executable.run_option_names, subject=inner, spelling=spelling
+        )
+    elif not callable(getattr(executable, "execute", None)):
+        raise TypeError(
+            f"{spelling.option('run_options')} is for an agent's (or a flow's) runs: a plain"
+            " callable gets each item as it is"
+        )
+    elif isinstance(run_options, Mapping) and run_options.get("model_options"):
+        check_model_options(run_options["model_options"], subject=inner, spelling=spelling)
+
+
+# Names other libraries give a batch option, and the raygent name.
+_BATCH_ALIASES = {
+    "retries": "retry",
+    "max_retries": "retry",
+    "max_concurrency": "concurrency",
+    "workers": "concurrency",
+    "output_path": "sink",
+}
+
+
+def _batch_hints(run_options: Collection[str]) -> dict[str, str]:
+    """Where a run option or a model option given to the batch itself goes."""
+    hints = {
+        name: f"{name} is a model option: pass run_options={{'model_options': {{{name!r}: ...}}}}"
+        for name in sorted(MODEL_OPTIONS)
+    }
+    hints.update(
+        {
+            name: f"{name} is a run option: pass run_options={{{name!r}: ...}}"
+            for name in sorted(run_options)
+            if name not in BATCH_OPTIONS
+        }
+    )
+    return hints
 
 
 def _budget(budget: Budget | None) -> Budget | None:

@@ -6,7 +6,7 @@ import math
 import random
 import statistics
 import time
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,9 +16,29 @@ from ..usage import Usage
 from .provider.options import ProviderBatchSummary
 from .routing.options import RouteSummary
 
-__all__ = ["BatchReport", "Tally", "counts_line", "tool_errors_of", "trips_of"]
+__all__ = ["BatchReport", "Stopped", "Tally", "counts_line", "tool_errors_of", "trips_of"]
 
 _RESERVOIR = 10_000  # latencies kept for the percentiles: exact up to this many items
+
+
+class Stopped(BaseModel):
+    """Why a batch ended before its input did.
+
+    `why`: "configuration" (an item met an error every item would meet: see
+    docs/batch.md), "cancelled" (a signal, Ctrl-C, the task), "sink" (results could no
+    longer be written), "failed" (the batch could not go on: its input, its runners).
+    `message` is what the report and the CLI print; a stop an item caused names it
+    (`index` in the input, `key`) and its `error` (as a dict)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    why: Literal["configuration", "cancelled", "sink", "failed"]
+    message: str
+    index: int | None = None
+    key: str | None = None
+    error: dict[str, Any] | None = None
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class BatchReport(BaseModel):
@@ -29,7 +49,8 @@ class BatchReport(BaseModel):
     continued by a later batch with `approvals=`); `skipped` the
     items a resume found already completed in the sink. `throughput` is ended items per
     second of `duration`; latencies are per item, first attempt to end, in seconds
-    (sampled past 10,000 items). `stopped` says why a batch ended early, if it did.
+    (sampled past 10,000 items). `stopped` says why a batch ended early, if it did
+    (a `Stopped`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -51,7 +72,7 @@ class BatchReport(BaseModel):
     errors: dict[str, int] = Field(default_factory=dict)
     on_item_errors: int = 0
     first_on_item_error: str | None = None
-    stopped: str | None = None
+    stopped: Stopped | None = None
     sink: str | None = None
     # With `provider_batch=`: every provider batch sent, and the cost beside online's.
     provider_batch: ProviderBatchSummary | None = None
@@ -133,7 +154,7 @@ def counts_line(report: BatchReport) -> str:
 
 
 def _report_repr(report: BatchReport) -> str:
-    extra = f", stopped={report.stopped!r}" if report.stopped else ""
+    extra = f", stopped={str(report.stopped)!r}" if report.stopped else ""
     if report.errors:
         extra += f", errors={report.errors}"
     return f"BatchReport({counts_line(report)}, {report.duration:.1f} s{extra})"

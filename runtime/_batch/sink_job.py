@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias, get_args
 
 from ..errors import InvalidOptionsError, SinkExistsError
+from ..models._names import PYTHON, Spelling
 
 __all__ = ["SinkJob", "SinkMode", "job_of_row", "sink_job", "write_job"]
 
@@ -59,18 +60,26 @@ def job_of_row(row: dict[str, Any]) -> str:
     return str(row.get("job") or "")
 
 
-def sink_job(sink: str | os.PathLike[str], resume: bool, mode: SinkMode | None = None) -> SinkJob:
+def sink_job(
+    sink: str | os.PathLike[str],
+    resume: bool,
+    mode: SinkMode | None = None,
+    *,
+    spelling: Spelling = PYTHON,
+) -> SinkJob:
     """Check the sink for this job (a bad path or mode raises ValueError or
     InvalidOptionsError, a sink that holds records and no `resume` / `mode` raises
-    SinkExistsError), and name the job."""
+    SinkExistsError; each names the options as `spelling`'s reader writes them), and
+    name the job."""
     path = Path(sink)
     kind = _kind(path)
+    say = spelling.option
     if mode is not None and mode not in MODES:
-        raise InvalidOptionsError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        raise InvalidOptionsError(f"{say('mode')} must be one of {', '.join(MODES)}, not {mode!r}")
     if resume and mode not in (None, "error"):
         raise InvalidOptionsError(
-            f'resume=True goes on with the job that wrote {path}; mode="{mode}" starts a new '
-            "job: give one or the other"
+            f"{say('resume', True)} goes on with the job that wrote {path}; "
+            f"{say('mode', mode)} starts a new job: give one or the other"
         )
     chosen: SinkMode = mode or "error"
     holds = _holds_records(path, kind)
@@ -82,13 +91,15 @@ def sink_job(sink: str | os.PathLike[str], resume: bool, mode: SinkMode | None =
             return SinkJob(path, kind, True, chosen, "", _path_namespace(path), fresh=False)
     elif holds and chosen == "error":
         raise SinkExistsError(
-            f"{path} holds the results of an earlier job: pass resume=True (CLI --resume) to "
-            'go on with that job, or mode="overwrite" to replace them or mode="append" to add '
-            "this job's after them (CLI --mode overwrite|append)",
+            f"{path} holds the results of an earlier job: pass {say('resume', True)} to go on"
+            f" with that job, or {say('mode', 'overwrite')} to replace them or"
+            f" {say('mode', 'append')} to add this job's after them",
             sink=str(path),
         )
     if kind == "parquet" and chosen == "append" and path.is_file():
-        raise InvalidOptionsError(f"cannot append to {path}: a Parquet sink is a directory")
+        raise InvalidOptionsError(
+            f"cannot {say('mode', 'append')} to {path}: a Parquet sink is a directory"
+        )
     job = uuid.uuid4().hex[:12]
     return SinkJob(path, kind, resume, chosen, job, job, fresh=True)
 

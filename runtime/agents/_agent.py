@@ -7,12 +7,10 @@ options are defined once (`RunOptions`) and shared by `execute`, `execute_sync` 
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
-from pydantic import Field
 from typing_extensions import Unpack
 
 from .._message_input import MessageLike, as_messages, check_answered, run_input
@@ -39,12 +37,21 @@ from ..seams.attempt import attempt_of
 from ..seams.budgeted import held_ledgers
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
-from ..tools import Tool, ToolContext, tool
+from ..tools import Tool
 from ..toolsets import Toolset
+from ._agent_tool import agent_tool
 from ._durable_api import DurableRuns, journal_for
 from ._guard import GuardSetting, guard_buffer
-from ._model_options import run_model_options
-from ._options import RunOptions, ServerCompactionSetting, SystemPrompt, server_compaction_for
+from ._model_options import agent_model_options, run_model_options
+from ._options import (
+    RUN_OPTIONS,
+    RunOptions,
+    ServerCompactionSetting,
+    SystemPrompt,
+    refusal,
+    server_compaction_for,
+)
+from ._plan import RunPlan, first_request, stores_of
 from ._retry_resume import continued_run_id, saver_for
 from ._start import start_run
 from ._state import RunConfig, RunState
@@ -63,6 +70,10 @@ __all__ = ["Agent", "AgentStream", "RunOptions", "SystemPrompt", "agent"]
 
 class Agent(DurableRuns):
     """Build with `raygent.agent(...)`."""
+
+    # What a call takes (`RunOptions`): `raygent.batch` refuses any other run option
+    # before anything runs (`raygent.executable.TakesRunOptions`).
+    run_option_names = RUN_OPTIONS
 
     def __init__(
         self,
@@ -124,7 +135,7 @@ class Agent(DurableRuns):
         self.system_prompt = system_prompt
         self.placeholders = dict(placeholders or {})
         self.max_trips = max_trips
-        self.model_options = dict(model_options or {})
+        self.model_options = agent_model_options(model_options)  # checked now, not per run
         self.output = output
         self.middleware = tuple(middleware)
         self.version = version
@@ -223,6 +234,7 @@ class Agent(DurableRuns):
         streaming: bool,
         sink: Callable[[Event], None] | None,
     ) -> tuple[RunState, list[Message]]:
+        refused = None if RUN_OPTIONS.issuperset(options) else refusal(self.name, options, agent)
         info = self._run_info(options)
         events = Dispatcher(
             [
@@ -242,7 +254,7 @@ class Agent(DurableRuns):
             abort=AbortController(),
             messages=opening.messages,
             # The first thing that went wrong is the run's error.
-            setup_error=opening.error or observers_error or saver_error,
+            setup_error=refused or opening.error or observers_error or saver_error,
             saver=saver,
             observers=observers,
         )
@@ -327,11 +339,18 @@ class Agent(DurableRuns):
             deps=options.get("deps", parent.deps if parent else None),
         )
 
-    def _config(self, options: RunOptions, streaming: bool) -> tuple[RunConfig, str]:
-        output = self._output_spec(options)
-        caps = self.model.capabilities
+    def plan_run(self, run_options: Mapping[str, Any]) -> RunPlan:
+        """A run's first request and its stores, unsent (`raygent.seams.planned`)."""
+        options = cast("RunOptions", run_options)
+        model_options, system = self._asked(options, self._output_spec(options))
+        request = first_request(f"agent {self.name!r}", self.model, model_options, system, options)
+        cache = options.get("cache", self.cache)
+        return RunPlan((request,), stores_of(self.memory, self._durable_for(options), cache))
+
+    def _asked(self, options: RunOptions, output: OutputSpec | None) -> tuple[ModelOptions, str]:
+        """The model options of the run's requests, and its system text."""
         merged = run_model_options(self.name, self.model, self.model_options, options)
-        native = output is not None and caps.structured_output
+        native = output is not None and self.model.capabilities.structured_output
         server = options.get("server_compaction")
         model_options = ModelOptions(
             **merged,
@@ -344,6 +363,11 @@ class Agent(DurableRuns):
         system = self._system_text(options)
         if output is not None and not native:
             system = f"{system}\n\n{output.instruction()}" if system else output.instruction()
+        return model_options, system
+
+    def _config(self, options: RunOptions, streaming: bool) -> tuple[RunConfig, str]:
+        output = self._output_spec(options)
+        model_options, system = self._asked(options, output)
         continuations = options.get("continue_on_output_limit")
         capture = options.get("capture_messages")
         guard = options.get("streaming_tool_guard")
@@ -553,35 +577,3 @@ def _setup_error(exc: Exception) -> RaygentError:
     if isinstance(exc, RaygentError):
         return exc
     return InvalidOptionsError(f"invalid run options: {type(exc).__name__}: {exc}")
-
-
-def agent_tool(agent: Agent, *, name: str | None, description: str | None) -> Tool[..., Any]:
-    """A tool that runs `agent` with the parent's ids, session, deps and abort signal.
-
-    It returns the nested AgentResult; the tool round hangs the nested report under the
-    call, adds its usage to the parent's, and sends the model its data or text.
-    """
-
-    async def run_nested(
-        input: Annotated[str, Field(description="What to ask or tell the agent.")],
-        ctx: ToolContext,
-    ) -> AgentResult:
-        parent = RunInfo(
-            run_id=ctx.run_id,
-            root_run_id=ctx.root_run_id,
-            parent_run_id=None,
-            session_id=ctx.session_id,
-            agent_name="",
-            deps=ctx.deps,
-        )
-        return await agent.execute(input, parent=parent, signal=ctx.signal)
-
-    tool_name = name or re.sub(r"[^a-zA-Z0-9_-]", "_", agent.name)[:64]
-    # Inline: the nested run is itself a loop of awaits (it sends its own tools and model
-    # calls where they belong); as a remote task it would hold a worker and a CPU idle.
-    make = tool(
-        inline=True,
-        name=tool_name,
-        description=description or f"Ask the agent {agent.name!r}; it answers in text.",
-    )
-    return make(run_nested)

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import inspect
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
@@ -14,7 +15,8 @@ from ..attachments import AttachmentLike, AttachmentPolicy
 from ..budgets import Budget
 from ..cache import ResponseCache
 from ..durable.options import ApprovalHandler, Durable
-from ..errors import CapabilityError, PromptError
+from ..errors import CapabilityError, PromptError, RaygentError
+from ..models._names import check_run_options
 from ..models.contract import Model, ServerCompaction
 from ..observers import Observe
 from ..observers.events import Handlers
@@ -22,7 +24,7 @@ from ..run_context import RunInfo
 from ._guard import GuardSetting
 from .output import Repair
 
-__all__ = ["RunOptions", "SystemPrompt", "server_compaction_for"]
+__all__ = ["RUN_OPTIONS", "RunOptions", "SystemPrompt", "refusal", "server_compaction_for"]
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
@@ -88,7 +90,32 @@ class RunOptions(TypedDict, total=False):
     server_compaction: bool | ServerCompaction | None
 
 
+# The names a call takes (the TypedDict's keys, so they cannot drift): any other is
+# refused before anything is sent.
+RUN_OPTIONS: frozenset[str] = RunOptions.__optional_keys__ | RunOptions.__required_keys__
+
 ServerCompactionSetting = bool | ServerCompaction | None
+
+
+def refusal(agent: str, options: Mapping[str, Any], factory: Callable[..., Any]) -> RaygentError:
+    """The error of a call to `agent` given a run option of an unknown name (a misspelt
+    `output=` would run without its output type): the run fails unsent. A setting of
+    the agent's own (a keyword of `factory`, `raygent.agent`) is said to be one."""
+
+    def the_agent_s() -> dict[str, str]:
+        return {
+            name: f"{name} is the agent's: raygent.agent(..., {name}=...)"
+            for name in inspect.signature(factory).parameters
+            if name not in RUN_OPTIONS
+        }
+
+    try:
+        check_run_options(
+            options, RUN_OPTIONS, subject=f"a run of agent {agent!r}", elsewhere=the_agent_s
+        )
+    except RaygentError as exc:
+        return exc
+    raise AssertionError("an unknown run option was not refused")
 
 
 def server_compaction_for(setting: object, model: Model) -> ServerCompaction | None:

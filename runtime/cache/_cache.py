@@ -10,6 +10,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..abort import AbortSignal, abortable
@@ -18,7 +19,7 @@ from ..messages import Message
 from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
 from ..seams.contract import ModelAccess
 from ..seams.link import Link
-from ..seams.local import closing_stream
+from ..seams.local import closing_stream, routed
 from ..stores import CacheStore, InMemoryStore
 from ._entry import Entry, storable, with_fields
 from ._key import request_key
@@ -198,17 +199,18 @@ class ResponseCache:
             del self._flights[key]
 
     async def _entry_for(
-        self, key: str, signal: AbortSignal | None
+        self, key: str, signal: AbortSignal | None, missed: bool = False
     ) -> tuple[Entry | _Unavailable | None, asyncio.Future[Entry | None] | None]:
         """The stored entry for `key`, or the one the request in flight for it brought;
         else None and the flight this caller now leads (it sends the request, `_land`s
         the reply, then `_drop`s the flight), or None and no flight when the request it
         followed brought nothing to share (an error, a refusal, a cut-off reply, it was
         stopped): then each follower sends its own, at once. `UNAVAILABLE`: the store
-        failed (the caller sends the request, leading no flight)."""
+        failed (the caller sends the request, leading no flight). `missed`: the store
+        was just read for `key` and had nothing (it is not read again)."""
         flight = self._flight(key)
         if flight is None:
-            entry = await self._lookup(key)
+            entry = None if missed else await self._lookup(key)
             if entry is UNAVAILABLE:
                 return entry, None
             if entry is not None:
@@ -247,14 +249,89 @@ def _check_where(where: str) -> None:
 class CachedAccess(Link):
     """The cache link of a run's request path (`raygent.seams.request_path`): answers
     from a `ResponseCache` when it can, else sends through the access it wraps and keeps
-    what came back. A fallback's models are cached each under its own key (the link
-    sees them one at a time)."""
+    what came back. A fallback's models are cached each under its own key, and looked
+    up all at once before any of them is sent: a reply kept for any of them answers,
+    and nothing goes to a model before it (one that is down costs nothing on a warm
+    cache); on a miss the fallback goes on as usual, each model's attempt through this
+    link (its key not read twice)."""
 
-    __slots__ = ("cache",)
+    __slots__ = ("cache", "known")
 
-    def __init__(self, inner: ModelAccess, cache: ResponseCache) -> None:
+    def __init__(
+        self, inner: ModelAccess, cache: ResponseCache, known: _Looked | None = None
+    ) -> None:
         super().__init__(inner)
         self.cache = cache
+        self.known = known
+
+    async def complete(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> ModelResponse:
+        models = _models_of(model)
+        if models is None:
+            return await super().complete(model, messages, options, signal)
+        looked = await self._look_up(models, messages, options)
+        if isinstance(looked, Entry):
+            return looked.hit()
+        knowing = CachedAccess(self.inner, self.cache, looked)
+        return await routed(model, knowing).complete(messages, options, signal=signal)
+
+    def stream(
+        self,
+        model: Model,
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> AsyncIterator[StreamChunk]:
+        models = _models_of(model)
+        if models is None:
+            return super().stream(model, messages, options, signal)
+        return self._stream_fallback(model, models, messages, options, signal)
+
+    async def _stream_fallback(
+        self,
+        model: Model,
+        models: Sequence[Model],
+        messages: Sequence[Message],
+        options: ModelOptions,
+        signal: AbortSignal | None,
+    ) -> AsyncIterator[StreamChunk]:
+        looked = await self._look_up(models, messages, options)
+        if isinstance(looked, Entry):
+            for chunk in looked.replay():
+                yield chunk
+            return
+        knowing = CachedAccess(self.inner, self.cache, looked)
+        chunks = routed(model, knowing).stream(messages, options, signal=signal)
+        async with closing_stream(chunks):
+            async for chunk in chunks:
+                yield chunk
+
+    async def _look_up(
+        self, models: Sequence[Model], messages: Sequence[Message], options: ModelOptions
+    ) -> Entry | _Looked:
+        """A fallback's models' entries, read at once: the first model's (in order) that
+        has one, else what was learnt (each model's key; the keys the store lacks)."""
+        keys = {id(m): request_key(m, messages, options) for m in models}
+        asked = [key for key in dict.fromkeys(keys.values()) if key is not None]
+        found = await asyncio.gather(*(self.cache._lookup(key) for key in asked))
+        by_key = dict(zip(asked, found, strict=True))
+        for each in models:
+            entry = by_key.get(keys[id(each)] or "")
+            if isinstance(entry, Entry):
+                return entry
+        missed = frozenset(key for key, entry in by_key.items() if entry is None)
+        return _Looked(keys, missed)
+
+    def _key(self, model: Model, messages: Sequence[Message], options: ModelOptions) -> str | None:
+        known = self.known
+        if known is not None and id(model) in known.keys:
+            return known.keys[id(model)]
+        return request_key(model, messages, options)
 
     async def send(
         self,
@@ -263,11 +340,11 @@ class CachedAccess(Link):
         options: ModelOptions,
         signal: AbortSignal | None,
     ) -> ModelResponse:
-        key = request_key(model, messages, options)
+        key = self._key(model, messages, options)
         if key is None:
             return await self.inner.complete(model, messages, options, signal)
         cache = self.cache
-        entry, flight = await cache._entry_for(key, signal)
+        entry, flight = await cache._entry_for(key, signal, self._missed(key))
         if isinstance(entry, Entry):
             return entry.hit()
         kept: Entry | None = None  # (no flight: it followed one that brought nothing)
@@ -285,6 +362,9 @@ class CachedAccess(Link):
             cache._drop(key, flight)
         return with_fields(response, cache="miss" if reached else "unavailable")
 
+    def _missed(self, key: str) -> bool:
+        return self.known is not None and key in self.known.missed
+
     async def send_stream(
         self,
         model: Model,
@@ -292,7 +372,7 @@ class CachedAccess(Link):
         options: ModelOptions,
         signal: AbortSignal | None,
     ) -> AsyncIterator[StreamChunk]:
-        key = request_key(model, messages, options)
+        key = self._key(model, messages, options)
         if key is None:
             chunks = self.inner.stream(model, messages, options, signal)
             async with closing_stream(chunks):
@@ -300,7 +380,7 @@ class CachedAccess(Link):
                     yield chunk
             return
         cache = self.cache
-        entry, flight = await cache._entry_for(key, signal)
+        entry, flight = await cache._entry_for(key, signal, self._missed(key))
         if isinstance(entry, Entry):
             for chunk in entry.replay():
                 yield chunk
@@ -327,3 +407,21 @@ class CachedAccess(Link):
                     yield chunk
         finally:
             cache._drop(key, flight)
+
+
+@dataclass(frozen=True)
+class _Looked:
+    """What looking a fallback's models up learnt for its request: each model's key (by
+    the model's identity: the same objects are routed next) and the keys the store
+    lacked (their attempts do not read it again)."""
+
+    keys: dict[int, str | None]
+    missed: frozenset[str]
+
+
+def _models_of(model: Model) -> Sequence[Model] | None:
+    """A fallback's models (a model the request path splits: see `seams.link`)."""
+    if getattr(model, "through", None) is None:
+        return None
+    models = getattr(model, "models", None)
+    return models if isinstance(models, list | tuple) and models else None

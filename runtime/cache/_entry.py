@@ -56,7 +56,11 @@ class Entry(BaseModel):
         """The entry of a paid reply, kept as a hit gives it (so a hit decodes it and is
         done): the tokens it cost, no request and no cost, and what it cost then as
         `saved`; not the attempts of the trip that paid."""
-        usage = with_fields(response.usage, requests=0, cost=Cost())
+        paid = response.usage
+        others = paid.other_models
+        if others is not None:  # an advisor's tokens: free on a hit too
+            others = {name: with_fields(u, cost=Cost()) for name, u in others.items()}
+        usage = with_fields(paid, requests=0, cost=Cost(), other_models=others)
         hit = with_fields(
             response, usage=usage, attempts=[], via=None, cache="hit", saved=response.usage.cost
         )

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._batch.plan import refuse_unknown_options
 from ..seams import backend_plugin, current_backend
 from ..seams.retry import Retry
 
@@ -64,6 +65,8 @@ def map(
     Model calls go through the executable's backend (else the current one): on Ray, its
     gateways, so provider bounds hold across the actors.
     """
+    # A run option the executable does not take is refused here, before any actor.
+    refuse_unknown_options({"run_options": run_options}, executable, subject="raygent.data.map()")
     backend = getattr(executable, "backend", None) or current_backend()
     try:
         return backend_plugin("ray").map_dataset(

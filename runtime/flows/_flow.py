@@ -27,6 +27,7 @@ from ..durable.journal import load
 from ..durable.options import Durable
 from ..durable.scope import run_scope
 from ..errors import AbortedError, InvalidOptionsError, RaygentError, StepFailedError
+from ..models._names import check_run_options
 from ..observers import Observe
 from ..observers.events import Event, EventHandler, Handlers, handler_list
 from ..observers.report import FlowReport, FlowResult, FlowResume
@@ -53,6 +54,11 @@ class Flow(ABC):
     """Base of `Workflow` and `Supervisor`. A subclass gives `kind` and `_body`."""
 
     kind: ClassVar[Literal["workflow", "supervisor"]]
+    # What `execute` takes (see its docstring): `raygent.batch` refuses any other run
+    # option before anything runs (`raygent.executable.TakesRunOptions`).
+    run_option_names: frozenset[str] = frozenset(
+        {"context", "deps", "signal", "on", "observe", "run_id", "parent", "durable"}
+    )
 
     def __init__(
         self,
@@ -201,6 +207,9 @@ class Flow(ABC):
         held = held_ledgers.set((*held_ledgers.get(), job)) if job is not None else None
         await run.start()
         try:
+            # A misspelt option would be ignored: the run fails before any step.
+            subject = f"a run of {self.kind} {self.name!r}"
+            check_run_options(run.options, self.run_option_names, subject=subject)
             if body is not None:
                 return await body(run)
             value = self._validated_input(input)

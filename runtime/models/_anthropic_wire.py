@@ -297,30 +297,41 @@ def _last_cacheable(content: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def usage_from(raw: Any, previous: Usage | None = None) -> Usage:
-    """Anthropic usage: `input_tokens` excludes cache reads and writes."""
+    """Anthropic usage: `input_tokens` excludes cache reads and writes. The top-level
+    fields are the request's own model's; `usage.iterations` adds what they leave out:
+    a server-side compaction's own iteration (the same model: added to each field this
+    usage object sets) and each advisor sub-inference (`advisor_message`: another
+    model, counted in every field and kept by model in `other_models`, to be priced at
+    that model's rates). A stream's later usage (`previous` then `raw`) is cumulative."""
     if not isinstance(raw, dict):
         return previous or Usage(requests=1)
     base = previous or Usage(requests=1, input_includes_cache=False)
     creation = raw.get("cache_creation") or {}
+    iterations = raw.get("iterations")
+    extra = _compaction_usage(iterations)
+    others = _advisor_usage(iterations) or base.other_models
+    before, now = _summed(base.other_models), _summed(others)
 
-    # A server-side compaction's own iteration is billed but not in the top-level
-    # fields: it is added to each field this usage object sets.
-    extra = _compaction_usage(raw.get("iterations"))
-
-    def add(key: str, current: int) -> int:
+    def add(key: str, field: str) -> int:
         value = raw.get(key)
-        return current if value is None else int(value) + extra.get(key, 0)
+        own: int = getattr(base, field) - getattr(before, field)  # unsaid: as it was
+        if value is not None:
+            own = int(value) + extra.get(key, 0)
+        total: int = own + getattr(now, field)
+        return total
 
+    own_1h = creation.get("ephemeral_1h_input_tokens")
+    if own_1h is None:
+        own_1h = base.cache_write_1h_tokens - before.cache_write_1h_tokens
     return base.model_copy(
         update={
-            "input_tokens": add("input_tokens", base.input_tokens),
-            "output_tokens": add("output_tokens", base.output_tokens),
-            "cached_tokens": add("cache_read_input_tokens", base.cached_tokens),
-            "cache_write_tokens": add("cache_creation_input_tokens", base.cache_write_tokens),
-            "cache_write_1h_tokens": int(
-                creation.get("ephemeral_1h_input_tokens") or base.cache_write_1h_tokens
-            ),
+            "input_tokens": add("input_tokens", "input_tokens"),
+            "output_tokens": add("output_tokens", "output_tokens"),
+            "cached_tokens": add("cache_read_input_tokens", "cached_tokens"),
+            "cache_write_tokens": add("cache_creation_input_tokens", "cache_write_tokens"),
+            "cache_write_1h_tokens": int(own_1h) + now.cache_write_1h_tokens,
             "input_includes_cache": False,
+            "other_models": others,
         }
     )
 
@@ -333,6 +344,38 @@ def _compaction_usage(iterations: Any) -> dict[str, int]:
                 if isinstance(value, int) and not isinstance(value, bool):
                     totals[key] = totals.get(key, 0) + value
     return totals
+
+
+ADVISOR = "advisor_message"  # an advisor sub-inference's entry in `usage.iterations`
+
+
+def _advisor_usage(iterations: Any) -> dict[str, Usage] | None:
+    """The advisor sub-inferences' tokens, by the model that ran them (None: none)."""
+    found: dict[str, Usage] = {}
+    for entry in iterations if isinstance(iterations, list) else ():
+        if not isinstance(entry, dict) or entry.get("type") != ADVISOR:
+            continue
+        model = entry.get("model")
+        if not isinstance(model, str) or not model:
+            raise TypeError("an advisor iteration without its model")
+        creation = entry.get("cache_creation") or {}
+        usage = Usage(
+            input_tokens=int(entry.get("input_tokens") or 0),
+            output_tokens=int(entry.get("output_tokens") or 0),
+            cached_tokens=int(entry.get("cache_read_input_tokens") or 0),
+            cache_write_tokens=int(entry.get("cache_creation_input_tokens") or 0),
+            cache_write_1h_tokens=int(creation.get("ephemeral_1h_input_tokens") or 0),
+            input_includes_cache=False,
+        )
+        found[model] = found[model] + usage if model in found else usage
+    return found or None
+
+
+_NONE = Usage(input_includes_cache=False)
+
+
+def _summed(others: dict[str, Usage] | None) -> Usage:
+    return sum(others.values(), _NONE) if others else _NONE
 
 
 def iterations_of(raw: Any) -> list[dict[str, Any]] | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import hashlib
 import inspect
@@ -31,6 +30,7 @@ from ..rates.limits import RateLimit, RateReading, rate_headers, read_rate_heade
 from ..redaction import register_secret
 from ..usage import Usage
 from ._errors import error_from_response, error_from_stream_event
+from ._names import model_option_hints, unknown_option
 from ._pool import shared_transport
 from ._sse import SSE, iter_sse
 from .contract import Capabilities, ModelResponse
@@ -197,23 +197,27 @@ class HTTPModel:
         return Capabilities()
 
     def _refuse_unknown(self, settings: Mapping[str, Any]) -> None:
-        """TypeError for a setting this adapter does not know (a misspelt one would be
-        silently ignored), naming the closest it knows. The known names come from the
-        settings TypedDict and the adapter's own keywords, so they cannot drift."""
+        """`UnknownOptionError` (a TypeError) for a setting this adapter does not know (a
+        misspelt one would be silently ignored), naming the closest it knows, or saying
+        where a model option given here belongs (`max_tokens` is sent per request). The
+        known names come from the settings TypedDict and the adapter's own keywords, so
+        they cannot drift."""
         cls = type(self)
         typed = self.settings_type
         known = set(typed.__required_keys__) | set(typed.__optional_keys__)  # type: ignore[attr-defined]
-        unknown = sorted(set(settings) - known)
+        unknown = [name for name in settings if name not in known]
         if not unknown:
             return
         own = inspect.signature(cls.__init__).parameters
         keywords = [n for n, p in own.items() if p.kind is p.KEYWORD_ONLY]
-        choices = sorted(known | set(keywords))
-        close = difflib.get_close_matches(unknown[0], choices, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise TypeError(
-            f"{cls.__name__}() got an unknown setting {unknown[0]!r}{hint}; it takes "
-            + ", ".join(choices)
+        hints = model_option_hints(to=" to raygent.agent(...) or to a call (sent per request)")
+        elsewhere = {n: hint for n, hint in hints.items() if n not in known and n not in keywords}
+        raise unknown_option(
+            unknown[0],
+            sorted(known | set(keywords)),
+            subject=f"{cls.__name__}()",
+            what="setting",
+            elsewhere=elsewhere,
         )
 
     # -- identity -------------------------------------------------------------------

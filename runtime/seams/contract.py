@@ -153,6 +153,9 @@ class PoolPlan:
     # provider_batch=: `concurrency` is then the items held (running or waiting for
     # their lines), and `active` the attempts working at once (see `_batch.active`).
     active: int | None = None
+    # An item failed on an error every item would meet (an authentication error, a
+    # missing model) stops the pool at once (`_batch.stops`); `check=False` says not.
+    stop_on_config: bool = True
 
 
 class Budgets(Protocol):

@@ -31,8 +31,10 @@ class Retry:
     Which errors are retried: by default those whose `retryable` is true (rate limits,
     timeouts, 5xx; not authentication or invalid requests; other exceptions are not).
     `retry_on` replaces that rule: exception types, or a predicate
-    (`lambda e: getattr(e, "retryable", False) or isinstance(e, AuthenticationError)`
-    to extend it).
+    (`lambda e: getattr(e, "retryable", False) or isinstance(e, ContentFilterError)`
+    to extend it). An error of the job's configuration is never retried, whatever the
+    rule says (an authentication error, a missing model, a request the provider refuses
+    as invalid: the same request would meet it again; see docs/batch.md).
 
     `sleep` is what waits; tests pass a recorder so that nothing really sleeps.
     """

@@ -82,6 +82,7 @@ class AnthropicWire:
             prior_tool_calls=walk.tool_uses,
             service_tier=requested_tier(body, anthropic=True),
             compacted=done,
+            advisor_model=_advisor_model(body.get("tools")),
         )
         if done is None and (walk.breakpoints or body.get("cache_control")):
             _cache_prefixes(req, walk, top_level=bool(body.get("cache_control")))
@@ -130,6 +131,7 @@ class AnthropicWire:
         message["usage"] = {**_usage(plan, req), "output_tokens": plan.output_tokens}
         if done is not None:
             message["usage"].update(_compaction_usage(done, plan))
+        _add_advisors(message["usage"], plan, req)
         if plan.finish in ("refusal", "content_filter") and not (done and done.pause):
             message["stop_details"] = _REFUSAL_DETAILS
         return to_json(message)
@@ -157,6 +159,7 @@ class AnthropicWire:
         usage["output_tokens"] = plan.output_tokens
         if done is not None:
             usage.update(_compaction_usage(done, plan))
+        _add_advisors(usage, plan, req)
         out.add("message_delta", {"type": "message_delta", "delta": delta, "usage": usage})
         out.add("message_stop", {"type": "message_stop"})
         return SSEStream(out.events, out.tokens, body_end)
@@ -176,6 +179,52 @@ def _compaction_usage(done: Compacted, plan: Plan) -> dict[str, Any]:
     if done.pause:
         usage.update(input_tokens=0, output_tokens=0)
     return usage
+
+
+def _advisor_model(tools: object) -> str | None:
+    """The model the request's advisor tool (`advisor_20260301`) names, if it has one."""
+    for tool in tools if isinstance(tools, list) else ():
+        if isinstance(tool, dict) and str(tool.get("type", "")).startswith("advisor_"):
+            model = tool.get("model")
+            if not isinstance(model, str) or not model:
+                raise WireError("tools: the advisor tool needs a model", param="tools")
+            return model
+    return None
+
+
+def _add_advisors(usage: dict[str, Any], plan: Plan, req: ParsedRequest) -> None:
+    """A reply that consulted the advisor: one `advisor_message` entry per call in
+    `usage.iterations` (after the executor's `message` entry, made here when no
+    compaction made the list), each the advisor model reading the request's input and
+    writing its advice. The top-level fields stay the executor's alone."""
+    advice = [result for use, result in plan.server_tools if use["name"] == "advisor"]
+    if not advice or plan.empty:
+        return
+    entries = usage.get("iterations")
+    if entries is None:
+        entries = usage["iterations"] = [
+            {
+                "type": "message",
+                "input_tokens": usage.get("input_tokens", 0),
+                "output_tokens": usage["output_tokens"],
+                "cache_read_input_tokens": usage.get("cache_read_input_tokens", 0),
+                "cache_creation_input_tokens": usage.get("cache_creation_input_tokens", 0),
+            }
+        ]
+    for result in advice:
+        content = result.get("content")
+        said = content.get("text") if isinstance(content, dict) else None
+        written = count_tokens(said if isinstance(said, str) else to_json(content).decode())
+        entries.append(
+            {
+                "type": "advisor_message",
+                "model": req.advisor_model or req.model,
+                "input_tokens": req.input_tokens,
+                "output_tokens": written,
+                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": 0,
+            }
+        )
 
 
 def _stream_compaction(out: _Events, block: dict[str, Any]) -> None:

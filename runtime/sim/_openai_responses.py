@@ -171,7 +171,8 @@ def output_items(plan: Plan, req: ParsedRequest, response_id: str) -> list[dict[
             }
         )
     for n, (use, result) in enumerate(plan.server_tools, 1):
-        items.append(server_tool_item(use, result, f"{suffix}_{n}"))
+        if use["name"] != "advisor":  # Anthropic's alone: no Responses item is one
+            items.append(server_tool_item(use, result, f"{suffix}_{n}"))
     part: dict[str, Any] | None = None
     if plan.refusal is not None:
         part = {"type": "refusal", "refusal": plan.refusal}

@@ -111,6 +111,11 @@ _DEFAULT_RESULTS: dict[str, Any] = {
         "content": [],
     },
     "mcp_tool_result": [{"type": "text", "text": "done"}],
+    "advisor_tool_result": {
+        "type": "advisor_result",
+        "text": "Simulated advice: check the inputs first, then answer briefly.",
+        "stop_reason": "end_turn",
+    },
 }
 
 

@@ -97,6 +97,8 @@ class ToolCallReply(_Model):
 
 
 _SERVER_RESULTS = {
+    # Anthropic's advisor tool: a second model's advice (see ServerToolReply).
+    "advisor": "advisor_tool_result",
     "web_search": "web_search_tool_result",
     "web_fetch": "web_fetch_tool_result",
     "code_execution": "code_execution_tool_result",
@@ -115,6 +117,14 @@ class ServerToolReply(_Model):
     search gets one result, an MCP tool a text, a code execution an empty run. An absent
     ``id`` becomes ``srvtoolu_<n>`` (``mcptoolu_`` for MCP), ``n`` counting the server
     tools of this reply from 1.
+
+    ``advisor`` is Anthropic's advisor tool (``advisor_20260301``): its use has an empty
+    input, its result an ``advisor_result`` (``result`` replaces it: an
+    ``advisor_redacted_result``, an error), and the reply's ``usage.iterations`` gain an
+    ``advisor_message`` entry: the model the request's advisor tool names (else the
+    request's own), reading the request's input and writing the advice. Its tokens are
+    not in the top-level usage, which stays the executor's. The OpenAI wires have no
+    such tool: left out there.
 
     Responses: the matching built-in tool call item before the message, streamed with
     its own events: ``mcp_call`` (``server_label`` the server name, ``arguments`` the

@@ -69,6 +69,8 @@ class ParsedRequest:
     served_tier: str | None = None
     # Anthropic server-side compaction this request triggered (``_compaction``).
     compacted: Compacted | None = None
+    # Anthropic: the model the request's advisor tool names (``advisor_20260301``).
+    advisor_model: str | None = None
 
 
 @dataclass(slots=True)

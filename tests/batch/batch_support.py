@@ -155,3 +155,34 @@ async def as_attempt(run: Awaitable[T], **state: Any) -> T:
         return await run
     finally:
         current_attempt.reset(token)
+
+
+def sim_agent_module(folder: Path, name: str, key: str = "sk-test", **agent: str) -> str:
+    """A module in `folder` whose `agent` asks an OpenAI model at $SIM_URL with `key`
+    (`agent`: keywords of `raygent.agent`, as source): for the CLI, run from `folder`.
+    Returns its target, `name:agent`."""
+    keywords = "".join(f", {k}={v}" for k, v in agent.items())
+    (folder / f"{name}.py").write_text(
+        "import os\n"
+        "import raygent\n"
+        "from raygent.models import OpenAIModel\n"
+        f"model = OpenAIModel('gpt-4o', base_url=os.environ['SIM_URL'], api_key={key!r})\n"
+        f"agent = raygent.agent(model=model{keywords})\n"
+    )
+    return f"{name}:agent"
+
+
+def cli_on_sim(
+    sim_url: str, folder: Path, target: str, items: int, *args: str
+) -> tuple[int, str, Path]:
+    """`raygent batch TARGET` over `items` inputs into `folder/out.jsonl`, locally, run from
+    `folder` with $SIM_URL set: (its exit status, its stderr, the sink)."""
+    source = write_jsonl(folder / "in.jsonl", [{"input": f"q{n}"} for n in range(items)])
+    sink = folder / "out.jsonl"
+    proc = raygent_cli(
+        *("batch", target, str(source), "-o", str(sink), "--backend", "local", *args),
+        cwd=folder,
+        env={**os.environ, "SIM_URL": sim_url},
+    )
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err, sink

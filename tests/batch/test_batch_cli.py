@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -18,6 +19,7 @@ from batch_support import (
 )
 
 from raygent.cli import main
+from raygent.sim import serve
 
 
 def test_the_cli_runs_an_agent_over_a_file(tmp_path: Path) -> None:
@@ -192,3 +194,125 @@ def test_the_cli_shows_tool_errors_and_fails_on_them_when_asked(tmp_path: Path, 
         assert proc.returncode == 0, err
         assert "3 items: 3 completed, 0 failed" in err
         assert "--fail-on-tool-error fails such items" in err
+
+
+# -- the CLI speaks CLI (issue #44, points 1 and 7) ---------------------------------------
+
+OPTIONS_TARGET = "tests.batch.options_target"
+
+
+def _cli(*args: str, sim: str | None = None) -> tuple[int, str]:
+    env = {**os.environ, "RAYGENT_OPTIONS_TEST_SIM": sim or "http://127.0.0.1:9/v1"}
+    proc = raygent_cli("batch", *args, "--backend", "local", "--no-progress", env=env)
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err
+
+
+def test_a_misspelt_flag_is_refused_naming_the_closest(tmp_path: Path) -> None:
+    source = write_jsonl(tmp_path / "in.jsonl", ["a"])
+    sink = tmp_path / "out.jsonl"
+    code, err = _cli(f"{OPTIONS_TARGET}:bot", str(source), "-o", str(sink), "--concurency", "4")
+    assert code == 2, err
+    assert err == "raygent batch: unknown option --concurency (did you mean --concurrency?)\n"
+    assert not sink.exists()
+    code, err = _cli(f"{OPTIONS_TARGET}:bot", str(source), "-o", str(sink), "--zzz")
+    assert (code, err) == (2, "raygent batch: unknown option --zzz; see --help\n")
+
+
+async def test_service_tier_and_model_options_reach_every_request(tmp_path: Path) -> None:
+    source = write_jsonl(tmp_path / "in.jsonl", [f"q{n}" for n in range(3)])
+    sink = tmp_path / "out.jsonl"
+    async with serve() as sim:
+        code, err = await asyncio.to_thread(
+            _cli,
+            f"{OPTIONS_TARGET}:bot",
+            str(source),
+            "-o",
+            str(sink),
+            "--service-tier",
+            "flex",
+            "--model-option",
+            "max_tokens=77",
+            "--model-option",
+            "temperature=0.25",
+            "--model-option",
+            'provider_options={"openai": {"seed": 7}}',
+            "--model-option",
+            "prompt_cache_key=job-42",
+            sim=sim.openai_base_url,
+        )
+        bodies = [r.body for r in sim.requests]
+    assert code == 0, err
+    assert len(bodies) == 3 and line_count(sink) == 3
+    for body in bodies:
+        assert body["service_tier"] == "flex"  # a string stays a string
+        assert (body["max_tokens"], body["temperature"]) == (77, 0.25)  # JSON values
+        assert body["seed"] == 7 and body["prompt_cache_key"] == "job-42"
+
+
+async def test_a_bad_model_option_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    source = write_jsonl(tmp_path / "in.jsonl", ["a"])
+    sink = tmp_path / "out.jsonl"
+    target = f"{OPTIONS_TARGET}:bot"
+    async with serve() as sim:
+        said = []
+        for option in ("max_tokenz=5", "top_p=0.9", "temperature=hot", "max_tokens"):
+            code, err = await asyncio.to_thread(
+                _cli,
+                target,
+                str(source),
+                "-o",
+                str(sink),
+                "--model-option",
+                option,
+                sim=sim.openai_base_url,
+            )
+            assert code == 2, err
+            said.append(err.strip())
+        requests = sim.stats().requests
+    assert requests == 0 and not sink.exists()
+    assert said[0] == (
+        "raygent batch: --model-option: unknown model option max_tokenz (did you mean max_tokens?)"
+    )
+    tail = """goes in provider_options, by adapter: --model-option provider_options="""
+    assert said[1].endswith(tail + """'{"openai": {"top_p": ...}}'""")
+    assert said[2].startswith(
+        'raygent batch: --model-option temperature="hot": Input should be a valid number'
+    )
+    assert (
+        said[3]
+        == "raygent batch: --model-option takes KEY=VALUE (e.g. max_tokens=512), not 'max_tokens'"
+    )
+
+
+def test_the_cli_names_its_flags_not_python_keywords(tmp_path: Path) -> None:
+    source = write_jsonl(tmp_path / "in.jsonl", ["a", "b"])
+    sink = tmp_path / "out.jsonl"
+    target = f"{OPTIONS_TARGET}:plain"
+    assert _cli(target, str(source), "-o", str(sink))[0] == 0
+    runs = [
+        ("-o", str(sink)),
+        ("-o", str(sink), "--resume", "--mode", "append"),
+        ("-o", str(tmp_path / "b.jsonl"), "--service-tier", "flex", "--provider-batch"),
+        ("-o", str(tmp_path / "c.jsonl"), "--fail-on-tool-error"),
+        ("-o", str(tmp_path / "d.jsonl"), "--model-option", "max_tokens=5"),
+        ("-o", str(tmp_path / "e.jsonl"), "--concurrency", "0"),
+    ]
+    said = []
+    for args in runs:
+        code, err = _cli(target, str(source), *args)
+        assert code == 2, err
+        said.append(err.strip().removeprefix("raygent batch: "))
+    assert said == [
+        f"{sink} holds the results of an earlier job: pass --resume to go on with that job,"
+        " or --mode overwrite to replace them or --mode append to add this job's after them",
+        f"--resume goes on with the job that wrote {sink}; --mode append starts a new job:"
+        " give one or the other",
+        "--service-tier and --provider-batch are two prices: choose one",
+        "--fail-on-tool-error needs an agent (flows and plain callables run no tools)",
+        "--model-option is for an agent's (or a flow's) runs: a plain callable gets each item"
+        " as it is",
+        "--concurrency must be a positive int, not 0",
+    ]
+    assert not any("=" in line.split(":")[0] for line in said[1:])  # no `resume=True`
+    assert line_count(sink) == 2  # nothing refused touched the sink

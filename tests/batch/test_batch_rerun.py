@@ -124,7 +124,7 @@ async def test_resume_and_a_new_jobs_mode_do_not_go_together(tmp_path: Path) -> 
     for mode in ("overwrite", "append"):
         with pytest.raises(InvalidOptionsError, match="resume=True"):
             await batch(Counted(), [{"n": 1}], sink=sink, resume=True, mode=mode)  # type: ignore[arg-type]
-    with pytest.raises(InvalidOptionsError, match="mode must be one of"):
+    with pytest.raises(InvalidOptionsError, match="mode= must be one of"):
         await batch(Counted(), [{"n": 1}], sink=sink, mode="replace")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="needs sink="):
         await batch(Counted(), [{"n": 1}], mode="append")
@@ -206,7 +206,8 @@ def test_the_cli_refuses_a_sink_that_holds_records_unless_told_how(
     # A user's second run, as a process of its own: refused, the sink as it was.
     proc = raygent_cli(*args[:1], "tests.batch.batch_support:echo_agent", *args[2:])
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 2 and "--resume" in err and "--mode overwrite|append" in err, err
+    assert proc.returncode == 2 and "--resume" in err and "--mode overwrite" in err, err
+    assert "--mode append" in err and "resume=True" not in err and "mode=" not in err
     assert sink.read_bytes() == before
     assert main([*args, "--mode", "append"]) == 0
     assert [r["key"] for r in read_jsonl(sink)].count(0) == 2 and len(read_jsonl(sink)) == 6
@@ -251,10 +252,11 @@ async def test_a_cancelled_job_on_a_sink_says_how_to_go_on(tmp_path: Path) -> No
         first_stops_the_job, [{"n": 1}], sink=sink, signal=controller.signal, progress=False
     )
     assert result.report.stopped is not None
-    assert result.report.stopped.startswith("cancelled: enough")
-    assert "resume=True" in result.report.stopped
+    assert result.report.stopped.why == "cancelled"
+    assert result.report.stopped.message.startswith("cancelled: enough")
+    assert "resume=True" in result.report.stopped.message
     without = await batch(Counted(), [{"n": 1}], signal=controller.signal, progress=False)
-    assert without.report.stopped == "cancelled: enough"  # no sink: nothing to go on with
+    assert str(without.report.stopped) == "cancelled: enough"  # no sink: nothing to go on with
 
 
 @pytest.mark.parametrize("name", SINKS)

@@ -13,6 +13,7 @@ from raygent._batch import Retry, batch
 from raygent.errors import (
     AgentIncompleteError,
     AuthenticationError,
+    ContentFilterError,
     InvalidRequestError,
     RateLimitError,
     ServerError,
@@ -72,17 +73,22 @@ async def test_an_incomplete_run_is_a_failed_item_counted_by_code_and_not_retrie
 
 
 async def test_retry_on_decides_which_errors_are_retried() -> None:
-    agent = raygent.agent(model=failing_first(1, AuthenticationError("rotating key")))
-    by_type = await batch(agent, ["a"], retry=fast_retry(retry_on=AuthenticationError))
+    agent = raygent.agent(model=failing_first(1, ContentFilterError("flagged once")))
+    by_type = await batch(agent, ["a"], retry=fast_retry(retry_on=ContentFilterError))
     assert by_type.ok and by_type.items[0].attempts == 2
 
-    agent = raygent.agent(model=failing_first(1, AuthenticationError("rotating key")))
+    agent = raygent.agent(model=failing_first(1, ContentFilterError("flagged once")))
     by_rule = await batch(
         agent,
         ["a"],
-        retry=fast_retry(retry_on=lambda e: getattr(e, "retryable", False) or "key" in str(e)),
+        retry=fast_retry(retry_on=lambda e: getattr(e, "retryable", False) or "once" in str(e)),
     )
     assert by_rule.ok
+
+    # An error of the job's configuration is never retried, whatever the rule says.
+    agent = raygent.agent(model=failing_first(1, AuthenticationError("rotating key")))
+    refused = await batch(agent, ["a"], retry=fast_retry(retry_on=AuthenticationError))
+    assert refused.items[0].status == "failed" and refused.items[0].attempts == 1
 
     # retry_on replaces the default rule: a rate limit is not in this list.
     agent = raygent.agent(model=failing_first(1, RateLimitError("busy")))

@@ -177,7 +177,8 @@ async def test_a_sink_that_fails_stops_the_batch_without_raising(tmp_path: Path)
         return Unserialisable()
 
     result = await batch(bad, range(30), sink=tmp_path / "out.jsonl", concurrency=2)
-    assert result.report.stopped is not None and "sink failed" in result.report.stopped
+    assert result.report.stopped is not None and result.report.stopped.why == "sink"
+    assert "sink failed" in result.report.stopped.message
     assert result.report.total < 30
 
 

@@ -245,7 +245,7 @@ async def test_ctrl_c_during_batch_sync_in_a_running_loop_cancels_the_batch(
         result = raygent.batch_sync(bot, ["stall", "stall"], concurrency=1, progress=False)
     assert stall.cancelled.is_set()
     assert [item.status for item in result.items] == ["cancelled", "cancelled"]
-    assert result.report.stopped is not None and "Ctrl-C" in result.report.stopped
+    assert result.report.stopped is not None and "Ctrl-C" in result.report.stopped.message
 
 
 def interrupt_when_in_flight(sim: Simulator) -> threading.Thread:

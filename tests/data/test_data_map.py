@@ -178,3 +178,11 @@ async def test_a_slow_row_leaves_the_other_places_of_its_actor_busy(tmp_path: Pa
     # While row 0's batch could not end, the rows of the other batches kept every
     # other place taken (a batch's finished rows do not hold theirs until it ends).
     assert peak_stalled == concurrency
+
+
+def test_a_misspelt_run_option_is_refused_before_any_actor() -> None:
+    # Issue #44, point 1: nothing is built, nothing runs, the closest name is said.
+    bot = raygent.agent(model=OpenAIModel("sim-gpt", base_url="http://127.0.0.1:9/v1", api_key="k"))
+    dataset = ray.data.from_items([{"input": "q"}])
+    with pytest.raises(raygent.errors.UnknownOptionError, match="did you mean 'output'"):
+        raygent.data.map(dataset, bot, run_options={"outptu": dict})

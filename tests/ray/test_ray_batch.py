@@ -180,7 +180,7 @@ async def test_a_signal_cancels_the_runners_work_and_the_sink_stays_consistent(
     assert len({row["key"] for row in rows}) == len(rows)  # none twice
     assert result.report.cancelled > 0
     assert {row["status"] for row in rows} <= {"completed", "cancelled"}
-    assert result.report.stopped is not None and "enough" in result.report.stopped
+    assert result.report.stopped is not None and "enough" in result.report.stopped.message
 
 
 async def test_an_executable_that_cannot_load_on_the_runners_stops_the_batch() -> None:
@@ -190,8 +190,9 @@ async def test_an_executable_that_cannot_load_on_the_runners_stops_the_batch() -
     )
     assert not result.ok
     stopped = result.report.stopped
-    assert stopped is not None and stopped.startswith("the batch failed: batch runners cannot load")
-    assert "this executable cannot run in a worker" in stopped
+    assert stopped is not None and stopped.why == "failed"
+    assert stopped.message.startswith("the batch failed: batch runners cannot load")
+    assert "this executable cannot run in a worker" in stopped.message
     assert result.report.succeeded == 0
     assert result.report.total < 50  # it stopped reading instead of failing everything
 

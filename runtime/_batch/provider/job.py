@@ -17,6 +17,7 @@ from typing import Any
 
 from ...abort import AbortSignal
 from ...errors import InvalidOptionsError
+from ...models._names import PYTHON, Spelling
 from ...seams.batch import Attempt, Feed, Job, Outcome
 from ...seams.provider_lines import current_lines
 from ..active import ActiveSlots
@@ -43,19 +44,20 @@ logger = logging.getLogger(__name__)
 LINES_TICK = 1.0  # seconds between redraws of a provider-batch job's bar while it waits
 
 
-def check_batchable(executable: Any) -> None:
+def check_batchable(executable: Any, spelling: Spelling = PYTHON) -> None:
     """InvalidOptionsError, before anything is sent, unless the executable's model has a
     batch API (a fallback's first model must; the others go by batch where they can,
     else online)."""
+    said = spelling.option("provider_batch", True)
     if getattr(executable, "model", None) is None:
         raise InvalidOptionsError(
-            "provider_batch= needs an agent (its model's requests go by batch), not"
+            f"{said} needs an agent (its model's requests go by batch), not"
             f" {type(executable).__name__}"
         )
     first = _first_model(executable)
     if batch_api_of(first) is None:
         raise InvalidOptionsError(
-            f"provider_batch=: {first!r} has no batch API (OpenAIModel on an OpenAI"
+            f"{said}: {first!r} has no batch API (OpenAIModel on an OpenAI"
             " /v1 endpoint, OpenAIResponsesModel and AnthropicModel have one)"
         )
 
