@@ -20,6 +20,7 @@ from raygent._batch.routing import (
 )
 from raygent._batch.routing._lognormal import LogNormal
 from raygent._batch.routing.learn import knowledge_of
+from raygent._batch.routing.planner import MIN_ON_TIME
 from raygent._batch.routing.ways import DEFAULT_BATCH, BatchTime, OnlineTime, default_online
 from raygent.stores import TimingSample
 
@@ -163,8 +164,9 @@ def test_the_policy_moves_a_batch_trip_online_as_its_cutoff_nears() -> None:
     first, second = policy.cutoff(0), policy.cutoff(1)
     assert first is not None and second is not None and first < second < 6 * HOUR
     assert policy.trip_way("batch", 0, now=0.0) == ("batch", None)
-    # Past the first trip's cutoff, less a round's median, it goes by the rescue way.
-    late = first - policy.overhead - policy.round_time.median + 1
+    # Once its batch is no longer likely (80%) back before the first trip's cutoff, that
+    # trip goes by the rescue way.
+    late = first - policy.overhead - policy.round_time.quantile(MIN_ON_TIME) + 1
     assert policy.trip_way("batch", 0, now=late) == (plan.rescue, "deadline")
     # The second trip has a later cutoff: at that time it still goes by batch.
     assert policy.trip_way("batch", 1, now=late) == ("batch", None)

@@ -3,7 +3,8 @@ route=)`), and `RouteSummary`, what its report says of them."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -11,7 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ...usage import dollars
 from .ways import WAYS, Way
 
-__all__ = ["PlannedRoute", "Route", "RouteSummary"]
+__all__ = ["PlannedRoute", "Route", "RouteSummary", "deadline_text"]
+
+_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
+_SPAN = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 
 
 class Route(BaseModel):
@@ -139,3 +143,20 @@ def _span(seconds: float) -> str:
     if seconds >= 60:
         return f"{seconds / 60:.0f} min"
     return f"{seconds:.1f} s"
+
+
+def deadline_text(text: str) -> timedelta | datetime:
+    """A deadline as the CLI's `--deadline` takes it: a span from now (`6h`, `90m`,
+    `1h30m`, `45s`, `2d`) or an ISO datetime (`2026-01-31T18:00`, naive: local time);
+    ValueError for anything else."""
+    spoken = text.strip().lower().replace(" ", "")
+    parts = _SPAN.findall(spoken)
+    if parts and "".join(n + u for n, u in parts) == spoken:
+        return timedelta(seconds=sum(float(n) * _UNITS[u] for n, u in parts))
+    try:
+        return datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"--deadline takes a span from now (6h, 90m, 1h30m, 45s, 2d) or an ISO"
+            f" datetime (2026-01-31T18:00), not {text!r}"
+        ) from None

@@ -50,7 +50,7 @@ _LONGEST = 30 * 24 * 3600.0  # the latest deadline a refusal looks for (30 days)
 MARGIN = 0.03  # of the deadline, kept back for what the model leaves out
 # An item goes by batch only if its batch is at least this likely back before its cutoff:
 # a batch that would mostly be rescued saves little and delays every item it holds.
-MIN_ON_TIME = 0.5
+MIN_ON_TIME = 0.8
 # A plan whose batches are rescued (done by the deadline even if every batch stalls) is
 # preferred to a cheaper one whose batches are not, unless that saves more than this.
 SAFETY = 0.05
