@@ -59,6 +59,7 @@ class Timing:
     expire_after: int | None = None
     stall: bool = False
     window: float | None = None
+    cancel_seconds: float = 0.0  # how long a cancel takes to stop the answering
 
 
 @dataclass
@@ -84,7 +85,8 @@ class BatchTimer:
         # Both draws are made for every batch: the sequence stays seeded whatever is set.
         stall = rng.random() < times.stall_rate
         seconds = times.median_seconds * math.exp(times.spread * rng.gauss(0.0, 1.0))
-        return Timing(seconds, self.default.expire_after, stall, times.window_seconds)
+        expire_after, window = self.default.expire_after, times.window_seconds
+        return Timing(seconds, expire_after, stall, window, times.cancel_seconds)
 
 
 def now() -> int:
@@ -146,9 +148,17 @@ class LineClock:
         self.start = time.monotonic()
         self.cancelled = asyncio.Event()
         self.timed_out = False  # the window passed: the rest expire
+        self._cancelling: asyncio.TimerHandle | None = None
 
     def cancel(self) -> None:
-        self.cancelled.set()
+        """Stop answering lines: at once, or after the timing's `cancel_seconds`."""
+        if self.cancelled.is_set() or self._cancelling is not None:
+            return
+        delay = self.timing.cancel_seconds
+        if delay <= 0:
+            self.cancelled.set()
+            return
+        self._cancelling = asyncio.get_running_loop().call_later(delay, self.cancelled.set)
 
     def expired(self, answered: int) -> bool:
         limit = self.timing.expire_after

@@ -21,14 +21,17 @@ class BatchTimes:
     share `stall_rate` of batches stall (no line answered until the batch is cancelled
     or its window passes). `window_seconds`: the completion window (24 h at the
     providers, scaled down here): a batch still running then expires, the lines not yet
-    answered expired (None: no window). Times scale down freely: a test's "6 hours" may
-    be 6 seconds."""
+    answered expired (None: no window). `cancel_seconds`: how long a batch asked to
+    cancel goes on answering its lines before it ends (OpenAI's `cancelling` lasts up to
+    10 minutes; 0: it ends at once). Times scale down freely: a test's "6 hours" may be
+    6 seconds."""
 
     median_seconds: float = 0.0
     spread: float = 0.0
     stall_rate: float = 0.0
     window_seconds: float | None = None
     seed: int = 0
+    cancel_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.median_seconds < 0 or self.spread < 0:
@@ -37,6 +40,8 @@ class BatchTimes:
             raise ValueError("stall_rate must be within [0, 1]")
         if self.window_seconds is not None and self.window_seconds <= 0:
             raise ValueError("window_seconds must be positive (or None)")
+        if self.cancel_seconds < 0:
+            raise ValueError("cancel_seconds must be at least 0")
 
 
 BatchTimesLike = BatchTimes | Mapping[str, BatchTimes] | None

@@ -382,7 +382,7 @@ def _timing(timer: BatchTimer, metadata: dict[str, str] | None) -> Timing | None
         return None
     stall = drawn.stall if "sim_batch_seconds" not in metadata else False
     stall = metadata.get("sim_stall", "1" if stall else "0") == "1"
-    return Timing(seconds, expire_after, stall, drawn.window)
+    return Timing(seconds, expire_after, stall, drawn.window, drawn.cancel_seconds)
 
 
 def _json_or_text(body: bytes) -> Any:

@@ -258,3 +258,36 @@ async def test_sessions_keep_their_turns_whatever_way_their_items_go(
     for messages in sessions:
         roles = [m.role for m in messages]
         assert roles == ["user", "assistant"] * 3  # each turn once, in order
+
+
+async def test_a_late_batch_slow_to_cancel_pays_twice_for_what_it_answers_after(
+    backend_kind: str, tmp_path: Path
+) -> None:
+    # Batches take 10 s (a line every 0.25 s), the route expects half a second: the
+    # batch is late at its cutoff and cancelled, but goes on answering for 0.6 s more,
+    # past the grace it is given (0.2 s): its lines go online, and what it answers of
+    # them after that was paid twice, counted and priced.
+    sink = tmp_path / "out.jsonl"
+    slow = BatchTimes(median_seconds=10.0, cancel_seconds=0.6)
+    async with simulator(slow) as sim:
+        model = model_on(sim)
+        store = await history(model, batch=0.5)
+        result = await raygent.batch(
+            raygent.agent(model=model),
+            QUESTIONS,
+            deadline=timedelta(seconds=9),
+            route=raygent.Route(store=store),
+            provider_batch=TUNED,
+            sink=sink,
+            progress=False,
+        )
+        stats = sim.stats()
+    route = result.report.route
+    assert route is not None and result.report.succeeded == ITEMS and route.met
+    assert route.items == {"flex": ITEMS} and route.moved == {"late batch": ITEMS}
+    # Every line the batch answered was answered online too.
+    assert route.paid_twice == stats.batch_lines > 0
+    assert route.paid_twice_cost is not None and route.paid_twice_cost > 0
+    online = route.online_cost or 0.0
+    assert route.cost == pytest.approx(0.5 * online + route.paid_twice_cost, rel=0.05)
+    assert sorted(sink_keys(sink)) == list(range(ITEMS))  # answered once, written once

@@ -230,3 +230,26 @@ def test_a_stalled_bedrock_job_expires_at_its_window(boto: Boto, moto_s3: str) -
         job = _wait(bedrock, arn)
         assert job["status"] == "Expired" and job["processedRecordCount"] == 0
         assert sim.stats().batch_lines == 0
+
+
+async def test_a_cancelled_batch_answers_for_its_cancel_seconds_then_ends(
+    clients: Clients,
+) -> None:
+    # Four lines over 2 s (one every 0.5 s), cancelled once the first is answered: with
+    # no cancel time it ends at once; with 0.7 s it answers the line due at 1.0 s too.
+    answered = {}
+    for cancel in (0.0, 0.7):
+        times = {"anthropic": BatchTimes(median_seconds=2.0, cancel_seconds=cancel)}
+        async with serve(batch_times=times) as sim:
+            ac = clients.anthropic(sim)
+            made = await ac.messages.batches.create(
+                requests=[_request(c) for c in "abcd"]  # type: ignore[misc]
+            )
+            await sim.wait_until(lambda s: s.batch_lines >= 1)
+            canceling = await ac.messages.batches.cancel(made.id)
+            assert canceling.processing_status in ("canceling", "ended")
+            batch = await _ended(ac, made.id)
+        counts = batch.request_counts
+        assert counts.succeeded + counts.canceled == 4
+        answered[cancel] = counts.succeeded
+    assert answered[0.0] == 1 and 2 <= answered[0.7] <= 3

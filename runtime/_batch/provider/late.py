@@ -137,6 +137,27 @@ class LateBatches:
             route.moved("late batch", moved)
         self._changed()
 
+    async def _last_look(self) -> None:
+        """At the job's end, its late batches still ending are watched until they end,
+        at most until the deadline (a job may take that long), so that what they
+        answered of the lines sent online is counted as paid twice (one still ending
+        then is left: what it answers later is not seen)."""
+        route = self.routing
+        until = 0.0 if route is None else route.policy.deadline
+        while True:
+            late = [(b, out) for b, out in self._out.items() if out.late]
+            for batch_id, out in late:
+                if out.cutoff is not None:
+                    out.cutoff.cancel()
+                    out.cutoff = None
+                await self._poll_one(batch_id, out)
+            if not any(out.late for out in self._out.values()) or time.time() >= until:
+                return
+            await asyncio.sleep(self._grace() / 8)
+
+    async def _poll_one(self, batch_id: str, out: Any) -> None:
+        raise NotImplementedError
+
     async def _cancel(self, batch_id: str, out: _OutBatch) -> None:
         try:
             await out.api.cancel(batch_id)

@@ -471,6 +471,8 @@ class LinePool(LateBatches):
                     out.info.status = "cancelling"
                 except ProviderError as exc:
                     logger.warning("cancelling %s batch %s: %s", out.api.provider, batch_id, exc)
+        if not interrupted:
+            await self._last_look()
         for task in [self._poller, *self._tasks]:
             if task is not None and not task.done():
                 task.cancel()
