@@ -22,7 +22,7 @@ from route_support import (
 import raygent
 from raygent._batch.routing.learn import timings_key
 from raygent.errors import DeadlineError
-from raygent.sim import BatchTimes, Match, Reply, Rule, ToolCallReply
+from raygent.sim import BatchTimes, Fault, Match, Reply, Rule, ToolCallReply
 from raygent.stores import SQLiteStore
 
 QUESTIONS = [f"question {i}" for i in range(ITEMS)]
@@ -291,3 +291,84 @@ async def test_a_late_batch_slow_to_cancel_pays_twice_for_what_it_answers_after(
     online = route.online_cost or 0.0
     assert route.cost == pytest.approx(0.5 * online + route.paid_twice_cost, rel=0.05)
     assert sorted(sink_keys(sink)) == list(range(ITEMS))  # answered once, written once
+
+
+async def test_an_estimate_shows_the_plan_and_the_job_plans_from_its_sample(
+    backend_kind: str,
+) -> None:
+    async with simulator(BatchTimes(median_seconds=0.5)) as sim:
+        model = model_on(sim)
+        store = await history(model, batch=0.8)
+        bot = raygent.agent(model=model)
+        route = raygent.Route(store=store)
+        due = timedelta(seconds=30)
+        guess = await raygent.estimate(
+            bot, QUESTIONS, sample=10, deadline=due, route=route, provider_batch=TUNED
+        )
+        refused = await raygent.estimate(
+            bot, QUESTIONS, sample=10, deadline=due, route=route, budget=raygent.Budget(usd=1e-9)
+        )
+        result = await raygent.batch(
+            bot, QUESTIONS, deadline=due, route=route, provider_batch=TUNED, reuse=guess,
+            progress=False,
+        )  # fmt: skip
+    planned = guess.route
+    assert planned is not None and planned.items == {"batch": ITEMS}
+    assert planned.cost is not None and planned.online_cost
+    assert planned.cost / planned.online_cost == pytest.approx(0.5, abs=0.02)
+    assert planned.finish is not None and planned.finish_high is not None
+    assert 0 < planned.finish <= planned.finish_high < 30
+    assert "by the deadline: 40 batch" in str(guess)
+    assert guess.demand is not None and guess.demand.trips == 1.0
+    assert refused.route is not None and refused.route.refused is not None
+    assert "budget" in refused.route.refused
+    # The sample's ten answers are recorded as the job's; the other thirty go by batch.
+    route_summary = result.report.route
+    assert route_summary is not None and route_summary.items == {"batch": ITEMS - 10}
+    assert result.report.succeeded == ITEMS
+
+
+FALLBACK = [
+    Rule(match=Match(api="anthropic"), reply=Reply(fault=Fault(kind="status", status=529))),
+    Rule(reply=Reply(text="from openai")),
+]
+
+
+async def test_a_fallback_model_is_routed_by_its_first_model_and_falls_back(
+    backend_kind: str,
+) -> None:
+    async with simulator(BatchTimes(median_seconds=0.5), script=FALLBACK) as sim:
+        first = raygent.AnthropicModel(
+            "claude-sonnet-4-5", base_url=sim.anthropic_base_url, api_key="sk-test",
+            pricing=raygent.Pricing(input_per_mtok=3.0, output_per_mtok=15.0),
+        )  # fmt: skip
+        store = await history(first, batch=0.8)
+        bot = raygent.agent(model=raygent.fallback_model([first, model_on(sim)]))
+        result = await raygent.batch(
+            bot,
+            QUESTIONS,
+            deadline=timedelta(seconds=30),
+            route=raygent.Route(store=store),
+            provider_batch=TUNED,
+            progress=False,
+        )
+    route = result.report.route
+    assert route is not None and result.report.succeeded == ITEMS and route.met
+    assert route.planned == {"batch": ITEMS}  # Anthropic's ways: its batch API, standard
+    assert all(item.data == "from openai" for item in result.items)
+    for item in result.items:
+        (trip,) = item.result.report.trips
+        assert trip.via == "batch" and [a["provider"] for a in trip.attempts] == ["anthropic"]
+
+
+def test_the_cli_deadline_reads_spans_and_datetimes() -> None:
+    from raygent._batch.routing.options import deadline_text
+
+    assert deadline_text("6h") == timedelta(hours=6)
+    assert deadline_text("1h30m") == timedelta(minutes=90)
+    assert deadline_text("45s") == timedelta(seconds=45)
+    assert deadline_text("2d") == timedelta(days=2)
+    assert deadline_text("2026-01-31T18:00").hour == 18  # type: ignore[union-attr]
+    for bad in ("6 hours", "soon", "h6", ""):
+        with pytest.raises(ValueError, match="--deadline"):
+            deadline_text(bad)
