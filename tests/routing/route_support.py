@@ -5,6 +5,7 @@ learnt), and how to read a sink."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,21 @@ async def history(
     seen += [TimingSample("standard", online)] * 20 + [TimingSample("flex", 2 * online)] * 20
     await store.add_timings(timings_key(model), seen)
     return store
+
+
+async def routed(
+    executable: Any, items: Any, seconds: float, store: Any, **options: Any
+) -> raygent.BatchResult:
+    """A job due in `seconds`, routed with `store`'s history, its batches `TUNED`."""
+    options.setdefault("provider_batch", TUNED)
+    options.setdefault("progress", False)
+    return await raygent.batch(
+        executable,
+        items,
+        deadline=timedelta(seconds=seconds),
+        route=raygent.Route(store=store),
+        **options,
+    )
 
 
 def sink_keys(sink: Path) -> list[Any]:

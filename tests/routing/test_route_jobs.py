@@ -14,6 +14,7 @@ from route_support import (
     history,
     model_on,
     online_requests,
+    routed,
     simulator,
     sink_keys,
     tiers_asked,
@@ -72,15 +73,7 @@ async def test_a_stalled_batch_is_cancelled_and_its_items_answered_online_in_tim
     async with simulator(stall) as sim:
         model = model_on(sim)
         store = await history(model, batch=0.8)  # batches usually come back at once
-        result = await raygent.batch(
-            raygent.agent(model=model),
-            QUESTIONS,
-            deadline=timedelta(seconds=12),
-            route=raygent.Route(store=store),
-            provider_batch=TUNED,
-            sink=sink,
-            progress=False,
-        )
+        result = await routed(raygent.agent(model=model), QUESTIONS, 12, store, sink=sink)
         stats = sim.stats()
         asked = tiers_asked(sim)
     route = result.report.route
@@ -105,15 +98,7 @@ async def test_a_deadline_too_tight_for_batch_goes_online_from_the_start(
     async with simulator(BatchTimes(median_seconds=2.0)) as sim:
         model = model_on(sim)
         store = await history(model, batch=2.0)
-        result = await raygent.batch(
-            raygent.agent(model=model),
-            QUESTIONS,
-            deadline=timedelta(seconds=2.5),
-            route=raygent.Route(store=store),
-            provider_batch=TUNED,
-            sink=sink,
-            progress=False,
-        )
+        result = await routed(raygent.agent(model=model), QUESTIONS, 2.5, store, sink=sink)
         stats = sim.stats()
         asked = tiers_asked(sim)
     route = result.report.route
@@ -145,14 +130,7 @@ async def test_a_trip_back_from_a_batch_takes_its_next_trip_by_the_way_that_fits
     async with simulator(BatchTimes(median_seconds=5.0), script=TOOL_ROUND) as sim:
         model = model_on(sim)
         store = await history(model, batch=0.5)
-        result = await raygent.batch(
-            raygent.agent(model=model, tools=[lookup]),
-            QUESTIONS,
-            deadline=timedelta(seconds=10),
-            route=raygent.Route(store=store),
-            provider_batch=TUNED,
-            progress=False,
-        )
+        result = await routed(raygent.agent(model=model, tools=[lookup]), QUESTIONS, 10, store)
     route = result.report.route
     assert route is not None and result.report.succeeded == ITEMS and route.met
     assert route.planned == {"batch": ITEMS}
@@ -198,14 +176,8 @@ async def test_with_a_budget_that_fits_the_job_holds_to_both(backend_kind: str) 
     async with simulator(BatchTimes(median_seconds=0.5)) as sim:
         model = model_on(sim)
         store = await history(model, batch=0.8)
-        result = await raygent.batch(
-            raygent.agent(model=model),
-            QUESTIONS,
-            deadline=timedelta(seconds=30),
-            budget=raygent.Budget(usd=1.0),
-            route=raygent.Route(store=store),
-            provider_batch=TUNED,
-            progress=False,
+        result = await routed(
+            raygent.agent(model=model), QUESTIONS, 30, store, budget=raygent.Budget(usd=1.0)
         )
     route, budget = result.report.route, result.report.budget
     assert route is not None and route.met and route.items == {"batch": ITEMS}
@@ -244,14 +216,7 @@ async def test_sessions_keep_their_turns_whatever_way_their_items_go(
         store = await history(model, batch=0.8)
         bot = raygent.agent(model=model, memory=memory)
         items = [{"input": f"turn {i}", "session_id": f"s{i % 4}", "key": i} for i in range(12)]
-        result = await raygent.batch(
-            bot,
-            items,
-            deadline=timedelta(seconds=12),
-            route=raygent.Route(store=store),
-            provider_batch=TUNED,
-            progress=False,
-        )
+        result = await routed(bot, items, 12, store)
         sessions = [await bot.session(f"s{n}").history() for n in range(4)]
     route = result.report.route
     assert result.report.succeeded == 12 and route is not None and route.met
@@ -272,15 +237,7 @@ async def test_a_late_batch_slow_to_cancel_pays_twice_for_what_it_answers_after(
     async with simulator(slow) as sim:
         model = model_on(sim)
         store = await history(model, batch=0.5)
-        result = await raygent.batch(
-            raygent.agent(model=model),
-            QUESTIONS,
-            deadline=timedelta(seconds=9),
-            route=raygent.Route(store=store),
-            provider_batch=TUNED,
-            sink=sink,
-            progress=False,
-        )
+        result = await routed(raygent.agent(model=model), QUESTIONS, 9, store, sink=sink)
         stats = sim.stats()
     route = result.report.route
     assert route is not None and result.report.succeeded == ITEMS and route.met
@@ -344,14 +301,7 @@ async def test_a_fallback_model_is_routed_by_its_first_model_and_falls_back(
         )  # fmt: skip
         store = await history(first, batch=0.8)
         bot = raygent.agent(model=raygent.fallback_model([first, model_on(sim)]))
-        result = await raygent.batch(
-            bot,
-            QUESTIONS,
-            deadline=timedelta(seconds=30),
-            route=raygent.Route(store=store),
-            provider_batch=TUNED,
-            progress=False,
-        )
+        result = await routed(bot, QUESTIONS, 30, store)
     route = result.report.route
     assert route is not None and result.report.succeeded == ITEMS and route.met
     assert route.planned == {"batch": ITEMS}  # Anthropic's ways: its batch API, standard

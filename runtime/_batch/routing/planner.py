@@ -36,6 +36,7 @@ from .ways import ONLINE, Capacity, Knowledge, Way
 __all__ = [
     "MARGIN",
     "MIN_ON_TIME",
+    "RESCUE_START",
     "Demand",
     "Offer",
     "Refusal",
@@ -48,6 +49,9 @@ __all__ = [
 _GRID = 20  # shares of items by batch tried: 0, 1/20, ..., 1
 _LONGEST = 30 * 24 * 3600.0  # the latest deadline a refusal looks for (30 days)
 MARGIN = 0.03  # of the deadline, kept back for what the model leaves out
+# Seconds a rescue takes to start: the first online requests of processes that sent
+# none yet (connections, on Ray a lease of the endpoint from the gateway).
+RESCUE_START = 1.0
 # An item goes by batch only if its batch is at least this likely back before its cutoff:
 # a batch that would mostly be rescued saves little and delays every item it holds.
 MIN_ON_TIME = 0.8
@@ -275,8 +279,8 @@ def _with_batch(
         assert batch is not None
         if rescue is not None:
             need, need_median = _online_need(situation, {rescue: by_batch}, confidence)
-            need += situation.grace
-            need_median += situation.grace
+            need += situation.grace + RESCUE_START
+            need_median += situation.grace + RESCUE_START
             cutoff = end - need
             if cutoff <= 0:
                 return None

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ._lognormal import LogNormal
-from .planner import MARGIN, MIN_ON_TIME, RoutePlan, Situation, trip_time
+from .planner import MARGIN, MIN_ON_TIME, RESCUE_START, RoutePlan, Situation, trip_time
 from .ways import WAYS, Way
 
 __all__ = ["RoutePolicy"]
@@ -114,8 +114,8 @@ class RoutePolicy:
 def _cutoffs(plan: RoutePlan, situation: Situation) -> tuple[float, ...]:
     """Seconds after the start past which a line with r trips left (r = 1, 2, ...) goes
     online: the deadline (less its margin) less what rescuing the batch items' r trips
-    takes (the capacity they keep busy, then one item's r trips at the confidence) and
-    the grace a late batch is given to end once cancelled."""
+    takes (the capacity they keep busy, then one item's r trips at the confidence), the
+    grace a late batch is given to end once cancelled, and the rescue's start."""
     assert plan.rescue is not None
     demand = situation.demand
     rescue = plan.rescue
@@ -128,5 +128,5 @@ def _cutoffs(plan: RoutePlan, situation: Situation) -> tuple[float, ...]:
         trips: Mapping[Way, float] = {rescue: by_batch * left}
         busy = situation.capacity.seconds(trips, {rescue: latency.mean}, tokens)
         chain = latency.sum_of(left).quantile(plan.confidence)
-        cutoffs.append(end - busy - chain - situation.grace)
+        cutoffs.append(end - busy - chain - situation.grace - RESCUE_START)
     return tuple(cutoffs)
