@@ -23,7 +23,7 @@ from route_support import (
 import raygent
 from raygent._batch.routing.learn import timings_key
 from raygent.errors import DeadlineError
-from raygent.sim import BatchTimes, Fault, Match, Reply, Rule, ToolCallReply
+from raygent.sim import BatchTimes, Fault, Match, Reply, Rule, ServiceTiers, ToolCallReply
 from raygent.stores import SQLiteStore
 
 QUESTIONS = [f"question {i}" for i in range(ITEMS)]
@@ -322,3 +322,23 @@ def test_the_cli_deadline_reads_spans_and_datetimes() -> None:
     for bad in ("6 hours", "soon", "h6", ""):
         with pytest.raises(ValueError, match="--deadline"):
             deadline_text(bad)
+
+
+async def test_flex_refused_for_capacity_goes_to_standard_and_is_learnt(
+    backend_kind: str,
+) -> None:
+    tiers = ServiceTiers(flex_latency=2.0, flex_refusal_rate=0.3, seed=3)
+    async with simulator(BatchTimes(median_seconds=2.0), tiers=tiers) as sim:
+        model = model_on(sim)
+        store = await history(model, batch=2.0)
+        result = await routed(raygent.agent(model=model), QUESTIONS, 4, store)
+        asked = tiers_asked(sim)
+    route = result.report.route
+    assert route is not None and result.report.succeeded == ITEMS and route.met
+    assert route.planned == {"flex": ITEMS}
+    refused = asked.count("default")  # each refusal sent again at standard
+    assert 0 < refused == route.flex_refused and asked.count("flex") == ITEMS
+    assert route.trips == {"flex": ITEMS - refused, "standard": refused}
+    assert result.report.tier_fallbacks == refused
+    seen = await store.timings(timings_key(model))
+    assert sum(1 for s in seen if s.way == "flex" and not s.ok) == refused
