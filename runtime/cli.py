@@ -160,6 +160,14 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         " not (default: one batch's lines; --concurrency bounds those working)",
     )
     batch.add_argument(
+        "--deadline",
+        default=None,
+        metavar="WHEN",
+        help="when the job must be done: a span from now (6h, 90m, 1h30m) or an ISO "
+        "datetime; each item goes the cheapest way that meets it (provider batch, flex, "
+        "standard, priority; with --provider-batch, that tunes the batches)",
+    )
+    batch.add_argument(
         "--cache",
         default=None,
         metavar="STORE",

@@ -19,6 +19,7 @@ __all__ = [
     "ContentBlockedError",
     "ContentFilterError",
     "ContextLengthExceededError",
+    "DeadlineError",
     "DriftError",
     "FlowOutputError",
     "GuardrailInterventionError",
@@ -350,6 +351,16 @@ class SinkExistsError(InvalidOptionsError):
     `resume=True` (go on with that job) nor `mode=` (`"overwrite"` or `"append"`)."""
 
     code = "BATCH_SINK_EXISTS"
+
+
+class DeadlineError(InvalidOptionsError):
+    """A job's `deadline=` (with its `budget=`) cannot be met by any way the model is
+    reached, at the route's confidence: refused before anything is sent. details:
+    `constraint` ("deadline" or "budget"), `earliest` (the earliest deadline that could
+    be met, a datetime, None if none within 30 days) and `least_budget` (USD the
+    deadline can be met for, with `constraint="budget"`)."""
+
+    code = "BATCH_DEADLINE"
 
 
 class JobCheckError(InvalidOptionsError):

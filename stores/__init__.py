@@ -3,7 +3,8 @@
 What lives where:
 - `protocol`: the contract: `Store`, `CompactingStore` (snapshot / replace_prefix),
   `RunStore`, `CacheStore` (cached values with a ttl, for the response cache),
-  `Scope`, the result values and the store errors;
+  `TimingStore` (recent timings of the ways a model is reached, for routing by
+  deadline), `Scope`, the result values and the store errors;
 - `memory`: `InMemoryStore` (tests, one process);
 - `sqlite/`: `SQLiteStore`, the embedded durable default;
 - `redis/`: `RedisStore`, shared by a cluster (imported when first named);
@@ -11,12 +12,14 @@ What lives where:
   when first named);
 - what every store shares: `_base` (`BaseStore`: argument checks, keys, batch identity,
   time, expiry), `_cache` (`BaseCacheStore`: the CacheStore checks and expiry times
-  over each backend's two primitives), `_runs` (`BaseRunStore`: the RunStore methods
-  over each backend's storage primitives, the fencing decisions and the run conflict),
+  over each backend's two primitives), `_timings` (`BaseTimingStore`: the
+  TimingStore checks over each backend's two primitives), `_runs` (`BaseRunStore`:
+  the RunStore methods over each backend's storage primitives, the fencing decisions
+  and the run conflict),
   `_codec` (keys, payload encodings, error records) and `_closer` (what closes a loop's
   client when the loop shuts down, for Redis and PostgreSQL).
 
-Each store implements all four protocols; a backend's subpackage holds its store
+Each store implements all five protocols; a backend's subpackage holds its store
 (`_store`), its run primitives (`_runs`) and its plumbing, and exports the store.
 
 This package may import only the base of raygent's core (its flat top-level modules:
@@ -44,6 +47,8 @@ from .protocol import (
     StoredMessage,
     StoreError,
     StoreUnavailableError,
+    TimingSample,
+    TimingStore,
 )
 from .sqlite import SQLiteStore
 
@@ -93,4 +98,6 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "StoredMessage",
+    "TimingSample",
+    "TimingStore",
 ]

@@ -38,6 +38,7 @@ from ._codec import (
     to_datetime,
 )
 from ._runs import FIRST_EPOCH, BaseRunStore, RunState, held, run_conflict, takes_entry
+from ._timings import MAX_TIMINGS, BaseTimingStore
 from .protocol import (
     AppendResult,
     ConversationInfo,
@@ -46,6 +47,7 @@ from .protocol import (
     Scope,
     Snapshot,
     StoredMessage,
+    TimingSample,
 )
 
 __all__ = ["InMemoryStore"]
@@ -81,7 +83,7 @@ class _Run:
         return RunState(self.epoch, len(self.entries), self.outcome is not None)
 
 
-class InMemoryStore(BaseCacheStore, BaseRunStore):
+class InMemoryStore(BaseCacheStore, BaseTimingStore, BaseRunStore):
     """A dict of conversations by key, one of durable runs by key, and one of cached
     values (at most MAX_MEMORY_CACHED: past that, the oldest written goes).
 
@@ -102,6 +104,7 @@ class InMemoryStore(BaseCacheStore, BaseRunStore):
         self._runs: dict[str, _Run] = {}  # apart from conversations: ids may coincide
         # (namespace, key) -> (value, expires_at); insertion-ordered: oldest write first.
         self._cached: dict[tuple[str, str], tuple[bytes, float | None]] = {}
+        self._timed: dict[str, list[TimingSample]] = {}  # by key, oldest first
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -110,11 +113,13 @@ class InMemoryStore(BaseCacheStore, BaseRunStore):
             state["_conversations"] = {k: _copy(c) for k, c in self._conversations.items()}
             state["_runs"] = {k: _copy_run(r) for k, r in self._runs.items()}
             state["_cached"] = dict(self._cached)
+            state["_timed"] = {k: list(v) for k, v in self._timed.items()}
         del state["_lock"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("_cached", {})
+        state.setdefault("_timed", {})
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
@@ -276,6 +281,18 @@ class InMemoryStore(BaseCacheStore, BaseRunStore):
             for ref in old:
                 del self._conversations[ref]
         return len(old) + await self._prune_runs(cutoff) + self._prune_cached(self.clock())
+
+    # -- timings: the primitives of BaseTimingStore -------------------------------
+
+    async def _add_timings(self, key: str, samples: list[TimingSample]) -> None:
+        with self._lock:
+            kept = self._timed.setdefault(key, [])
+            kept.extend(samples)
+            del kept[:-MAX_TIMINGS]
+
+    async def _timings(self, key: str, limit: int) -> list[TimingSample]:
+        with self._lock:
+            return self._timed.get(key, [])[::-1][:limit]
 
     # -- cached values: the primitives of BaseCacheStore ----------------------------
 

@@ -1,8 +1,8 @@
 """The store contract: scopes, result values, store errors and the `Store` protocol.
 
 Every store (in-memory, SQLite, Redis, PostgreSQL) implements `Store`, `CompactingStore`,
-`RunStore` and `CacheStore`, and the conformance suite in tests/stores runs the same tests against
-each of them.
+`RunStore`, `CacheStore` and `TimingStore`, and the conformance suite in tests/stores runs the
+same tests against each of them.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "StoredMessage",
+    "TimingSample",
+    "TimingStore",
 ]
 
 
@@ -345,4 +347,37 @@ class CacheStore(Protocol):
         self, namespace: str, key: str, value: bytes, ttl: float | None = None
     ) -> None:
         """Store `value` (replacing any), expiring `ttl` seconds from now (None: never)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TimingSample:
+    """How long one way of sending a model request took, once: what a job routed by its
+    deadline learns from (`raygent.batch(..., deadline=)`).
+
+    `way`: "batch" (a provider batch: `seconds` from its submission to its end), or an
+    online tier, "flex", "standard" or "priority" (one request's latency). `ok`: False
+    for a batch that did not end in time (stalled, expired, or cancelled for being late:
+    it took *at least* `seconds`) or a request refused for capacity. `at`: when it was
+    seen (epoch seconds)."""
+
+    way: str
+    seconds: float
+    ok: bool = True
+    at: float = 0.0
+
+
+@runtime_checkable
+class TimingStore(Protocol):
+    """Recent timings of the ways a model is reached (provider batch, flex, standard,
+    priority), by a key naming the endpoint and model; every process and driver that
+    shares the store learns from the same history. The newest `MAX_TIMINGS` (1,000)
+    samples of a key are kept; a store's `ttl` and `prune()` do not touch them."""
+
+    async def add_timings(self, key: str, samples: Sequence[TimingSample]) -> None:
+        """Add `samples` (in the order seen) to `key`'s history."""
+        ...
+
+    async def timings(self, key: str, limit: int = 1000) -> list[TimingSample]:
+        """`key`'s newest `limit` samples, newest first (empty: no history)."""
         ...

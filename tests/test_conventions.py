@@ -83,6 +83,7 @@ PUBLIC_API = {
     "ResponseCache",
     "ResponseSchema",
     "Retry",
+    "Route",
     "ServerCompaction",
     "Session",
     "SystemMessage",

@@ -105,7 +105,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "observers": {"base", "compaction"},
     "mcp": {"base", "models", "observers"},
     "durable": {"base", "memory", "observers", "stores"},
-    # The stores: a job's check makes a round trip through the stores its runs use.
+    # The stores: a job's check makes a round trip through the stores its runs use, and
+    # a route keeps its timings there.
     "batch": {"base", "models", "seams", "observers", "durable", "cache", "budgets", "stores"},
     "eval": {"base", "batch", "observers"},
     "agents": {

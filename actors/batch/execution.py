@@ -29,7 +29,6 @@ import contextlib
 import hashlib
 import itertools
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -63,6 +62,7 @@ from raygent.backend import deliver as observe
 from .._options import RayOptions
 from .._ray import actor_class, job_id
 from ..sessions.persistence import store_identity
+from .backlog import Backlogs
 from .line_relay import LineRelay
 from .runner import BatchRunner, UnsentResultError
 from .sizing import runner_count, split_slots
@@ -142,47 +142,6 @@ class RayBatchRunners:
         await asyncio.gather(*(handle.__ray_ready__.remote() for handle in taken))
 
 
-class _Backlogs:
-    """Per lane, the jobs routed to it and not sent yet (requeued ones first), with the
-    counts the driver reads on every item kept as jobs come and go, not counted then."""
-
-    def __init__(self) -> None:
-        self.lanes: list[deque[Job]] = []
-        self.held = 0  # jobs in every lane
-        self.requeued = 0  # of which came back from a runner that died: they retry
-
-    def add_lane(self) -> None:
-        self.lanes.append(deque())
-
-    def route(self, lane: int, job: Job) -> None:
-        self.lanes[lane].append(job)
-        self.held += 1
-
-    def requeue(self, lane: int, jobs: list[Job]) -> None:
-        """First in the lane again, in the order they were sent: a session's items keep
-        their order on the runner that takes the lane over."""
-        self.lanes[lane].extendleft(reversed(jobs))
-        self.held += len(jobs)
-        self.requeued += len(jobs)
-
-    def pop(self, lane: int) -> Job | None:
-        queue = self.lanes[lane]
-        if not queue:
-            return None
-        job = queue.popleft()
-        self.held -= 1
-        if job.attempts:
-            self.requeued -= 1
-        return job
-
-    def drain(self) -> list[Job]:
-        jobs = [job for queue in self.lanes for job in queue]
-        for queue in self.lanes:
-            queue.clear()
-        self.held = self.requeued = 0
-        return jobs
-
-
 @dataclass(eq=False)
 class _Runner:
     """A runner's share of this batch (each share has its own id on a runner)."""
@@ -215,7 +174,7 @@ class RunnerPool:
         self._controller = AbortController()
         self._runners: list[_Runner] = []  # every runner of the batch, dead ones too
         self._lanes: list[_Runner] = []  # the runner serving each lane now
-        self._backlog = _Backlogs()
+        self._backlog = Backlogs()
         self._touched: set[tuple[Any, Any]] = set()  # sessions the batch ran in
         self._consumers: set[asyncio.Task[None]] = set()
         self._lost: dict[int, int] = {}
@@ -382,9 +341,9 @@ class RunnerPool:
     async def _consume(self, runner: _Runner) -> None:
         died: BaseException | None = None
         try:
-            plan = self._plan
-            lines = plan.lines
+            plan, lines = self._plan, self._plan.lines
             active = self._active[runner.lane] if self._active else None
+            ship = lines and (lines.options, lines.job, plan.deadline, active, lines.runner_route)
             opening = runner.handle.open.remote(
                 runner.share,
                 self._payload,
@@ -392,7 +351,7 @@ class RunnerPool:
                 runner.slots,
                 plan.retry,
                 plan.grace,
-                None if lines is None else (lines.options, lines.job, plan.deadline, active),
+                ship,
                 plan.stop_on_config,
             )
             try:

@@ -199,12 +199,13 @@ class BatchRunner:
         slots: int,
         retry: Retry,
         grace: float,
-        lines: tuple[Any, str, float | None, int | None] | None = None,
+        lines: tuple[Any, str, float | None, int | None, Any] | None = None,
         stop_on_config: bool = True,
     ) -> None:
         """Take a share of a batch: `slots` attempts in flight. `lines`: with
         `provider_batch=`, (its options, the job's name, its deadline, the attempts
-        working at once): the runs' trips go as lines to the driver's pool, in the
+        working at once, the route of a job with a deadline, or None): the runs'
+        trips go as lines to the driver's pool, in the
         results stream, answered by `answer`; `slots` then counts the runs waiting
         for their lines too. `stop_on_config`: an item failed on an error every item
         would meet stops this share at once (the driver, told by its item, stops the
@@ -213,8 +214,8 @@ class BatchRunner:
         relay: RelayedLines | None = None
         if lines is not None:
             relay = RelayedLines(lambda: self._wake(batch_id))
-            options, job_name, deadline, active = lines
-            attempt = with_lines(attempt, relay, options, job_name, deadline, active)
+            options, job_name, deadline, active, route = lines
+            attempt = with_lines(attempt, relay, options, job_name, deadline, active, route)
         state = _Batch(
             pool=InFlight(
                 attempt,

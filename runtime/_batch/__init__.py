@@ -18,14 +18,18 @@ estimate      `estimate`, `estimate_sync`, `Estimate`: a job's cost from a sampl
 cli           `raygent batch MODULE:AGENT INPUT -o OUTPUT`
 provider/     provider batches (the providers' batch APIs, half price): `ProviderBatch`,
               a job's pool of lines, each attempt's trips as lines, the on-disk log
+routing/      a job with a deadline: `Route`; each item the cheapest way (provider
+              batch, flex, standard, priority) that meets it, learning how long each
+              way takes (in the stores' timings), changing course in time
 
 A private name: `raygent.batch` is the public function, which a subpackage would shadow.
 May import the base, models (the providers' batch APIs), seams, the cache and budgets
 (a job's cache and budget), observers and durable (the types of `durable=` and
 approvals), and the stores (the job's check makes a round trip through each store its
-runs would use); never agents or flows (it runs any executable, through its methods). The
-Ray batch runners (raygent.actors) run engine's core; this package reaches them only
-through the backend (and cli, through importlib, to ship a target by value on Ray).
+runs would use; a route keeps its timings there); never agents or flows (it runs any
+executable, through its methods). The Ray batch runners (raygent.actors) run engine's
+core; this package reaches them only through the backend (and cli, through importlib,
+to ship a target by value on Ray).
 """
 
 from .call import (
@@ -41,6 +45,7 @@ from .call import (
 from .estimate import Estimate, EstimateOptions, estimate, estimate_sync
 from .provider.options import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
 from .report import Stopped
+from .routing.options import Route, RouteSummary
 
 __all__ = [
     "BatchItem",
@@ -54,6 +59,8 @@ __all__ = [
     "ProviderBatchInfo",
     "ProviderBatchSummary",
     "Retry",
+    "Route",
+    "RouteSummary",
     "Stopped",
     "batch",
     "batch_sync",

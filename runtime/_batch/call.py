@@ -59,8 +59,9 @@ from .provider.job import (
     warn_past,
     with_lines,
 )
-from .provider.pool import LinePool
+from .provider.pool import LinePool, grace_of
 from .report import BatchReport, Stopped, Tally, counts_line, timing_text, tool_errors_text
+from .routing.job import RouteJob, plan_job
 from .sinks import Sink, key_token, open_sink
 from .sources import Source, feed, open_items
 from .stops import StopRule
@@ -204,23 +205,27 @@ async def _batch(
         plan = dataclasses.replace(plan, run_options=held)
     attempt = attempt_for(executable, plan.run_options)
     lines: LinePool | None = None
-    if plan.provider_batch is not None:
+    if plan.provider_batch is not None and plan.route is None:
         check_batchable(executable, spelling)
     runners = _runners_for(executable, plan)
     if runners is not None:
         runners.check(executable)
     source = open_items(items)
+    route = await _routed(executable, plan, source)  # a refusal: before the sink is touched
     sink = open_sink(plan.sink_job) if plan.sink_job is not None else None
     collector = _Collector(plan, sink, source.size)
     waiting: int | None = None  # provider_batch=: the items in flight (`_batch.active`)
     if plan.provider_batch is not None:
         waiting = max_waiting(plan.provider_batch, executable)
         lines = line_pool(plan.provider_batch, plan.sink, plan.resume)
+        lines.routing = route
         if runners is None:
             attempt = with_lines(
-                attempt, lines, lines.options, lines.job, plan.deadline, plan.concurrency
+                attempt, lines, lines.options, lines.job, plan.deadline, plan.concurrency, route
             )
     deliver = collector.deliver if lines is None else _ending_lines(lines, collector.deliver)
+    if route is not None:
+        deliver = route.delivering(deliver, collector.progress)
     pool = _pool(executable, attempt, plan, deliver, runners, lines, waiting)
     collector.pool = pool
     make = JobMaker(runnable=is_runnable(executable), item_key=plan.item_key)
@@ -246,10 +251,36 @@ async def _batch(
     result.report.input_items = source.size
     if lines is not None:
         result.report.provider_batch = lines.summary
+        if route is not None:
+            result.report.route = await route.close(lines.summary)
     if ledger is not None and plan.budget is not None:
         _spent, reserved = await ledger.standing()
         result.report.budget = BudgetReport.of(plan.budget, amount_of(result.usage), reserved)
     return result
+
+
+async def _routed(executable: Any, plan: Plan, source: Source) -> RouteJob | None:
+    """A job with a deadline: its route, planned from what the store knows (or a
+    DeadlineError, the input closed, before anything is sent or written)."""
+    if plan.route is None or plan.deadline is None:
+        return None
+    batching = plan.provider_batch
+    assert batching is not None  # a route's batches are tuned by it
+    try:
+        return await plan_job(
+            executable,
+            plan.route,
+            deadline=plan.deadline,
+            items=source.size,
+            demand=plan.demand,
+            concurrency=plan.concurrency,
+            overhead=batching.gather_seconds + batching.poll_seconds,
+            budget=None if plan.budget is None else plan.budget.usd,
+            grace=grace_of(batching),
+        )
+    except BaseException:
+        await source.aclose()
+        raise
 
 
 def _ending_lines(lines: LinePool, deliver: Deliver) -> Deliver:

@@ -27,6 +27,7 @@ from .plan import Plan, refuse_unknown_options
 from .provider.job import check_batchable
 from .provider.options import ProviderBatch
 from .report import BatchReport, counts_line, timing_text, tool_errors_text
+from .routing.options import deadline_text
 
 __all__ = ["CLI", "load_target", "model_options_of", "resume_command", "run_batch_command"]
 
@@ -49,6 +50,8 @@ CLI = Spelling(
         "budget": "--budget-usd",
         "tool_errors": "--fail-on-tool-error",
         "service_tier": "--service-tier",
+        "deadline": "--deadline",
+        "route": "--deadline",
         # The command's run options are its model options.
         "run_options": "--model-option",
         "model_options": "--model-option",
@@ -80,7 +83,7 @@ def run_batch_command(args: argparse.Namespace) -> int:
         executable = load_target(args.target)
         # What the target takes of the options, named by flag, before anything runs.
         refuse_unknown_options(options, executable, spelling=CLI)
-        if args.provider_batch:
+        if args.provider_batch and "deadline" not in options:  # a route weighs its ways
             check_batchable(executable, CLI)
         _ship_by_value(args.target)
         declined, guess = _estimated(executable, args, options)
@@ -128,6 +131,8 @@ def _options(args: argparse.Namespace) -> BatchOptions:
         options["item_key"] = args.item_key
     if getattr(args, "fail_on_tool_error", False):
         options["tool_errors"] = "fail"
+    if getattr(args, "deadline", None) is not None:
+        options["deadline"] = deadline_text(args.deadline)
     if args.provider_batch:
         timing = {
             name: value
@@ -172,6 +177,8 @@ def _estimated(
         run_options=options.get("run_options"),
         service_tier=options.get("service_tier"),
     )
+    if options.get("deadline") is not None:
+        job["deadline"] = options["deadline"]
     check_estimate_options(executable, job, CLI)
     guess: Estimate = run_sync(
         lambda: estimate(
@@ -291,6 +298,8 @@ def summary(result: BatchResult, resume: str | None = None) -> str:
         line += f"\nprovider batches: {len(spent.batches)}, {spent.lines} lines"
         if spent.cost is not None and spent.online_cost is not None:
             line += f", {dollars(spent.cost)} (online: {dollars(spent.online_cost)})"
+    if r.route is not None:
+        line += f"\nroute: {r.route.line()}"
     return line
 
 

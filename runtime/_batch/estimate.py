@@ -14,6 +14,12 @@ online (a batch's turnaround is hours) and is priced at the providers' batch rat
 
 The sample's completed answers ride on the estimate (not serialised): `raygent.batch(
 ..., reuse=guess)` records them as the job's instead of paying for them again.
+
+With `deadline=`, the estimate also plans the job's route (`Estimate.route`: items by
+way, cost, when it is done and its spread), from what the sample measured (trips per
+item, tokens per trip, each trip's latency, added to the route's store) and what the
+store knows of batches; `raygent.batch(..., deadline=, reuse=guess)` plans from the
+same measures.
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ import math
 import random
 import statistics
 from collections.abc import AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any, TypedDict
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 from typing_extensions import Unpack
 
 from .._sync import run_sync
-from ..budgets import pricing_of
+from ..budgets import Budget, pricing_of
 from ..models._names import PYTHON, Spelling
 from ..models.contract import Tier
 from ..seams.batch import BatchItem
@@ -36,10 +43,21 @@ from ..usage import Usage, dollars, total_cost
 from .call import batch
 from .exec import ItemKey, JobMaker, is_runnable
 from .job_budget import agents_of, models_of
-from .plan import DEFAULT_CONCURRENCY, BatchOptions, Plan, refuse_unknown_options, two_prices
+from .plan import (
+    DEFAULT_CONCURRENCY,
+    PROVIDER_BATCH_CONCURRENCY,
+    BatchOptions,
+    Plan,
+    refuse_unknown_options,
+    two_prices,
+)
 from .preflight import check_job
-from .provider.job import check_batchable
+from .provider.job import check_batchable, deadline_of
 from .provider.options import ProviderBatch
+from .provider.pool import grace_of
+from .routing.job import preview, timings_of
+from .routing.options import PlannedRoute, Route
+from .routing.planner import Demand
 from .sinks import key_token
 from .sources import open_items
 
@@ -72,13 +90,22 @@ class Estimate(BaseModel):
     seconds: float
     cache_hits: int = 0
     provider_batch: bool = False
+    # With `deadline=`: the job's route, planned from the sample (see the module).
+    route: PlannedRoute | None = None
     # The sample's completed items, by the token of their key in the whole job.
     _answers: dict[str, BatchItem] = PrivateAttr(default_factory=dict)
+    _demand: Demand | None = PrivateAttr(default=None)
 
     @property
     def answers(self) -> Mapping[str, BatchItem]:
         """The sample's completed items, by their key's token (what `reuse=` records)."""
         return self._answers
+
+    @property
+    def demand(self) -> Demand | None:
+        """The job's items as the sample measured them (trips, tokens a trip): what a
+        job with a deadline plans from (`reuse=`)."""
+        return self._demand
 
     def __str__(self) -> str:
         cost = "cost unknown (no pricing)"
@@ -93,10 +120,11 @@ class Estimate(BaseModel):
             if self.provider_batch
             else f"~{self.seconds:,.0f} s"
         )
-        return (
+        text = (
             f"{self.items:,} items: {cost}, {self.tokens:,} tokens, {self.requests:,} "
             f"requests{cached}, {time} (from a sample of {self.sample})"
         )
+        return text if self.route is None else f"{text}; {self.route.line()}"
 
 
 class EstimateOptions(TypedDict, total=False):
@@ -107,7 +135,8 @@ class EstimateOptions(TypedDict, total=False):
     replies cost nothing). provider_batch: True or a `ProviderBatch`: priced at the
     batch rates. item_key: how the job keys its items (so that `reuse=` finds them).
     runners: as for `batch` (the sample runs where the job would). service_tier: as for
-    `batch`: the sample runs at the tier, each trip priced at the tier it was served."""
+    `batch`: the sample runs at the tier, each trip priced at the tier it was served.
+    deadline, route, budget: as for `batch`: the job's route is planned (`route`)."""
 
     run_options: Mapping[str, Any] | None
     cache: ResponseCache | None
@@ -115,6 +144,9 @@ class EstimateOptions(TypedDict, total=False):
     item_key: ItemKey | None
     runners: int | None
     service_tier: str | Tier | None
+    deadline: float | timedelta | datetime | None
+    route: Literal["cheapest"] | Route | None
+    budget: Budget | None
 
 
 ESTIMATE_OPTIONS: frozenset[str] = (
@@ -150,7 +182,8 @@ async def estimate(
     check_estimate_options(executable, options)
     if not isinstance(sample, int) or sample < 1:
         raise ValueError(f"sample must be a positive int, not {sample!r}")
-    by_batch = options.get("provider_batch") not in (None, False)
+    due = _due(options)
+    by_batch = options.get("provider_batch") not in (None, False) and due is None
     if by_batch:
         check_batchable(executable)
         if options.get("service_tier") is not None:
@@ -205,6 +238,8 @@ async def estimate(
     in_flight = min(bound, *limits)
     # The median: the sample's first items pay for starting up (pools, runners).
     latency = statistics.median(latencies) if latencies else 0.0
+    demand = _demand(ran, total)
+    planned = None if due is None else await _route(executable, ran, demand, total, due, options)
     guess = Estimate(
         items=total,
         sample=n,
@@ -216,9 +251,50 @@ async def estimate(
         seconds=total * latency / in_flight,
         cache_hits=round(statistics.fmean(hits) * total),
         provider_batch=by_batch,
+        route=planned,
     )
     guess._answers.update({key_token(item.key): item for item in ran if item.ok})
+    guess._demand = demand
     return guess
+
+
+def _demand(ran: list[BatchItem], total: int) -> Demand | None:
+    """The job's items as the sample measured them (None: no request was sent)."""
+    requests = sum(item.usage.requests for item in ran)
+    if not ran or requests == 0:
+        return None
+    return Demand(
+        items=total,
+        trips=requests / len(ran),
+        input_tokens=sum(item.usage.input_tokens for item in ran) / requests,
+        output_tokens=sum(item.usage.output_tokens for item in ran) / requests,
+    )
+
+
+async def _route(
+    executable: Any,
+    ran: list[BatchItem],
+    demand: Demand | None,
+    total: int,
+    due: float,
+    options: EstimateOptions,
+) -> PlannedRoute:
+    route = options.get("route", "cheapest")
+    chosen = route if isinstance(route, Route) else Route()
+    batching = options.get("provider_batch")
+    tuned = batching if isinstance(batching, ProviderBatch) else ProviderBatch()
+    budget = options.get("budget")
+    return await preview(
+        executable,
+        chosen,
+        deadline=due,
+        demand=demand or Demand(total),
+        concurrency=PROVIDER_BATCH_CONCURRENCY,
+        overhead=tuned.gather_seconds + tuned.poll_seconds,
+        budget=None if budget is None else budget.usd,
+        seen=[sample for item in ran for sample in timings_of(item)],
+        grace=grace_of(tuned),
+    )
 
 
 def estimate_sync(
@@ -231,6 +307,21 @@ def estimate_sync(
 ) -> Estimate:
     """`estimate` from synchronous code (with or without a running loop, as `batch_sync`)."""
     return run_sync(lambda: estimate(executable, items, sample, concurrency, seed, **options))
+
+
+def _due(options: EstimateOptions) -> float | None:
+    """The deadline (time.time()) an estimate plans a route for, if any."""
+    deadline = options.get("deadline")
+    if deadline is None:
+        if options.get("route") is not None:
+            raise ValueError("route= routes a job by its deadline: it needs deadline=")
+        return None
+    if options.get("service_tier") is not None:
+        raise ValueError("service_tier= and deadline=: the route chooses each trip's tier")
+    route = options.get("route", "cheapest")
+    if route != "cheapest" and not isinstance(route, Route):
+        raise TypeError(f'route= takes "cheapest" or raygent.Route(...), not {route!r}')
+    return deadline_of(deadline)
 
 
 def _key(maker: JobMaker, index: int, row: Any) -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from ..abort import AbortSignal
@@ -29,6 +29,8 @@ from .exec import ItemKey
 from .progress import wants_progress
 from .provider.job import deadline_of
 from .provider.options import ProviderBatch
+from .routing.options import Route
+from .routing.planner import Demand
 from .sink_job import SinkJob, SinkMode, sink_job
 
 if TYPE_CHECKING:
@@ -89,9 +91,16 @@ class BatchOptions(TypedDict, total=False):
         run waiting for its line costs memory only). With a sink and `resume=True`, a
         job whose driver died collects the batches it had sent instead of sending them
         again.
-    deadline: with `provider_batch`, when the job (or an item, by its `deadline` field)
-        must be done: seconds from now, or a datetime. A trip that could not wait for a
-        batch any more goes online.
+    deadline: when the job must be done: a `timedelta` or seconds from now, or a
+        `datetime`. Each item (and each of its trips) goes the cheapest way that still
+        finishes by then (`route`): by provider batch, flex, standard or priority
+        online; with `provider_batch`, that only tunes the batches. Refused before
+        anything is sent (`DeadlineError`) when no way meets it, or meets it within
+        `budget`.
+    route: with `deadline`, how items are routed: "cheapest" (the default) or a
+        `raygent.Route(confidence=, store=, ways=, batch_seconds=)`; None (with
+        `provider_batch`): no route, a trip goes online only once too near the deadline
+        (an item's own `deadline` field then wins).
     cache: a `raygent.ResponseCache`: every run answers the requests the cache has seen
         from it, with no HTTP (rides with the run options, to the Ray runners too): a
         finished batch run again sends nothing; a resumed one pays only for what it had
@@ -134,7 +143,8 @@ class BatchOptions(TypedDict, total=False):
     durable: Durable | None
     approvals: Mapping[Any, Mapping[str, Decision]] | None
     provider_batch: bool | ProviderBatch | None
-    deadline: float | datetime | None
+    deadline: float | timedelta | datetime | None
+    route: Literal["cheapest"] | Route | None
     cache: ResponseCache | None
     budget: Budget | None
     reuse: Answered | None
@@ -144,10 +154,14 @@ class BatchOptions(TypedDict, total=False):
 
 
 class Answered(Protocol):
-    """What `reuse=` takes (an `Estimate`): completed items by their key's token."""
+    """What `reuse=` takes (an `Estimate`): completed items by their key's token, and
+    what its sample measured of the job's items (None: nothing)."""
 
     @property
     def answers(self) -> Mapping[str, BatchItem]: ...
+
+    @property
+    def demand(self) -> Demand | None: ...
 
 
 @dataclass(frozen=True)
@@ -168,9 +182,11 @@ class Plan:
     approvals: Mapping[Any, Mapping[str, Decision]] | None = None
     provider_batch: ProviderBatch | None = None
     deadline: float | None = None  # time.time() by which the job must be done
+    route: Route | None = None  # with a deadline: how items are routed
     budget: Budget | None = None
     reused: Mapping[str, BatchItem] | None = None  # items answered already, by key token
     sink_job: SinkJob | None = None  # the sink, checked, and the job that writes it
+    demand: Demand | None = None  # what `reuse=`'s sample measured of the items
     # How the job's messages name its options: to a Python caller, or the CLI's user.
     spelling: Spelling = PYTHON
     check: bool = True  # the job's check before its first request (`_batch.preflight`)
@@ -182,6 +198,9 @@ class Plan:
         refuse_unknown_options(options, None, spelling=spelling)
         say = spelling.option
         provider_batch = _provider_batch(options.get("provider_batch"))
+        route = _route(options)
+        if route is not None and provider_batch is None:
+            provider_batch = ProviderBatch()  # its lines, where the route sends a trip by batch
         default = DEFAULT_CONCURRENCY if provider_batch is None else PROVIDER_BATCH_CONCURRENCY
         concurrency = options.get("concurrency", default)
         if not isinstance(concurrency, int) or concurrency < 1:
@@ -201,6 +220,8 @@ class Plan:
         if cache is not None:
             run_options = {**(run_options or {}), "cache": cache}
         run_options = _with_tool_errors(run_options, options.get("tool_errors"), spelling)
+        if route is not None and options.get("service_tier") is not None:
+            raise ValueError("service_tier= and deadline=: the route chooses each trip's tier")
         run_options = _with_tier(run_options, options.get("service_tier"), provider_batch, spelling)
         durable, approvals = options.get("durable"), options.get("approvals")
         if approvals is not None and durable is None:
@@ -232,8 +253,10 @@ class Plan:
             approvals=approvals,
             provider_batch=provider_batch,
             deadline=_deadline(options.get("deadline"), provider_batch),
+            route=route,
             budget=_budget(options.get("budget")),
             reused=_reused(options.get("reuse")),
+            demand=_demand(options.get("reuse")),
             sink_job=checked,
             spelling=spelling,
             check=bool(options.get("check", True)),
@@ -250,12 +273,31 @@ def _provider_batch(value: bool | ProviderBatch | None) -> ProviderBatch | None:
     return value
 
 
-def _deadline(value: float | datetime | None, provider_batch: ProviderBatch | None) -> float | None:
+def _deadline(
+    value: float | timedelta | datetime | None, provider_batch: ProviderBatch | None
+) -> float | None:
     if value is None:
         return None
-    if provider_batch is None:
-        raise ValueError("deadline= is for provider_batch= jobs (what cannot wait goes online)")
+    if provider_batch is None:  # route=None, with no provider_batch=: nothing to route
+        raise ValueError("deadline= with route=None is for provider_batch= jobs")
     return deadline_of(value)
+
+
+def _route(options: BatchOptions) -> Route | None:
+    """The route of a job with a deadline: "cheapest" (the default) or a `Route`; None
+    without a deadline, or when the job says `route=None`."""
+    route = options.get("route", "cheapest")
+    if options.get("deadline") is None:
+        if "route" in options and route is not None:
+            raise ValueError("route= routes a job by its deadline: it needs deadline=")
+        return None
+    if route is None:
+        return None
+    if route == "cheapest":
+        return Route()
+    if not isinstance(route, Route):
+        raise TypeError(f'route= takes "cheapest" or raygent.Route(...), not {route!r}')
+    return route
 
 
 def _with_tool_errors(
@@ -380,6 +422,12 @@ def _reused(reuse: Answered | None) -> Mapping[str, BatchItem] | None:
     if not isinstance(answers, Mapping):
         raise TypeError(f"reuse= takes a raygent.Estimate of this job, not {reuse!r}")
     return answers
+
+
+def _demand(reuse: Answered | None) -> Demand | None:
+    """What `reuse=`'s sample measured of the job's items (an `Estimate`'s), if it did."""
+    demand = getattr(reuse, "demand", None)
+    return demand if isinstance(demand, Demand) else None
 
 
 def _runners(runners: int | None) -> int | None:

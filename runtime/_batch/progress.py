@@ -97,6 +97,7 @@ class Progress:
         self._lines = ""  # the provider-batch part of the postfix
         self._rates = ""  # the rate-limit part, once a limit held the job back
         self._tools = ""  # the failed tool calls, once there are some
+        self._route = ""  # with deadline=: where the items went (the route's line)
         self._began = time.monotonic()
         self._clock_set = False
         self._counts: dict[str, int] = _counts(0, 0, 0)
@@ -160,6 +161,11 @@ class Progress:
             self._lines = lines_text(status)
             self._postfix(refresh=True)
 
+    def route(self, text: str) -> None:
+        """Show where a job with a deadline's items went (redrawn with the next item)."""
+        if self._bar is not None:
+            self._route = text
+
     def close(
         self, failed: int, cancelled: int, retrying: int, tools: tuple[int, int] = (0, 0)
     ) -> None:
@@ -175,6 +181,8 @@ class Progress:
             text = f"{text}, {self._tools}"
         if self._rates:
             text = f"{text} · {self._rates}"
+        if self._route:
+            text = f"{text} · {self._route}"
         if self._lines:
             text = f"{text} · {self._lines}"
         self._bar.set_postfix_str(text, refresh=refresh)

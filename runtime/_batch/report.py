@@ -14,6 +14,7 @@ from ..budgets import BudgetReport
 from ..seams.batch import BatchItem
 from ..usage import Usage
 from .provider.options import ProviderBatchSummary
+from .routing.options import RouteSummary
 
 __all__ = [
     "BatchReport",
@@ -89,6 +90,9 @@ class BatchReport(BaseModel):
     sink: str | None = None
     # With `provider_batch=`: every provider batch sent, and the cost beside online's.
     provider_batch: ProviderBatchSummary | None = None
+    # With `deadline=`: items and trips by way, what moved online and why, what was
+    # paid twice, the cost against all online, and whether the deadline held.
+    route: RouteSummary | None = None
     # With a response cache (`cache=`): the trips its items' runs got from it, and what
     # those replies cost when they were paid (USD), each item's last attempt counted.
     cache_hits: int = 0

@@ -112,6 +112,12 @@ class ProviderBatchPool(Protocol):
     job: str  # the job's name, in every line's custom_id
     keep_answers: bool  # keep answers until their item ends (a run asks again)
 
+    @property
+    def runner_route(self) -> Any:
+        """A job with a deadline: its route as the runners follow it (a small frozen
+        value, shipped with the options); None: no route."""
+        ...
+
     def route(self, model: Any) -> object | None:
         """Where `model`'s lines go (None: it has no provider-batch API)."""
         ...

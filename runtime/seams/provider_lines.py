@@ -12,7 +12,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import Protocol
 
-from ..models.contract import Model
+from ..models.contract import Model, ModelOptions
 from .contract import ModelAccess
 
 __all__ = ["SendOnline", "TripLines", "current_lines"]
@@ -38,6 +38,11 @@ class TripLines(Protocol):
 
     def note_online(self) -> None:
         """A request of the job went online."""
+        ...
+
+    def online_options(self, model: Model, options: ModelOptions) -> ModelOptions:
+        """The options of a request that goes online (a job with a deadline: at the
+        service tier its route chooses)."""
         ...
 
 

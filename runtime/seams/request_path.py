@@ -9,11 +9,12 @@ own access, and nothing of the other features runs per request. The order, and w
 
 - **cache** first: a hit sends nothing, so it reserves nothing and costs nothing; each
   model's reply is kept under that model's own request key.
-- **route** (`BatchOrOnline`, a provider-batch job's trip): decides once per request
-  whether it goes as a line of a provider batch or online, so that its reservation is at
-  the rates of where it goes; a line its provider did not answer that is to go online
-  after all (`on_expired="online"`) is released from the batch branch and sent down the
-  online one.
+- **route** (`BatchOrOnline`, a provider-batch job's trip, or a job with a deadline):
+  decides once per request whether it goes as a line of a provider batch or online (a
+  deadline's route: at which tier), so that its reservation is at the rates of where it
+  goes; a line its provider did not answer that is to go online after all
+  (`on_expired="online"`, a late batch) is released from the batch branch and sent down
+  the online one.
 - **budget**: reserves the request's worst case before it is sent and settles at the
   real usage after; a request that is never billed (an error reply, a line that expired
   or failed) releases its reservation.
@@ -98,6 +99,8 @@ class BatchOrOnline(Link):
             except SendOnline:
                 pass  # not answered, and to go online now: at online rates
         self.lines.note_online()
+        # A job with a deadline sends it at the tier its route chooses (flex, priority).
+        options = self.lines.online_options(model, options)
         return await self.inner.complete(model, messages, options, signal)
 
     async def send_stream(

@@ -6,6 +6,7 @@ latency, rate caps and faults.
 It plays the provider, so it stands alone: it imports nothing else of raygent.
 """
 
+from ._batch_times import BatchTimes
 from ._bedrock_auth import TEST_CREDENTIALS as AWS_TEST_CREDENTIALS
 from ._bedrock_auth import TEST_SESSION_CREDENTIALS as AWS_TEST_SESSION_CREDENTIALS
 from ._bedrock_auth import AwsTestCredentials
@@ -29,6 +30,7 @@ __all__ = [
     "AWS_TEST_CREDENTIALS",
     "AWS_TEST_SESSION_CREDENTIALS",
     "AwsTestCredentials",
+    "BatchTimes",
     "Fault",
     "Latency",
     "Match",

@@ -13,7 +13,15 @@ from typing import Any
 from aiohttp import web
 from pydantic_core import from_json, to_json
 
-from ._batch_common import BatchCalls, Core, LineClock, Timing, json_response, parse_limit
+from ._batch_common import (
+    BatchCalls,
+    BatchTimer,
+    Core,
+    LineClock,
+    Timing,
+    json_response,
+    parse_limit,
+)
 from ._types import Wire
 
 _CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -61,7 +69,7 @@ class AnthropicBatches:
     :meth:`SimCore.answer_json` with the Messages wire, paced and expired by the
     server's :class:`Timing`."""
 
-    def __init__(self, core: Core, wire: Wire, timing: Timing) -> None:
+    def __init__(self, core: Core, wire: Wire, timing: BatchTimer) -> None:
         self.core = core
         self.wire = wire
         self.timing = timing
@@ -108,7 +116,10 @@ class AnthropicBatches:
             if not isinstance(item.get("params"), dict):
                 return self.calls.error(400, f"{where}.params: Field required", rid)
         batch = _MessageBatch(
-            f"msgbatch_sim{next(self._ids):024x}", requests, datetime.now(timezone.utc), self.timing
+            f"msgbatch_sim{next(self._ids):024x}",
+            requests,
+            datetime.now(timezone.utc),
+            self.timing.draw("anthropic"),
         )
         self.batches[batch.id] = batch
         batch.task = asyncio.get_running_loop().create_task(self._run(batch, _origin(request)))
@@ -183,11 +194,10 @@ class AnthropicBatches:
         clock = batch.clock = LineClock(batch.timing, len(batch.requests))
         for index, item in enumerate(batch.requests):
             custom_id = item["custom_id"]
-            if clock.expired(index):
-                self._result(batch, custom_id, {"type": "expired"})
-                continue
-            if not await clock.wait_line(index):
-                self._result(batch, custom_id, {"type": "canceled"})
+            turn = await clock.next_line(index)
+            if turn != "answer":
+                kind = "expired" if turn == "expired" else "canceled"
+                self._result(batch, custom_id, {"type": kind})
                 continue
             answer = self.core.answer_json(self.wire, item["params"])
             self.core.stats.batch_line()

@@ -35,7 +35,7 @@ from aiohttp import web
 from pydantic_core import from_json, to_json
 
 from ._anthropic_messages import AnthropicWire
-from ._batch_common import Core, LineClock, Timing
+from ._batch_common import BatchTimer, Core, LineClock
 from ._bedrock_auth import TEST_CREDENTIALS, AuthRefusal, authenticate
 from ._bedrock_converse import BedrockWire, error_type
 from ._bedrock_runtime import ERROR_TYPE_HEADER
@@ -120,7 +120,7 @@ def _split(uri: str) -> tuple[str, str]:
 class BedrockJobs:
     """The model invocation jobs of one simulator."""
 
-    def __init__(self, core: Core, timing: Timing, s3_endpoint_url: str | None = None) -> None:
+    def __init__(self, core: Core, timing: BatchTimer, s3_endpoint_url: str | None = None) -> None:
         self.core = core
         self.timing = timing
         self.s3_endpoint_url = s3_endpoint_url
@@ -253,7 +253,7 @@ class BedrockJobs:
             return
         job.set("Scheduled")
         job.set("InProgress")
-        clock = job.clock = LineClock(self.timing, total)
+        clock = job.clock = LineClock(self.timing.draw("bedrock"), total)
         if job.stopping:
             clock.cancel()
         outputs: list[tuple[str, list[bytes]]] = []
@@ -262,7 +262,7 @@ class BedrockJobs:
             lines: list[bytes] = []
             outputs.append((key, lines))
             for record in records:
-                if clock.expired(index) or not await clock.wait_line(index):
+                if await clock.next_line(index) != "answer":
                     break
                 lines.append(self._answer(job, record))
                 index += 1

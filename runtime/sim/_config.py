@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
+from ._batch_times import BatchTimes
 from ._rates import SimRateLimits
 from ._script import Fault, FaultKind, Latency
 from ._tiers import ServiceTiers
@@ -28,6 +30,7 @@ class SimConfig:
     batch_seconds: float = 0.0
     batch_expire_after: int | None = None
     batch_enqueued_tokens: int | None = None
+    batch_times: Mapping[str, BatchTimes] = field(default_factory=dict)  # by provider
     tiers: ServiceTiers = field(default_factory=ServiceTiers)
     s3_endpoint_url: str | None = None
 

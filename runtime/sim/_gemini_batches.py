@@ -17,7 +17,7 @@ from typing import Any
 from aiohttp import web
 from pydantic_core import from_json, to_json
 
-from ._batch_common import Core, LineClock, Timing
+from ._batch_common import BatchTimer, Core, LineClock
 from ._gemini_calls import (
     Calls,
     error_reply,
@@ -116,7 +116,9 @@ class _Batch:
 class GeminiBatches:
     """The batch routes, the Files API they read and write, and the line runner."""
 
-    def __init__(self, core: Core, files: GeminiFiles, timing: Timing, enqueued_limit: int | None):
+    def __init__(
+        self, core: Core, files: GeminiFiles, timing: BatchTimer, enqueued_limit: int | None
+    ):
         self.core = core
         self.files = files
         self.timing = timing
@@ -259,17 +261,15 @@ class GeminiBatches:
         order, inline or in a responses file as the input came."""
         await asyncio.sleep(0)  # the create call answers PENDING first
         batch.state, batch.updated = "BATCH_STATE_RUNNING", utcnow()
-        clock = batch.clock = LineClock(self.timing, len(batch.lines))
+        clock = batch.clock = LineClock(self.timing.draw("gemini"), len(batch.lines))
         if batch.cancel_asked:
             clock.cancel()
         wire = GeminiWire(batch.model)
         state = "BATCH_STATE_SUCCEEDED"
         for index, line in enumerate(batch.lines):
-            if clock.expired(index):
-                state = "BATCH_STATE_EXPIRED"
-                break
-            if not await clock.wait_line(index):
-                state = "BATCH_STATE_CANCELLED"
+            turn = await clock.next_line(index)
+            if turn != "answer":
+                state = "BATCH_STATE_EXPIRED" if turn == "expired" else "BATCH_STATE_CANCELLED"
                 break
             answer = self.core.answer_json(wire, line.request)
             self.core.stats.batch_line()

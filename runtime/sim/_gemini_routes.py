@@ -12,7 +12,7 @@ from typing import Protocol
 
 from aiohttp import web
 
-from ._batch_common import Core, Timing
+from ._batch_common import BatchTimer, Core
 from ._gemini_batches import GeminiBatches
 from ._gemini_caches import GeminiCaches
 from ._gemini_calls import VERSIONS, error_reply
@@ -47,7 +47,7 @@ Serve = Callable[[web.Request, Wire, Exchange], Awaitable[web.StreamResponse]]
 class GeminiRoutes:
     """The Gemini endpoints of one simulator."""
 
-    def __init__(self, core: Exchanges, timing: Timing, enqueued_limit: int | None) -> None:
+    def __init__(self, core: Exchanges, timing: BatchTimer, enqueued_limit: int | None) -> None:
         self.core = core
         self.caches = GeminiCaches(core)
         self.files = GeminiFiles(core)

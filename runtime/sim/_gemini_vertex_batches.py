@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 from pydantic_core import from_json, to_json
 
-from ._batch_common import Core, LineClock, Timing
+from ._batch_common import BatchTimer, Core, LineClock
 from ._gemini_calls import (
     Calls,
     error_reply,
@@ -85,7 +85,7 @@ class _Job:
 class VertexBatches:
     """``projects/{p}/locations/{l}/batchPredictionJobs`` over the simulator's buckets."""
 
-    def __init__(self, core: Core, gcs: GcsObjects, timing: Timing) -> None:
+    def __init__(self, core: Core, gcs: GcsObjects, timing: BatchTimer) -> None:
         self.core = core
         self.gcs = gcs
         self.timing = timing
@@ -210,18 +210,16 @@ class VertexBatches:
         ``{prefix}/prediction-model-{time}/predictions.jsonl``."""
         await asyncio.sleep(0)
         job.state, job.started = "JOB_STATE_RUNNING", utcnow()
-        clock = job.clock = LineClock(self.timing, len(job.lines))
+        clock = job.clock = LineClock(self.timing.draw("vertex"), len(job.lines))
         if job.cancel_asked:
             clock.cancel()
         wire = GeminiWire(model_id(job.model), vertex=True)
         rows: list[bytes] = []
         state = "JOB_STATE_SUCCEEDED"
         for index, line in enumerate(job.lines):
-            if clock.expired(index):
-                state = "JOB_STATE_EXPIRED"
-                break
-            if not await clock.wait_line(index):
-                state = "JOB_STATE_CANCELLED"
+            turn = await clock.next_line(index)
+            if turn != "answer":
+                state = "JOB_STATE_EXPIRED" if turn == "expired" else "JOB_STATE_CANCELLED"
                 break
             answer = self.core.answer_json(wire, line.get("request"))
             self.core.stats.batch_line()

@@ -12,7 +12,16 @@ from aiohttp import web
 from aiohttp.web_request import FileField
 from pydantic_core import from_json, to_json
 
-from ._batch_common import BatchCalls, Core, LineClock, Timing, json_response, now, parse_limit
+from ._batch_common import (
+    BatchCalls,
+    BatchTimer,
+    Core,
+    LineClock,
+    Timing,
+    json_response,
+    now,
+    parse_limit,
+)
 from ._types import Wire
 
 _PURPOSES = frozenset(
@@ -109,7 +118,7 @@ class OpenAIBatches:
     and expiry come from the server's :class:`Timing`, overridden per batch by the
     metadata keys ``sim_batch_seconds`` and ``sim_expire_after``."""
 
-    def __init__(self, core: Core, wires: dict[str, Wire], timing: Timing) -> None:
+    def __init__(self, core: Core, wires: dict[str, Wire], timing: BatchTimer) -> None:
         self.core = core
         self.wires = wires  # endpoint -> wire
         self.timing = timing
@@ -302,9 +311,9 @@ class OpenAIBatches:
         expired = False
         for index, line in enumerate(lines):
             custom_id = line["custom_id"]
-            if clock.expired(index):
-                expired = True
-            if expired or not await clock.wait_line(index):
+            turn = "expired" if expired else await clock.next_line(index)
+            if turn != "answer":
+                expired = turn == "expired"
                 reason = _EXPIRED if expired else _CANCELLED
                 failures.append(self._line(custom_id, None, reason))
                 batch.failed += 1
@@ -358,17 +367,22 @@ class OpenAIBatches:
         return file.id
 
 
-def _timing(default: Timing, metadata: dict[str, str] | None) -> Timing | None:
+def _timing(timer: BatchTimer, metadata: dict[str, str] | None) -> Timing | None:
+    """The batch's timing: drawn for it, its metadata overriding (``sim_batch_seconds``:
+    fixed seconds, no stall; ``sim_expire_after``; ``sim_stall``: "1" stalls it)."""
+    drawn = timer.draw("openai")
     metadata = metadata or {}
     try:
-        seconds = float(metadata.get("sim_batch_seconds", default.seconds))
+        seconds = float(metadata.get("sim_batch_seconds", drawn.seconds))
         raw = metadata.get("sim_expire_after")
-        expire_after = default.expire_after if raw is None else int(raw)
+        expire_after = drawn.expire_after if raw is None else int(raw)
     except ValueError:
         return None
     if seconds < 0 or (expire_after is not None and expire_after < 0):
         return None
-    return Timing(seconds, expire_after)
+    stall = drawn.stall if "sim_batch_seconds" not in metadata else False
+    stall = metadata.get("sim_stall", "1" if stall else "0") == "1"
+    return Timing(seconds, expire_after, stall, drawn.window, drawn.cancel_seconds)
 
 
 def _json_or_text(body: bytes) -> Any:

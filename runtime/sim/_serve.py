@@ -10,6 +10,7 @@ from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
+from ._batch_times import BatchTimesLike, times_by_provider
 from ._config import SimConfig
 from ._rates import SimRateLimits
 from ._script import Fault, FaultKind, Latency, ScriptLike, load_script
@@ -203,6 +204,7 @@ def serve(
     batch_seconds: float = 0.0,
     batch_expire_after: int | None = None,
     batch_enqueued_tokens: int | None = None,
+    batch_times: BatchTimesLike = None,
     tiers: ServiceTiers | None = None,
     s3_endpoint_url: str | None = None,
 ) -> Simulator:
@@ -232,6 +234,11 @@ def serve(
     ``batch_expire_after``: after that many answered lines a batch expires, the rest
     answered as expired (``None``: never). An OpenAI batch may override both with the
     metadata keys ``sim_batch_seconds`` and ``sim_expire_after``.
+    ``batch_times``: how long batches take, drawn per batch (:class:`BatchTimes`: a
+    seeded lognormal time to complete, a share of batches that stall, a completion
+    window), for every provider or by provider (a mapping from ``"openai"``,
+    ``"anthropic"``, ``"gemini"``, ``"vertex"``, ``"bedrock"``); a provider it does not
+    name keeps ``batch_seconds``. An OpenAI batch's metadata ``sim_stall="1"`` stalls it.
     ``batch_enqueued_tokens``: the Gemini API's per-model quota of tokens enqueued in
     batches not yet done; a batch that would pass it is refused with 429.
     ``tiers``: how service tiers are served (:class:`ServiceTiers`: flex slower and
@@ -258,6 +265,7 @@ def serve(
         batch_seconds=batch_seconds,
         batch_expire_after=batch_expire_after,
         batch_enqueued_tokens=batch_enqueued_tokens,
+        batch_times=times_by_provider(batch_times),
         tiers=tiers or ServiceTiers(),
         s3_endpoint_url=s3_endpoint_url,
     )

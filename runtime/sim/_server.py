@@ -14,7 +14,7 @@ from pydantic_core import from_json, to_json
 
 from ._anthropic_batches import AnthropicBatches
 from ._anthropic_messages import AnthropicWire
-from ._batch_common import JsonAnswer, Timing
+from ._batch_common import BatchTimer, JsonAnswer, Timing
 from ._bedrock_jobs import BedrockJobs
 from ._bedrock_runtime import BedrockRuntime
 from ._compaction import check_beta
@@ -67,7 +67,8 @@ class SimCore:
         self._tasks: set[asyncio.Task[object]] = set()
         self._closing = False
         self._runner: web.AppRunner | None = None
-        timing = Timing(config.batch_seconds, config.batch_expire_after)
+        fixed = Timing(config.batch_seconds, config.batch_expire_after)
+        timing = self._batch_timer = BatchTimer(fixed, config.batch_times)
         wires: dict[str, Wire] = {"/v1/chat/completions": OPENAI, "/v1/responses": RESPONSES}
         self.openai_batches = OpenAIBatches(self, wires, timing)
         self.anthropic_batches = AnthropicBatches(self, ANTHROPIC, timing)
@@ -126,6 +127,7 @@ class SimCore:
         self._rules.reset()
         self._cache.clear()
         self._tiers.reset()
+        self._batch_timer.reset()
         self._rates.reset()
         self.gemini.reset()
         self._latency_rng.seed(self.config.latency.seed)

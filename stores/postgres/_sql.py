@@ -52,6 +52,27 @@ ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = 
 """
 CACHE_PRUNE = "DELETE FROM {s}.cache WHERE expires_at <= %s"
 
+# Timings (raygent.batch(..., deadline=) learns from them), created like the cache table.
+TIMINGS_TABLE = """
+CREATE TABLE IF NOT EXISTS {s}.timings (
+    id bigserial PRIMARY KEY,
+    key text NOT NULL,
+    way text NOT NULL,
+    seconds float8 NOT NULL,
+    ok boolean NOT NULL,
+    at float8 NOT NULL
+);
+CREATE INDEX IF NOT EXISTS timings_key ON {s}.timings (key, id)
+"""
+TIMINGS_ADD = "INSERT INTO {s}.timings (key, way, seconds, ok, at) VALUES (%s, %s, %s, %s, %s)"
+TIMINGS_TRIM = """
+DELETE FROM {s}.timings WHERE key = %(key)s AND id <= (
+    SELECT id FROM {s}.timings WHERE key = %(key)s ORDER BY id DESC LIMIT 1 OFFSET %(keep)s)
+"""
+TIMINGS_GET = (
+    "SELECT way, seconds, ok, at FROM {s}.timings WHERE key = %s ORDER BY id DESC LIMIT %s"
+)
+
 TABLES = """
 CREATE TABLE {s}.conversations (
     ref text PRIMARY KEY,

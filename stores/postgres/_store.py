@@ -39,6 +39,7 @@ from .._codec import (
     encode_json,
     to_datetime,
 )
+from .._timings import MAX_TIMINGS, BaseTimingStore, sample_of, sample_row
 from ..protocol import (
     AppendResult,
     ConversationInfo,
@@ -47,6 +48,7 @@ from ..protocol import (
     Snapshot,
     StoreDataError,
     StoredMessage,
+    TimingSample,
 )
 from . import _sql as sql
 from ._pool import Pool, Pools, dsn_password, schema_error, translated
@@ -58,7 +60,7 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 Conn = psycopg.AsyncConnection[tuple[Any, ...]]
 
 
-class PostgresStore(BaseCacheStore, PostgresRuns):
+class PostgresStore(BaseCacheStore, BaseTimingStore, PostgresRuns):
     """Conversations (and durable runs, and cached values in table `cache`) in `schema`
     of one PostgreSQL database.
 
@@ -147,6 +149,7 @@ class PostgresStore(BaseCacheStore, PostgresRuns):
                 await conn.execute(self._q["SET_VERSION"], (sql.SCHEMA_VERSION,))
             if versions in ([], [sql.SCHEMA_VERSION]):
                 await conn.execute(self._q["CACHE_TABLE"], prepare=False)
+                await conn.execute(self._q["TIMINGS_TABLE"], prepare=False)
                 return
         if versions != [sql.SCHEMA_VERSION]:
             raise schema_error(self.schema, versions, sql.SCHEMA_VERSION)
@@ -291,6 +294,21 @@ class PostgresStore(BaseCacheStore, PostgresRuns):
             return await self._prune_cached()
         removed = await self._prune_chunks("PRUNE", cutoff) + await self._prune_runs(cutoff)
         return removed + await self._prune_cached()
+
+    # -- timings: the primitives of BaseTimingStore -------------------------------
+
+    async def _add_timings(self, key: str, samples: list[TimingSample]) -> None:
+        rows = [(key, *sample_row(sample)) for sample in samples]
+        pool = await self._pool()
+        with translated(None, self._password):
+            async with pool.connection() as conn, conn.transaction():
+                async with conn.cursor() as cursor:
+                    await cursor.executemany(self._q["TIMINGS_ADD"], rows)
+                await conn.execute(self._q["TIMINGS_TRIM"], {"key": key, "keep": MAX_TIMINGS})
+
+    async def _timings(self, key: str, limit: int) -> list[TimingSample]:
+        rows = await self._fetch(None, "TIMINGS_GET", (key, limit))
+        return [sample_of(row) for row in rows]
 
     # -- cached values: the primitives of BaseCacheStore ----------------------------
 

@@ -41,6 +41,7 @@ from .._codec import (
     envelope_header,
     to_datetime,
 )
+from .._timings import MAX_TIMINGS, BaseTimingStore, sample_of, sample_row
 from ..protocol import (
     AppendResult,
     ConversationInfo,
@@ -49,6 +50,7 @@ from ..protocol import (
     Snapshot,
     StoreDataError,
     StoredMessage,
+    TimingSample,
 )
 from . import _scripts as scripts
 from ._errors import translated as _translated
@@ -72,7 +74,7 @@ class _Connection:
     reads: CoalescedReads  # cached values
 
 
-class RedisStore(BaseCacheStore, RedisRuns):
+class RedisStore(BaseCacheStore, BaseTimingStore, RedisRuns):
     """Conversations (and durable runs, see _runs; cached values, one string key each
     under `{prefix}:cache:`, expired by Redis) under `prefix` in one Redis database.
 
@@ -353,6 +355,26 @@ class RedisStore(BaseCacheStore, RedisRuns):
                         ref = member.decode()
                         await connection.prune(self.keys(ref), [ref, repr(cutoff)], client=pipe)
                     removed += sum(await pipe.execute())
+
+    # -- timings: the primitives of BaseTimingStore -------------------------------
+    # One list per key, newest first (LPUSH), trimmed in the same round trip.
+
+    def timings_key(self, key: str) -> str:
+        return f"{self.prefix}:timings:{key}"
+
+    async def _add_timings(self, key: str, samples: list[TimingSample]) -> None:
+        name = self.timings_key(key)
+        encoded = [json.dumps(sample_row(sample)) for sample in samples]
+        with _translated(None):
+            async with self._connection().client.pipeline(transaction=True) as pipe:
+                pipe.lpush(name, *encoded)
+                pipe.ltrim(name, 0, MAX_TIMINGS - 1)
+                await pipe.execute()
+
+    async def _timings(self, key: str, limit: int) -> list[TimingSample]:
+        with _translated(None):
+            rows = await self._connection().client.lrange(self.timings_key(key), 0, limit - 1)
+        return [sample_of(json.loads(row)) for row in rows]
 
     # -- cached values: the primitives of BaseCacheStore ----------------------------
 

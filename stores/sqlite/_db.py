@@ -96,6 +96,20 @@ CREATE TABLE IF NOT EXISTS raygent_cache (
 """
 
 
+# Timings (raygent.batch(..., deadline=) learns from them), created like the cache table.
+TIMINGS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS raygent_timings (
+    id INTEGER PRIMARY KEY,
+    key TEXT NOT NULL,
+    way TEXT NOT NULL,
+    seconds REAL NOT NULL,
+    ok INTEGER NOT NULL,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS raygent_timings_key ON raygent_timings (key, id)
+"""
+
+
 def immediate(db: sqlite3.Connection) -> _Immediate:
     """A write transaction that takes the write lock up front: `with immediate(db):`.
 
@@ -188,18 +202,19 @@ def ensure_schema(db: sqlite3.Connection, path: str) -> None:
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'raygent_schema'"
         ).fetchone()
         if found is None:
-            _execute_script(db, SCHEMA + RUN_SCHEMA + ";" + CACHE_SCHEMA)
+            _execute_script(db, SCHEMA + RUN_SCHEMA + ";" + CACHE_SCHEMA + ";" + TIMINGS_SCHEMA)
             db.execute("INSERT INTO raygent_schema (version) VALUES (?)", (SCHEMA_VERSION,))
             return
         versions = [row[0] for row in db.execute("SELECT version FROM raygent_schema")]
         if versions in ([1], [2]):
             if versions == [2]:  # its entries have no write time: their run row's counts
                 db.execute("ALTER TABLE raygent_run_entries ADD COLUMN at REAL")
-            _execute_script(db, RUN_SCHEMA + ";" + CACHE_SCHEMA)
+            _execute_script(db, RUN_SCHEMA + ";" + CACHE_SCHEMA + ";" + TIMINGS_SCHEMA)
             db.execute("UPDATE raygent_schema SET version = ?", (SCHEMA_VERSION,))
             return
         if versions == [SCHEMA_VERSION]:
             db.execute(CACHE_SCHEMA)
+            _execute_script(db, TIMINGS_SCHEMA)
             return
     if versions != [SCHEMA_VERSION]:
         raise StoreDataError(

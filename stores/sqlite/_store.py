@@ -42,6 +42,7 @@ from .._codec import (
     encode_json,
     to_datetime,
 )
+from .._timings import MAX_TIMINGS, BaseTimingStore, sample_of, sample_row
 from ..protocol import (
     AppendResult,
     ConversationInfo,
@@ -50,6 +51,7 @@ from ..protocol import (
     Snapshot,
     StoreDataError,
     StoredMessage,
+    TimingSample,
 )
 from ._db import Busy, Worker, immediate
 from ._runs import SQLiteRuns
@@ -87,10 +89,18 @@ INSERT INTO raygent_cache (namespace, key, value, expires_at) VALUES (?, ?, ?, ?
 ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at
 """
 _CACHE_PRUNE = "DELETE FROM raygent_cache WHERE expires_at <= ?"
+_TIMINGS_ADD = "INSERT INTO raygent_timings (key, way, seconds, ok, at) VALUES (?, ?, ?, ?, ?)"
+_TIMINGS_TRIM = """
+DELETE FROM raygent_timings WHERE key = ?1 AND id <= (
+    SELECT id FROM raygent_timings WHERE key = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)
+"""
+_TIMINGS_GET = (
+    "SELECT way, seconds, ok, at FROM raygent_timings WHERE key = ? ORDER BY id DESC LIMIT ?"
+)
 _TABLES = ("raygent_messages", "raygent_batches", "raygent_errors", "raygent_conversations")
 
 
-class SQLiteStore(BaseCacheStore, SQLiteRuns):
+class SQLiteStore(BaseCacheStore, BaseTimingStore, SQLiteRuns):
     """Conversations (and durable runs, see _runs; cached values in `raygent_cache`) in
     one SQLite file (WAL mode), or `:memory:` for one process.
 
@@ -377,6 +387,24 @@ class SQLiteStore(BaseCacheStore, SQLiteRuns):
         stale = "SELECT ref FROM raygent_conversations WHERE updated_at < ?1 LIMIT ?2"
         removed = await self._prune_table(stale, _delete, cutoff)
         return removed + await self._prune_runs(cutoff) + await self._prune_cached()
+
+    # -- timings: the primitives of BaseTimingStore -------------------------------
+
+    async def _add_timings(self, key: str, samples: list[TimingSample]) -> None:
+        rows = [(key, *sample_row(sample)) for sample in samples]
+
+        def write(db: Db) -> None:
+            with immediate(db):
+                db.executemany(_TIMINGS_ADD, rows)
+                db.execute(_TIMINGS_TRIM, (key, MAX_TIMINGS))
+
+        await self._run(write)
+
+    async def _timings(self, key: str, limit: int) -> list[TimingSample]:
+        def read(db: Db) -> list[TimingSample]:
+            return [sample_of(row) for row in db.execute(_TIMINGS_GET, (key, limit))]
+
+        return await self._run(read)
 
     # -- cached values: the primitives of BaseCacheStore ----------------------------
     # Small statements: inline on the caller's thread when the lock is free (a read in

@@ -291,8 +291,8 @@ async def test_trips_that_cannot_wait_for_a_batch_go_online() -> None:
     assert online_requests(stats) == 2 and stats.batch_lines == 2
     summary = result.report.provider_batch
     assert summary is not None and summary.online_lines == 2
-    with pytest.raises(ValueError, match="provider_batch"):
-        await raygent.batch(bot, items, deadline=60, progress=False)
+    with pytest.raises(ValueError, match="provider_batch"):  # no route, nothing to tune
+        await raygent.batch(bot, items, deadline=60, route=None, progress=False)
 
 
 @pytest.mark.parametrize("fallback", ["batch", "online"])

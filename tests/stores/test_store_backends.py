@@ -131,6 +131,7 @@ async def test_store_sqlite_opens_a_version_1_file_and_adds_the_run_tables(
         db.execute("DROP TABLE raygent_run_entries")
         db.execute("DROP TABLE raygent_runs")
         db.execute("DROP TABLE raygent_cache")  # added on connect, to any version
+        db.execute("DROP TABLE raygent_timings")  # so is this one
         db.execute("UPDATE raygent_schema SET version = 1")
     with sqlite3.connect(tmp_path / "v1.db") as db:
         db.executescript(SCHEMA)

@@ -61,7 +61,7 @@ async def check_job(executable: Any, plan: Plan) -> None:
     for run in runs:
         for request in run.requests:
             problems.extend(request_problems(request))
-    if plan.provider_batch is not None:
+    if plan.provider_batch is not None and plan.route is None:  # a route weighs its ways
         try:
             check_batchable(executable)
         except InvalidOptionsError as exc:

@@ -6,6 +6,8 @@ options     `ProviderBatch` (how a job uses the providers' batch APIs), and what
 job         a job's checks (`check_batchable`), its pool, and the lines set around each
             attempt (`with_lines`)
 pool        `LinePool`: a job's lines, gathered, submitted, polled, routed back
+late        a job with a deadline: its late batches cancelled, their lines sent online,
+            what was paid twice; what the pool tells the job's route
 trip_lines  each attempt's trips as lines (`ItemLines`, to the pool or a Ray runner's
             relay), and what they cost (`LineCost`)
 log         `SubmissionLog`: what a job sent by provider batch, beside its sink, for a

@@ -11,7 +11,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncGenerator, Generator
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from ..sinks import key_token
 from .log import SubmissionLog
 from .options import ProviderBatch
 from .pool import LinePool
-from .trip_lines import ItemLines, LineSender, batch_api_of, line_token
+from .trip_lines import ItemLines, LineSender, Routed, batch_api_of, line_token
 
 __all__ = [
     "check_batchable",
@@ -90,10 +90,13 @@ def split_warning(items: int | None, waiting: int) -> str:
     )
 
 
-def deadline_of(value: float | datetime) -> float:
-    """A deadline as time.time(): seconds from now, or a datetime (naive: local time)."""
+def deadline_of(value: float | timedelta | datetime) -> float:
+    """A deadline as time.time(): seconds or a timedelta from now, or a datetime (naive:
+    local time)."""
     if isinstance(value, datetime):
         return value.timestamp()
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
     if isinstance(value, int | float) and value >= 0:
         return time.time() + float(value)
     raise ValueError(f"deadline must be seconds from now or a datetime, not {value!r}")
@@ -111,17 +114,24 @@ def line_pool(options: ProviderBatch, sink: Any, resume: bool) -> LinePool:
 
 
 def item_lines(
-    sender: LineSender, options: ProviderBatch, job_name: str, job: Job, deadline: float | None
+    sender: LineSender,
+    options: ProviderBatch,
+    job_name: str,
+    job: Job,
+    deadline: float | None,
+    route: Routed | None = None,
 ) -> ItemLines:
-    """The lines of one attempt of `job` (its own `deadline` field wins over the job's)."""
+    """The lines of one attempt of `job` (its own `deadline` field wins over the job's;
+    with a `route`, the job's route decides instead)."""
     own = (job.meta or {}).get("deadline")
     if own is not None:
         with contextlib.suppress(ValueError):  # an unreadable deadline: the job's holds
             deadline = deadline_of(own if not isinstance(own, str) else datetime.fromisoformat(own))
-    token = line_token(job_name, key_token(job.key))
+    key = key_token(job.key)
+    token = line_token(job_name, key)
     # An attempt whose runner died is made again under the same ids: the lines it sent
     # (answered, or out) are its again, never sent twice.
-    return ItemLines(sender, options, token, job.attempts - job.lost, deadline)
+    return ItemLines(sender, options, token, job.attempts - job.lost, deadline, route, key)
 
 
 def with_lines(
@@ -131,16 +141,19 @@ def with_lines(
     job_name: str,
     deadline: float | None,
     active: int | None = None,
+    route: Routed | None = None,
 ) -> Attempt:
     """`attempt`, with the item's trips sent as lines through `sender` (the job's pool,
     or on a Ray runner its relay to the driver's pool); with `active`, at most that many
-    attempts work at once, those waiting for lines aside (`ActiveSlots`)."""
+    attempts work at once, those waiting for lines aside (`ActiveSlots`); with a
+    `route` (a job with a deadline), each trip goes the way it says."""
     slots = ActiveSlots(active) if active is not None else None
     if slots is not None:
         sender = slots.sender(sender)
 
     async def run(job: Job, signal: AbortSignal) -> Outcome:
-        token = current_lines.set(item_lines(sender, options, job_name, job, deadline))
+        lines = item_lines(sender, options, job_name, job, deadline, route)
+        token = current_lines.set(lines)
         try:
             return await attempt(job, signal)
         finally:

@@ -9,6 +9,9 @@ for or read back, never sent again. Lines are grouped per endpoint and model, se
 no line joined them for `gather_seconds` (or the group is full), and
 every batch that is out is polled every `poll_seconds`.
 
+With a route (a job with a deadline, `routing`), a batch still out at its cutoff is
+late: it is cancelled, and its lines not answered go online (see `late`).
+
 The pool lives where the job is driven (the driver's event loop); on Ray the runners'
 runs reach it through their runner (see raygent.actors.batch), a batch of lines a call.
 """
@@ -37,11 +40,12 @@ from ...errors import (
 from ...models.batch_api import BatchAPI, LineResult, split_results
 from ...models.contract import ModelResponse
 from ..sinks import key_token
+from .late import LateBatches, RouteBook, grace_of
 from .log import SentBatch, SubmissionLog
 from .options import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
 from .trip_lines import Answer, LineCost, batch_api_of, line_token, spend_of
 
-__all__ = ["LinePool", "LineRoute", "LinesStatus"]
+__all__ = ["LinePool", "LineRoute", "LinesStatus", "RouteBook", "grace_of"]
 
 logger = logging.getLogger(__name__)
 # A group of lines still growing is sent anyway once its first line has waited this
@@ -91,6 +95,7 @@ class _Group:
     api: BatchAPI
     first: float  # time.monotonic() of its first line, and of its last
     last: float = 0.0
+    model: Any = None  # the model of its lines (to price a line answered twice)
     ids: list[str] = field(default_factory=list)
     lines: list[bytes] = field(default_factory=list)
     size: int = 0
@@ -104,9 +109,12 @@ class _Out:
     info: ProviderBatchInfo
     failures: int = 0
     next_poll: float = 0.0
+    model: Any = None
+    cutoff: asyncio.TimerHandle | None = None  # with a route: when it is late
+    late: bool = False
 
 
-class LinePool:
+class LinePool(LateBatches):
     """The provider batches of one job (see the module's docstring)."""
 
     def __init__(self, options: ProviderBatch, ledger: SubmissionLog, job: str) -> None:
@@ -133,6 +141,9 @@ class LinePool:
         self._answered_count = 0  # lines whose answer (or failure) came back
         # Told when batches go out, are polled or end (the job's progress shows them).
         self.on_change: Callable[[], None] | None = None
+        # A job with a deadline: its route, told of batches and moves (see the module).
+        self.routing: RouteBook | None = None
+        self._moved: set[str] = set()  # lines sent online while their batch was out
 
     # -- asking for a line ----------------------------------------------------------
 
@@ -143,7 +154,8 @@ class LinePool:
         if route is None:
             raise ProviderBatchError(f"{model!r} has no batch API", provider=model.provider)
         await self._adopt(model, route.api)
-        return await abortable(asyncio.shield(self._ask(route, custom_id, line)), signal)
+        asked = self._ask(route, custom_id, line, model)
+        return await abortable(asyncio.shield(asked), signal)
 
     @staticmethod
     def route(model: Any) -> LineRoute | None:
@@ -158,9 +170,11 @@ class LinePool:
         adopted = self._adopted.get(endpoint) if endpoint is not None else None
         if route is None or adopted is None or not adopted.done():
             return asyncio.ensure_future(self.line(model, custom_id, line, None))
-        return self._ask(route, custom_id, line)
+        return self._ask(route, custom_id, line, model)
 
-    def _ask(self, route: LineRoute, custom_id: str, line: bytes) -> asyncio.Future[Answer]:
+    def _ask(
+        self, route: LineRoute, custom_id: str, line: bytes, model: Any = None
+    ) -> asyncio.Future[Answer]:
         future = self._futures.get(custom_id)
         if future is not None:
             return future
@@ -173,10 +187,10 @@ class LinePool:
             return future
         self._futures[custom_id] = future
         if custom_id not in self._out_lines:  # else it is out: its batch answers it
-            self._add(route, custom_id, line)
+            self._add(route, custom_id, line, model)
         return future
 
-    def _add(self, route: LineRoute, custom_id: str, line: bytes) -> None:
+    def _add(self, route: LineRoute, custom_id: str, line: bytes, model: Any = None) -> None:
         api, key = route.api, route.key
         cap = min(self.options.max_lines or api.max_lines, api.max_lines)
         size = len(line) + 1  # and its separator
@@ -187,7 +201,7 @@ class LinePool:
         now = time.monotonic()
         fresh = group is None
         if group is None:
-            group = self._groups[key] = _Group(api, first=now)
+            group = self._groups[key] = _Group(api, first=now, model=model)
             group.timer = asyncio.get_running_loop().call_later(
                 self.options.gather_seconds, self._due, key
             )
@@ -256,9 +270,9 @@ class LinePool:
             )
             self._fail(ids, tag, error)
             return
-        self._track(sent, api, batch_id)
+        self._track(sent, api, batch_id, group.model)
 
-    def _track(self, sent: SentBatch, api: BatchAPI, batch_id: str) -> None:
+    def _track(self, sent: SentBatch, api: BatchAPI, batch_id: str, model: Any = None) -> None:
         if sent.id != batch_id:
             self.ledger.submitted(sent, batch_id)
         info = ProviderBatchInfo(
@@ -270,8 +284,9 @@ class LinePool:
         )
         self.summary.batches.append(info)
         self.summary.lines += len(sent.lines)
-        out = _Out(sent, api, info, next_poll=time.monotonic() + self._period())
+        out = _Out(sent, api, info, next_poll=time.monotonic() + self._period(), model=model)
         self._out[batch_id] = out
+        self._watch(batch_id, out)
         for custom_id in sent.lines:
             if custom_id not in self._futures:  # a resumed job's line, not asked for yet
                 self._out_lines.add(custom_id)
@@ -335,14 +350,17 @@ class LinePool:
         out.failures = 0
         out.info.status = state.status
         if not state.ended:
-            out.next_poll = time.monotonic() + self._period()
+            # A late batch, cancelled, is watched closely: its end frees its lines.
+            period = self._period() if not out.late else self._grace() / 8
+            out.next_poll = time.monotonic() + period
             self._changed()
             return
         failure = state.failure
         self.ledger.ended(out.sent, state.status, raw, None if failure is None else str(failure))
         del self._out[batch_id]
+        self._learn(out, state.status, failure is None)
         out.info.ended = _stamp(state.ended_at) or datetime.now(timezone.utc)
-        self._route(out.sent, out.api, raw, failure, batch_id)
+        self._route(out.sent, out.api, raw, failure, batch_id, out.model, out.late)
         self._changed()
 
     def _route(
@@ -352,12 +370,26 @@ class LinePool:
         raw: bytes,
         failure: ProviderBatchError | None,
         batch_id: str,
+        model: Any = None,
+        late: bool = False,
     ) -> None:
         expected = set(sent.lines)
+        unanswered = 0  # a late batch's lines it did not answer: they go online
         for custom_id, line in split_results(raw):
             if custom_id in expected:
                 expected.discard(custom_id)
+                if custom_id in self._moved:  # sent online at its cutoff: answered twice?
+                    self._twice(custom_id, api, line, model)
+                    continue
+                if late and custom_id in self._futures:
+                    with contextlib.suppress(Exception):
+                        unanswered += api.read_line(line).outcome in ("expired", "cancelled")
                 self._settle(custom_id, line, batch_id)
+        if unanswered and self.routing is not None:
+            self.routing.moved("late batch", unanswered)
+        if self._moved:
+            expected -= self._moved
+            self._moved.difference_update(sent.lines)
         if expected:
             error = failure or ProviderBatchError(
                 f"{api.provider} batch {batch_id} ended without a result for"
@@ -439,12 +471,20 @@ class LinePool:
                     out.info.status = "cancelling"
                 except ProviderError as exc:
                     logger.warning("cancelling %s batch %s: %s", out.api.provider, batch_id, exc)
+        if not interrupted:
+            await self._last_look()
         for task in [self._poller, *self._tasks]:
             if task is not None and not task.done():
                 task.cancel()
         for future in self._futures.values():
             future.cancel()
         self.ledger.close()
+
+    @property
+    def runner_route(self) -> Any:
+        """The route the Ray runners' attempts follow: the one the job started with
+        (the driver's cutoffs follow what it learns since)."""
+        return None if self.routing is None else self.routing.policy
 
     def note_online(self) -> None:
         self.summary.online_lines += 1

@@ -19,10 +19,10 @@ from typing import Any, Protocol
 import pydantic_core
 
 from ...abort import AbortSignal, abortable
-from ...errors import ProviderBatchExpiredError
+from ...errors import ProviderBatchError, ProviderBatchExpiredError
 from ...messages import Message
 from ...models.batch_api import BatchAPI, LineResult
-from ...models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+from ...models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk, Tier
 from ...pricing import price_usage
 from ...seams.contract import ModelAccess
 from ...seams.provider_lines import SendOnline
@@ -31,6 +31,7 @@ from .options import ProviderBatch
 __all__ = [
     "Answer",
     "ItemLines",
+    "LateLine",
     "LineCost",
     "LineSender",
     "RelayedLines",
@@ -47,6 +48,20 @@ MAX_RESENDS = 3
 # A line's answer: its bytes from its batch's results (read where the run is), or a
 # failure the pool made (the batch was refused, ended without it); and the batch's id.
 Answer = tuple[bytes | LineResult, str]
+
+
+class LateLine(ProviderBatchError):
+    """A line its job's route sent online because its batch was late for the deadline
+    (the batch is cancelled): the answer a waiting trip gets, never an item's error."""
+
+
+class Routed(Protocol):
+    """What an attempt of a job with a deadline follows: a holder of the job's current
+    route (`raygent._batch.routing`: the driver's `RouteJob`, or on a Ray runner the
+    `RoutePolicy` the job started with)."""
+
+    @property
+    def policy(self) -> Any: ...
 
 
 def batch_api_of(model: Any) -> BatchAPI | None:
@@ -157,9 +172,21 @@ class RelayedLines:
 
 
 class ItemLines:
-    """One attempt of an item: its trips as lines (`TripLines`, set around the attempt)."""
+    """One attempt of an item: its trips as lines (`TripLines`, set around the attempt).
+    With a `route` (a job with a deadline), each trip goes the way the route says: by
+    batch while its batch is likely back in time, else online at the route's tier."""
 
-    __slots__ = ("attempt", "deadline", "online_within", "outlet", "pool", "token")
+    __slots__ = (
+        "attempt",
+        "deadline",
+        "online_within",
+        "outlet",
+        "pool",
+        "route",
+        "token",
+        "trip",
+        "way",
+    )
 
     def __init__(
         self,
@@ -168,6 +195,8 @@ class ItemLines:
         token: str,
         attempt: int,
         deadline: float | None = None,
+        route: Routed | None = None,
+        key: str = "",
     ) -> None:
         self.outlet = sender
         self.pool = pool_options
@@ -176,15 +205,43 @@ class ItemLines:
         self.deadline = deadline  # time.time() by which the item must be done
         # A trip this close to its deadline cannot wait for a batch: it goes online.
         self.online_within = pool_options.gather_seconds + 2 * pool_options.poll_seconds
+        self.route = route
+        self.way = None if route is None else route.policy.way_of(key)
+        self.trip = 0  # the trip whose request path was built last (see `sender`)
 
     def by_batch(self, model: Model, *, first: bool) -> bool:
         """Whether a request to `model` goes by batch: it has a batch API, it is not a
-        fallback's next model under `fallback="online"`, and the deadline is not near."""
+        fallback's next model under `fallback="online"`, and the deadline is not near
+        (with a route: the route sends this trip by batch)."""
         if not first and self.pool.fallback == "online":
             return False
-        return batch_api_of(model) is not None and not self.must_go_online()
+        if batch_api_of(model) is None:
+            return False
+        if self.route is None:
+            return not self.must_go_online()
+        way, _why = self.route.policy.trip_way(self.way, self.trip, time.time())
+        return bool(way == "batch")
+
+    def online_options(self, model: Model, options: ModelOptions) -> ModelOptions:
+        """`options` for a request of this attempt that goes online: with a route, at
+        the tier of the item's way (an item by batch: the route's rescue); flex with
+        standard as its fallback for capacity."""
+        route = self.route
+        if route is None:
+            return options
+        policy = route.policy
+        way = self.way if self.way not in (None, "batch") else policy.rescue
+        tier: str | Tier | None = policy.tier(way)
+        if way == "flex":
+            tier = Tier("flex", fallback=policy.tier("standard") or "default")
+        if tier is None:
+            return options
+        return options.model_copy(update={"service_tier": tier})
 
     def sender(self, trip: int) -> ModelAccess:
+        # A trip's request path is built just before its requests are sent: the route
+        # decides by this trip's number (the attempt's trips go one after another).
+        self.trip = trip
         return _LineSend(self, trip)
 
     def note_online(self) -> None:
@@ -237,6 +294,8 @@ class _LineSend:
                 assert result.error is not None
                 raise result.error
             mode = lines.pool.on_expired
+            if isinstance(result.error, LateLine) or lines.route is not None:
+                mode = "online"  # a route sends it online now, whatever on_expired says
             if mode == "online":  # the route sends it online, released from the batch's
                 raise SendOnline(f"{model.provider}: line {custom_id} {result.outcome}")
             if mode == "fail" or resend == MAX_RESENDS:
