@@ -392,6 +392,7 @@ class RunnerPool:
                 runner.share,
                 self._payload,
                 plan.run_options,
+                plan.attempts,
                 runner.slots,
                 plan.retry,
                 plan.grace,

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import ray.cloudpickle
 
 from raygent.backend import (
-    BATCH_BUDGET,
+    AttemptPlan,
     Backend,
     BatchItem,
     InFlight,
@@ -62,7 +62,7 @@ from raygent.backend import (
 from .._ray import in_batch_runner, spawn
 
 if TYPE_CHECKING:
-    from raygent.backend import RunOptions
+    from raygent.backend import Attempt, RunOptions
 
 __all__ = ["BatchRunner", "ResultBatch", "UnsentResultError", "load_executable"]
 
@@ -191,6 +191,7 @@ class BatchRunner:
         batch_id: str,
         executable: bytes,
         run_options: RunOptions | None,
+        attempts: AttemptPlan,
         slots: int,
         retry: Retry,
         grace: float,
@@ -201,12 +202,13 @@ class BatchRunner:
         working at once): the runs' trips go as lines to the driver's pool, in the
         results stream, answered by `answer`; `slots` then counts the runs waiting
         for their lines too."""
-        attempt = attempt_for(load_executable(executable), run_options)
+        lined = attempt_for(load_executable(executable), run_options, attempts)
+        attempt: Attempt = lined
         relay: RelayedLines | None = None
         if lines is not None:
             relay = RelayedLines(lambda: self._wake(batch_id))
             options, job_name, deadline, active = lines
-            attempt = with_lines(attempt, relay, options, job_name, deadline, active)
+            attempt = with_lines(lined, relay, options, job_name, deadline, active)
         state = _Batch(
             pool=InFlight(
                 attempt,
@@ -218,7 +220,7 @@ class BatchRunner:
             jobs=asyncio.Queue(),
             ready=asyncio.Event(),
             lines=relay,
-            budget=(run_options or {}).get(BATCH_BUDGET),
+            budget=attempts.job_budget,
             slots=slots,
         )
         # The runs of this batch own their sessions (the driver routed them here) and

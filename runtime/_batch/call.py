@@ -38,7 +38,6 @@ from ..usage import Usage, dollars, total_cost
 from ._html import batch_html
 from .engine import InFlight
 from .exec import (
-    BATCH_BUDGET,
     InputError,
     JobMaker,
     attempt_for,
@@ -164,9 +163,10 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
         raise TypeError("tool_errors= needs an agent (flows and plain callables run no tools)")
     ledger = job_ledger(executable, plan.budget)
     if ledger is not None:
-        held = {**(plan.run_options or {}), BATCH_BUDGET: ledger}
-        plan = dataclasses.replace(plan, run_options=held)
-    attempt = attempt_for(executable, plan.run_options)
+        attempts = dataclasses.replace(plan.attempts, job_budget=ledger)
+        plan = dataclasses.replace(plan, attempts=attempts)
+    lined = attempt_for(executable, plan.run_options, plan.attempts)
+    attempt: Attempt = lined
     lines: LinePool | None = None
     if plan.provider_batch is not None:
         check_batchable(executable)
@@ -182,7 +182,7 @@ async def _batch(executable: Any, items: Any, options: BatchOptions) -> BatchRes
         lines = line_pool(plan.provider_batch, plan.sink, plan.resume)
         if runners is None:
             attempt = with_lines(
-                attempt, lines, lines.options, lines.job, plan.deadline, plan.concurrency
+                lined, lines, lines.options, lines.job, plan.deadline, plan.concurrency
             )
     deliver = collector.deliver if lines is None else _ending_lines(lines, collector.deliver)
     pool = _pool(executable, attempt, plan, deliver, runners, lines, waiting)
@@ -259,6 +259,7 @@ def _pool(
             executable,
             PoolPlan(
                 run_options=plan.run_options,
+                attempts=plan.attempts,
                 concurrency=held or plan.concurrency,
                 retry=plan.retry,
                 deliver=deliver,

@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 from ..abort import AbortSignal
 from ..budgets import Budget
 from ..models.contract import Tier
+from ..seams.attempt import AttemptPlan
 from ..seams.batch import BatchItem
 from ..seams.retry import Retry
-from .durable import BATCH_ITEMS, BATCH_RUNS, durable_items, item_runs
+from .durable import durable_items, item_runs
 from .exec import ItemKey
 from .progress import wants_progress
 from .provider.job import deadline_of
@@ -148,6 +149,9 @@ class Plan:
     budget: Budget | None = None
     reused: Mapping[str, BatchItem] | None = None  # items answered already, by key token
     sink_job: SinkJob | None = None  # the sink, checked, and the job that writes it
+    # What each attempt gets besides the run options (to the Ray runners too): how its
+    # items' runs are named; `raygent.batch` adds the job's ledger.
+    attempts: AttemptPlan = field(default_factory=AttemptPlan)
 
     @classmethod
     def of(cls, options: BatchOptions) -> Plan:
@@ -176,15 +180,12 @@ class Plan:
         if approvals is not None and durable is None:
             raise ValueError("approvals= needs durable= (the runs that wait are stored)")
         if durable is not None:
-            # The item's run id rides with the run options (to the Ray runners too).
-            run_options = {
-                **(run_options or {}),
-                "durable": durable,
-                BATCH_RUNS: durable_items(job, approvals),
-            }
-        else:
-            # So does the naming of its runs on sessions (one run per item, all attempts).
-            run_options = {**(run_options or {}), BATCH_ITEMS: item_runs(job, resume)}
+            run_options = {**(run_options or {}), "durable": durable}
+            runs = durable_items(job, approvals)
+            attempts = AttemptPlan(runs.namespace, durable=runs)
+        else:  # the naming of its runs on sessions (one run per item, all attempts)
+            items = item_runs(job, resume)
+            attempts = AttemptPlan(items.namespace, items=items)
         return cls(
             concurrency=concurrency,
             retry=options.get("retry") or Retry(),
@@ -203,6 +204,7 @@ class Plan:
             budget=_budget(options.get("budget")),
             reused=_reused(options.get("reuse")),
             sink_job=checked,
+            attempts=attempts,
         )
 
 

@@ -35,8 +35,7 @@ from ..observers.delivery import observers_for, own_observers
 from ..observers.events import Dispatcher, Event, EventHandler, Handlers, handler_list
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
-from ..seams.attempt import attempt_of
-from ..seams.budgeted import held_ledgers
+from ..seams.attempt import inherited, scope_of_tool
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
 from ..tools import Tool, ToolContext, tool
@@ -302,8 +301,8 @@ class Agent(DurableRuns):
             scope,
             persistence,
             info.run_id,
-            attempt_of(options.get("parent")).continues,
-            recover=attempt_of(options.get("parent")).recover,
+            inherited(options).continues,
+            recover=inherited(options).recover,
         )
         return saver, None
 
@@ -316,7 +315,7 @@ class Agent(DurableRuns):
 
     def _run_info(self, options: RunOptions) -> RunInfo:
         parent = options.get("parent")
-        continues = attempt_of(parent).continues
+        continues = inherited(options).continues
         run_id = continued_run_id(continues) or options.get("run_id") or uuid.uuid4().hex
         return RunInfo(
             run_id=run_id,
@@ -351,6 +350,7 @@ class Agent(DurableRuns):
             model=self.model,
             backend=self.backend or current_backend(),
             ledgers=tuple(self._ledgers(options)),
+            scope=inherited(options),
             tools=self.tools,
             options=model_options,
             output=output,
@@ -376,15 +376,16 @@ class Agent(DurableRuns):
 
     def _ledgers(self, options: RunOptions) -> list[BudgetLedger]:
         """The budgets this run is held to: the call's and the agent's (each a ledger of
-        this run's own), its job's (shared), and, run as a tool, its parent run's."""
+        this run's own), and those of its scope: its job's, and run as a tool, its
+        parent run's (shared)."""
         ledgers: list[BudgetLedger] = []
         for budget in (options.get("budget"), self.budget):
             if budget is not None:
                 if not isinstance(budget, Budget):
                     raise TypeError("budget= takes raygent.Budget(...)")
                 ledgers.append(LocalBudgetLedger(budget))
-        for shared in (attempt_of(options.get("parent")).job_budget, *held_ledgers.get()):
-            if shared is not None and all(shared is not mine for mine in ledgers):
+        for shared in inherited(options).ledgers:
+            if all(shared is not mine for mine in ledgers):
                 ledgers.append(shared)
         return ledgers
 
@@ -574,7 +575,10 @@ def agent_tool(agent: Agent, *, name: str | None, description: str | None) -> To
             agent_name="",
             deps=ctx.deps,
         )
-        return await agent.execute(input, parent=parent, signal=ctx.signal)
+        # Held to the caller's budgets, in its job: the scope the tool call hands on.
+        return await agent.execute(
+            input, parent=parent, signal=ctx.signal, scope=scope_of_tool(ctx)
+        )
 
     tool_name = name or re.sub(r"[^a-zA-Z0-9_-]", "_", agent.name)[:64]
     # Inline: the nested run is itself a loop of awaits (it sends its own tools and model

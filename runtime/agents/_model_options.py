@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from ..models.contract import Model
+from ..models.contract import Model, parts_of
 from ..models.tiers import DERIVED_KEYS
 
 __all__ = ["cache_key_for", "run_model_options"]
@@ -40,7 +40,7 @@ def cache_key_for(kind: str, agent: str, session: str | None) -> str:
 
 def _model_key(model: Model) -> object:
     # A fallback model's models, or the model: the first that sets a key.
-    for each in getattr(model, "models", None) or (model,):
+    for each in parts_of(model):
         key = getattr(each, "prompt_cache_key", None)
         if key is not None:
             return key

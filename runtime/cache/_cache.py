@@ -9,16 +9,15 @@ import re
 import threading
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ..abort import AbortSignal, abortable
 from ..errors import InvalidOptionsError
-from ..messages import Message
-from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+from ..models.contract import Done, ModelResponse, StreamChunk
 from ..seams.contract import ModelAccess
-from ..seams.link import Link
-from ..seams.local import closing_stream
+from ..seams.link import Link, closing_stream
+from ..seams.request import ModelRequest
 from ..stores import CacheStore, InMemoryStore
 from ._entry import Entry, storable, with_fields
 from ._key import request_key
@@ -256,25 +255,19 @@ class CachedAccess(Link):
         super().__init__(inner)
         self.cache = cache
 
-    async def send(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> ModelResponse:
-        key = request_key(model, messages, options)
+    async def send(self, request: ModelRequest) -> ModelResponse:
+        key = request_key(request.model, request.messages, request.options)
         if key is None:
-            return await self.inner.complete(model, messages, options, signal)
+            return await self.inner.complete(request)
         cache = self.cache
-        entry, flight = await cache._entry_for(key, signal)
+        entry, flight = await cache._entry_for(key, request.signal)
         if isinstance(entry, Entry):
             return entry.hit()
         kept: Entry | None = None  # (no flight: it followed one that brought nothing)
         reached = entry is not UNAVAILABLE
         try:
             try:
-                response = await self.inner.complete(model, messages, options, signal)
+                response = await self.inner.complete(request)
                 if storable(response):
                     kept = Entry.of(response)
             finally:
@@ -285,22 +278,16 @@ class CachedAccess(Link):
             cache._drop(key, flight)
         return with_fields(response, cache="miss" if reached else "unavailable")
 
-    async def send_stream(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> AsyncIterator[StreamChunk]:
-        key = request_key(model, messages, options)
+    async def send_stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        key = request_key(request.model, request.messages, request.options)
         if key is None:
-            chunks = self.inner.stream(model, messages, options, signal)
+            chunks = self.inner.stream(request)
             async with closing_stream(chunks):
                 async for chunk in chunks:
                     yield chunk
             return
         cache = self.cache
-        entry, flight = await cache._entry_for(key, signal)
+        entry, flight = await cache._entry_for(key, request.signal)
         if isinstance(entry, Entry):
             for chunk in entry.replay():
                 yield chunk
@@ -309,7 +296,7 @@ class CachedAccess(Link):
         reached = entry is not UNAVAILABLE
         recorded: list[StreamChunk] = []
         try:
-            chunks = self.inner.stream(model, messages, options, signal)
+            chunks = self.inner.stream(request)
             async with closing_stream(chunks):
                 async for chunk in chunks:
                     if isinstance(chunk, Done):

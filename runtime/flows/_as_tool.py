@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, create_model
 
 from ..executable import executable_name
 from ..run_context import RunInfo
+from ..seams.attempt import scope_of_tool
 from ..tools import Tool, ToolContext
 
 __all__ = ["executable_tool"]
@@ -45,7 +46,10 @@ def executable_tool(
             deps=ctx.deps,
         )
         value = arguments["input"] if declared is None else declared.model_validate(arguments)
-        return await executable.execute(value, parent=parent, signal=ctx.signal)
+        # Held to the caller's budgets, in its job: the scope the tool call hands on.
+        return await executable.execute(
+            value, parent=parent, signal=ctx.signal, scope=scope_of_tool(ctx)
+        )
 
     kind = getattr(executable, "kind", "executable")
     tool_name = name or executable_name(executable)

@@ -30,8 +30,6 @@ from ..errors import AbortedError, InvalidOptionsError, RaygentError, StepFailed
 from ..observers import Observe
 from ..observers.events import Event, EventHandler, Handlers, handler_list
 from ..observers.report import FlowReport, FlowResult, FlowResume
-from ..seams.attempt import attempt_of
-from ..seams.budgeted import held_ledgers
 from ..tools import Tool
 from ..usage import Usage
 from ._durable import FlowEntry, FlowHeader, FlowJournal, FlowOutcome
@@ -95,8 +93,9 @@ class Flow(ABC):
         """Run once. Never raises: failures come back typed on `result.error` (with what
         the steps produced before in `result.outputs`). Options: `context=` (a dict the
         steps see, never stored), `deps=`, `signal=`, `on=`, `observe=`, `run_id=`, and
-        `parent=` when run inside another run. A batch's `budget=` reaches it as
-        its attempt (`seams.attempt`): every agent the run starts is held to it."""
+        `parent=` when run inside another run. A batch's `budget=` reaches it in its
+        scope (`seams.attempt.RunScope`): every run it starts inherits that scope, so
+        every agent below it is held to the job's budget."""
         return await self._run(self._new_run(options, None), input)
 
     def execute_sync(self, input: Any, **options: Any) -> FlowResult:
@@ -195,10 +194,6 @@ class Flow(ABC):
     ) -> FlowResult:
         """Run `_body` on the validated input (or `body`: a resume, whose input is the
         stored one), recording any failure on the result."""
-        # A job's ledger (a batch's budget) holds every agent run below this one, as a
-        # tool's caller holds its nested runs: by the context the child runs inherit.
-        job = attempt_of(run.options.get("parent")).job_budget
-        held = held_ledgers.set((*held_ledgers.get(), job)) if job is not None else None
         await run.start()
         try:
             if body is not None:
@@ -216,9 +211,6 @@ class Flow(ABC):
             raise
         except Exception as exc:
             return await run.finish(data=None, text="", outputs=run.outputs, error=_as_error(exc))
-        finally:
-            if held is not None:
-                held_ledgers.reset(held)
 
     def _validated_input(self, input: Any) -> Any:
         model = self.input_model

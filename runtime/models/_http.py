@@ -33,7 +33,7 @@ from ..usage import Usage
 from ._errors import error_from_response, error_from_stream_event
 from ._pool import shared_transport
 from ._sse import SSE, iter_sse
-from .contract import Capabilities, ModelResponse
+from .contract import Capabilities, Limits, ModelResponse, Tier
 
 
 class Resend(Protocol):
@@ -251,6 +251,25 @@ class HTTPModel:
     def tokens_per_minute(self) -> float | None:
         """The configured tokens per minute (`rate_limit`'s), or None."""
         return self.rate_limit.tokens_per_minute if self.rate_limit else None
+
+    # -- what the request path asks of it (`contract.ProviderModel`) -------------------
+
+    service_tier: str | Tier | None = None  # an adapter with tiers sets its own
+
+    def limits(self) -> Limits:
+        """Its endpoint's bound and its rate, as one value (made once per model)."""
+        limits: Limits | None = self.__dict__.get("_limits")
+        if limits is None:
+            limits = self.__dict__["_limits"] = Limits(
+                self.endpoint, self.rate_key, self.max_concurrency, self.rate_limit
+            )
+        return limits
+
+    def default_tier(self) -> str | Tier | None:
+        return self.service_tier
+
+    def declared_pricing(self) -> Pricing | None:
+        return self.pricing
 
     def __getstate__(self) -> dict[str, Any]:
         # An injected client belongs to the process that made it.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -10,17 +10,22 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..abort import AbortSignal
 from ..messages import AssistantMessage, ContentPart, Message, ProviderBlock, TextPart, ToolCall
-from ..rates.limits import RateReading
+from ..pricing import Pricing
+from ..rates.limits import RateLimit, RateReading
 from ..usage import Cost, Usage
 
 __all__ = [
+    "BatchModel",
     "CacheControl",
     "Capabilities",
+    "CompositeModel",
     "Done",
     "FinishReason",
+    "Limits",
     "Model",
     "ModelOptions",
     "ModelResponse",
+    "ProviderModel",
     "ReasoningDelta",
     "ReasoningOptions",
     "ResponseSchema",
@@ -31,6 +36,11 @@ __all__ = [
     "ToolCallDelta",
     "ToolSpec",
     "UsageChunk",
+    "as_batch_model",
+    "as_composite",
+    "as_provider_model",
+    "parts_of",
+    "with_failed",
 ]
 
 FinishReason = Literal[
@@ -292,3 +302,115 @@ class Model(Protocol):
         *,
         signal: AbortSignal | None = None,
     ) -> AsyncIterator[StreamChunk]: ...
+
+
+# -- what the request path asks of a model, declared ----------------------------------
+# The core's request path (cache, budget, provider-batch lines, the access layer) reads
+# these, never an undeclared attribute. Each protocol has methods only, so whether a
+# model's class implements it is asked once per class (`_implements`), not per request.
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The provider limits a model declares: `endpoint`, what its concurrency bound is
+    shared by (provider, URL, key); `rate_key`, what its rate is held under (providers
+    limit each model apart); `max_concurrency` (None: unbounded) and `rate_limit` (None:
+    learnt from the replies)."""
+
+    endpoint: Hashable
+    rate_key: Hashable
+    max_concurrency: int | None = None
+    rate_limit: RateLimit | None = None
+
+
+@runtime_checkable
+class ProviderModel(Protocol):
+    """A model that talks to a provider (raygent's HTTP adapters): its limits, the tier
+    and pricing it declares, and the exact body it sends (what a cache keys on)."""
+
+    def limits(self) -> Limits: ...
+
+    def default_tier(self) -> str | Tier | None:
+        """The service tier it asks for when a call's options name none."""
+        ...
+
+    def declared_pricing(self) -> Pricing | None: ...
+
+    def request_body(
+        self, messages: Sequence[Message], options: ModelOptions, *, stream: bool
+    ) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class BatchModel(Protocol):
+    """A model whose requests may go as lines of its provider's batch API."""
+
+    def batch_api(self) -> Any:
+        """Its batch API (`raygent.models.batch_api.BatchAPI`), None if its endpoint has
+        none."""
+        ...
+
+    def batch_reply(self, data: dict[str, Any]) -> ModelResponse: ...
+
+    def request_body(
+        self, messages: Sequence[Message], options: ModelOptions, *, stream: bool
+    ) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class CompositeModel(Protocol):
+    """A model made of models (`raygent.fallback_model`): the request path splits it,
+    once, and sends each model's attempt as a request of its own, in order, moving on
+    while `fails_over` accepts the error."""
+
+    def parts(self) -> Sequence[Model]: ...
+
+    def fails_over(self, error: BaseException) -> bool: ...
+
+
+_IMPLEMENTED: dict[tuple[type, type], bool] = {}
+
+
+def _implements(cls: type, protocol: type) -> bool:
+    key = (cls, protocol)
+    found = _IMPLEMENTED.get(key)
+    if found is None:
+        found = _IMPLEMENTED[key] = issubclass(cls, protocol)
+    return found
+
+
+def as_provider_model(model: object) -> ProviderModel | None:
+    """`model` as a `ProviderModel`, or None (a test double)."""
+    return model if _implements(type(model), ProviderModel) else None  # type: ignore[return-value]
+
+
+def as_batch_model(model: object) -> BatchModel | None:
+    return model if _implements(type(model), BatchModel) else None  # type: ignore[return-value]
+
+
+def as_composite(model: object) -> CompositeModel | None:
+    return model if _implements(type(model), CompositeModel) else None  # type: ignore[return-value]
+
+
+def parts_of(model: Model) -> Sequence[Model]:
+    """A composite model's models, else the model alone."""
+    composite = as_composite(model)
+    return (model,) if composite is None else composite.parts()
+
+
+def with_failed(
+    response: ModelResponse, attempts: Sequence[dict[str, Any]], failed: int | None = None
+) -> ModelResponse:
+    """`response` with `attempts` listed before its own on `attempts`, `failed` of them
+    (all, by default) counted in its usage as requests billed at nothing: the books of a
+    fallback's failed models, a tier refused for capacity and 429s sent again, kept once."""
+    if not attempts:
+        return response
+    count = len(attempts) if failed is None else failed
+    usage = response.usage
+    usage = (
+        usage + Usage(requests=count, cost=Cost())
+        if usage.cost is not None
+        else usage.model_copy(update={"requests": usage.requests + count})
+    )
+    return response.model_copy(update={"attempts": [*attempts, *response.attempts], "usage": usage})

@@ -10,7 +10,7 @@ tests run on both.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from ..abort import AbortSignal
 from ..budgets import Budget, BudgetLedger, LocalBudgets
 from ..memory import LocalSessions, SessionPersistence
-from ..messages import Message
-from ..models.contract import Model, ModelOptions, ModelResponse, StreamChunk
+from ..models.contract import ModelResponse, StreamChunk
+from .attempt import AttemptPlan
 from .batch import Deliver, Feed
+from .request import ModelRequest
 from .retry import Retry
 
 if TYPE_CHECKING:
@@ -42,23 +43,13 @@ __all__ = [
 
 
 class ModelAccess(Protocol):
-    """Sends requests to a model inside the provider's concurrency bound."""
+    """Sends a model request (a `ModelRequest`: its model, messages, options, signal
+    and context) and gives its reply or its stream: a link of a run's request path, or
+    the backend's access layer under them (`seams.access`)."""
 
-    async def complete(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> ModelResponse: ...
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...
 
-    def stream(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> AsyncIterator[StreamChunk]: ...
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]: ...
 
 
 class ToolExecution(Protocol):
@@ -147,6 +138,9 @@ class PoolPlan:
     # provider_batch=: `concurrency` is then the items held (running or waiting for
     # their lines), and `active` the attempts working at once (see `_batch.active`).
     active: int | None = None
+    # What each attempt gets besides `run_options` (the job's ledger, how its items'
+    # runs are named): typed, and shipped to where the attempts run.
+    attempts: AttemptPlan = field(default_factory=AttemptPlan)
 
 
 class Budgets(Protocol):

@@ -1,21 +1,22 @@
 """Provider-batch lines: how a run's model trips leave as lines of a provider batch.
 
-A batch job run with `provider_batch=` sets, around each attempt of an item, the
-`TripLines` of that attempt; a trip made inside it gets a request path (see
-`request_path`) whose route asks `by_batch` where each request goes, and sends the ones
-that go by batch through `sender(trip)`, each a line of the provider's batch API (the
-rest go online, through the backend's own access). Unset, trips go online.
+A batch job run with `provider_batch=` gives each attempt of an item its `TripLines`
+(in the run's scope, `seams.attempt.RunScope`); a trip of that run gets a request path
+(see `request_path`) whose route asks `by_batch` where each request goes, and sends the
+ones that go by batch through `sender(trip)`, each a line of the provider's batch API
+(the rest go online, through the backend's own access). A run with no lines goes online.
 """
 
 from __future__ import annotations
 
-from contextvars import ContextVar
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..models.contract import Model
-from .contract import ModelAccess
 
-__all__ = ["SendOnline", "TripLines", "current_lines"]
+if TYPE_CHECKING:
+    from .contract import ModelAccess
+
+__all__ = ["SendOnline", "TripLines"]
 
 
 class SendOnline(Exception):
@@ -25,6 +26,11 @@ class SendOnline(Exception):
 
 class TripLines(Protocol):
     """One attempt's way to its job's provider batches."""
+
+    @property
+    def deadline(self) -> float | None:
+        """When the item must be done (`time.time()`; None: no deadline)."""
+        ...
 
     def by_batch(self, model: Model, *, first: bool) -> bool:
         """Whether a request to `model` goes by batch (`first`: the trip's first
@@ -39,6 +45,3 @@ class TripLines(Protocol):
     def note_online(self) -> None:
         """A request of the job went online."""
         ...
-
-
-current_lines: ContextVar[TripLines | None] = ContextVar("raygent_trip_lines", default=None)

@@ -17,8 +17,8 @@ from typing import Any
 
 from ...abort import AbortSignal
 from ...errors import InvalidOptionsError
-from ...seams.batch import Attempt, Feed, Job, Outcome
-from ...seams.provider_lines import current_lines
+from ...models.contract import parts_of
+from ...seams.batch import Attempt, Feed, Job, LinedAttempt, Outcome
 from ..active import ActiveSlots
 from ..progress import Progress
 from ..sinks import key_token
@@ -74,7 +74,7 @@ def max_waiting(options: ProviderBatch, executable: Any) -> int:
 def _first_model(executable: Any) -> Any:
     """The agent's model, or a fallback's first: the one whose batch API a job uses."""
     model = getattr(executable, "model", None)
-    return (getattr(model, "models", None) or [model])[0]
+    return model if model is None else parts_of(model)[0]
 
 
 def split_warning(items: int | None, waiting: int) -> str:
@@ -123,7 +123,7 @@ def item_lines(
 
 
 def with_lines(
-    attempt: Attempt,
+    attempt: LinedAttempt,
     sender: LineSender,
     options: ProviderBatch,
     job_name: str,
@@ -138,11 +138,7 @@ def with_lines(
         sender = slots.sender(sender)
 
     async def run(job: Job, signal: AbortSignal) -> Outcome:
-        token = current_lines.set(item_lines(sender, options, job_name, job, deadline))
-        try:
-            return await attempt(job, signal)
-        finally:
-            current_lines.reset(token)
+        return await attempt(job, signal, item_lines(sender, options, job_name, job, deadline))
 
     return run if slots is None else slots.attempt(run)
 
