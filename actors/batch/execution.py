@@ -392,11 +392,11 @@ class RunnerPool:
                 runner.share,
                 self._payload,
                 plan.run_options,
-                plan.attempts,
                 runner.slots,
                 plan.retry,
                 plan.grace,
                 None if lines is None else (lines.options, lines.job, plan.deadline, active),
+                plan.attempts,
             )
             try:
                 await opening

@@ -191,17 +191,18 @@ class BatchRunner:
         batch_id: str,
         executable: bytes,
         run_options: RunOptions | None,
-        attempts: AttemptPlan,
         slots: int,
         retry: Retry,
         grace: float,
         lines: tuple[Any, str, float | None, int | None] | None = None,
+        attempts: AttemptPlan | None = None,
     ) -> None:
         """Take a share of a batch: `slots` attempts in flight. `lines`: with
         `provider_batch=`, (its options, the job's name, its deadline, the attempts
         working at once): the runs' trips go as lines to the driver's pool, in the
         results stream, answered by `answer`; `slots` then counts the runs waiting
-        for their lines too."""
+        for their lines too. `attempts`: what each attempt gets besides the run options
+        (the job's ledger, how its items' runs are named)."""
         lined = attempt_for(load_executable(executable), run_options, attempts)
         attempt: Attempt = lined
         relay: RelayedLines | None = None
@@ -220,7 +221,7 @@ class BatchRunner:
             jobs=asyncio.Queue(),
             ready=asyncio.Event(),
             lines=relay,
-            budget=attempts.job_budget,
+            budget=None if attempts is None else attempts.job_budget,
             slots=slots,
         )
         # The runs of this batch own their sessions (the driver routed them here) and
