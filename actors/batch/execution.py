@@ -385,8 +385,7 @@ class RunnerPool:
     async def _consume(self, runner: _Runner) -> None:
         died: BaseException | None = None
         try:
-            plan = self._plan
-            lines = plan.lines
+            plan, lines = self._plan, self._plan.lines
             active = self._active[runner.lane] if self._active else None
             opening = runner.handle.open.remote(
                 runner.share,

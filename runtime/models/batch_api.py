@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pydantic_core
 
 from ..errors import ProviderBatchError, ProviderError, ServerError
 from ._anthropic_wire import compact_betas
+from .contract import LineResult
 
 if TYPE_CHECKING:
     from ._http import HTTPModel
@@ -33,7 +34,6 @@ __all__ = [
     "split_results",
 ]
 
-LineOutcome = Literal["succeeded", "errored", "expired", "cancelled"]
 _PAGE = 100
 _MAX_PAGES = 20  # how far back a lost submission is looked for (2,000 batches)
 # Anthropic's error types, as the HTTP status an online call would have had.
@@ -63,16 +63,6 @@ class BatchState:
     # The batch as a whole was refused (validation of its file): every line fails so.
     failure: ProviderBatchError | None = None
     files: tuple[str, ...] = ()  # OpenAI: its output and error file ids
-
-
-@dataclass(frozen=True, slots=True)
-class LineResult:
-    """One line's outcome: the reply body, or the typed error an online call would raise."""
-
-    custom_id: str
-    outcome: LineOutcome
-    body: dict[str, Any] | None = None
-    error: ProviderError | None = None
 
 
 class BatchAPI(Protocol):

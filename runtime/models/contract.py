@@ -9,6 +9,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..abort import AbortSignal
+from ..errors import ProviderError
 from ..messages import AssistantMessage, ContentPart, Message, ProviderBlock, TextPart, ToolCall
 from ..pricing import Pricing
 from ..rates.limits import RateLimit, RateReading
@@ -22,6 +23,8 @@ __all__ = [
     "Done",
     "FinishReason",
     "Limits",
+    "LineOutcome",
+    "LineResult",
     "Model",
     "ModelOptions",
     "ModelResponse",
@@ -339,6 +342,20 @@ class ProviderModel(Protocol):
     def request_body(
         self, messages: Sequence[Message], options: ModelOptions, *, stream: bool
     ) -> dict[str, Any]: ...
+
+
+LineOutcome = Literal["succeeded", "errored", "expired", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class LineResult:
+    """One provider-batch line's outcome: the reply body, or the typed error an online
+    call would raise."""
+
+    custom_id: str
+    outcome: LineOutcome
+    body: dict[str, Any] | None = None
+    error: ProviderError | None = None
 
 
 @runtime_checkable

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import ProviderError, RateLimitError
-from ..usage import Cost, Usage
 from ._http import ModelSettings
-from .contract import ModelOptions, ModelResponse, Tier
+from .contract import ModelOptions, ModelResponse, Tier, with_failed
 
 __all__ = [
     "AnthropicSettings",
@@ -104,18 +103,10 @@ def tier_fallback(
 
 def with_refusals(response: ModelResponse, fallback: TierFallback | None) -> ModelResponse:
     """The response with the refusals before it: listed on `attempts`, counted as
-    requests billed at nothing."""
-    if fallback is None or not fallback.refusals:
+    requests billed at nothing (`contract.with_failed`, the one set of books)."""
+    if fallback is None:
         return response
-    failed = Usage(requests=len(fallback.refusals), cost=Cost())
-    usage = response.usage
-    usage = (
-        usage + failed
-        if usage.cost is not None
-        else usage.model_copy(update={"requests": usage.requests + len(fallback.refusals)})
-    )
-    attempts = [*fallback.refusals, *response.attempts]
-    return response.model_copy(update={"attempts": attempts, "usage": usage})
+    return with_failed(response, fallback.refusals)
 
 
 # The prompt-cache keys an agent derives (per session, per agent): a model given one

@@ -9,14 +9,50 @@ ones that go by batch through `sender(trip)`, each a line of the provider's batc
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import Literal, Protocol, TypeAlias
 
-from ..models.contract import Model
+from ..models.contract import LineResult, Model
+from .request import ModelAccess
 
-if TYPE_CHECKING:
-    from .contract import ModelAccess
+__all__ = ["LineAnswer", "LineCost", "LineOptions", "SendOnline", "TripLines"]
 
-__all__ = ["SendOnline", "TripLines"]
+# A line's answer: its bytes from its batch's results (read where the run is), or a
+# failure the pool made (the batch was refused, ended without it); and the batch's id.
+LineAnswer: TypeAlias = tuple[bytes | LineResult, str]
+
+
+@dataclass(slots=True)
+class LineCost:
+    """What lines cost (USD, at batch rates), what they would have online, and how
+    many trips went online instead."""
+
+    cost: float | None = None
+    online_cost: float | None = None
+    online_lines: int = 0
+
+    def add(self, other: LineCost) -> None:
+        if other.cost is not None:
+            self.cost = (self.cost or 0.0) + other.cost
+        if other.online_cost is not None:
+            self.online_cost = (self.online_cost or 0.0) + other.online_cost
+        self.online_lines += other.online_lines
+
+
+class LineOptions(Protocol):
+    """What an attempt's lines read of their job's options (`raygent.ProviderBatch`)."""
+
+    @property
+    def gather_seconds(self) -> float: ...
+
+    @property
+    def poll_seconds(self) -> float: ...
+
+    @property
+    def on_expired(self) -> Literal["retry", "online", "fail"]: ...
+
+    @property
+    def fallback(self) -> Literal["batch", "online"]: ...
 
 
 class SendOnline(Exception):

@@ -13,16 +13,25 @@ These are built for every request: frozen dataclasses with slots, made by hand (
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..abort import AbortSignal
 from ..messages import Message
-from ..models.contract import Model, ModelOptions, Tier, as_provider_model
+from ..models.contract import (
+    Model,
+    ModelOptions,
+    ModelResponse,
+    StreamChunk,
+    Tier,
+    as_provider_model,
+)
 
 __all__ = [
     "NO_CONTEXT",
     "ONLINE",
+    "ModelAccess",
     "ModelRequest",
     "RequestContext",
     "RequestRecord",
@@ -124,3 +133,12 @@ class ModelRequest:
 
     def with_options(self, options: ModelOptions) -> ModelRequest:
         return ModelRequest(self.model, self.messages, options, self.signal, self.context)
+
+
+class ModelAccess(Protocol):
+    """Sends a model request and gives its reply or its stream: a link of a run's request
+    path, or the backend's access layer under them (`seams.access`)."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]: ...

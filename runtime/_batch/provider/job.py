@@ -19,6 +19,7 @@ from ...abort import AbortSignal
 from ...errors import InvalidOptionsError
 from ...models.contract import parts_of
 from ...seams.batch import Attempt, Feed, Job, LinedAttempt, Outcome
+from ...seams.provider_lines import LineOptions
 from ..active import ActiveSlots
 from ..progress import Progress
 from ..sinks import key_token
@@ -109,7 +110,7 @@ def line_pool(options: ProviderBatch, sink: Any, resume: bool) -> LinePool:
 
 
 def item_lines(
-    sender: LineSender, options: ProviderBatch, job_name: str, job: Job, deadline: float | None
+    sender: LineSender, options: LineOptions, job_name: str, job: Job, deadline: float | None
 ) -> ItemLines:
     """The lines of one attempt of `job` (its own `deadline` field wins over the job's)."""
     own = (job.meta or {}).get("deadline")
@@ -125,7 +126,7 @@ def item_lines(
 def with_lines(
     attempt: LinedAttempt,
     sender: LineSender,
-    options: ProviderBatch,
+    options: LineOptions,
     job_name: str,
     deadline: float | None,
     active: int | None = None,

@@ -13,7 +13,6 @@ import asyncio
 import hashlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pydantic_core
@@ -31,9 +30,8 @@ from ...models.contract import (
 )
 from ...pricing import price_usage
 from ...seams.contract import ModelAccess
-from ...seams.provider_lines import SendOnline
+from ...seams.provider_lines import LineAnswer, LineCost, LineOptions, SendOnline
 from ...seams.request import ModelRequest
-from .options import ProviderBatch
 
 __all__ = [
     "Answer",
@@ -51,9 +49,8 @@ __all__ = [
 MAX_RESENDS = 3
 
 
-# A line's answer: its bytes from its batch's results (read where the run is), or a
-# failure the pool made (the batch was refused, ended without it); and the batch's id.
-Answer = tuple[bytes | LineResult, str]
+# A line's answer: its bytes from its batch's results, or a failure the pool made.
+Answer = LineAnswer
 
 
 def batch_api_of(model: Any) -> BatchAPI | None:
@@ -82,23 +79,6 @@ class LineSender(Protocol):
         line: bytes,
         signal: AbortSignal | None,
     ) -> Answer: ...
-
-
-@dataclass(slots=True)
-class LineCost:
-    """What lines cost (USD, at batch rates), what they would have online, and how
-    many trips went online instead."""
-
-    cost: float | None = None
-    online_cost: float | None = None
-    online_lines: int = 0
-
-    def add(self, other: LineCost) -> None:
-        if other.cost is not None:
-            self.cost = (self.cost or 0.0) + other.cost
-        if other.online_cost is not None:
-            self.online_cost = (self.online_cost or 0.0) + other.online_cost
-        self.online_lines += other.online_lines
 
 
 def spend_of(model: Any, response: ModelResponse) -> LineCost:
@@ -172,7 +152,7 @@ class ItemLines:
     def __init__(
         self,
         sender: LineSender,
-        pool_options: ProviderBatch,
+        pool_options: LineOptions,
         token: str,
         attempt: int,
         deadline: float | None = None,
