@@ -7,8 +7,8 @@ options are defined once (`RunOptions`) and shared by `execute`, `execute_sync` 
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
@@ -35,7 +35,7 @@ from ..observers.delivery import observers_for, own_observers
 from ..observers.events import Dispatcher, Event, EventHandler, Handlers, handler_list
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
-from ..seams.attempt import inherited, scope_of_tool
+from ..seams.attempt import RunScope, inherited, scope_of_tool
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
 from ..tools import Tool, ToolContext, tool
@@ -301,8 +301,8 @@ class Agent(DurableRuns):
             scope,
             persistence,
             info.run_id,
-            inherited(options).continues,
-            recover=inherited(options).recover,
+            config.scope.continues,
+            recover=config.scope.recover,
         )
         return saver, None
 
@@ -316,7 +316,8 @@ class Agent(DurableRuns):
     def _run_info(self, options: RunOptions) -> RunInfo:
         parent = options.get("parent")
         continues = inherited(options).continues
-        run_id = continued_run_id(continues) or options.get("run_id") or uuid.uuid4().hex
+        # (16 random bytes as hex, as uuid4().hex but without building a UUID: per run)
+        run_id = continued_run_id(continues) or options.get("run_id") or os.urandom(16).hex()
         return RunInfo(
             run_id=run_id,
             root_run_id=parent.root_run_id if parent else run_id,
@@ -346,11 +347,12 @@ class Agent(DurableRuns):
         continuations = options.get("continue_on_output_limit")
         capture = options.get("capture_messages")
         guard = options.get("streaming_tool_guard")
+        scope = inherited(options)
         config = RunConfig(
             model=self.model,
             backend=self.backend or current_backend(),
-            ledgers=tuple(self._ledgers(options)),
-            scope=inherited(options),
+            ledgers=tuple(self._ledgers(options, scope)),
+            scope=scope,
             tools=self.tools,
             options=model_options,
             output=output,
@@ -374,7 +376,7 @@ class Agent(DurableRuns):
         )
         return config, system
 
-    def _ledgers(self, options: RunOptions) -> list[BudgetLedger]:
+    def _ledgers(self, options: RunOptions, scope: RunScope) -> list[BudgetLedger]:
         """The budgets this run is held to: the call's and the agent's (each a ledger of
         this run's own), and those of its scope: its job's, and run as a tool, its
         parent run's (shared)."""
@@ -384,7 +386,7 @@ class Agent(DurableRuns):
                 if not isinstance(budget, Budget):
                     raise TypeError("budget= takes raygent.Budget(...)")
                 ledgers.append(LocalBudgetLedger(budget))
-        for shared in inherited(options).ledgers:
+        for shared in scope.ledgers:
             if all(shared is not mine for mine in ledgers):
                 ledgers.append(shared)
         return ledgers
