@@ -35,7 +35,7 @@ from ..observers.delivery import observers_for, own_observers
 from ..observers.events import Dispatcher, Event, EventHandler, Handlers, handler_list
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
-from ..seams.attempt import RunScope, inherited, scope_of_tool
+from ..seams.attempt import RunScope, inherited, started_by
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
 from ..tools import Tool, ToolContext, tool
@@ -569,18 +569,7 @@ def agent_tool(agent: Agent, *, name: str | None, description: str | None) -> To
         input: Annotated[str, Field(description="What to ask or tell the agent.")],
         ctx: ToolContext,
     ) -> AgentResult:
-        parent = RunInfo(
-            run_id=ctx.run_id,
-            root_run_id=ctx.root_run_id,
-            parent_run_id=None,
-            session_id=ctx.session_id,
-            agent_name="",
-            deps=ctx.deps,
-        )
-        # Held to the caller's budgets, in its job: the scope the tool call hands on.
-        return await agent.execute(
-            input, parent=parent, signal=ctx.signal, scope=scope_of_tool(ctx)
-        )
+        return await agent.execute(input, **started_by(ctx))
 
     tool_name = name or re.sub(r"[^a-zA-Z0-9_-]", "_", agent.name)[:64]
     # Inline: the nested run is itself a loop of awaits (it sends its own tools and model

@@ -122,30 +122,20 @@ class AccessLayer(Access):
         provider = as_provider_model(model)
         if provider is None:
             return await model.complete(request.messages, request.options, signal=request.signal)
-        limits = provider.limits()
-        request, fallback = _tiered(request)
-        books = _Books(request)
+        books = _Books(request, provider.limits(), self.policy)
         while True:
-            admission = await books.admitted(self.admissions, limits)
+            admission = await books.admitted(self.admissions)
+            asked = books.request
             try:
-                response = await model.complete(
-                    request.messages, request.options, signal=request.signal
-                )
-            except RateLimitError as exc:
-                wait = books.throttled(exc, admission, self.policy, fallback)
-                if wait is None:
-                    raise books.gave_up(exc) from None
+                response = await model.complete(asked.messages, asked.options, signal=asked.signal)
             except ProviderError as exc:
-                admission.failed()
-                raise books.gave_up(exc) from None
+                wait = books.failed(exc, admission)
             else:
                 admission.answered(response)
                 return books.answered(response)
             finally:
                 admission.done()
-            request, fallback = books.next_request(request, fallback)
-            if wait:
-                await abortable(asyncio.sleep(wait), request.signal)
+            await books.again(wait)
 
     async def send_stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         model = request.model
@@ -156,14 +146,12 @@ class AccessLayer(Access):
                 async for chunk in chunks:
                     yield chunk
             return
-        limits = provider.limits()
-        request, fallback = _tiered(request)
-        books = _Books(request)
+        books = _Books(request, provider.limits(), self.policy)
         while True:
-            admission = await books.admitted(self.admissions, limits)
-            yielded = False
+            admission = await books.admitted(self.admissions)
+            asked, yielded = books.request, False
             try:
-                chunks = model.stream(request.messages, request.options, signal=request.signal)
+                chunks = model.stream(asked.messages, asked.options, signal=asked.signal)
                 async with closing_stream(chunks):
                     async for chunk in chunks:
                         if isinstance(chunk, Done):
@@ -172,22 +160,12 @@ class AccessLayer(Access):
                         yielded = True
                         yield chunk
                 return
-            except RateLimitError as exc:
-                if yielded:  # part of a reply is out: the failure is the caller's
-                    books.count_429(exc)
-                    books.failed_send(exc)
-                    raise books.gave_up(exc) from None
-                wait = books.throttled(exc, admission, self.policy, fallback)
-                if wait is None:
-                    raise books.gave_up(exc) from None
             except ProviderError as exc:
-                admission.failed()
-                raise books.gave_up(exc) from None
+                # Past its first chunk, part of a reply is out: the failure is the caller's.
+                wait = books.failed(exc, admission, again=not yielded)
             finally:
                 admission.done()
-            request, fallback = books.next_request(request, fallback)
-            if wait:
-                await abortable(asyncio.sleep(wait), request.signal)
+            await books.again(wait)
 
 
 def _tiered(request: ModelRequest) -> tuple[ModelRequest, str | None]:
@@ -201,21 +179,22 @@ def _tiered(request: ModelRequest) -> tuple[ModelRequest, str | None]:
 
 
 class _Books:
-    """One request's sends: what the access layer knows of them, kept cheaply for the
+    """One request's sends: the request to send next (at the fallback tier once its tier
+    was refused), and what the access layer knows of its sends, kept cheaply for the
     common request sent once (a list of `_Send`s only once a second one is made)."""
 
-    __slots__ = ("_waited", "asked", "request", "sends", "sent", "started")
+    __slots__ = ("_waited", "fallback", "limits", "policy", "request", "sends", "sent", "started")
 
-    def __init__(self, request: ModelRequest) -> None:
-        self.request = request
+    def __init__(self, request: ModelRequest, limits: Limits, policy: RetryPolicy) -> None:
+        self.request, self.fallback = _tiered(request)
+        self.limits, self.policy = limits, policy
         self.sends: list[_Send] | None = None
         self.started = self.sent = 0.0
-        self.asked: str | None = None  # the tier refused for capacity, to ask at its fallback
         self._waited = False  # a 429 was waited out
 
-    async def admitted(self, admissions: Admissions, limits: Limits) -> Admission:
+    async def admitted(self, admissions: Admissions) -> Admission:
         self.started = time.perf_counter()
-        admission = await admissions.admit(self.request, limits)
+        admission = await admissions.admit(self.request, self.limits)
         self.sent = time.perf_counter()
         record = self.request.context.record
         if record is not None:
@@ -224,44 +203,37 @@ class _Books:
                 record.rate_wait += admission.rate_wait
         return admission
 
-    def failed_send(self, error: RaygentError) -> _Send:
-        send = _Send(len(self.sends or ()) + 1, self.started, self.sent, time.perf_counter())
-        send.error = error
-        if self.sends is None:
-            self.sends = []
-        self.sends.append(send)
-        return send
-
-    def count_429(self, error: RateLimitError) -> None:
-        record = self.request.context.record
-        if record is not None and not error.for_capacity:
-            record.throttled += 1
-
-    def throttled(
-        self,
-        error: RateLimitError,
-        admission: Admission,
-        policy: RetryPolicy,
-        fallback: str | None,
-    ) -> float | None:
-        """After a 429: settle the admission; the seconds to wait before sending again
-        (0: at once), or None to give up."""
-        send = self.failed_send(error)
-        if error.for_capacity:  # the tier is full: no pause, no rate learnt
-            admission.failed()
-            if fallback is None or self.asked is not None:
-                return None
-            self.asked = fallback
-            send.tier = (self.request.options.service_tier, fallback)
+    def failed(self, error: ProviderError, admission: Admission, again: bool = True) -> float:
+        """An error reply: settle the admission; the seconds to wait before sending
+        again (0: at once), or raise the error (given up)."""
+        send = self._failed_send(error)
+        if isinstance(error, RateLimitError) and not error.for_capacity:
+            record = self.request.context.record
+            if record is not None:
+                record.throttled += 1
+            if again:
+                wait = self._throttled(error, admission, send)
+                if wait is not None:
+                    return wait
+                raise self._gave_up(error) from None
+        admission.failed()  # (a tier full: no pause, no rate learnt)
+        if again and isinstance(error, RateLimitError) and self.fallback is not None:
+            send.tier = (self.request.options.service_tier, self.fallback)
+            options = self.request.options.model_copy(update={"service_tier": self.fallback})
+            self.request, self.fallback = self.request.with_options(options), None
             return 0.0
-        self.count_429(error)
+        raise self._gave_up(error) from None
+
+    def _throttled(self, error: RateLimitError, admission: Admission, send: _Send) -> float | None:
+        """After a 429: pause the counters; the wait before the next send, or None."""
+        policy = self.policy
         found = error.details.get("retry_after")
         retry_after = float(found) if isinstance(found, (int, float)) else None
         if retry_after is not None and retry_after > policy.max_wait:
             admission.throttled(error, None)  # not worth holding anyone for: back now
             return None
         admission.throttled(error, retry_after)
-        if self.request.route.fail_fast or len(self.sends or ()) >= policy.max_attempts:
+        if self.request.route.fail_fast or send.number >= policy.max_attempts:
             return None
         self._waited = True
         if retry_after is not None:
@@ -270,15 +242,17 @@ class _Books:
         send.wait = policy.backoff_after(send.number)
         return send.wait
 
-    def next_request(
-        self, request: ModelRequest, fallback: str | None
-    ) -> tuple[ModelRequest, str | None]:
-        """The request to send next: at the fallback tier once the tier was refused."""
-        if self.asked is None or request.options.service_tier == self.asked:
-            return request, fallback
-        options = request.options.model_copy(update={"service_tier": self.asked})
-        self.request = request = request.with_options(options)
-        return request, None
+    async def again(self, wait: float) -> None:
+        if wait:
+            await abortable(asyncio.sleep(wait), self.request.signal)
+
+    def _failed_send(self, error: RaygentError) -> _Send:
+        send = _Send(len(self.sends or ()) + 1, self.started, self.sent, time.perf_counter())
+        send.error = error
+        if self.sends is None:
+            self.sends = []
+        self.sends.append(send)
+        return send
 
     def answered(self, response: ModelResponse) -> ModelResponse:
         sends = self.sends
@@ -291,9 +265,7 @@ class _Books:
             listed.append(last.entry(model.name, model.provider))
         return with_failed(response, listed, len(sends))
 
-    def gave_up(self, error: RaygentError) -> RaygentError:
-        if isinstance(error, ProviderError) and not isinstance(error, RateLimitError):
-            self.failed_send(error)
+    def _gave_up(self, error: RaygentError) -> RaygentError:
         if self.sends is not None and len(self.sends) > 1:
             error.details["attempts"] = len(self.sends)
         return error

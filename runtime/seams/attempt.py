@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from ..abort import AbortSignal
 from ..budgets import BudgetLedger
+from ..run_context import RunInfo
 from ..tools import ToolContext
 from .provider_lines import TripLines
 
@@ -34,7 +35,7 @@ __all__ = [
     "RunScope",
     "ScopedToolContext",
     "inherited",
-    "scope_of_tool",
+    "started_by",
 ]
 
 
@@ -133,6 +134,17 @@ class ScopedToolContext(ToolContext):
         return (ToolContext, values)
 
 
-def scope_of_tool(ctx: ToolContext) -> RunScope | None:
-    """The scope a run started by a tool inherits from the run that called the tool."""
-    return ctx.scope if isinstance(ctx, ScopedToolContext) else None
+def started_by(ctx: ToolContext) -> dict[str, Any]:
+    """The options of a run a tool starts (an agent or a flow run as a tool): the calling
+    run's ids, session and deps as its `parent`, its abort signal, and the scope the call
+    hands on (held to the caller's budgets, in its job)."""
+    parent = RunInfo(
+        run_id=ctx.run_id,
+        root_run_id=ctx.root_run_id,
+        parent_run_id=None,
+        session_id=ctx.session_id,
+        agent_name="",
+        deps=ctx.deps,
+    )
+    scope = ctx.scope if isinstance(ctx, ScopedToolContext) else None
+    return {"parent": parent, "signal": ctx.signal, "scope": scope}
