@@ -135,13 +135,16 @@ def with_lines(
     or on a Ray runner its relay to the driver's pool); with `active`, at most that many
     attempts work at once, those waiting for lines aside (`ActiveSlots`)."""
     slots = ActiveSlots(active) if active is not None else None
-    if slots is not None:
-        sender = slots.sender(sender)
 
     async def run(job: Job, signal: AbortSignal) -> Outcome:
-        return await attempt(job, signal, item_lines(sender, options, job_name, job, deadline))
+        if slots is None:
+            lines = item_lines(sender, options, job_name, job, deadline)
+            return await attempt(job, signal, lines)
+        async with slots.working(sender) as releasing:
+            lines = item_lines(releasing, options, job_name, job, deadline)
+            return await attempt(job, signal, lines)
 
-    return run if slots is None else slots.attempt(run)
+    return run
 
 
 def warn_past(jobs: Feed, total: int | None, held: int) -> Feed:
