@@ -249,6 +249,17 @@ async def test_a_fail_fast_route_sends_a_429_back_at_once() -> None:
     assert counters.events == ["admit None", "throttled 0.01", "done"]
 
 
+def test_both_backends_send_through_the_one_access_layer() -> None:
+    """Local and Ray differ only in their counters (`Admissions`): the send, its 429s,
+    the tier's fallback and the books are `AccessLayer`'s, not overridden."""
+    from raygent.actors import RayModelAccess
+
+    for access in (LOCAL.models, RayModelAccess()):
+        assert isinstance(access, AccessLayer)
+        assert type(access).send is AccessLayer.send
+        assert type(access).send_stream is AccessLayer.send_stream
+
+
 def test_no_context_variable_carries_a_request_through_the_core() -> None:
     """The request path and the agent loop hand a request's context on as values."""
     checked = [*(ROOT / "runtime" / "seams").glob("*.py"), ROOT / "runtime/agents/_trip.py"]
