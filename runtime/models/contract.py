@@ -385,28 +385,37 @@ class CompositeModel(Protocol):
     def fails_over(self, error: BaseException) -> bool: ...
 
 
-_IMPLEMENTED: dict[tuple[type, type], bool] = {}
+class _Kind:
+    """Whether a model's class implements `protocol`, asked once per class."""
+
+    __slots__ = ("_known", "protocol")
+
+    def __init__(self, protocol: type) -> None:
+        self.protocol = protocol
+        self._known: dict[type, bool] = {}
+
+    def __call__(self, model: object) -> bool:
+        cls = type(model)
+        found = self._known.get(cls)
+        if found is None:
+            found = self._known[cls] = issubclass(cls, self.protocol)
+        return found
 
 
-def _implements(cls: type, protocol: type) -> bool:
-    key = (cls, protocol)
-    found = _IMPLEMENTED.get(key)
-    if found is None:
-        found = _IMPLEMENTED[key] = issubclass(cls, protocol)
-    return found
+_provider, _batchable, _composite = _Kind(ProviderModel), _Kind(BatchModel), _Kind(CompositeModel)
 
 
 def as_provider_model(model: object) -> ProviderModel | None:
     """`model` as a `ProviderModel`, or None (a test double)."""
-    return model if _implements(type(model), ProviderModel) else None  # type: ignore[return-value]
+    return model if _provider(model) else None  # type: ignore[return-value]
 
 
 def as_batch_model(model: object) -> BatchModel | None:
-    return model if _implements(type(model), BatchModel) else None  # type: ignore[return-value]
+    return model if _batchable(model) else None  # type: ignore[return-value]
 
 
 def as_composite(model: object) -> CompositeModel | None:
-    return model if _implements(type(model), CompositeModel) else None  # type: ignore[return-value]
+    return model if _composite(model) else None  # type: ignore[return-value]
 
 
 def parts_of(model: Model) -> Sequence[Model]:

@@ -48,6 +48,7 @@ from ..models.contract import (
     Done,
     Limits,
     ModelResponse,
+    ProviderModel,
     StreamChunk,
     Tier,
     as_provider_model,
@@ -122,9 +123,10 @@ class AccessLayer(Access):
         provider = as_provider_model(model)
         if provider is None:
             return await model.complete(request.messages, request.options, signal=request.signal)
-        books = _Books(request, provider.limits(), self.policy)
+        books = _Books(request, provider, self.policy)
         while True:
-            admission = await books.admitted(self.admissions)
+            books.started = time.perf_counter()
+            admission = books.admitted(await self.admissions.admit(books.request, books.limits))
             asked = books.request
             try:
                 response = await model.complete(asked.messages, asked.options, signal=asked.signal)
@@ -146,9 +148,10 @@ class AccessLayer(Access):
                 async for chunk in chunks:
                     yield chunk
             return
-        books = _Books(request, provider.limits(), self.policy)
+        books = _Books(request, provider, self.policy)
         while True:
-            admission = await books.admitted(self.admissions)
+            books.started = time.perf_counter()
+            admission = books.admitted(await self.admissions.admit(books.request, books.limits))
             asked, yielded = books.request, False
             try:
                 chunks = model.stream(asked.messages, asked.options, signal=asked.signal)
@@ -168,10 +171,12 @@ class AccessLayer(Access):
             await books.again(wait)
 
 
-def _tiered(request: ModelRequest) -> tuple[ModelRequest, str | None]:
+def _tiered(request: ModelRequest, provider: ProviderModel) -> tuple[ModelRequest, str | None]:
     """`request` at a plain tier, and the tier to ask for if it is refused for capacity
     (None: none)."""
-    tier = request.tier
+    tier = request.options.service_tier
+    if tier is None:
+        tier = provider.default_tier()
     if not isinstance(tier, Tier):
         return request, None
     plain = request.with_options(request.options.model_copy(update={"service_tier": tier.tier}))
@@ -185,16 +190,15 @@ class _Books:
 
     __slots__ = ("_waited", "fallback", "limits", "policy", "request", "sends", "sent", "started")
 
-    def __init__(self, request: ModelRequest, limits: Limits, policy: RetryPolicy) -> None:
-        self.request, self.fallback = _tiered(request)
-        self.limits, self.policy = limits, policy
+    def __init__(self, request: ModelRequest, provider: ProviderModel, policy: RetryPolicy) -> None:
+        self.request, self.fallback = _tiered(request, provider)
+        self.limits, self.policy = provider.limits(), policy
         self.sends: list[_Send] | None = None
         self.started = self.sent = 0.0
         self._waited = False  # a 429 was waited out
 
-    async def admitted(self, admissions: Admissions) -> Admission:
-        self.started = time.perf_counter()
-        admission = await admissions.admit(self.request, self.limits)
+    def admitted(self, admission: Admission) -> Admission:
+        """The request was admitted (`started` is when it asked)."""
         self.sent = time.perf_counter()
         record = self.request.context.record
         if record is not None:

@@ -13,7 +13,7 @@ counted in its usage as requests billed at nothing (`contract.with_failed`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any, TypeVar
 
 from ..errors import ProviderError, ProviderResponseError, redact
@@ -40,11 +40,12 @@ class Access:
 
     __slots__ = ()
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    def complete(self, request: ModelRequest) -> Coroutine[Any, Any, ModelResponse]:
+        # (A plain method handing on the coroutine: no extra await per link.)
         composite = as_composite(request.model)
         if composite is not None:
-            return await split(composite, request, self)
-        return await self.send(request)
+            return split(composite, request, self)
+        return self.send(request)
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         composite = as_composite(request.model)
