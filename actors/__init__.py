@@ -6,12 +6,12 @@ through the entry-point group `raygent.backends` (pyproject.toml).
 
 plugin     `ray_backend`, `connect`, `ship_by_value` and `PLUGIN` (what the core loads):
            the four seams below put together
-gateway/   model access: the detached gateway actors holding provider bounds, their
-           ledgers, the processes' leases, sends with 429 retries
+gateway/   model access's counters: the detached gateway actors holding provider
+           bounds, their ledgers, the processes' leases, a request's admission in them
 tools/     tool execution: inline, on the per-node tool executors, or as Ray tasks
 sessions/  session persistence: the session hosts, the runs' leases, the wire form
 batch/     batch execution: the runner actors, the driver's runner pool, the Ray Data stage
-_options   `RayOptions`, `RetryPolicy`;  `_ray`: small Ray glue the subpackages share
+_options   `RayOptions` (and the core's `RetryPolicy`);  `_ray`: small Ray glue
 
 May import, of the core: `raygent` (the public API), `raygent.backend` (the backend
 contract) and `raygent.stores`; nothing else (tests/test_layout.py). The subpackages

@@ -6,22 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from raygent.backend import RetryPolicy
+
 __all__ = ["RayOptions", "RetryPolicy"]
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How 429s are retried on Ray: at most `max_attempts` sends per request; a
-    Retry-After over `max_wait` seconds is not waited for (the error goes back at once);
-    without Retry-After, exponential backoff from `backoff` seconds, with jitter."""
-
-    max_attempts: int = 8
-    max_wait: float = 60.0
-    backoff: float = 0.5
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, not {self.max_attempts}")
 
 
 @dataclass(frozen=True)
@@ -41,7 +28,8 @@ class RayOptions:
       (gateways are detached: they outlive the driver that made them, not the work).
     - `detached`: session hosts outlive the driver that created them (for several
       drivers sharing one cluster over time); by default they end with the creating job.
-    - `retry`: how 429s are retried on Ray (every holder pauses for a Retry-After).
+    - `retry`: how 429s are sent again (`RetryPolicy`, the core's access layer's, as
+      locally; on Ray every holder of the endpoint pauses for a Retry-After).
     - `tool_executors`: tool executors per node. A tool that asks for no placement runs
       on an executor of the caller's node: a long-lived actor (no CPU reserved) running
       many calls at once, async tools on its loop, sync tools in threads. Each call goes

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._batch.engine import InFlight
-from ._batch.exec import BATCH_BUDGET, InputError, agent_input, attempt_for, is_runnable
+from ._batch.exec import InputError, agent_input, attempt_for, is_runnable
 from ._batch.provider.job import with_lines
 from ._batch.provider.trip_lines import RelayedLines
 from ._batch.sinks import dumps
@@ -43,7 +43,16 @@ from .messages import (
     messages_from_json,
     messages_to_json,
 )
-from .models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+from .models.contract import (
+    Done,
+    Limits,
+    Model,
+    ModelOptions,
+    ModelResponse,
+    ProviderModel,
+    StreamChunk,
+    as_provider_model,
+)
 from .observers import registered
 from .observers.delivery import deliver, uses_global
 from .observers.report import AgentReport, FlowReport
@@ -61,6 +70,10 @@ from .rates import estimate as rate_estimate
 from .redaction import logger as redacting_logger
 from .seams import (
     EMPTY_USAGE,
+    AccessLayer,
+    Admission,
+    Admissions,
+    AttemptPlan,
     Backend,
     BackendPlugin,
     BatchExecution,
@@ -70,18 +83,20 @@ from .seams import (
     Feed,
     Job,
     ModelAccess,
+    ModelRequest,
     Outcome,
     PoolPlan,
     ProviderBatchPool,
+    RequestContext,
     Retry,
+    RetryPolicy,
     ToolExecution,
     closing_stream,
     current_backend,
-    routed,
     use_backend,
 )
-from .seams.batch import cancelled, ended, session_of
-from .seams.rated import PROBE_WINDOW, note_throttled, note_wait, reading_of_error
+from .seams.batch import Attempt, cancelled, ended, session_of
+from .seams.rated import PROBE_WINDOW, reading_of_error
 from .tools import Tool, ToolContext, ToolTimeoutError
 from .toolsets import close_toolsets, owning_toolsets
 from .usage import Cost, Usage
@@ -90,16 +105,20 @@ if TYPE_CHECKING:
     from .agents import RunOptions
 
 __all__ = [
-    "BATCH_BUDGET",
     "EMPTY_USAGE",
     "PROBE_WINDOW",
     "AbortController",
     "AbortSignal",
     "AbortWatch",
+    "AccessLayer",
     "Account",
+    "Admission",
+    "Admissions",
     "AgentReport",
     "Amount",
     "AssistantMessage",
+    "Attempt",
+    "AttemptPlan",
     "Backend",
     "BackendPlugin",
     "BatchExecution",
@@ -117,12 +136,14 @@ __all__ = [
     "InFlight",
     "InputError",
     "Job",
+    "Limits",
     "LocalSessions",
     "Memory",
     "Message",
     "Model",
     "ModelAccess",
     "ModelOptions",
+    "ModelRequest",
     "ModelResponse",
     "Need",
     "Outcome",
@@ -130,6 +151,7 @@ __all__ = [
     "PositionFence",
     "ProviderBatchPool",
     "ProviderConnectionError",
+    "ProviderModel",
     "RateLearner",
     "RateLimit",
     "RateLimitError",
@@ -137,7 +159,9 @@ __all__ = [
     "RateReading",
     "RaygentError",
     "RelayedLines",
+    "RequestContext",
     "Retry",
+    "RetryPolicy",
     "RunOptions",
     "SessionLease",
     "SessionPersistence",
@@ -153,6 +177,7 @@ __all__ = [
     "UserMessage",
     "abortable",
     "agent_input",
+    "as_provider_model",
     "attempt_for",
     "cancelled",
     "close_toolsets",
@@ -166,15 +191,12 @@ __all__ = [
     "messages_from_json",
     "messages_to_json",
     "need_of",
-    "note_throttled",
-    "note_wait",
     "owning_toolsets",
     "rate_estimate",
     "read_rate_headers",
     "reading_of_error",
     "redacting_logger",
     "registered",
-    "routed",
     "scope_of",
     "session_of",
     "use_backend",

@@ -8,9 +8,11 @@ be given to `tools=[...]` (see `as_tool`), to `raygent.batch`, to `raygent.eval.
 to a workflow step or a supervisor's intents.
 
 The options every executable takes, so a parent can run it as its child: `parent=`
-(the parent's `RunInfo`: its run ids, session and deps), `signal=` (an `AbortSignal`),
-`on=` (event handlers), `deps=`, and `observe=`. One that names all it takes
-(`TakesRunOptions`) has any other refused by `raygent.batch` before anything runs.
+(the parent's `RunInfo`: its run ids, session and deps), `scope=` (what the child
+inherits: `raygent.seams.RunScope`, its job and the budgets it is held to; a batch
+gives it to each attempt's run), `signal=` (an `AbortSignal`), `on=` (event handlers),
+`deps=`, and `observe=`. One that names all it takes (`TakesRunOptions`) has any other
+refused by `raygent.batch` before anything runs.
 """
 
 from __future__ import annotations

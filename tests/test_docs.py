@@ -265,7 +265,7 @@ def test_the_simulators_yaml_examples_are_scripts_it_loads() -> None:
 
 
 # Run options for raygent's own use (a nested run's), not for callers.
-INTERNAL_RUN_OPTIONS = {"parent"}
+INTERNAL_RUN_OPTIONS = {"parent", "scope"}  # set by raygent for a run it starts
 
 
 def test_the_agent_table_names_every_parameter_and_run_option() -> None:

@@ -353,6 +353,7 @@ class RunnerPool:
                 plan.grace,
                 ship,
                 plan.stop_on_config,
+                plan.attempts,
             )
             try:
                 await opening

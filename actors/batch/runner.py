@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import ray.cloudpickle
 
 from raygent.backend import (
-    BATCH_BUDGET,
+    AttemptPlan,
     Backend,
     BatchItem,
     InFlight,
@@ -62,7 +62,7 @@ from raygent.backend import (
 from .._ray import in_batch_runner, spawn
 
 if TYPE_CHECKING:
-    from raygent.backend import RunOptions
+    from raygent.backend import Attempt, RunOptions
 
 __all__ = ["BatchRunner", "ResultBatch", "UnsentResultError", "load_executable"]
 
@@ -201,6 +201,7 @@ class BatchRunner:
         grace: float,
         lines: tuple[Any, str, float | None, int | None, Any] | None = None,
         stop_on_config: bool = True,
+        attempts: AttemptPlan | None = None,
     ) -> None:
         """Take a share of a batch: `slots` attempts in flight. `lines`: with
         `provider_batch=`, (its options, the job's name, its deadline, the attempts
@@ -209,13 +210,15 @@ class BatchRunner:
         results stream, answered by `answer`; `slots` then counts the runs waiting
         for their lines too. `stop_on_config`: an item failed on an error every item
         would meet stops this share at once (the driver, told by its item, stops the
-        others)."""
-        attempt = attempt_for(load_executable(executable), run_options)
+        others). `attempts`: what each attempt gets besides the run options (the job's
+        ledger, how its items' runs are named)."""
+        lined = attempt_for(load_executable(executable), run_options, attempts)
+        attempt: Attempt = lined
         relay: RelayedLines | None = None
         if lines is not None:
             relay = RelayedLines(lambda: self._wake(batch_id))
             options, job_name, deadline, active, route = lines
-            attempt = with_lines(attempt, relay, options, job_name, deadline, active, route)
+            attempt = with_lines(lined, relay, options, job_name, deadline, active, route)
         state = _Batch(
             pool=InFlight(
                 attempt,
@@ -228,7 +231,7 @@ class BatchRunner:
             jobs=asyncio.Queue(),
             ready=asyncio.Event(),
             lines=relay,
-            budget=(run_options or {}).get(BATCH_BUDGET),
+            budget=None if attempts is None else attempts.job_budget,
             slots=slots,
         )
         # The runs of this batch own their sessions (the driver routed them here) and

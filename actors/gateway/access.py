@@ -16,8 +16,11 @@ across every driver and node: a slice is granted from what the others do not hol
 a process that dies loses its slice when its lease expires. A request takes a slot of
 its endpoint's lease, then its rate budget from its model's rate lease (`rate_budget`).
 
-Models with no `endpoint` (the in-process test doubles `ScriptedModel`, `FunctionModel`)
-are not bounded, as on the local backend.
+What admits a request here (`RayAdmissions`, with `sends.admitted`) is all that is Ray's
+own: the send, its 429s, the tier's fallback and the request's record are the core's
+access layer (`raygent.backend.AccessLayer`), the same as in-process. Models that declare
+no limits (the in-process test doubles `ScriptedModel`, `FunctionModel`) are not
+bounded, as on the local backend.
 """
 
 from __future__ import annotations
@@ -27,22 +30,19 @@ import hashlib
 import os
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from raygent.backend import (
-    AbortSignal,
-    Message,
+    AccessLayer,
+    Limits,
     Model,
-    ModelOptions,
-    ModelResponse,
+    ModelRequest,
     ProviderConnectionError,
-    StreamChunk,
-    closing_stream,
-    routed,
+    as_provider_model,
 )
 
 from .._options import RayOptions
@@ -51,19 +51,16 @@ from .actor import Gateway
 from .endpoint_ledger import Bounds, Grant, Report, partition
 from .lease import EndpointLease, GatewayUnavailable
 from .rate_budget import Rates
-from .sends import send_complete, send_stream
+from .sends import LeasedAdmission, admitted
 
-__all__ = ["RayModelAccess", "endpoint_digest", "gateway_key", "gateway_names"]
+__all__ = ["RayAdmissions", "RayModelAccess", "endpoint_digest", "gateway_key", "gateway_names"]
 
 
 def gateway_key(model: Model) -> Hashable | None:
-    """What a bound is shared by: the endpoint (provider, base URL, key fingerprint) and
-    the model's optional `gateway_group` (for providers whose limits are per model).
-    None for a model with no endpoint (it is not bounded)."""
-    endpoint = getattr(model, "endpoint", None)
-    if endpoint is None:
-        return None
-    return (endpoint, getattr(model, "gateway_group", None))
+    """What a bound is shared by: the model's endpoint (provider, base URL, key
+    fingerprint). None for a model that declares no limits (it is not bounded)."""
+    provider = as_provider_model(model)
+    return None if provider is None else provider.limits().endpoint
 
 
 def endpoint_digest(key: Hashable) -> str:
@@ -146,45 +143,42 @@ class _RayChannel:
             handle.release.remote(self.key, self.holder_id, returned)
 
 
-_RATES = (
-    "requests_per_minute",
-    "tokens_per_minute",
-    "input_tokens_per_minute",
-    "output_tokens_per_minute",
-)
-
-
-def declared_limits(model: Model) -> tuple[Any, ...]:
+def declared_limits(limits: Limits) -> tuple[Any, ...]:
     """The limits a model declares: its endpoint's concurrency, then its rate (its
-    `rate_limit`'s four rates, or the model's own `requests_per_minute`...) and burst."""
-    rate_limit = getattr(model, "rate_limit", None)
-    source = model if rate_limit is None else rate_limit
-    rates = tuple(getattr(source, name, None) for name in _RATES)
-    burst = getattr(rate_limit, "burst", None) or 1.0
-    return (getattr(model, "max_concurrency", None), *rates, burst)
+    `rate_limit`'s four rates) and burst."""
+    rate = limits.rate_limit
+    if rate is None:
+        return (limits.max_concurrency, None, None, None, None, 1.0)
+    return (
+        limits.max_concurrency,
+        rate.requests_per_minute,
+        rate.tokens_per_minute,
+        rate.input_tokens_per_minute,
+        rate.output_tokens_per_minute,
+        rate.burst or 1.0,
+    )
 
 
 def rate_key(model: Model) -> Hashable | None:
-    """What a rate is held under, as providers key it: the endpoint and the model (its
-    `rate_key`). None for a model with no endpoint."""
-    if getattr(model, "endpoint", None) is None:
-        return None
-    return ("rate", getattr(model, "rate_key", None) or (model.endpoint, model.name))  # type: ignore[attr-defined]
+    """What a model's rate is held under, as providers key it: the endpoint and the
+    model (its `Limits.rate_key`). None for a model that declares no limits."""
+    provider = as_provider_model(model)
+    return None if provider is None else ("rate", provider.limits().rate_key)
 
 
-def _bounds(model: Model, replicas: int) -> list[Bounds]:
+def _bounds(limits: Limits, replicas: int) -> list[Bounds]:
     """The endpoint's concurrency bound, split over the gateway replicas (never
     multiplied)."""
-    declared: int | None = declared_limits(model)[0] or None
+    declared: int | None = limits.max_concurrency or None
     if declared is None:
         return [Bounds()] * replicas
     return [Bounds(share) for share in partition(declared, replicas)]  # never more than slots
 
 
-def _rate_bounds(model: Model, replicas: int) -> list[Bounds]:
+def _rate_bounds(limits: Limits, replicas: int) -> list[Bounds]:
     """The model's rate, split over the gateway replicas, learnt from the replies (a
     configured rate is the ceiling)."""
-    _, *rates, burst = declared_limits(model)
+    _, *rates, burst = declared_limits(limits)
     rpm, tpm, itpm, otpm = (rate / replicas if rate else None for rate in rates)
     return [Bounds(None, rpm, tpm, itpm, otpm, burst, 1 / replicas, learn=True)] * replicas
 
@@ -196,55 +190,57 @@ _leases: weakref.WeakKeyDictionary[
 ] = weakref.WeakKeyDictionary()
 
 
-class RayModelAccess:
-    """`ModelAccess` on Ray: every request is sent from this process, inside a slice of
-    its endpoint's bound leased from the endpoint's gateway (see the module docstring).
-    A 429 pauses every holder of the endpoint and is retried here
-    (`RayOptions.retry`); aborting the run closes its HTTP request, as in-process."""
+class RayAdmissions:
+    """The Ray backend's counters (`raygent.backend.Admissions`): a request takes a slot
+    of this event loop's lease on its endpoint's bound, then its budget of its model's
+    rate lease, both leased from the endpoint's gateway (see the module docstring)."""
 
-    def __init__(self, options: RayOptions | None = None, *, retries: bool = True) -> None:
-        self.options = options or RayOptions()
-        self.retries = retries
+    def __init__(self, options: RayOptions) -> None:
+        self.options = options
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Shipped to Ray workers with the agent: rebuilt there, with that process's leases.
-        return (_access, (self.options, self.retries))
+    def lease(self, limits: Limits) -> EndpointLease:
+        """This event loop's lease on the endpoint's bound."""
+        return self._lease(
+            ("bound", limits.endpoint),
+            limits.max_concurrency,
+            lambda: _bounds(limits, self.options.replicas),
+        )
 
-    def failing_fast(self) -> RayModelAccess:
-        """This access with 429 retries off: for a model that has another to fall back on
-        (`fallback_model`), which is what a 429 should lead to."""
-        return RayModelAccess(self.options, retries=False)
+    def rate_lease(self, limits: Limits) -> EndpointLease:
+        """This event loop's lease on the model's rate."""
+        return self._lease(
+            ("rate", limits.rate_key),
+            declared_limits(limits)[1:],
+            lambda: _rate_bounds(limits, self.options.replicas),
+        )
 
-    def lease(self, model: Model) -> EndpointLease | None:
-        """This event loop's lease on the model's endpoint (None: not bounded)."""
-        key = gateway_key(model)
-        if key is None:
-            return None
-        declared = declared_limits(model)[0]
-        return self._lease(key, declared, lambda: _bounds(model, self.options.replicas))
-
-    def rate_lease(self, model: Model) -> EndpointLease | None:
-        """This event loop's lease on the model's rate (None: not bounded)."""
-        key = rate_key(model)
-        if key is None:
-            return None
-        declared = declared_limits(model)[1:]
-        return self._lease(key, declared, lambda: _rate_bounds(model, self.options.replicas))
+    async def admit(self, request: ModelRequest, limits: Limits) -> LeasedAdmission:
+        try:
+            return await admitted(request, self.lease(limits), self.rate_lease(limits))
+        except GatewayUnavailable as exc:
+            model = request.model
+            raise ProviderConnectionError(
+                f"{model.provider}: {exc}; the request was not sent", provider=model.provider
+            ) from None
 
     def _lease(
-        self, key: Hashable, declared: Any, shares_of: Callable[[], list[Bounds]]
+        self, key: tuple[str, Hashable], declared: Any, shares_of: Callable[[], list[Bounds]]
     ) -> EndpointLease:
         o = self.options
         o.connect()
-        per_loop = _leases.get(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        per_loop = _leases.get(loop)
         if per_loop is None:
-            per_loop = _leases[asyncio.get_running_loop()] = {}
+            per_loop = _leases[loop] = {}
         # A model rebuilt with other limits gets a lease (a holder) of its own: the
         # gateway holds the tightest of the live holders' declarations.
         cache_key = (job_id(), o.namespace, key, o.replicas, declared)
         lease = per_loop.get(cache_key)
         if lease is None:
-            digest, holder = endpoint_digest(key), f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            # What the gateway keys on (the same in every process): the endpoint alone
+            # for a bound, ("rate", the model's rate key) for a rate.
+            shared = key[1] if key[0] == "bound" else key
+            digest, holder = endpoint_digest(shared), f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
             shares = shares_of()  # only for a new lease: a request's path stays short
             channels = [
                 _RayChannel(o, name, digest, bounds, holder)
@@ -253,54 +249,28 @@ class RayModelAccess:
             lease = per_loop[cache_key] = EndpointLease(channels, idle_release=o.lease_idle)
         return lease
 
-    async def complete(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> ModelResponse:
-        model = routed(model, self)
-        lease = self.lease(model)
-        if lease is None:
-            return await model.complete(messages, options, signal=signal)
-        rates = self.rate_lease(model)
-        try:
-            return await send_complete(
-                lease, model, messages, options, signal, self.options.retry, self.retries, rates
-            )
-        except GatewayUnavailable as exc:
-            raise _unavailable(model, exc) from None
 
-    async def stream(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> AsyncIterator[StreamChunk]:
-        model = routed(model, self)
-        lease = self.lease(model)
-        if lease is None:
-            chunks = model.stream(messages, options, signal=signal)
-        else:
-            rates = self.rate_lease(model)
-            chunks = send_stream(
-                lease, model, messages, options, signal, self.options.retry, self.retries, rates
-            )
-        try:
-            async with closing_stream(chunks):
-                async for chunk in chunks:
-                    yield chunk
-        except GatewayUnavailable as exc:
-            raise _unavailable(model, exc) from None
+class RayModelAccess(AccessLayer):
+    """`ModelAccess` on Ray: the core's access layer over `RayAdmissions`. Every request
+    is sent from this process, inside a slice of its endpoint's bound leased from the
+    endpoint's gateway; a 429 pauses every holder of the endpoint and is sent again by
+    `RayOptions.retry` (unless its route fails fast); aborting the run closes its HTTP
+    request, as in-process."""
 
+    __slots__ = ("options",)
 
-def _unavailable(model: Model, exc: GatewayUnavailable) -> ProviderConnectionError:
-    return ProviderConnectionError(
-        f"{model.provider}: {exc}; the request was not sent", provider=model.provider
-    )
+    def __init__(self, options: RayOptions | None = None) -> None:
+        self.options = options or RayOptions()
+        super().__init__(RayAdmissions(self.options), self.options.retry)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Shipped to Ray workers with the agent: rebuilt there, with that process's leases.
+        return (RayModelAccess, (self.options,))
 
-def _access(options: RayOptions, retries: bool) -> RayModelAccess:
-    return RayModelAccess(options, retries=retries)
+    def lease(self, model: Model) -> EndpointLease | None:
+        """This event loop's lease on the model's endpoint (None: not bounded)."""
+        provider = as_provider_model(model)
+        if provider is None:
+            return None
+        admissions: RayAdmissions = self.admissions  # type: ignore[assignment]
+        return admissions.lease(provider.limits())

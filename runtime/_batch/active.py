@@ -11,11 +11,11 @@ trips still run at most `concurrency` at once.
 from __future__ import annotations
 
 import asyncio
-from contextvars import ContextVar
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from ..abort import AbortSignal
-from ..seams.batch import Attempt, Job, Outcome
 from .provider.trip_lines import Answer, LineSender
 
 __all__ = ["ActiveSlots"]
@@ -32,9 +32,6 @@ class _Hold:
         self.waiting = 0
 
 
-_hold: ContextVar[_Hold | None] = ContextVar("raygent_active_hold", default=None)
-
-
 class ActiveSlots:
     """`slots` attempts working at once; an attempt waiting for a line gives its slot
     back (see the module's docstring). Made in the event loop that runs the attempts."""
@@ -45,44 +42,35 @@ class ActiveSlots:
         self.slots = slots
         self._free = asyncio.Semaphore(slots)
 
-    def attempt(self, attempt: Attempt) -> Attempt:
-        """`attempt`, run holding a slot (but while it waits for its lines)."""
-
-        async def run(job: Job, signal: AbortSignal) -> Outcome:
-            hold = _Hold()
-            token = _hold.set(hold)
-            try:
-                await self._free.acquire()
-                hold.held = True
-                return await attempt(job, signal)
-            finally:
-                _hold.reset(token)
-                if hold.held:
-                    hold.held = False
-                    self._free.release()
-
-        return run
-
-    def sender(self, sender: LineSender) -> LineSender:
-        """`sender`, its lines awaited without the attempt's slot."""
-        return _Releasing(sender, self._free)
+    @contextlib.asynccontextmanager
+    async def working(self, sender: LineSender) -> AsyncIterator[LineSender]:
+        """An attempt holding a slot (but while it waits for its lines): the sender its
+        lines go through, which gives the slot back while a line is out."""
+        hold = _Hold()
+        try:
+            await self._free.acquire()
+            hold.held = True
+            yield _Releasing(sender, self._free, hold)
+        finally:
+            if hold.held:
+                hold.held = False
+                self._free.release()
 
 
 class _Releasing:
-    """A `LineSender` that gives the attempt's slot back while its line is out."""
+    """A `LineSender` that gives its attempt's slot back while its line is out."""
 
-    __slots__ = ("_free", "_sender")
+    __slots__ = ("_free", "_hold", "_sender")
 
-    def __init__(self, sender: LineSender, free: asyncio.Semaphore) -> None:
+    def __init__(self, sender: LineSender, free: asyncio.Semaphore, hold: _Hold) -> None:
         self._sender = sender
         self._free = free
+        self._hold = hold
 
     async def line(
         self, model: Any, custom_id: str, line: bytes, signal: AbortSignal | None
     ) -> Answer:
-        hold = _hold.get()
-        if hold is None:  # not an attempt of ours: nothing to give back
-            return await self._sender.line(model, custom_id, line, signal)
+        hold = self._hold
         hold.waiting += 1
         if hold.waiting == 1 and hold.held:
             hold.held = False

@@ -40,7 +40,6 @@ from ..usage import Usage, dollars, total_cost
 from ._html import batch_html
 from .engine import InFlight
 from .exec import (
-    BATCH_BUDGET,
     InputError,
     JobMaker,
     attempt_for,
@@ -201,9 +200,10 @@ async def _batch(
         await check_job(executable, plan)
     ledger = job_ledger(executable, plan.budget)
     if ledger is not None:
-        held = {**(plan.run_options or {}), BATCH_BUDGET: ledger}
-        plan = dataclasses.replace(plan, run_options=held)
-    attempt = attempt_for(executable, plan.run_options)
+        attempts = dataclasses.replace(plan.attempts, job_budget=ledger)
+        plan = dataclasses.replace(plan, attempts=attempts)
+    lined = attempt_for(executable, plan.run_options, plan.attempts)
+    attempt: Attempt = lined
     lines: LinePool | None = None
     if plan.provider_batch is not None and plan.route is None:
         check_batchable(executable, spelling)
@@ -221,7 +221,7 @@ async def _batch(
         lines.routing = route
         if runners is None:
             attempt = with_lines(
-                attempt, lines, lines.options, lines.job, plan.deadline, plan.concurrency, route
+                lined, lines, lines.options, lines.job, plan.deadline, plan.concurrency, route
             )
     deliver = collector.deliver if lines is None else _ending_lines(lines, collector.deliver)
     if route is not None:
@@ -330,6 +330,7 @@ def _pool(
             executable,
             PoolPlan(
                 run_options=plan.run_options,
+                attempts=plan.attempts,
                 concurrency=held or plan.concurrency,
                 retry=plan.retry,
                 deliver=deliver,

@@ -20,8 +20,6 @@ from ..abort import AbortSignal
 from ..usage import Usage
 
 __all__ = [
-    "BATCH_ITEMS",
-    "BATCH_RUNS",
     "DurableItems",
     "ItemRuns",
     "attempt_usage",
@@ -65,10 +63,6 @@ def item_runs(job: str | None, resume: bool) -> ItemRuns:
     return ItemRuns(_namespace(job), resumed=resume)
 
 
-# The run option that carries a batch's ItemRuns to each attempt (popped there).
-BATCH_ITEMS = "batch_items"
-
-
 @dataclass(frozen=True)
 class DurableItems:
     """How a batch names its items' runs, and the decisions for those awaiting approval
@@ -90,10 +84,6 @@ class DurableItems:
             return await executable.execute(input, **options, run_id=run_id, signal=signal)
         decisions = (self.approvals or {}).get(key)
         return await executable.resume(run_id, approvals=decisions, **options, signal=signal)
-
-
-# The run option that carries a batch's DurableItems to each attempt (popped there).
-BATCH_RUNS = "durable_batch"
 
 
 def durable_items(

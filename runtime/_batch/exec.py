@@ -10,22 +10,21 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, TypeAlias, cast
+from typing import Any, TypeAlias
 
 from .._message_input import as_messages
 from ..abort import AbortSignal
-from ..budgets import BudgetLedger
 from ..errors import AbortedError, BudgetExceededError, RaygentError
 from ..executable import TakesRunOptions
 from ..messages import MESSAGE_TYPES, ImagePart, TextPart
 from ..observers.report import AgentResult
-from ..seams.attempt import AttemptState, current_attempt
-from ..seams.batch import EMPTY_USAGE, Attempt, Job, Outcome
+from ..seams.attempt import AttemptPlan
+from ..seams.batch import EMPTY_USAGE, Job, LinedAttempt, Outcome
+from ..seams.provider_lines import TripLines
 from ..usage import Usage
-from .durable import BATCH_ITEMS, BATCH_RUNS, DurableItems, ItemRuns, attempt_usage
+from .durable import attempt_usage
 
 __all__ = [
-    "BATCH_BUDGET",
     "InputError",
     "ItemKey",
     "JobMaker",
@@ -37,8 +36,6 @@ __all__ = [
 ]
 
 ItemKey: TypeAlias = "str | Callable[[Any], Any]"
-# The run option that carries a batch's job budget (its ledger) to every attempt.
-BATCH_BUDGET = "job_budget"
 RUN_GRACE = 5.0
 # An agent's item may name the session it runs in (the agent needs `memory=`).
 SESSION_FIELDS = frozenset({"session_id", "user_id"})
@@ -161,17 +158,18 @@ def _as_input(value: Any) -> Any:
     )
 
 
-def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attempt:
-    """One attempt of `executable` on a job; never raises (failures are outcomes)."""
+def attempt_for(
+    executable: Any, run_options: Mapping[str, Any] | None, plan: AttemptPlan | None = None
+) -> LinedAttempt:
+    """One attempt of `executable` on a job; never raises (failures are outcomes). A
+    runnable's run gets its attempt's scope (`seams.attempt.RunScope`: the job's budget,
+    the run it continues, its provider-batch lines) as its `scope=` option."""
+    plan = plan or AttemptPlan()
     if is_runnable(executable):
         execute = executable.execute
         # The batch's signal is the one that stops runs.
         options = {k: v for k, v in (run_options or {}).items() if k != "signal"}
-        durable_runs = cast("DurableItems | None", options.pop(BATCH_RUNS, None))
-        item_runs = cast("ItemRuns | None", options.pop(BATCH_ITEMS, None))
-        # The job's ledger travels in the plan's options (to the runners): the run gets it
-        # as attempt state, never as a run option.
-        job_budget = cast("BudgetLedger | None", options.pop(BATCH_BUDGET, None))
+        durable_runs, item_runs, job_budget = plan.durable, plan.items, plan.job_budget
         # Only an agent with memory writes its item's session (the others ignore it).
         on_sessions = item_runs is not None and getattr(executable, "memory", None) is not None
         # An item's session goes only to an executable that takes one (a flow does not,
@@ -179,15 +177,15 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
         takes = isinstance(executable, TakesRunOptions)
         fields = SESSION_FIELDS & executable.run_option_names if takes else SESSION_FIELDS
 
-        async def run(job: Job, signal: AbortSignal) -> Outcome:
+        async def run(job: Job, signal: AbortSignal, lines: TripLines | None = None) -> Outcome:
             if job_budget is not None and job_budget.exhausted is not None:
                 return Outcome("failed", error=_not_started(job_budget.exhausted))
             meta = job.meta
-            item_options = options
+            item_options = dict(options)
             recover = False
             if meta is not None and not fields.isdisjoint(meta):
                 # An item's own session: its runs load and save that conversation.
-                item_options = {**options, **{k: meta[k] for k in fields & set(meta)}}
+                item_options.update({k: meta[k] for k in fields & set(meta)})
                 if on_sessions:
                     # One run per item, across attempts and processes: named by its key.
                     assert item_runs is not None
@@ -195,8 +193,7 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
                     if job.previous is None and item_runs.recovers(job.attempts):
                         recover = True  # what it stored, the store says
             # A retry is the same run: it continues what its failed attempt stored.
-            state = AttemptState(job_budget, continues=job.previous, recover=recover)
-            token = current_attempt.set(state)
+            item_options["scope"] = plan.scope(job.previous, recover, lines)
             try:
                 if durable_runs is not None:
                     value = await durable_runs.attempt(
@@ -208,8 +205,6 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
                 return Outcome("cancelled", error=exc, usage=_usage_of(exc))
             except Exception as exc:
                 return Outcome("failed", error=exc, usage=_usage_of(exc))
-            finally:
-                current_attempt.reset(token)
             job.previous = (
                 value if isinstance(value, AgentResult) and value.trail is not None else None
             )
@@ -223,7 +218,7 @@ def attempt_for(executable: Any, run_options: Mapping[str, Any] | None) -> Attem
             f"batch needs an agent or an async callable, not {type(executable).__name__}"
         )
 
-    async def call(job: Job, signal: AbortSignal) -> Outcome:
+    async def call(job: Job, signal: AbortSignal, lines: TripLines | None = None) -> Outcome:
         # No signal watch here (it costs a registration per call): on abort the pool
         # cancels a plain callable's task at once (`grace_for`).
         try:

@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 from ..budgets import Budget, BudgetLedger, pricing_of
+from ..models.contract import parts_of
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
 from .exec import is_runnable
@@ -48,8 +49,7 @@ def agents_of(executable: Any) -> list[Any]:
 
 def models_of(agent: Any) -> list[Any]:
     """An agent's models: its model, or each model of a fallback."""
-    model = agent.model
-    return list(getattr(model, "models", None) or [model])
+    return list(parts_of(agent.model))
 
 
 def _held_agents(executable: Any) -> list[Any]:

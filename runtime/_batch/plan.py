@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
@@ -22,9 +22,10 @@ from ..models._names import (
     unknown_option,
 )
 from ..models.contract import Tier
+from ..seams.attempt import AttemptPlan
 from ..seams.batch import BatchItem
 from ..seams.retry import Retry
-from .durable import BATCH_ITEMS, BATCH_RUNS, durable_items, item_runs
+from .durable import durable_items, item_runs
 from .exec import ItemKey
 from .progress import wants_progress
 from .provider.job import deadline_of
@@ -190,6 +191,9 @@ class Plan:
     # How the job's messages name its options: to a Python caller, or the CLI's user.
     spelling: Spelling = PYTHON
     check: bool = True  # the job's check before its first request (`_batch.preflight`)
+    # What each attempt gets besides the run options (to the Ray runners too): how its
+    # items' runs are named; `raygent.batch` adds the job's ledger.
+    attempts: AttemptPlan = field(default_factory=AttemptPlan)
 
     @classmethod
     def of(cls, options: BatchOptions, spelling: Spelling = PYTHON) -> Plan:
@@ -229,15 +233,12 @@ class Plan:
                 f"{say('approvals')} needs {say('durable')} (the runs that wait are stored)"
             )
         if durable is not None:
-            # The item's run id rides with the run options (to the Ray runners too).
-            run_options = {
-                **(run_options or {}),
-                "durable": durable,
-                BATCH_RUNS: durable_items(job, approvals),
-            }
-        else:
-            # So does the naming of its runs on sessions (one run per item, all attempts).
-            run_options = {**(run_options or {}), BATCH_ITEMS: item_runs(job, resume)}
+            run_options = {**(run_options or {}), "durable": durable}
+            runs = durable_items(job, approvals)
+            attempts = AttemptPlan(runs.namespace, durable=runs)
+        else:  # the naming of its runs on sessions (one run per item, all attempts)
+            items = item_runs(job, resume)
+            attempts = AttemptPlan(items.namespace, items=items)
         return cls(
             concurrency=concurrency,
             retry=options.get("retry") or Retry(),
@@ -260,6 +261,7 @@ class Plan:
             sink_job=checked,
             spelling=spelling,
             check=bool(options.get("check", True)),
+            attempts=attempts,
         )
 
 

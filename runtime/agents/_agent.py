@@ -7,7 +7,7 @@ options are defined once (`RunOptions`) and shared by `execute`, `execute_sync` 
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
@@ -33,8 +33,7 @@ from ..observers.delivery import observers_for, own_observers
 from ..observers.events import Dispatcher, Event, EventHandler, Handlers, handler_list
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
-from ..seams.attempt import attempt_of
-from ..seams.budgeted import held_ledgers
+from ..seams.attempt import RunScope, inherited
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
 from ..tools import Tool
@@ -314,8 +313,8 @@ class Agent(DurableRuns):
             scope,
             persistence,
             info.run_id,
-            attempt_of(options.get("parent")).continues,
-            recover=attempt_of(options.get("parent")).recover,
+            config.scope.continues,
+            recover=config.scope.recover,
         )
         return saver, None
 
@@ -328,8 +327,9 @@ class Agent(DurableRuns):
 
     def _run_info(self, options: RunOptions) -> RunInfo:
         parent = options.get("parent")
-        continues = attempt_of(parent).continues
-        run_id = continued_run_id(continues) or options.get("run_id") or uuid.uuid4().hex
+        continues = inherited(options).continues
+        # (16 random bytes as hex, as uuid4().hex but without building a UUID: per run)
+        run_id = continued_run_id(continues) or options.get("run_id") or os.urandom(16).hex()
         return RunInfo(
             run_id=run_id,
             root_run_id=parent.root_run_id if parent else run_id,
@@ -371,10 +371,12 @@ class Agent(DurableRuns):
         continuations = options.get("continue_on_output_limit")
         capture = options.get("capture_messages")
         guard = options.get("streaming_tool_guard")
+        scope = inherited(options)
         config = RunConfig(
             model=self.model,
             backend=self.backend or current_backend(),
-            ledgers=tuple(self._ledgers(options)),
+            ledgers=tuple(self._ledgers(options, scope)),
+            scope=scope,
             tools=self.tools,
             options=model_options,
             output=output,
@@ -398,17 +400,18 @@ class Agent(DurableRuns):
         )
         return config, system
 
-    def _ledgers(self, options: RunOptions) -> list[BudgetLedger]:
+    def _ledgers(self, options: RunOptions, scope: RunScope) -> list[BudgetLedger]:
         """The budgets this run is held to: the call's and the agent's (each a ledger of
-        this run's own), its job's (shared), and, run as a tool, its parent run's."""
+        this run's own), and those of its scope: its job's, and run as a tool, its
+        parent run's (shared)."""
         ledgers: list[BudgetLedger] = []
         for budget in (options.get("budget"), self.budget):
             if budget is not None:
                 if not isinstance(budget, Budget):
                     raise TypeError("budget= takes raygent.Budget(...)")
                 ledgers.append(LocalBudgetLedger(budget))
-        for shared in (attempt_of(options.get("parent")).job_budget, *held_ledgers.get()):
-            if shared is not None and all(shared is not mine for mine in ledgers):
+        for shared in scope.ledgers:
+            if all(shared is not mine for mine in ledgers):
                 ledgers.append(shared)
         return ledgers
 

@@ -10,6 +10,7 @@ from pydantic import Field
 from ..abort import AbortSignal
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
+from ..seams.attempt import RunScope, started_by
 from ..tools import Tool, ToolContext, tool
 
 __all__ = ["agent_tool"]
@@ -22,12 +23,18 @@ class NestedAgent(Protocol):
     def name(self) -> str: ...
 
     async def execute(
-        self, input: str, *, parent: RunInfo | None, signal: AbortSignal | None
+        self,
+        input: str,
+        *,
+        parent: RunInfo | None,
+        signal: AbortSignal | None,
+        scope: RunScope | None,
     ) -> AgentResult: ...
 
 
 def agent_tool(agent: NestedAgent, *, name: str | None, description: str | None) -> Tool[..., Any]:
-    """A tool that runs `agent` with the parent's ids, session, deps and abort signal.
+    """A tool that runs `agent` with the parent's ids, session, deps, abort signal and
+    scope (its job and the budgets it is held to).
 
     It returns the nested AgentResult; the tool round hangs the nested report under the
     call, adds its usage to the parent's, and sends the model its data or text.
@@ -37,15 +44,7 @@ def agent_tool(agent: NestedAgent, *, name: str | None, description: str | None)
         input: Annotated[str, Field(description="What to ask or tell the agent.")],
         ctx: ToolContext,
     ) -> AgentResult:
-        parent = RunInfo(
-            run_id=ctx.run_id,
-            root_run_id=ctx.root_run_id,
-            parent_run_id=None,
-            session_id=ctx.session_id,
-            agent_name="",
-            deps=ctx.deps,
-        )
-        return await agent.execute(input, parent=parent, signal=ctx.signal)
+        return await agent.execute(input, **started_by(ctx))
 
     tool_name = name or re.sub(r"[^a-zA-Z0-9_-]", "_", agent.name)[:64]
     # Inline: the nested run is itself a loop of awaits (it sends its own tools and model

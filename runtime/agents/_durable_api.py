@@ -21,7 +21,7 @@ from ..messages import Message
 from ..observers.events import Event
 from ..observers.report import AgentResult
 from ..run_context import RunInfo
-from ..seams.attempt import AttemptState, current_attempt
+from ..seams.attempt import inherited
 from ._journal import Journal, Outcome
 from ._options import RunOptions
 from ._resume import already_resolved, restore, resume_state
@@ -97,14 +97,10 @@ class DurableRuns:
         return durable
 
     def _prepare_resume(self, options: RunOptions) -> RunState:
-        """A resumed run takes its id and what it stored from the store: of a batch's
-        attempt state it keeps only the job's budget."""
-        held = AttemptState(job_budget=current_attempt.get().job_budget)
-        token = current_attempt.set(held)
-        try:
-            return self._prepare([], _resume_options(options), streaming=False, sink=None)[0]
-        finally:
-            current_attempt.reset(token)
+        """A resumed run takes its id and what it stored from the store: of its scope it
+        keeps what holds it (its job's budget), not a batch attempt's continuation."""
+        resumed = {**_resume_options(options), "scope": inherited(options).resumed()}
+        return self._prepare([], resumed, streaming=False, sink=None)[0]  # type: ignore[arg-type]
 
     async def resume(
         self,

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from ..errors import InvalidOptionsError
 from ..models._names import check_model_options
-from ..models.contract import Model, ModelOptions
+from ..models.contract import Model, ModelOptions, parts_of
 from ..models.tiers import DERIVED_KEYS
 
 __all__ = ["agent_model_options", "cache_key_for", "run_model_options"]
@@ -75,7 +75,7 @@ def cache_key_for(kind: str, agent: str, session: str | None) -> str:
 
 def _model_key(model: Model) -> object:
     # A fallback model's models, or the model: the first that sets a key.
-    for each in getattr(model, "models", None) or (model,):
+    for each in parts_of(model):
         key = getattr(each, "prompt_cache_key", None)
         if key is not None:
             return key

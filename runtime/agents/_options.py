@@ -21,6 +21,7 @@ from ..models.contract import Model, ServerCompaction
 from ..observers import Observe
 from ..observers.events import Handlers
 from ..run_context import RunInfo
+from ..seams.attempt import RunScope
 from ._guard import GuardSetting
 from .output import Repair
 
@@ -70,6 +71,9 @@ class RunOptions(TypedDict, total=False):
     on: Handlers | None
     deps: Any
     parent: RunInfo | None
+    # What the run inherits from where it runs: given by `raygent.batch` to each
+    # attempt's run and by a run to the run its tool starts (not for callers).
+    scope: RunScope | None
     attachments: Sequence[AttachmentLike] | None
     attachment_policy: AttachmentPolicy | None
     observe: Observe

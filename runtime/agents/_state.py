@@ -17,8 +17,9 @@ from ..observers import Observer
 from ..observers.events import Dispatcher, Event
 from ..observers.report import AgentReport, AgentResult, ModelInfo
 from ..run_context import RunInfo
+from ..seams.attempt import NO_SCOPE, RunScope
 from ..seams.contract import Backend, ModelAccess
-from ..seams.provider_lines import TripLines
+from ..seams.request import ONLINE, ModelRequest, RequestContext, RequestRecord
 from ..seams.request_path import request_path
 from ..usage import Usage
 from .middleware import Middleware
@@ -71,13 +72,25 @@ class RunConfig:
     tool_errors: ToolErrors = "continue"
     # The budgets each request of the run is held to (its own, its job's, its parent's).
     ledgers: tuple[BudgetLedger, ...] = ()
+    # What the run inherited from where it runs (its batch attempt, its parent run).
+    scope: RunScope = NO_SCOPE
+    _online: ModelAccess | None = field(default=None, init=False, repr=False)
 
-    def models(self, lines: TripLines | None = None, trip: int = 0) -> ModelAccess:
-        """The model access of the run's trip number `trip` (`lines`: its provider-batch
-        lines), built by the request path from the run's cache and budgets."""
-        return request_path(
-            self.backend.models, cache=self.cache, ledgers=self.ledgers, lines=lines, trip=trip
-        )
+    def models(self, trip: int | None = None) -> ModelAccess:
+        """The model access of the run's trip number `trip` (by its provider-batch lines,
+        if the run has some), or of a request that goes online (`trip` None: a
+        compaction's), built by the request path from the run's cache and budgets."""
+        lines = self.scope.lines
+        if trip is not None and lines is not None:
+            return request_path(
+                self.backend.models, cache=self.cache, ledgers=self.ledgers, lines=lines, trip=trip
+            )
+        online = self._online
+        if online is None:  # the same for every trip: built once
+            online = self._online = request_path(
+                self.backend.models, cache=self.cache, ledgers=self.ledgers
+            )
+        return online
 
 
 @dataclass
@@ -196,6 +209,22 @@ class RunState:
     @property
     def trip_count(self) -> int:
         return len(self.report.trips)
+
+    def request(self, trip: int, record: RequestRecord | None = None) -> ModelRequest:
+        """Trip number `trip`'s model request: the conversation so far, with its context
+        (`record`: where what happens to it is written)."""
+        config, info, scope = self.config, self.info, self.config.scope
+        context = RequestContext(
+            info.run_id,
+            info.session_id,
+            scope.job,
+            scope.tenant,
+            trip,
+            scope.deadline,
+            ONLINE,
+            record,
+        )
+        return ModelRequest(config.model, self.messages, config.options, self.abort.signal, context)
 
     def insert_history(self, history: list[Message]) -> None:
         """Stored history goes after the system prompt, before any history given."""

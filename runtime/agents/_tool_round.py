@@ -26,7 +26,7 @@ from ..errors import (
 from ..messages import ToolCall, ToolMessage
 from ..observers.events import ToolCalled, ToolCalling, ToolFailed
 from ..observers.report import Timing, ToolCallReport
-from ..seams.budgeted import held_ledgers
+from ..seams.attempt import ScopedToolContext
 from ..tools import ToolContext, tool_result_content
 from ._state import RunState, ToolErrors, maybe_await, now
 
@@ -137,16 +137,12 @@ async def _invoke(run: RunState, trip_index: int, call: ToolCall, record: ToolCa
             f"unknown tool {call.name!r}; the tools are: {known}", tool=call.name
         )
     ctx = tool_context(run, trip_index, call)
-    # An agent this tool runs (a nested run) is held to this run's budgets too.
-    held = held_ledgers.set(config.ledgers)
     try:
         value = await config.backend.tools.invoke(tool, call.arguments, ctx)
     except BaseException as exc:
         for mw in config.middleware:
             await maybe_await(mw.on_tool_error(run.info, call, exc))
         raise
-    finally:
-        held_ledgers.reset(held)
     child = getattr(value, "report", None)
     if child is not None and hasattr(value, "usage"):
         # A nested run (an agent, a workflow, a supervisor): its report hangs under this
@@ -189,8 +185,10 @@ def tool_errors_setting(value: Any) -> ToolErrors:
 
 
 def tool_context(run: RunState, trip_index: int, call: ToolCall) -> ToolContext:
-    """What a tool (or its approval policy) learns about the call."""
-    return ToolContext(
+    """What a tool (or its approval policy) learns about the call; with the scope a run
+    it starts inherits (an agent run as a tool is held to this run's budgets too)."""
+    config = run.config
+    return ScopedToolContext(
         run_id=run.info.run_id,
         root_run_id=run.info.root_run_id,
         session_id=run.info.session_id,
@@ -199,6 +197,7 @@ def tool_context(run: RunState, trip_index: int, call: ToolCall) -> ToolContext:
         trip_index=trip_index,
         signal=run.signal,
         deps=run.info.deps,
+        scope=config.scope.child(config.ledgers),
     )
 
 

@@ -25,9 +25,8 @@ from ..observers.events import (
 )
 from ..observers.report import Timing, TripReport
 from ..seams.contract import ModelAccess
-from ..seams.local import closing_stream
-from ..seams.provider_lines import current_lines
-from ..seams.rated import TripRates, trip_rates
+from ..seams.link import closing_stream
+from ..seams.request import ModelRequest, RequestRecord
 from ..usage import total_cost
 from ._compact import compact_before_trip, record_server_compaction
 from ._guard import GuardBuffer, extract_tool_calls
@@ -55,10 +54,9 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
     run.report.trips.append(trip)
     run.phase = "trip"
     await run.emit(TripStarted, trip_index=index, purpose=purpose)
-    rates = TripRates()  # what the request path's rate holders met on this trip
-    token = trip_rates.set(rates)
+    record = RequestRecord()  # what the access layer met on this trip
     try:
-        response = await _send(run, index)
+        response = await _send(run, index, record)
         response = _guarded(run, response)
         for mw in reversed(run.config.middleware):
             response = await maybe_await(mw.after_trip(run.info, response))
@@ -68,8 +66,7 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
             trip.usage = exc.usage
         raise
     finally:  # a failed or cancelled trip has an end too
-        trip_rates.reset(token)
-        trip.rate_wait, trip.throttled = rates.wait, rates.throttled
+        trip.rate_wait, trip.throttled = record.rate_wait, record.throttled
         trip.timing.ended_at = now()
         trip.timing.duration = time.perf_counter() - clock
     run.usage = run.usage + response.usage
@@ -96,29 +93,31 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
     return response
 
 
-async def _send(run: RunState, index: int) -> ModelResponse:
+async def _send(run: RunState, index: int, record: RequestRecord) -> ModelResponse:
     config = run.config
     for mw in config.middleware:
         short = await maybe_await(mw.before_trip(run.info, list(run.messages), config.options))
         if short is not None:
             return short  # type: ignore[no-any-return]
     try:
-        lines = current_lines.get()
-        access = config.models(lines, index)
-        if config.streaming and lines is None:  # (a provider batch's reply comes whole)
-            return await _streamed(run, index, access)
-        return await access.complete(config.model, run.messages, config.options, run.signal)
+        access = config.models(index)
+        request = run.request(index, record)
+        if config.streaming and config.scope.lines is None:  # (a line's reply comes whole)
+            return await _streamed(run, index, access, request)
+        return await access.complete(request)
     except BaseException as exc:
         for mw in config.middleware:
             await maybe_await(mw.on_trip_error(run.info, exc))
         raise
 
 
-async def _streamed(run: RunState, index: int, access: ModelAccess) -> ModelResponse:
+async def _streamed(
+    run: RunState, index: int, access: ModelAccess, request: ModelRequest
+) -> ModelResponse:
     config = run.config
     guard = GuardBuffer(config.guard_max_buffer) if config.guard_max_buffer else None
     response: ModelResponse | None = None
-    chunks = access.stream(config.model, run.messages, config.options, run.signal)
+    chunks = access.stream(request)
     async with closing_stream(chunks):
         async for chunk in chunks:
             if isinstance(chunk, Done):

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, cast
 
 from ..abort import AbortSignal
 from ..errors import (
     ProviderConnectionError,
-    ProviderError,
-    ProviderResponseError,
     ProviderTimeoutError,
     RateLimitError,
     ServerError,
-    redact,
 )
 from ..messages import Message
-from ..models.contract import Capabilities, Done, Model, ModelOptions, ModelResponse, StreamChunk
-from ..seams.contract import ModelAccess
-from ..seams.local import closing_stream
-from ..usage import Cost, Usage
+from ..models.contract import Capabilities, Model, ModelOptions, ModelResponse, StreamChunk
+from ..seams.link import DIRECT
+from ..seams.request import ModelRequest
 
 __all__ = ["FallbackModel", "fallback_model"]
 
@@ -42,12 +37,15 @@ def fallback_model(models: Sequence[Model], *, retry_on: RetryOn | None = None) 
 
 
 class FallbackModel:
+    """A `CompositeModel`: a request path (`raygent.seams.Link`) splits it once, sending
+    each of its models' attempts as a request of its own; used on its own, it sends to
+    its models directly."""
+
     def __init__(self, models: Sequence[Model], *, retry_on: RetryOn | None = None) -> None:
         if not models:
             raise ValueError("fallback_model needs at least one model")
         self.models = list(models)
         self.retry_on: RetryOn = TRANSIENT if retry_on is None else retry_on
-        self._access: ModelAccess | None = None
 
     @property
     def name(self) -> str:
@@ -65,26 +63,10 @@ class FallbackModel:
             **{f: all(getattr(m.capabilities, f) for m in self.models) for f in fields}
         )
 
-    def through(self, access: ModelAccess) -> FallbackModel:
-        """This fallback, sending each attempt through `access` (a run's request path:
-        its outermost link splits a fallback here), so that every model's cache entry,
-        budget reservation and provider bounds hold as if it were used on its own."""
-        routed = FallbackModel(self.models, retry_on=self.retry_on)
-        routed._access = access
-        return routed
+    def parts(self) -> Sequence[Model]:
+        return self.models
 
-    def _via(self, position: int) -> ModelAccess:
-        """The access for the model at `position`: one with a model after it fails fast
-        where the access would otherwise retry a 429 itself (Ray's gateways), so that
-        the fallback gets to fail over, as it does in-process."""
-        access = self._access
-        assert access is not None
-        fast = getattr(access, "failing_fast", None)
-        if position < len(self.models) - 1 and callable(fast):
-            return cast("ModelAccess", fast())
-        return access
-
-    def _fails_over(self, error: BaseException) -> bool:
+    def fails_over(self, error: BaseException) -> bool:
         if callable(self.retry_on) and not isinstance(self.retry_on, tuple):
             return bool(self.retry_on(error))
         return isinstance(error, self.retry_on)
@@ -96,72 +78,13 @@ class FallbackModel:
         *,
         signal: AbortSignal | None = None,
     ) -> ModelResponse:
-        attempts: list[dict[str, Any]] = []
-        for position, model in enumerate(self.models):
-            try:
-                if self._access is None:
-                    response = await model.complete(messages, options, signal=signal)
-                else:
-                    response = await self._via(position).complete(
-                        model, messages, options or _NO_OPTIONS, signal
-                    )
-            except Exception as error:
-                if position == len(self.models) - 1 or not self._fails_over(error):
-                    raise
-                attempts.append(_attempt(model, error))
-                continue
-            return _with_attempts(response, attempts)
-        raise AssertionError("unreachable")
+        return await DIRECT.complete(ModelRequest(self, messages, options or _NO_OPTIONS, signal))
 
-    async def stream(
+    def stream(
         self,
         messages: Sequence[Message],
         options: ModelOptions | None = None,
         *,
         signal: AbortSignal | None = None,
     ) -> AsyncIterator[StreamChunk]:
-        attempts: list[dict[str, Any]] = []
-        for position, model in enumerate(self.models):
-            if self._access is None:
-                chunks = model.stream(messages, options, signal=signal)
-            else:
-                chunks = self._via(position).stream(model, messages, options or _NO_OPTIONS, signal)
-            async with closing_stream(chunks):
-                try:
-                    first = await anext(chunks)
-                except StopAsyncIteration:
-                    raise ProviderResponseError(
-                        f"{model.name}: the stream ended before any reply", provider=model.provider
-                    ) from None
-                except Exception as error:
-                    if position == len(self.models) - 1 or not self._fails_over(error):
-                        raise
-                    attempts.append(_attempt(model, error))
-                    continue
-                # Past the first chunk the reply is under way: no more failing over.
-                yield _stamped(first, attempts)
-                async for chunk in chunks:
-                    yield _stamped(chunk, attempts)
-            return
-
-
-def _stamped(chunk: StreamChunk, attempts: list[dict[str, Any]]) -> StreamChunk:
-    return Done(_with_attempts(chunk.response, attempts)) if isinstance(chunk, Done) else chunk
-
-
-def _attempt(model: Model, error: BaseException) -> dict[str, Any]:
-    info = error.to_dict() if isinstance(error, ProviderError) else {"message": redact(repr(error))}
-    return {"model": model.name, "provider": model.provider, "error": info}
-
-
-def _with_attempts(response: ModelResponse, attempts: list[dict[str, Any]]) -> ModelResponse:
-    if not attempts:
-        return response
-    # A failed request is a request, billed at nothing.
-    failed = Usage(requests=len(attempts), cost=Cost())
-    usage = (
-        response.usage + failed
-        if response.usage.cost is not None
-        else response.usage.model_copy(update={"requests": response.usage.requests + len(attempts)})
-    )
-    return response.model_copy(update={"attempts": [*attempts, *response.attempts], "usage": usage})
+        return DIRECT.stream(ModelRequest(self, messages, options or _NO_OPTIONS, signal))

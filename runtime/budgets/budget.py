@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import BudgetExceededError, InvalidOptionsError
 from ..messages import Message
-from ..models.contract import Model, ModelOptions, Tier
+from ..models.contract import Model, ModelOptions, Tier, as_provider_model
 from ..pricing import Pricing, lookup_pricing
 from ..rates import estimate
 from ..usage import Usage
@@ -183,8 +183,8 @@ _batch_rates: dict[Pricing, Pricing] = {}  # a declared pricing's batch form, ma
 def pricing_of(model: Model, *, batch: bool = False) -> Pricing | None:
     """The model's declared pricing, else genai-prices' (None: unknown); with `batch`,
     the rates of its provider's batch API (`Pricing.for_batch`)."""
-    declared = getattr(model, "pricing", None)
-    if isinstance(declared, Pricing):
+    declared = _declared(model)
+    if declared is not None:
         if not batch:
             return declared
         rates = _batch_rates.get(declared)
@@ -195,6 +195,11 @@ def pricing_of(model: Model, *, batch: bool = False) -> Pricing | None:
     if key not in _pricings:
         _pricings[key] = lookup_pricing(model.provider, model.name, batch=batch)
     return _pricings[key]
+
+
+def _declared(model: Model) -> Pricing | None:
+    provider = as_provider_model(model)
+    return None if provider is None else provider.declared_pricing()
 
 
 def worst_case(
@@ -226,15 +231,16 @@ def _tiers_asked(model: Model, options: ModelOptions) -> tuple[str | None, ...]:
     """The tiers a request may be served at: the one it asks for and its fallback."""
     tier = options.service_tier
     if tier is None:
-        tier = getattr(model, "service_tier", None)
+        provider = as_provider_model(model)
+        tier = None if provider is None else provider.default_tier()
     if isinstance(tier, Tier):
         return (tier.tier, tier.fallback)
     return (tier if isinstance(tier, str) else None,)
 
 
 def _priority_rates(model: Model, online: Pricing) -> Pricing:
-    declared = getattr(model, "pricing", None)
-    if isinstance(declared, Pricing):
+    declared = _declared(model)
+    if declared is not None:
         return declared.for_tier("priority")
     return lookup_pricing(model.provider, model.name, tier="priority") or online
 

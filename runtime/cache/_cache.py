@@ -9,17 +9,25 @@ import re
 import threading
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..abort import AbortSignal, abortable
 from ..errors import InvalidOptionsError
 from ..messages import Message
-from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+from ..models.contract import (
+    CompositeModel,
+    Done,
+    Model,
+    ModelOptions,
+    ModelResponse,
+    StreamChunk,
+    as_composite,
+)
 from ..seams.contract import ModelAccess
-from ..seams.link import Link
-from ..seams.local import closing_stream, routed
+from ..seams.link import Link, closing_stream, split, split_stream
+from ..seams.request import ModelRequest
 from ..stores import CacheStore, InMemoryStore
 from ._entry import Entry, storable, with_fields
 from ._key import request_key
@@ -264,49 +272,36 @@ class CachedAccess(Link):
         self.cache = cache
         self.known = known
 
-    async def complete(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
+    def complete(self, request: ModelRequest) -> Coroutine[Any, Any, ModelResponse]:
+        composite = as_composite(request.model)
+        if composite is None:
+            return super().complete(request)
+        return self._complete_fallback(composite, request)
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        composite = as_composite(request.model)
+        if composite is None:
+            return super().stream(request)
+        return self._stream_fallback(composite, request)
+
+    async def _complete_fallback(
+        self, composite: CompositeModel, request: ModelRequest
     ) -> ModelResponse:
-        models = _models_of(model)
-        if models is None:
-            return await super().complete(model, messages, options, signal)
-        looked = await self._look_up(models, messages, options)
+        looked = await self._look_up(composite.parts(), request.messages, request.options)
         if isinstance(looked, Entry):
             return looked.hit()
-        knowing = CachedAccess(self.inner, self.cache, looked)
-        return await routed(model, knowing).complete(messages, options, signal=signal)
-
-    def stream(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> AsyncIterator[StreamChunk]:
-        models = _models_of(model)
-        if models is None:
-            return super().stream(model, messages, options, signal)
-        return self._stream_fallback(model, models, messages, options, signal)
+        return await split(composite, request, CachedAccess(self.inner, self.cache, looked))
 
     async def _stream_fallback(
-        self,
-        model: Model,
-        models: Sequence[Model],
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
+        self, composite: CompositeModel, request: ModelRequest
     ) -> AsyncIterator[StreamChunk]:
-        looked = await self._look_up(models, messages, options)
+        looked = await self._look_up(composite.parts(), request.messages, request.options)
         if isinstance(looked, Entry):
             for chunk in looked.replay():
                 yield chunk
             return
         knowing = CachedAccess(self.inner, self.cache, looked)
-        chunks = routed(model, knowing).stream(messages, options, signal=signal)
+        chunks = split_stream(composite, request, knowing)
         async with closing_stream(chunks):
             async for chunk in chunks:
                 yield chunk
@@ -327,31 +322,25 @@ class CachedAccess(Link):
         missed = frozenset(key for key, entry in by_key.items() if entry is None)
         return _Looked(keys, missed)
 
-    def _key(self, model: Model, messages: Sequence[Message], options: ModelOptions) -> str | None:
+    def _key(self, request: ModelRequest) -> str | None:
         known = self.known
-        if known is not None and id(model) in known.keys:
-            return known.keys[id(model)]
-        return request_key(model, messages, options)
+        if known is not None and id(request.model) in known.keys:
+            return known.keys[id(request.model)]
+        return request_key(request.model, request.messages, request.options)
 
-    async def send(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> ModelResponse:
-        key = self._key(model, messages, options)
+    async def send(self, request: ModelRequest) -> ModelResponse:
+        key = self._key(request)
         if key is None:
-            return await self.inner.complete(model, messages, options, signal)
+            return await self.inner.complete(request)
         cache = self.cache
-        entry, flight = await cache._entry_for(key, signal, self._missed(key))
+        entry, flight = await cache._entry_for(key, request.signal, self._missed(key))
         if isinstance(entry, Entry):
             return entry.hit()
         kept: Entry | None = None  # (no flight: it followed one that brought nothing)
         reached = entry is not UNAVAILABLE
         try:
             try:
-                response = await self.inner.complete(model, messages, options, signal)
+                response = await self.inner.complete(request)
                 if storable(response):
                     kept = Entry.of(response)
             finally:
@@ -365,22 +354,16 @@ class CachedAccess(Link):
     def _missed(self, key: str) -> bool:
         return self.known is not None and key in self.known.missed
 
-    async def send_stream(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> AsyncIterator[StreamChunk]:
-        key = self._key(model, messages, options)
+    async def send_stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        key = self._key(request)
         if key is None:
-            chunks = self.inner.stream(model, messages, options, signal)
+            chunks = self.inner.stream(request)
             async with closing_stream(chunks):
                 async for chunk in chunks:
                     yield chunk
             return
         cache = self.cache
-        entry, flight = await cache._entry_for(key, signal, self._missed(key))
+        entry, flight = await cache._entry_for(key, request.signal, self._missed(key))
         if isinstance(entry, Entry):
             for chunk in entry.replay():
                 yield chunk
@@ -389,7 +372,7 @@ class CachedAccess(Link):
         reached = entry is not UNAVAILABLE
         recorded: list[StreamChunk] = []
         try:
-            chunks = self.inner.stream(model, messages, options, signal)
+            chunks = self.inner.stream(request)
             async with closing_stream(chunks):
                 async for chunk in chunks:
                     if isinstance(chunk, Done):
@@ -417,11 +400,3 @@ class _Looked:
 
     keys: dict[int, str | None]
     missed: frozenset[str]
-
-
-def _models_of(model: Model) -> Sequence[Model] | None:
-    """A fallback's models (a model the request path splits: see `seams.link`)."""
-    if getattr(model, "through", None) is None:
-        return None
-    models = getattr(model, "models", None)
-    return models if isinstance(models, list | tuple) and models else None

@@ -9,7 +9,7 @@ from typing import Any
 import pydantic_core
 
 from ..messages import Message
-from ..models.contract import Model, ModelOptions
+from ..models.contract import Model, ModelOptions, as_provider_model
 
 __all__ = ["KEY_VERSION", "request_key"]
 
@@ -30,11 +30,11 @@ def request_key(model: Model, messages: Sequence[Message], options: ModelOptions
     part of it (a reply does not depend on who pays); use a namespace to keep tenants
     apart.
     """
-    request_body = getattr(model, "request_body", None)
-    if not callable(request_body):
+    provider = as_provider_model(model)
+    if provider is None:
         return None
     try:
-        body: dict[str, Any] = dict(request_body(messages, options, stream=False))
+        body: dict[str, Any] = dict(provider.request_body(messages, options, stream=False))
     except Exception:
         return None
     for name in _DELIVERY:

@@ -31,6 +31,7 @@ from ..abort import AbortSignal
 from ..errors import RaygentError
 from ..messages import AssistantMessage, Message, SystemMessage, UserMessage
 from ..models.contract import Model, ModelOptions
+from ..seams.request import ModelRequest
 from ..usage import Usage
 from ._transcript import render_transcript
 
@@ -193,7 +194,7 @@ def summarize(
     async def summarizer(history: list[Message], ctx: CompactionContext) -> CompactionResult:
         request: list[Message] = [system, UserMessage(content=render_transcript(history))]
         if ctx.models is not None:
-            response = await ctx.models.complete(model, request, options, ctx.signal)
+            response = await ctx.models.complete(ModelRequest(model, request, options, ctx.signal))
         else:
             response = await model.complete(request, options, signal=ctx.signal)
         if on_usage is not None:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, create_model
 
 from ..executable import executable_name
-from ..run_context import RunInfo
+from ..seams.attempt import started_by
 from ..tools import Tool, ToolContext
 
 __all__ = ["executable_tool"]
@@ -36,16 +36,8 @@ def executable_tool(
     )
 
     async def run_nested(ctx: ToolContext, **arguments: Any) -> Any:
-        parent = RunInfo(
-            run_id=ctx.run_id,
-            root_run_id=ctx.root_run_id,
-            parent_run_id=None,
-            session_id=ctx.session_id,
-            agent_name="",
-            deps=ctx.deps,
-        )
         value = arguments["input"] if declared is None else declared.model_validate(arguments)
-        return await executable.execute(value, parent=parent, signal=ctx.signal)
+        return await executable.execute(value, **started_by(ctx))
 
     kind = getattr(executable, "kind", "executable")
     tool_name = name or executable_name(executable)

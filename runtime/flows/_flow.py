@@ -31,8 +31,6 @@ from ..models._names import check_run_options
 from ..observers import Observe
 from ..observers.events import Event, EventHandler, Handlers, handler_list
 from ..observers.report import FlowReport, FlowResult, FlowResume
-from ..seams.attempt import attempt_of
-from ..seams.budgeted import held_ledgers
 from ..tools import Tool
 from ..usage import Usage
 from ._durable import FlowEntry, FlowHeader, FlowJournal, FlowOutcome
@@ -57,7 +55,7 @@ class Flow(ABC):
     # What `execute` takes (see its docstring): `raygent.batch` refuses any other run
     # option before anything runs (`raygent.executable.TakesRunOptions`).
     run_option_names: frozenset[str] = frozenset(
-        {"context", "deps", "signal", "on", "observe", "run_id", "parent", "durable"}
+        {"context", "deps", "signal", "on", "observe", "run_id", "parent", "durable", "scope"}
     )
 
     def __init__(
@@ -101,8 +99,9 @@ class Flow(ABC):
         """Run once. Never raises: failures come back typed on `result.error` (with what
         the steps produced before in `result.outputs`). Options: `context=` (a dict the
         steps see, never stored), `deps=`, `signal=`, `on=`, `observe=`, `run_id=`, and
-        `parent=` when run inside another run. A batch's `budget=` reaches it as
-        its attempt (`seams.attempt`): every agent the run starts is held to it."""
+        `parent=` when run inside another run. A batch's `budget=` reaches it in its
+        scope (`seams.attempt.RunScope`): every run it starts inherits that scope, so
+        every agent below it is held to the job's budget."""
         return await self._run(self._new_run(options, None), input)
 
     def execute_sync(self, input: Any, **options: Any) -> FlowResult:
@@ -201,10 +200,6 @@ class Flow(ABC):
     ) -> FlowResult:
         """Run `_body` on the validated input (or `body`: a resume, whose input is the
         stored one), recording any failure on the result."""
-        # A job's ledger (a batch's budget) holds every agent run below this one, as a
-        # tool's caller holds its nested runs: by the context the child runs inherit.
-        job = attempt_of(run.options.get("parent")).job_budget
-        held = held_ledgers.set((*held_ledgers.get(), job)) if job is not None else None
         await run.start()
         try:
             # A misspelt option would be ignored: the run fails before any step.
@@ -225,9 +220,6 @@ class Flow(ABC):
             raise
         except Exception as exc:
             return await run.finish(data=None, text="", outputs=run.outputs, error=_as_error(exc))
-        finally:
-            if held is not None:
-                held_ledgers.reset(held)
 
     def _validated_input(self, input: Any) -> Any:
         model = self.input_model

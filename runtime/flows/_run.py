@@ -27,6 +27,7 @@ from ..observers.events import (
 )
 from ..observers.report import FlowReport, FlowResult, RunStatus, StepReport, StepRun, StepStatus
 from ..run_context import RunInfo
+from ..seams.attempt import inherited
 from ..usage import Usage
 
 __all__ = ["FlowRun", "now"]
@@ -62,6 +63,8 @@ class FlowRun:
             deps=options.get("deps", parent.deps if parent else None),
         )
         self.options = options
+        inherited_scope = inherited(options)
+        self.scope = inherited_scope.child(inherited_scope.ledgers)
         self.context: dict[str, Any] = dict(options.get("context") or {})
         self.events = Dispatcher([handlers, handler_list(options.get("on"))], sink)
         # Nested runs' events reach this run's handlers and stream only when someone
@@ -201,6 +204,8 @@ class FlowRun:
         but CancelledError."""
         run_options: dict[str, Any] = dict(options or {})
         run_options["parent"] = self.child_info
+        # Held to what holds this run (a batch job's budget, a calling run's budgets).
+        run_options["scope"] = self.scope
         run_options["signal"] = signal or (self.signal if self._abortable else None)
         stream = getattr(executable, "stream", None)
         if self._streaming and callable(stream):

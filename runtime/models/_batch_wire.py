@@ -1,5 +1,6 @@
 """What a wire's provider batch API states (`BatchAPI`), and what it says of a batch
-(`BatchState`) and of each line (`LineResult`): the shapes `HTTPModel.batch_api`
+(`BatchState`) and of each line (`LineResult`, kept with the model contract, which the
+provider-batch seam carries too): the shapes `HTTPModel.batch_api`
 returns and the provider-batch pool reads. The providers' own APIs are `batch_api`'s.
 """
 
@@ -7,13 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Protocol
 
-from ..errors import ProviderBatchError, ProviderError
+from ..errors import ProviderBatchError
+from .contract import LineOutcome, LineResult
 
 __all__ = ["BatchAPI", "BatchState", "LineOutcome", "LineResult"]
-
-LineOutcome = Literal["succeeded", "errored", "expired", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,16 +28,6 @@ class BatchState:
     # The batch as a whole was refused (validation of its file): every line fails so.
     failure: ProviderBatchError | None = None
     files: tuple[str, ...] = ()  # OpenAI: its output and error file ids
-
-
-@dataclass(frozen=True, slots=True)
-class LineResult:
-    """One line's outcome: the reply body, or the typed error an online call would raise."""
-
-    custom_id: str
-    outcome: LineOutcome
-    body: dict[str, Any] | None = None
-    error: ProviderError | None = None
 
 
 class BatchAPI(Protocol):

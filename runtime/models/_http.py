@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import inspect
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, ClassVar, TypedDict
+from typing import Any, ClassVar
 
 import httpx
 import pydantic_core
@@ -33,15 +32,23 @@ from ..errors import (
     redact,
 )
 from ..pricing import Pricing, price_usage
-from ..rates.limits import RateLimit, RateReading
+from ..rates.limits import RateReading
 from ..redaction import register_secret
 from ..usage import Usage
 from ._errors import error_from_response, error_from_stream_event, parse_error_body
-from ._names import model_option_hints, unknown_option
-from ._resend import TierFallback, tier_fallback
+from ._settings import ModelSettings, rate_limit_of, refuse_unknown
 from ._transport import Opened, Outgoing, send, timeouts_of
 from ._wire import MALFORMED, ErrorEvent, Reply, StreamFeeder, Wire, json_object
-from .contract import Capabilities, Done, ModelOptions, ModelResponse, StreamChunk, UsageChunk
+from .contract import (
+    Capabilities,
+    Done,
+    Limits,
+    ModelOptions,
+    ModelResponse,
+    StreamChunk,
+    Tier,
+    UsageChunk,
+)
 
 __all__ = ["MALFORMED", "HTTPModel", "ModelSettings"]
 
@@ -72,33 +79,6 @@ def _leaves_machine(url: str) -> bool:
     return not (host in _LOOPBACK_HOSTS or host.startswith("127."))
 
 
-def _rate_limit(settings: ModelSettings) -> RateLimit | None:
-    """`rate_limit=`, with `requests_per_minute=` / `tokens_per_minute=` folded in (each
-    dimension at the tightest said)."""
-    limit = settings.get("rate_limit")
-    rpm, tpm = settings.get("requests_per_minute"), settings.get("tokens_per_minute")
-    if rpm is None and tpm is None:
-        return limit
-    short = RateLimit(requests_per_minute=rpm, tokens_per_minute=tpm)
-    return short.tightest(limit) if limit is None else limit.tightest(short)
-
-
-class ModelSettings(TypedDict, total=False):
-    """What every HTTP model takes besides its name (defined once for all adapters)."""
-
-    api_key: str | None
-    base_url: str | None
-    capabilities: Capabilities | None
-    pricing: Pricing | None
-    timeout: float | httpx.Timeout | None
-    headers: Mapping[str, str] | None
-    max_concurrency: int | None
-    rate_limit: RateLimit | None
-    requests_per_minute: float | None
-    tokens_per_minute: float | None
-    http_client: httpx.AsyncClient | None
-
-
 class HTTPModel(Wire):
     """Base of the HTTP adapters: the per-request steps, written once; a subclass
     states its wire (the hooks of `raygent.models._wire.Wire`).
@@ -127,7 +107,7 @@ class HTTPModel(Wire):
     settings_type: ClassVar[type] = ModelSettings
 
     def __init__(self, name: str, **settings: Unpack[ModelSettings]) -> None:
-        self._refuse_unknown(settings)
+        refuse_unknown(type(self), self.settings_type, settings)
         self.name = name
         self.base_url = (settings.get("base_url") or self.default_base_url).rstrip("/")
         self.capabilities = settings.get("capabilities") or self.default_capabilities(name)
@@ -136,7 +116,7 @@ class HTTPModel(Wire):
         self.timeout = DEFAULT_TIMEOUT if timeout is None else httpx.Timeout(timeout)
         self.extra_headers = dict(settings.get("headers") or {})
         self.max_concurrency = settings.get("max_concurrency", 64)
-        self.rate_limit = _rate_limit(settings)
+        self.rate_limit = rate_limit_of(settings)
         api_key = settings.get("api_key")
         self._api_key = api_key if api_key is not None else os.environ.get(self.env_key, "")
         # A key is required unless the caller said none is needed: `api_key=None` given
@@ -158,30 +138,6 @@ class HTTPModel(Wire):
     def default_capabilities(cls, name: str) -> Capabilities:
         """What a model of this provider can do, by its name, unless told otherwise."""
         return Capabilities()
-
-    def _refuse_unknown(self, settings: Mapping[str, Any]) -> None:
-        """`UnknownOptionError` (a TypeError) for a setting this adapter does not know (a
-        misspelt one would be silently ignored), naming the closest it knows, or saying
-        where a model option given here belongs (`max_tokens` is sent per request). The
-        known names come from the settings TypedDict and the adapter's own keywords, so
-        they cannot drift."""
-        cls = type(self)
-        typed = self.settings_type
-        known = set(typed.__required_keys__) | set(typed.__optional_keys__)  # type: ignore[attr-defined]
-        unknown = [name for name in settings if name not in known]
-        if not unknown:
-            return
-        own = inspect.signature(cls.__init__).parameters
-        keywords = [n for n, p in own.items() if p.kind is p.KEYWORD_ONLY]
-        hints = model_option_hints(to=" to raygent.agent(...) or to a call (sent per request)")
-        elsewhere = {n: hint for n, hint in hints.items() if n not in known and n not in keywords}
-        raise unknown_option(
-            unknown[0],
-            sorted(known | set(keywords)),
-            subject=f"{cls.__name__}()",
-            what="setting",
-            elsewhere=elsewhere,
-        )
 
     # -- identity -------------------------------------------------------------------
 
@@ -219,6 +175,25 @@ class HTTPModel(Wire):
         """The configured tokens per minute (`rate_limit`'s), or None."""
         return self.rate_limit.tokens_per_minute if self.rate_limit else None
 
+    # -- what the request path asks of it (`contract.ProviderModel`) -------------------
+
+    service_tier: str | Tier | None = None  # an adapter with tiers sets its own
+
+    def limits(self) -> Limits:
+        """Its endpoint's bound and its rate, as one value (made once per model)."""
+        limits: Limits | None = self.__dict__.get("_limits")
+        if limits is None:
+            limits = self.__dict__["_limits"] = Limits(
+                self.endpoint, self.rate_key, self.max_concurrency, self.rate_limit
+            )
+        return limits
+
+    def default_tier(self) -> str | Tier | None:
+        return self.service_tier
+
+    def declared_pricing(self) -> Pricing | None:
+        return self.pricing
+
     def __getstate__(self) -> dict[str, Any]:
         # An injected client belongs to the process that made it.
         state = self.__dict__.copy()
@@ -250,23 +225,22 @@ class HTTPModel(Wire):
     ) -> ModelResponse:
         filled = self.call_options(options)
         body = self.build_body(given_messages(messages), filled, stream=False)
-        fallback = tier_fallback(filled, self.name, self.provider)
         _not_sent_if_aborted(signal)
         try:
             # One abort registration for the whole request (the send and the read).
-            return await abortable(self._complete(body, fallback), signal)
+            return await abortable(self._complete(body), signal)
         except AbortedError as exc:
             raise self._cut_off(exc, body) from None
 
-    async def _complete(self, body: dict[str, Any], fallback: TierFallback | None) -> ModelResponse:
-        opened = await self._open(self.request_path(stream=False), body, fallback)
+    async def _complete(self, body: dict[str, Any]) -> ModelResponse:
+        opened = await self._open(self.request_path(stream=False), body)
         try:
             raw = await opened.read()
         finally:
             await opened.aclose()
         data = self._json(raw, opened.status)
         rate = self.rate_reading(opened.headers)
-        return self._whole(data, opened.status, rate=rate, fallback=fallback)
+        return self._whole(data, opened.status, rate=rate)
 
     async def stream(
         self,
@@ -277,13 +251,12 @@ class HTTPModel(Wire):
     ) -> AsyncIterator[StreamChunk]:
         filled = self.call_options(options)
         body = self.build_body(given_messages(messages), filled, stream=True)
-        fallback = tier_fallback(filled, self.name, self.provider)
         feeder, decoder = self.stream_feeder(), self.stream_decoder()
         _not_sent_if_aborted(signal)
         try:
             with AbortWatch(signal) as watch:
                 path = self.request_path(stream=True)
-                opened = await watch.until(self._open(path, body, fallback))
+                opened = await watch.until(self._open(path, body))
                 try:
                     ended = False
                     while not ended:
@@ -302,7 +275,7 @@ class HTTPModel(Wire):
                     await opened.aclose()
         except AbortedError as exc:
             raise self._cut_off(exc, body) from None
-        yield Done(self._assembled(feeder, opened, fallback))
+        yield Done(self._assembled(feeder, opened))
 
     def batch_reply(self, data: dict[str, Any]) -> ModelResponse:
         """A batch line's reply body, read as `complete` reads one, priced at batch rates."""
@@ -317,23 +290,18 @@ class HTTPModel(Wire):
 
     # -- the steps' parts -------------------------------------------------------------
 
-    async def _open(self, path: str, body: dict[str, Any], fallback: TierFallback | None) -> Opened:
-        """POST `body`; the reply once its status is 2xx, else its error raised typed."""
+    async def _open(self, path: str, body: dict[str, Any]) -> Opened:
+        """POST `body`; the reply once its status is 2xx, else its error raised typed (a
+        tier refused for capacity is sent again at its fallback by the access layer)."""
         self._may_send()
-        while True:
-            opened = await self._send("POST", path, pydantic_core.to_json(body), body)
-            if opened.status < 400:
-                return opened
-            try:
-                raw = await opened.read()
-            finally:
-                await opened.aclose()
-            error = self._error(opened.status, opened.headers, parse_error_body(raw))
-            # The tier's resend (`_resend`): the request chain is taking it over.
-            resent = None if fallback is None else fallback.next_body(body, error)
-            if resent is None:
-                raise error
-            body = resent
+        opened = await self._send("POST", path, pydantic_core.to_json(body), body)
+        if opened.status < 400:
+            return opened
+        try:
+            raw = await opened.read()
+        finally:
+            await opened.aclose()
+        raise self._error(opened.status, opened.headers, parse_error_body(raw))
 
     async def _send(
         self,
@@ -371,9 +339,7 @@ class HTTPModel(Wire):
                 outs[at] = UsageChunk(self._priced(out.usage, tier=feeder.service_tier))
         return outs
 
-    def _assembled(
-        self, feeder: StreamFeeder[Any], opened: Opened, fallback: TierFallback | None
-    ) -> ModelResponse:
+    def _assembled(self, feeder: StreamFeeder[Any], opened: Opened) -> ModelResponse:
         try:
             reply = feeder.reply()
         except MALFORMED:
@@ -381,7 +347,7 @@ class HTTPModel(Wire):
         if reply is None:
             raise self._bad_reply(None, "the stream ended before the reply was complete")
         try:
-            return self._response(reply, rate=self.rate_reading(opened.headers), fallback=fallback)
+            return self._response(reply, rate=self.rate_reading(opened.headers))
         except MALFORMED:
             raise self._bad_reply(None, "malformed reply in the stream") from None
 
@@ -392,12 +358,11 @@ class HTTPModel(Wire):
         *,
         batch: bool = False,
         rate: RateReading | None = None,
-        fallback: TierFallback | None = None,
     ) -> ModelResponse:
         """A whole reply's JSON as the response it says, priced; typed if malformed."""
         try:
             reply = self.parse_reply(data)
-            return self._response(reply, batch=batch, rate=rate, fallback=fallback)
+            return self._response(reply, batch=batch, rate=rate)
         except ErrorEvent as said:
             raise self._event_error(said) from None
         except MALFORMED:
@@ -410,24 +375,18 @@ class HTTPModel(Wire):
         *,
         batch: bool = False,
         rate: RateReading | None = None,
-        fallback: TierFallback | None = None,
     ) -> ModelResponse:
         """The one place a reply becomes a `ModelResponse`: priced at the tier that
-        served it (or at batch rates), with its rate reading and the attempts before."""
-        usage = self._priced(reply.usage, batch=batch, tier=reply.service_tier)
-        attempts: list[dict[str, Any]] = []
-        if fallback is not None:
-            usage, attempts = fallback.charged(usage)
+        served it (or at batch rates), with its rate reading."""
         return ModelResponse(
             content=reply.content,
             tool_calls=reply.tool_calls,
             finish_reason=reply.finish_reason,
-            usage=usage,
+            usage=self._priced(reply.usage, batch=batch, tier=reply.service_tier),
             response_id=reply.response_id,
             model=reply.model,
             provider=self.provider,
             refusal=reply.refusal,
-            attempts=attempts,
             service_tier=reply.service_tier,
             iterations=reply.iterations,
             rate=rate,
@@ -545,7 +504,7 @@ class HTTPModel(Wire):
         return await abortable(self._posted_json(path, body), signal)
 
     async def _posted_json(self, path: str, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        opened = await self._open(path, body, None)
+        opened = await self._open(path, body)
         try:
             raw = await opened.read()
         finally:

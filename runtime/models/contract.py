@@ -2,25 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..abort import AbortSignal
+from ..errors import ProviderError
 from ..messages import AssistantMessage, ContentPart, Message, ProviderBlock, TextPart, ToolCall
-from ..rates.limits import RateReading
+from ..pricing import Pricing
+from ..rates.limits import RateLimit, RateReading
 from ..usage import Cost, Usage
 
 __all__ = [
+    "BatchModel",
     "CacheControl",
     "Capabilities",
+    "CompositeModel",
     "Done",
     "FinishReason",
+    "Limits",
+    "LineOutcome",
+    "LineResult",
     "Model",
     "ModelOptions",
     "ModelResponse",
+    "ProviderModel",
     "ReasoningDelta",
     "ReasoningOptions",
     "ResponseSchema",
@@ -31,6 +39,11 @@ __all__ = [
     "ToolCallDelta",
     "ToolSpec",
     "UsageChunk",
+    "as_batch_model",
+    "as_composite",
+    "as_provider_model",
+    "parts_of",
+    "with_failed",
 ]
 
 FinishReason = Literal[
@@ -292,3 +305,138 @@ class Model(Protocol):
         *,
         signal: AbortSignal | None = None,
     ) -> AsyncIterator[StreamChunk]: ...
+
+
+# -- what the request path asks of a model, declared ----------------------------------
+# The core's request path (cache, budget, provider-batch lines, the access layer) reads
+# these, never an undeclared attribute. Each protocol has methods only, so whether a
+# model's class implements it is asked once per class (`_implements`), not per request.
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The provider limits a model declares: `endpoint`, what its concurrency bound is
+    shared by (provider, URL, key); `rate_key`, what its rate is held under (providers
+    limit each model apart); `max_concurrency` (None: unbounded) and `rate_limit` (None:
+    learnt from the replies)."""
+
+    endpoint: Hashable
+    rate_key: Hashable
+    max_concurrency: int | None = None
+    rate_limit: RateLimit | None = None
+
+
+@runtime_checkable
+class ProviderModel(Protocol):
+    """A model that talks to a provider (raygent's HTTP adapters): its limits, the tier
+    and pricing it declares, and the exact body it sends (what a cache keys on)."""
+
+    def limits(self) -> Limits: ...
+
+    def default_tier(self) -> str | Tier | None:
+        """The service tier it asks for when a call's options name none."""
+        ...
+
+    def declared_pricing(self) -> Pricing | None: ...
+
+    def request_body(
+        self, messages: Sequence[Message], options: ModelOptions, *, stream: bool
+    ) -> dict[str, Any]: ...
+
+
+LineOutcome = Literal["succeeded", "errored", "expired", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class LineResult:
+    """One provider-batch line's outcome: the reply body, or the typed error an online
+    call would raise."""
+
+    custom_id: str
+    outcome: LineOutcome
+    body: dict[str, Any] | None = None
+    error: ProviderError | None = None
+
+
+@runtime_checkable
+class BatchModel(Protocol):
+    """A model whose requests may go as lines of its provider's batch API."""
+
+    def batch_api(self) -> Any:
+        """Its batch API (`raygent.models.batch_api.BatchAPI`), None if its endpoint has
+        none."""
+        ...
+
+    def batch_reply(self, data: dict[str, Any]) -> ModelResponse: ...
+
+    def batch_body(self, messages: Sequence[Message], options: ModelOptions) -> dict[str, Any]:
+        """A line's request body: at the batch API's own tier and price, not streamed."""
+        ...
+
+
+@runtime_checkable
+class CompositeModel(Protocol):
+    """A model made of models (`raygent.fallback_model`): the request path splits it,
+    once, and sends each model's attempt as a request of its own, in order, moving on
+    while `fails_over` accepts the error."""
+
+    def parts(self) -> Sequence[Model]: ...
+
+    def fails_over(self, error: BaseException) -> bool: ...
+
+
+class _Kind:
+    """Whether a model's class implements `protocol`, asked once per class."""
+
+    __slots__ = ("_known", "protocol")
+
+    def __init__(self, protocol: type) -> None:
+        self.protocol = protocol
+        self._known: dict[type, bool] = {}
+
+    def __call__(self, model: object) -> bool:
+        cls = type(model)
+        found = self._known.get(cls)
+        if found is None:
+            found = self._known[cls] = issubclass(cls, self.protocol)
+        return found
+
+
+_provider, _batchable, _composite = _Kind(ProviderModel), _Kind(BatchModel), _Kind(CompositeModel)
+
+
+def as_provider_model(model: object) -> ProviderModel | None:
+    """`model` as a `ProviderModel`, or None (a test double)."""
+    return model if _provider(model) else None  # type: ignore[return-value]
+
+
+def as_batch_model(model: object) -> BatchModel | None:
+    return model if _batchable(model) else None  # type: ignore[return-value]
+
+
+def as_composite(model: object) -> CompositeModel | None:
+    return model if _composite(model) else None  # type: ignore[return-value]
+
+
+def parts_of(model: Model) -> Sequence[Model]:
+    """A composite model's models, else the model alone."""
+    composite = as_composite(model)
+    return (model,) if composite is None else composite.parts()
+
+
+def with_failed(
+    response: ModelResponse, attempts: Sequence[dict[str, Any]], failed: int | None = None
+) -> ModelResponse:
+    """`response` with `attempts` listed before its own on `attempts`, `failed` of them
+    (all, by default) counted in its usage as requests billed at nothing: the books of a
+    fallback's failed models, a tier refused for capacity and 429s sent again, kept once."""
+    if not attempts:
+        return response
+    count = len(attempts) if failed is None else failed
+    usage = response.usage
+    usage = (
+        usage + Usage(requests=count, cost=Cost())
+        if usage.cost is not None
+        else usage.model_copy(update={"requests": usage.requests + count})
+    )
+    return response.model_copy(update={"attempts": [*attempts, *response.attempts], "usage": usage})

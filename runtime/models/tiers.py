@@ -1,6 +1,6 @@
 """Service tiers and prompt-cache keys: what the OpenAI and Anthropic adapters take
 beyond `ModelSettings` (a flex request's fallback when the provider has no capacity is
-`_resend`'s).
+a step of the access layer: `raygent.seams.access`).
 
 OpenAI's `service_tier` is "auto", "default", "flex" or "priority"; the reply says which
 tier served it. Anthropic's is "auto" or "standard_only"; its reply says `standard`,

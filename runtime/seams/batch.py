@@ -10,11 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 from ..abort import AbortSignal
 from ..errors import AbortedError, RaygentError
 from ..usage import Usage
+
+if TYPE_CHECKING:
+    from .provider_lines import TripLines
 
 __all__ = [
     "EMPTY_USAGE",
@@ -24,6 +27,7 @@ __all__ = [
     "Feed",
     "ItemStatus",
     "Job",
+    "LinedAttempt",
     "Outcome",
     "cancelled",
     "ended",
@@ -141,5 +145,16 @@ def cancelled(signal: AbortSignal, ended: BaseException | None = None) -> Aborte
 
 
 Attempt: TypeAlias = Callable[[Job, AbortSignal], Coroutine[Any, Any, Outcome]]
+
+
+class LinedAttempt(Protocol):
+    """An attempt whose run's trips may go as `lines` of a provider batch (None:
+    online): what `raygent._batch.exec.attempt_for` makes, an `Attempt` as it is."""
+
+    def __call__(
+        self, job: Job, signal: AbortSignal, lines: TripLines | None = None
+    ) -> Coroutine[Any, Any, Outcome]: ...
+
+
 Deliver: TypeAlias = Callable[[BatchItem], Awaitable[None]]
 Feed: TypeAlias = "Iterator[Job] | AsyncIterator[Job]"

@@ -5,31 +5,23 @@ A run with budgets gets this link in its request path (see `request_path`), so e
 request of the run is held (its trips, a compaction's summaries, each attempt of a
 fallback model at that model's own prices), whatever the backend, and a request that is
 never sent (a cached reply, a middleware's) costs nothing. A provider-batch line is held
-at its model's batch rates.
-
-`held_ledgers` carries a run's ledgers into the tools it calls: an agent run as a tool
-(a nested run, in the caller's process) is held to its parent's budgets besides its own.
+at its model's batch rates. A run's ledgers are its own budgets', its job's and, run as
+a tool, its parent run's (`seams.attempt.RunScope`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from contextvars import ContextVar
+from collections.abc import AsyncIterator
 
-from ..abort import AbortSignal
 from ..budgets import NOTHING, Amount, BudgetLedger, amount_of, worst_case
 from ..errors import InvalidOptionsError, ProviderError
-from ..messages import Message
-from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+from ..models.contract import Done, ModelResponse, StreamChunk
 from .contract import ModelAccess
-from .link import Link
-from .local import closing_stream
+from .link import Link, closing_stream
 from .provider_lines import SendOnline
+from .request import ModelRequest
 
-__all__ = ["BudgetedAccess", "held_ledgers"]
-
-# The ledgers of the run whose tool is running (set around each tool call).
-held_ledgers: ContextVar[tuple[BudgetLedger, ...]] = ContextVar("raygent_held_ledgers", default=())
+__all__ = ["BudgetedAccess"]
 
 
 class _Hold:
@@ -70,10 +62,9 @@ class BudgetedAccess(Link):
         self.ledgers = ledgers
         self.batch = batch
 
-    async def _hold(
-        self, model: Model, messages: Sequence[Message], options: ModelOptions
-    ) -> _Hold:
-        amount, pricing = worst_case(model, messages, options, batch=self.batch)
+    async def _hold(self, request: ModelRequest) -> _Hold:
+        model = request.model
+        amount, pricing = worst_case(model, request.messages, request.options, batch=self.batch)
         ledgers = self.ledgers
         if pricing is None:
             for ledger in ledgers:
@@ -96,33 +87,21 @@ class BudgetedAccess(Link):
             raise
         return _Hold(ledgers, amount, self.batch)
 
-    async def send(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> ModelResponse:
-        hold = await self._hold(model, messages, options)
+    async def send(self, request: ModelRequest) -> ModelResponse:
+        hold = await self._hold(request)
         try:
-            response = await self.inner.complete(model, messages, options, signal)
+            response = await self.inner.complete(request)
         except BaseException as exc:
             hold.failed(exc)
             raise
         hold.settle(amount_of(response.usage))
         return response
 
-    async def send_stream(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> AsyncIterator[StreamChunk]:
-        hold = await self._hold(model, messages, options)
+    async def send_stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        hold = await self._hold(request)
         settled = False
         try:
-            chunks = self.inner.stream(model, messages, options, signal)
+            chunks = self.inner.stream(request)
             async with closing_stream(chunks):
                 async for chunk in chunks:
                     if isinstance(chunk, Done):

@@ -10,7 +10,7 @@ tests run on both.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from ..abort import AbortSignal
 from ..budgets import Budget, BudgetLedger, LocalBudgets
 from ..memory import LocalSessions, SessionPersistence
-from ..messages import Message
-from ..models.contract import Model, ModelOptions, ModelResponse, StreamChunk
+from ..models.contract import Model
+from .attempt import AttemptPlan
 from .batch import Deliver, Feed
+from .provider_lines import LineAnswer, LineCost, LineOptions
+from .request import ModelAccess
 from .retry import Retry
 
 if TYPE_CHECKING:
@@ -39,26 +41,6 @@ __all__ = [
     "ProviderBatchPool",
     "ToolExecution",
 ]
-
-
-class ModelAccess(Protocol):
-    """Sends requests to a model inside the provider's concurrency bound."""
-
-    async def complete(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> ModelResponse: ...
-
-    def stream(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> AsyncIterator[StreamChunk]: ...
 
 
 class ToolExecution(Protocol):
@@ -108,9 +90,17 @@ class ProviderBatchPool(Protocol):
     """A job's pool of provider-batch lines as a backend reaches it: the members the Ray
     backend's relay uses (`raygent._batch.provider.pool.LinePool` implements them)."""
 
-    options: Any  # the job's `raygent.ProviderBatch` (shipped to the runners)
-    job: str  # the job's name, in every line's custom_id
     keep_answers: bool  # keep answers until their item ends (a run asks again)
+
+    @property
+    def options(self) -> LineOptions:
+        """The job's `raygent.ProviderBatch` (shipped to the runners)."""
+        ...
+
+    @property
+    def job(self) -> str:
+        """The job's name, in every line's custom_id."""
+        ...
 
     @property
     def runner_route(self) -> Any:
@@ -118,18 +108,19 @@ class ProviderBatchPool(Protocol):
         value, shipped with the options); None: no route."""
         ...
 
-    def route(self, model: Any) -> object | None:
-        """Where `model`'s lines go (None: it has no provider-batch API)."""
+    def route(self, model: Model) -> object | None:
+        """Where `model`'s lines go, an opaque handle for `line_future` (None: it has no
+        provider-batch API)."""
         ...
 
     def line_future(
-        self, model: Any, route: Any, custom_id: str, line: bytes
-    ) -> asyncio.Future[tuple[Any, str]]:
-        """The answer to one line (its result, its batch id), for a caller by callback."""
+        self, model: Model, route: object | None, custom_id: str, line: bytes
+    ) -> asyncio.Future[LineAnswer]:
+        """The answer to one line, for a caller by callback."""
         ...
 
-    def add_spend(self, spend: Any) -> None:
-        """What a runner's lines cost (a `LineCost`), added to the job's summary."""
+    def add_spend(self, spend: LineCost) -> None:
+        """What a runner's lines cost, added to the job's summary."""
         ...
 
 
@@ -156,6 +147,9 @@ class PoolPlan:
     # An item failed on an error every item would meet (an authentication error, a
     # missing model) stops the pool at once (`_batch.stops`); `check=False` says not.
     stop_on_config: bool = True
+    # What each attempt gets besides `run_options` (the job's ledger, how its items'
+    # runs are named): typed, and shipped to where the attempts run.
+    attempts: AttemptPlan = field(default_factory=AttemptPlan)
 
 
 class Budgets(Protocol):

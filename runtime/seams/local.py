@@ -4,171 +4,148 @@ and of everything a Ray worker runs inside itself."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import time
 import weakref
-from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
 
-from ..abort import AbortSignal
 from ..errors import RateLimitError
-from ..messages import Message
-from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+from ..models.contract import Limits, ModelResponse
+from ..rates import Need
 from ._endpoint_bound import EndpointBound
-from .contract import Backend, ModelAccess
-from .rated import HeldRate, LocalRates, Ticket
+from .access import AccessLayer, RetryPolicy
+from .contract import Backend
+from .rated import HeldRate, LocalRates
+from .request import ModelRequest
 
 if TYPE_CHECKING:
     from ..tools import Tool, ToolContext
 
-T = TypeVar("T")
-
-__all__ = ["LOCAL", "LocalModelAccess", "LocalToolExecution", "closing_stream", "routed"]
+__all__ = ["LOCAL", "LocalAdmissions", "LocalModelAccess", "LocalToolExecution"]
 
 
-class LocalModelAccess:
-    """Holds each endpoint's `max_concurrency` and each model key's rate within this
-    process: a request is sent while fewer than its model's bound are in flight to the
-    endpoint (see `_endpoint_bound`), once its rate lets it (see `rated`).
-
-    Models that declare no endpoint (test doubles) are not bounded.
-    """
+class LocalAdmissions:
+    """The counters of this process (`Admissions`): each endpoint's `max_concurrency`
+    (an `EndpointBound` per event loop: each request under its own model's limit) and
+    each model key's rate (`rated.LocalRates`). A request goes while fewer than its
+    model's bound are in flight to its endpoint, once its rate lets it."""
 
     def __init__(self) -> None:
         self._bounds: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, dict[Any, EndpointBound]
+            asyncio.AbstractEventLoop, dict[Hashable, EndpointBound]
         ] = weakref.WeakKeyDictionary()
         self._rates = LocalRates()
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Bounds are per process (and per event loop): a copy elsewhere starts afresh.
-        return (type(self), ())
-
-    def _bound(self, model: Model) -> tuple[EndpointBound, int] | None:
-        limit = getattr(model, "max_concurrency", None)
-        endpoint = getattr(model, "endpoint", None)
-        if not limit or endpoint is None:
+    def _bound(self, limits: Limits) -> EndpointBound | None:
+        if not limits.max_concurrency:
             return None
-        per_loop = self._bounds.setdefault(asyncio.get_running_loop(), {})
-        bound = per_loop.get(endpoint)
+        loop = asyncio.get_running_loop()
+        per_loop = self._bounds.get(loop)
+        if per_loop is None:
+            per_loop = self._bounds[loop] = {}
+        bound = per_loop.get(limits.endpoint)
         if bound is None:
-            bound = per_loop[endpoint] = EndpointBound()
-        return bound, limit
+            bound = per_loop[limits.endpoint] = EndpointBound()
+        return bound
 
-    async def complete(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> ModelResponse:
-        model = routed(model, self)
-        bounded = self._bound(model)
-        held = self._rates.held(model)
-        if held is not None and not held.pacer.idle:
-            async with self._paced(held, bounded, model, messages, options, signal) as ticket:
-                response = await model.complete(messages, options, signal=signal)
-                ticket.answered(response)
-                return response
-        if held is not None:
+    async def admit(self, request: ModelRequest, limits: Limits) -> LocalAdmission:
+        bound = self._bound(limits)
+        limit = limits.max_concurrency or 0
+        held = self._rates.held(limits)
+        if held.pacer.idle:  # nothing to hold: the learner's meter, and the bound
             held.went()
-        if bounded is not None:
-            await bounded[0].acquire(bounded[1])
-        try:
-            response = await model.complete(messages, options, signal=signal)
-        except RateLimitError as exc:
-            if held is not None:  # the key's first 429: it is paced from now on
-                held.throttled(exc, bounded[0].in_flight if bounded else 1)
-            raise
-        finally:
-            if bounded is not None:
-                bounded[0].release()
-        if held is not None and response.rate is not None:
-            held.learn(response)
-        return response
-
-    async def stream(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> AsyncIterator[StreamChunk]:
-        model = routed(model, self)
-        bounded = self._bound(model)
-        held = self._rates.held(model)
-        # aclosing: when this stream is closed early, the model's stream is closed now.
-        async with contextlib.AsyncExitStack() as stack:
-            ticket: Ticket | None = None
-            if held is not None and not held.pacer.idle:
-                paced = self._paced(held, bounded, model, messages, options, signal)
-                ticket = await stack.enter_async_context(paced)
-            elif bounded is not None:
-                bound, limit = bounded
+            if bound is not None:
                 await bound.acquire(limit)
-                stack.callback(bound.release)
-            if ticket is None and held is not None:
-                held.went()
-            chunks = model.stream(messages, options, signal=signal)
-            await stack.enter_async_context(closing_stream(chunks))
-            try:
-                async for chunk in chunks:
-                    if isinstance(chunk, Done):
-                        if ticket is not None:
-                            ticket.answered(chunk.response)
-                        elif held is not None and chunk.response.rate is not None:
-                            held.learn(chunk.response)
-                    yield chunk
-            except RateLimitError as exc:
-                if ticket is None and held is not None:
-                    held.throttled(exc, bounded[0].in_flight if bounded else 1)
-                raise
-
-    @contextlib.asynccontextmanager
-    async def _paced(
-        self,
-        held: HeldRate,
-        bounded: tuple[EndpointBound, int] | None,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> AsyncIterator[Ticket]:
-        """A request of a paced key: its turn (a probe first), a slot of the endpoint's
-        bound (at most the learnt concurrency), then its rate; settled on leaving."""
-        probe = await held.probe_turn(signal)
+            return LocalAdmission(held, bound)
+        # Paced: its turn (a probe first), a slot (at most the learnt concurrency), then
+        # its rate, so that what it takes of the rate is sent at once.
+        probe = await held.probe_turn(request.signal)
         try:
-            if bounded is not None:
-                bound, limit = bounded
+            if bound is not None:
                 await bound.acquire(held.pacer.concurrency(limit))
             try:
-                async with held.ticket(model, messages, options, signal) as ticket:
-                    yield ticket
-            finally:
-                if bounded is not None:
-                    bounded[0].release()
-        finally:
+                need = held.need(request.model, request.messages, request.options)
+                waited = await held.wait(need, request.signal)
+            except BaseException:
+                if bound is not None:
+                    bound.release()
+                raise
+        except BaseException:
             if probe:
                 held.probed()
+            raise
+        return LocalAdmission(held, bound, request, need, waited, probe)
 
 
-@contextlib.asynccontextmanager
-async def closing_stream(chunks: AsyncIterator[T]) -> AsyncIterator[AsyncIterator[T]]:
-    """Close `chunks` (an async generator, typically) on leaving, however we leave: a
-    run that stops mid-stream closes the stream, and its HTTP request, at once, not
-    whenever the garbage collector finalises the generator."""
-    try:
-        yield chunks
-    finally:
-        aclose = getattr(chunks, "aclose", None)
-        if aclose is not None:
-            await aclose()
+class LocalAdmission:
+    """One request let through in this process (see `seams.access.Admission`)."""
+
+    __slots__ = ("_bound", "_held", "_need", "_probe", "_sent", "_settled", "model", "rate_wait")
+
+    def __init__(
+        self,
+        held: HeldRate,
+        bound: EndpointBound | None,
+        request: ModelRequest | None = None,
+        need: Need | None = None,
+        waited: float = 0.0,
+        probe: bool = False,
+    ) -> None:
+        self._held, self._bound = held, bound
+        self.model = None if request is None else request.model
+        self._need = need  # None: not paced
+        self.rate_wait = waited
+        self._probe = probe
+        self._sent = time.monotonic() if need is not None else 0.0
+        self._settled = False
+
+    def answered(self, response: ModelResponse) -> None:
+        need = self._need
+        if need is None:
+            if response.rate is not None:
+                self._held.learn(response)
+            return
+        self._settled = True
+        assert self.model is not None
+        self._held.answered(self.model, response, need, self._sent)
+
+    def throttled(self, error: RateLimitError, pause: float | None) -> None:
+        held = self._held
+        if self._need is None:
+            held.throttled(error, self._bound.in_flight if self._bound is not None else 1)
+            return
+        self.failed()
+        held.throttled(error, held.pacer.in_flight + 1)
+
+    def failed(self) -> None:
+        if self._need is not None and not self._settled:
+            self._settled = True
+            self._held.pacer.settle(self._need, None, time.monotonic())
+
+    def done(self) -> None:
+        need = self._need
+        if need is not None and not self._settled:  # cut off: counted whole
+            self._settled = True
+            self._held.pacer.settle(need, need, time.monotonic())
+        if self._bound is not None:
+            self._bound.release()
+        if self._probe:
+            self._probe = False
+            self._held.probed()
 
 
-def routed(model: Model, access: ModelAccess) -> Model:
-    """A model made of models (a fallback) sends each of its requests through `access`,
-    so each inner model's bounds hold; any other model is used as it is."""
-    through = getattr(model, "through", None)
-    return cast("Model", through(access)) if callable(through) else model
+class LocalModelAccess(AccessLayer):
+    """The access layer (`seams.access`) over this process's counters
+    (`LocalAdmissions`). Models that declare no limits (test doubles) are not bounded."""
+
+    __slots__ = ()
+
+    def __init__(self, policy: RetryPolicy | None = None) -> None:
+        super().__init__(LocalAdmissions(), policy)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Bounds are per process (and per event loop): a copy elsewhere starts afresh.
+        return (type(self), (self.policy,))
 
 
 class LocalToolExecution:

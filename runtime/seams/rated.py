@@ -10,65 +10,29 @@ latency teach the learner. A key with nothing configured starts *probing*: its f
 reply with no rate headers leaves the key idle). An idle key costs a request one
 attribute check and a look at the reply's `rate`.
 
-`trip_rates` is the context a trip sets around its requests: the seconds they waited for
-the rate and the 429s they met (the Ray backend's sends add theirs the same way).
+The local backend's admissions (`seams.local`) hold these; what a request waited and
+the 429s it met go on the request's record (`RequestRecord`), kept by the access layer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import weakref
-from collections.abc import AsyncIterator, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Hashable, Sequence
 
 from ..abort import AbortSignal, abortable
-from ..errors import ProviderError, RateLimitError
+from ..errors import RateLimitError
 from ..messages import Message
-from ..models.contract import Model, ModelOptions, ModelResponse
+from ..models.contract import Limits, Model, ModelOptions, ModelResponse
 from ..rates import Need, RatePacer, RateReading, estimate, need_of
 
-__all__ = [
-    "HeldRate",
-    "LocalRates",
-    "Ticket",
-    "TripRates",
-    "note_throttled",
-    "note_wait",
-    "trip_rates",
-]
-
-
-@dataclass(slots=True)
-class TripRates:
-    """What one trip's requests met: seconds waited for the rate, 429s."""
-
-    wait: float = 0.0
-    throttled: int = 0
+__all__ = ["HeldRate", "LocalRates", "reading_of_error"]
 
 
 # Requests of a key with nothing configured or known that go before its first reply (a
 # slow start: a job's first wave does not meet a provider's burst all at once).
 PROBE_WINDOW = 4
-
-trip_rates: ContextVar[TripRates | None] = ContextVar("raygent_trip_rates", default=None)
-
-
-def note_wait(seconds: float) -> None:
-    """Count `seconds` waited for a rate on the current trip (if one is recording)."""
-    facts = trip_rates.get()
-    if facts is not None:
-        facts.wait += seconds
-
-
-def note_throttled() -> None:
-    """Count a 429 on the current trip (if one is recording)."""
-    facts = trip_rates.get()
-    if facts is not None:
-        facts.throttled += 1
 
 
 def reading_of_error(error: RateLimitError) -> RateReading | None:
@@ -150,33 +114,13 @@ class HeldRate:
                     return now - start
                 await abortable(asyncio.sleep(ready), signal)
 
-    @contextlib.asynccontextmanager
-    async def ticket(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> AsyncIterator[Ticket]:
-        """Wait for the rate, take the request's need; settle it on leaving: at the
-        reply's use (`Ticket.answered`), nothing for an error reply, whole if cut off."""
-        need = self.need(model, messages, options)
-        waited = await self.wait(need, signal)
-        if waited:
-            note_wait(waited)
-        ticket = Ticket(self, model, need)
-        try:
-            yield ticket
-        except ProviderError as exc:
-            if not ticket.settled:
-                ticket.settled = True
-                self.pacer.settle(need, None, time.monotonic())
-                if isinstance(exc, RateLimitError):
-                    self.throttled(exc, self.pacer.in_flight + 1)
-            raise
-        finally:
-            if not ticket.settled:  # cut off (cancelled, aborted): counted whole
-                self.pacer.settle(need, need, time.monotonic())
+    def answered(self, model: Model, response: ModelResponse, need: Need, sent: float) -> None:
+        """A paced request (taken with `need`, sent at `sent`) was answered: settle it at
+        its real use, and learn from the reply and its latency."""
+        now = time.monotonic()
+        pacer = self.pacer
+        pacer.settle(need, used_of(model, response, need), now)
+        pacer.replied(response.rate, now - sent, now)
 
     def went(self) -> None:
         """An unpaced request went (the learner's meter of what is sent)."""
@@ -193,52 +137,29 @@ class HeldRate:
         tier's refusal for capacity (flex) says nothing of the key's rate: nobody pauses."""
         if error.for_capacity:
             return
-        note_throttled()
         pacer = self.pacer
         counted, pacer.in_flight = pacer.in_flight, max(pacer.in_flight, in_flight)
         pacer.throttled(reading_of_error(error), time.monotonic())
         pacer.in_flight = counted
 
 
-class Ticket:
-    """A paced request under way: `answered(reply)` settles it at its real use."""
-
-    __slots__ = ("_held", "model", "need", "sent", "settled")
-
-    def __init__(self, held: HeldRate, model: Model, need: Need) -> None:
-        self._held, self.model, self.need = held, model, need
-        self.sent = time.monotonic()
-        self.settled = False
-
-    def answered(self, response: ModelResponse) -> None:
-        if self.settled:
-            return
-        self.settled = True
-        now = time.monotonic()
-        pacer = self._held.pacer
-        pacer.settle(self.need, used_of(self.model, response, self.need), now)
-        pacer.replied(response.rate, now - self.sent, now)
-
-
 class LocalRates:
-    """Each key's `HeldRate`, per event loop (a key is `model.rate_key` and the model's
+    """Each key's `HeldRate`, per event loop (a key is the model's `rate_key` and its
     `rate_limit`: a model rebuilt with a new limit is held to it at once)."""
 
     def __init__(self) -> None:
-        self._held: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Any, HeldRate]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._held: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[tuple[Hashable, object], HeldRate]
+        ] = weakref.WeakKeyDictionary()
 
-    def held(self, model: Model) -> HeldRate | None:
-        """The model's held rate (None: a model with no rate key, a test double)."""
-        key = getattr(model, "rate_key", None)
-        if key is None:
-            return None
-        limit = getattr(model, "rate_limit", None)
-        per_loop = self._held.get(asyncio.get_running_loop())
+    def held(self, limits: Limits) -> HeldRate:
+        """The held rate of a model with these `limits`."""
+        loop = asyncio.get_running_loop()
+        per_loop = self._held.get(loop)
         if per_loop is None:
-            per_loop = self._held[asyncio.get_running_loop()] = {}
-        held = per_loop.get((key, limit))
+            per_loop = self._held[loop] = {}
+        key = (limits.rate_key, limits.rate_limit)
+        held = per_loop.get(key)
         if held is None:
-            held = per_loop[(key, limit)] = HeldRate(RatePacer(limit, time.monotonic()))
+            held = per_loop[key] = HeldRate(RatePacer(limits.rate_limit, time.monotonic()))
         return held

@@ -89,6 +89,9 @@ def use_backend(backend: Backend | None) -> Backend | None:
 
 def current_backend() -> Backend:
     """The backend chosen by `init`, else the default (see the module docstring)."""
+    chosen = _current  # (read without the lock: every run asks, and a read is atomic)
+    if chosen is not None:
+        return chosen
     with _lock:
         if _current is not None:
             return _current

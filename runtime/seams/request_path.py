@@ -1,7 +1,9 @@
 """A run's request path: the links a model request passes through, built in one place.
 
     trip ─▶ cache ─▶ route ─┬─ by batch ─▶ budget (batch rates) ─▶ line of a provider batch
-                            └─ online ───▶ budget (online rates) ─▶ bound (backend.models)
+                            └─ online ───▶ budget (online rates) ─▶ access (backend.models)
+
+    access: tier ─▶ admit (bound, rate, pause) ─▶ send ─▶ settle and record | 429: again
 
 `request_path(...)` builds it from a run's options, adding a link only for a feature the
 run asks for: with no cache, no budget and no provider batch a trip gets the backend's
@@ -18,14 +20,22 @@ own access, and nothing of the other features runs per request. The order, and w
 - **budget**: reserves the request's worst case before it is sent and settles at the
   real usage after; a request that is never billed (an error reply, a line that expired
   or failed) releases its reservation.
-- **bound**: the backend's access holds the provider's concurrency (and on Ray leases it
-  from the gateway).
+- **access**: the backend's access layer (below).
 
-Every link derives from `Link`, which routes a fallback model once: the outermost link
-splits it into its models, and each model's attempt goes down the whole chain as a single
-model, so each link's own logic is written for one model. `failing_fast()` (Ray's access
-retries a 429 itself; a fallback's non-last models must fail fast instead) is passed down
-to the bound through every link.
+Under the chain, the backend's access layer (`seams.access`) admits each request (its
+endpoint's bound, its rate, the pause after a 429), sends it, retries its 429s and
+applies its tier's fallback: written once for both backends, which differ only in where
+their counters live.
+
+Every link (and the access layer) derives from `Link`'s base, which splits a composite
+model (a fallback) once: the outermost link sends each of its models' requests down the
+whole chain as a single model's, so each link's own logic is written for one model. The
+request (`ModelRequest`) carries its context and its route (batch or online, which model
+of a fallback, fail fast or not), so that a link or the layer reads what it needs off
+the request, never off the model or a context variable.
+
+To add a feature to every model request: one link here (or one step of the access layer
+for what concerns admission), in one place, in the documented order.
 """
 
 from __future__ import annotations
@@ -33,14 +43,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
 
-from ..abort import AbortSignal
 from ..budgets import BudgetLedger
-from ..messages import Message
-from ..models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk
+from ..models.contract import Done, ModelResponse, StreamChunk
 from .budgeted import BudgetedAccess
 from .contract import ModelAccess
 from .link import Link
 from .provider_lines import SendOnline, TripLines
+from .request import ModelRequest, Route
 
 __all__ = ["BatchOrOnline", "Cache", "Link", "request_path"]
 
@@ -77,38 +86,28 @@ class BatchOrOnline(Link):
     """A provider-batch job's trip: each request goes by batch (where its model has a
     batch API and the job's options let it) or online, decided once per request."""
 
-    __slots__ = ("asked", "by_batch", "lines")
+    __slots__ = ("by_batch", "lines")
 
     def __init__(self, lines: TripLines, online: ModelAccess, by_batch: ModelAccess) -> None:
         super().__init__(online)
         self.lines, self.by_batch = lines, by_batch
-        self.asked = [0]  # the requests of this trip (a fallback's models): shared by copies
 
-    async def send(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> ModelResponse:
-        asked = self.asked
-        asked[0] += 1
-        if self.lines.by_batch(model, first=asked[0] == 1):
+    async def send(self, request: ModelRequest) -> ModelResponse:
+        route = request.route
+        if self.lines.by_batch(request.model, first=route.position == 0):
             try:
-                return await self.by_batch.complete(model, messages, options, signal)
+                return await self.by_batch.complete(
+                    request.going(Route(True, route.position, route.fail_fast))
+                )
             except SendOnline:
                 pass  # not answered, and to go online now: at online rates
         self.lines.note_online()
         # A job with a deadline sends it at the tier its route chooses (flex, priority).
-        options = self.lines.online_options(model, options)
-        return await self.inner.complete(model, messages, options, signal)
+        options = self.lines.online_options(request.model, request.options)
+        if options is not request.options:
+            request = request.with_options(options)
+        return await self.inner.complete(request)
 
-    async def send_stream(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> AsyncIterator[StreamChunk]:
+    async def send_stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         # A provider-batch trip's reply comes whole: its stream is that reply.
-        yield Done(await self.send(model, messages, options, signal))
+        yield Done(await self.send(request))

@@ -174,3 +174,38 @@ async def test_a_fallback_holds_each_model_s_concurrency_bound() -> None:
         stats = sim.stats()
     assert all(r.ok for r in results)
     assert stats.peak_in_flight <= 2
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_fallback_fails_over_at_once_and_its_last_models_429s_are_sent_again(
+    streamed: bool,
+) -> None:
+    """One access layer on both backends: the first model's 429 goes back at once (its
+    route fails fast: the fallback is what it leads to), the last model's are waited out
+    and sent again; each is counted on the trip, once."""
+    busy = Fault(kind="status", status=429, retry_after=0.05)
+    script = [
+        Rule(match=Match(model="primary"), reply=Reply(fault=busy)),
+        Rule(match=Match(model="backup"), reply=Reply(fault=busy), times=2),
+        Rule(match=Match(model="backup"), reply=Reply(text="backup answered")),
+    ]
+    async with serve(script) as sim:
+        primary = raygent.OpenAIModel("primary", base_url=sim.openai_base_url, api_key="sk-p1")
+        backup = raygent.OpenAIModel("backup", base_url=sim.openai_base_url, api_key="sk-b2")
+        bot = raygent.agent(model=raygent.fallback_model([primary, backup]))
+        result = (await drain(bot.stream("hi")))[1] if streamed else await bot.execute("hi")
+        stats = await sim.wait_until(lambda s: s.by_status.get(200) == 1, 10)
+    assert result.ok and result.text == "backup answered", result.error
+    assert stats.by_status == {429: 3, 200: 1}  # the primary once, the backup thrice
+    [trip] = result.report.trips
+    assert trip.throttled == 3
+    # The primary's failure as a fallback lists it; then the backup's sends, the last
+    # one answered.
+    failed, *sends = trip.attempts
+    assert failed["model"] == "primary" and failed["error"]["status"] == 429
+    assert [(a["model"], a["status"], a["ok"]) for a in sends] == [
+        ("backup", 429, False),
+        ("backup", 429, False),
+        ("backup", None, True),
+    ]
+    assert result.usage.requests == 4  # three 429s billed at nothing, and the answer

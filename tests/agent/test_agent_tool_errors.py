@@ -95,7 +95,7 @@ async def test_a_batch_counts_tool_errors_per_item_and_per_job(mode: str, tmp_pa
     )
     assert [row["tool_errors"] for row in rows] == [1, 1, 1, 1]
     view = result._repr_html_()
-    assert "tool errors: 4 failed calls in 4 items" in view
+    assert "tool errors: 4 failed tool calls in 4 items" in view
     if mode == "continue":
         assert report.succeeded == 4 and requests == 8
         assert [m.role for m in history].count("assistant") == 4  # two turns, each 2 trips

@@ -12,15 +12,14 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import raygent
 from raygent._batch import Retry
 from raygent.messages import Message
 from raygent.models import ModelOptions
-from raygent.seams.attempt import AttemptState, current_attempt
 from raygent.testing import FunctionModel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,18 +142,6 @@ def _lookup_then_answer(messages: list[Message], options: ModelOptions) -> Any:
 broken_tool_agent = raygent.agent(
     model=FunctionModel(_lookup_then_answer), tools=[broken_lookup], name="broken"
 )
-
-
-T = TypeVar("T")
-
-
-async def as_attempt(run: Awaitable[T], **state: Any) -> T:
-    """`run` as a batch runs an item's attempt: its attempt state set around it."""
-    token = current_attempt.set(AttemptState(**state))
-    try:
-        return await run
-    finally:
-        current_attempt.reset(token)
 
 
 def sim_agent_module(folder: Path, name: str, key: str = "sk-test", **agent: str) -> str:

@@ -14,17 +14,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from batch_support import as_attempt
 
 import raygent
 from raygent import Memory
 from raygent.errors import InvalidRequestError
 from raygent.memory import SavePolicy
 from raygent.messages import ToolMessage
+from raygent.seams import RunScope
 from raygent.stores import Scope, SQLiteStore
 from raygent.testing import FunctionModel, call, reply
 
 POLICIES: tuple[SavePolicy, ...] = ("message", "turn", "run")
+
+# As a batch runs an item again after its runner died: its run recovers what it stored.
+RECOVER = RunScope(recover=True)
 
 
 @raygent.tool
@@ -75,7 +78,7 @@ async def test_a_run_that_stored_a_turn_goes_on_after_it(
     first = await bot.execute("Owls?", session_id="s", run_id="item-1")
     assert first.error is not None
     model.fail, model.requests = False, 0
-    again = await as_attempt(bot.execute("Owls?", session_id="s", run_id="item-1"), recover=True)
+    again = await bot.execute("Owls?", session_id="s", run_id="item-1", scope=RECOVER)
     assert again.ok and again.text == "Owls hoot."
     stored = await _stored(tmp_path)
     roles = [role for _, _, role in stored]
@@ -96,7 +99,7 @@ async def test_a_run_whose_answer_is_stored_returns_it_without_a_request(
     assert (await bot.execute("Owls?", session_id="s", run_id="item-1")).ok
     before = await _stored(tmp_path)
     model.requests = 0
-    again = await as_attempt(bot.execute("Owls?", session_id="s", run_id="item-1"), recover=True)
+    again = await bot.execute("Owls?", session_id="s", run_id="item-1", scope=RECOVER)
     assert again.ok and again.text == "Owls hoot." and model.requests == 0
     assert await _stored(tmp_path) == before
 

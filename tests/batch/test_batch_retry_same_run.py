@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from backend_support import ray_test_backend
-from batch_support import as_attempt, fast_retry, wait_until
+from batch_support import fast_retry, wait_until
 
 import raygent
 from raygent import AgentResult, Memory, Message
@@ -29,6 +29,7 @@ from raygent.errors import ServerError
 from raygent.memory import SavePolicy
 from raygent.messages import AssistantMessage, ToolMessage, UserMessage
 from raygent.models import OpenAIModel
+from raygent.seams import RunScope
 from raygent.seams.contract import Backend
 from raygent.seams.local import LOCAL
 from raygent.sim import Fault, Match, Reply, Rule, Simulator, ToolCallReply, serve
@@ -294,7 +295,8 @@ async def test_a_continued_run_whose_answer_is_stored_returns_it_without_a_trip(
     failed = await agent.execute("hello", session_id="s")
     assert failed.status == "failed" and failed.trail is not None
     assert [m.text for m in await store.load(Scope("s"))] == ["hello", "answer to hello"]
-    again = await as_attempt(agent.execute("hello", session_id="s"), continues=failed)
+    # As a batch runs a retry: the failed attempt's run in the new attempt's scope.
+    again = await agent.execute("hello", session_id="s", scope=RunScope(continues=failed))
     assert again.ok and again.text == "answer to hello"
     assert again.report.run_id == failed.report.run_id
     assert again.report.trips == [] and asked == ["hello"]  # no trip on the retry
@@ -327,11 +329,11 @@ async def test_an_attempt_that_never_opened_the_session_passes_the_trail_on(
     assert len(await store.load(Scope("s"))) == 3  # the input and the tool turn
     aborted = raygent.AbortController()
     aborted.abort("not now")
-    second = await as_attempt(
-        agent.execute("question", session_id="s", signal=aborted.signal), continues=first
+    second = await agent.execute(
+        "question", session_id="s", signal=aborted.signal, scope=RunScope(continues=first)
     )
     assert second.status == "cancelled" and second.trail is not None
-    third = await as_attempt(agent.execute("question", session_id="s"), continues=second)
+    third = await agent.execute("question", session_id="s", scope=RunScope(continues=second))
     assert third.ok and third.text == "the answer" and len(third.report.trips) == 1
     history = await store.load(Scope("s"))
     assert_wellformed(history, ["question"])

@@ -90,6 +90,7 @@ EXPECTED: dict[type[RaygentError], tuple[str, str, bool]] = {
     errors.UnknownOptionError: ("UNKNOWN_OPTION", "config", False),
     errors.JobCheckError: ("BATCH_JOB_CHECK", "config", False),
     errors.JobStoppedError: ("BATCH_STOPPED", "cancelled", False),
+    errors.DeadlineError: ("BATCH_DEADLINE", "config", False),
     errors.CapabilityError: ("MODEL_CAPABILITY", "config", False),
     errors.PromptError: ("PROMPT", "config", False),
     errors.AttachmentError: ("ATTACHMENT", "input", False),

@@ -149,6 +149,7 @@ async def test_eval_run_scores_a_flow_on_every_case() -> None:
             progress=False,
             retry=ONE,
         )
+        received = sim.stats().requests
     assert report.name == "digest" and report.total == 3
     assert report.passed_count == 2 and report.errored_count == 1 and not report.passed
     assert report.scorers == {"contains": 2 / 3, "owls": 2 / 3}
@@ -156,7 +157,9 @@ async def test_eval_run_scores_a_flow_on_every_case() -> None:
     assert failed.input == "doomed" and failed.error is not None
     assert failed.error["code"] == "FLOW_STEP_FAILED"
     assert report.usage == sum((case.usage for case in report.cases), Usage())
-    assert report.usage.requests == 2 * 5
+    # The passing cases' 5 requests each, and of the doomed one's what was sent: its
+    # refused request is not counted, a sibling's cut off by its failure may be.
+    assert 2 * 5 <= report.usage.requests <= received
 
 
 async def test_500_flows_with_a_4_branch_parallel_step_keep_the_provider_at_its_bound(

@@ -3,10 +3,13 @@ configured, learnt from the headers, and reported on the trips and the batch."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from rates_support import make_model
 
 import raygent
 from raygent import RateLimit
+from raygent.seams import LOCAL, LocalModelAccess, RetryPolicy
 from raygent.sim import Fault, Match, Reply, Rule, SimRateLimits, serve
 
 
@@ -44,18 +47,27 @@ async def test_with_nothing_configured_the_rate_is_learnt_from_the_headers() -> 
     assert sum(stats.rate_limited.values()) <= 2  # the slow start's probes only fit
 
 
-async def test_a_429_is_counted_on_its_trip_and_pauses_the_key() -> None:
+async def test_a_429_is_counted_on_its_trip_pauses_the_key_and_is_sent_again() -> None:
     fault = Fault(kind="status", status=429, retry_after=0.2)
     script = [
-        Rule(match=Match(last_user="^first$"), reply=Reply(fault=fault)),
+        Rule(match=Match(last_user="^first$"), reply=Reply(fault=fault), times=1),
+        Rule(match=Match(last_user="^never$"), reply=Reply(fault=fault)),
         Rule(reply=Reply(text="ok")),
     ]
     async with serve(script) as sim:
         model = make_model("openai", sim, rate_limit=RateLimit(requests_per_minute=6000))
         agent = raygent.agent(model=model)
-        failed = await agent.execute("first")
+        retried = await agent.execute("first")
         later = await agent.execute("second")
-    assert failed.error is not None and failed.report.trips[0].throttled == 1
-    assert later.ok
-    # The key was paused for the retry-after: the next request waited for it.
-    assert later.report.trips[0].rate_wait > 0.1
+        backend = dataclasses.replace(LOCAL, models=LocalModelAccess(RetryPolicy(max_attempts=2)))
+        refused = await raygent.agent(model=model, backend=backend).execute("never")
+    # The 429 paused the key; the request was sent again once the pause was over.
+    trip = retried.report.trips[0]
+    assert retried.ok and trip.throttled == 1
+    assert trip.rate_wait > 0.1  # its second send waited out the retry-after
+    assert [(a["status"], a["ok"]) for a in trip.attempts] == [(429, False), (None, True)]
+    assert retried.usage.requests == 2  # the 429 is a request, billed at nothing
+    assert later.ok and later.report.trips[0].throttled == 0
+    # Sent as often as the retry policy lets it, then the 429 is the run's error.
+    assert refused.error is not None and refused.error.code == "PROVIDER_RATE_LIMITED"
+    assert refused.report.trips[0].throttled == 2 and refused.error.details["attempts"] == 2

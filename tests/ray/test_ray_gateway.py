@@ -166,8 +166,11 @@ async def test_the_gateways_retries_are_in_the_trip_report(streaming: bool) -> N
         local = raygent.agent(model=sim_model(sim, pricing=pricing))
         plain = await local.execute("hi")  # the 429 rules are spent: one send
         sim.reset()
-        refused = await local.execute("hi")  # the local backend does not retry a 429
-    assert refused.error is not None and refused.error.code == "PROVIDER_RATE_LIMITED"
+        # In-process, the same access layer sends the same request again the same way.
+        on_local = await local.execute("hi")
+    local_trip = on_local.report.trips[0]
+    assert on_local.ok and [a["status"] for a in local_trip.attempts] == [429, 429, None]
+    assert local_trip.throttled == 2 and on_local.usage.requests == 3
     assert result.ok and result.text == "at last", result.error
     assert stats.by_status == {429: 2, 200: 1}
     [trip] = result.report.trips

@@ -14,8 +14,10 @@ from ray_support import sim_model
 from raygent import ModelOptions, UserMessage
 from raygent.actors import Bounds, Gateway, RetryPolicy
 from raygent.actors.gateway.endpoint_ledger import EndpointLedger, Report, partition, waterfill
+from raygent.actors.gateway.lease import EndpointLease
 from raygent.actors.gateway.rate_budget import NO_RATES
-from raygent.actors.gateway.sends import send_complete
+from raygent.actors.gateway.sends import LeasedAdmission, admitted
+from raygent.backend import AccessLayer, Limits, ModelRequest, ModelResponse
 from raygent.errors import InvalidRequestError, RateLimitError
 from raygent.sim import Fault, Match, Reply, Rule, serve
 
@@ -220,29 +222,43 @@ async def test_a_cancelled_waiter_leaks_no_slot() -> None:
     assert lease.stats()["in_use"] == 0
 
 
+class _OneLease:
+    """Admissions inside one in-process lease (the Ray backend's, with no rate lease)."""
+
+    def __init__(self, lease: EndpointLease) -> None:
+        self.lease = lease
+
+    async def admit(self, request: ModelRequest, limits: Limits) -> LeasedAdmission:
+        return await admitted(request, self.lease, None)
+
+
+async def _send(
+    lease: EndpointLease, model: object, text: str, policy: RetryPolicy
+) -> ModelResponse:
+    request = ModelRequest(model, [UserMessage(content=text)], ModelOptions())  # type: ignore[arg-type]
+    return await AccessLayer(_OneLease(lease), policy).complete(request)
+
+
 async def test_requests_retry_429s_and_return_other_errors_at_once() -> None:
     script = [
         Rule(match=Match(last_user="bad"), reply=Reply(fault=Fault(kind="status", status=400))),
         Rule(reply=Reply(fault=Fault(kind="status", status=429, retry_after=0.05)), times=2),
     ]
-    messages, options = [UserMessage(content="hi")], ModelOptions()
     async with serve(script) as sim:
         [lease] = leases(Gateway(lease_ttl=2.0), Bounds(4), 1)
         model = sim_model(sim)
         policy = RetryPolicy()
-        response = await send_complete(lease, model, messages, options, None, policy, True)
+        response = await _send(lease, model, "hi", policy)
         # The simulator counts a reply once its handler ends, maybe after the client read it.
         stats = await sim.wait_until(lambda s: s.by_status.get(200) == 1, 10)
         assert stats.by_status == {429: 2, 200: 1}
         assert [a["status"] for a in response.attempts] == [429, 429, None]
         assert response.usage.requests == 3
-        once = await send_complete(lease, model, messages, options, None, policy, True)
+        once = await _send(lease, model, "hi", policy)
         assert once.attempts == [] and once.usage.requests == 1
         sim.reset()
         with pytest.raises(InvalidRequestError):
-            await send_complete(
-                lease, model, [UserMessage(content="bad")], options, None, policy, True
-            )
+            await _send(lease, model, "bad", policy)
         assert sim.stats().requests == 1
 
 
@@ -251,15 +267,7 @@ async def test_requests_give_up_after_their_attempts() -> None:
     async with serve(script) as sim:
         [lease] = leases(Gateway(lease_ttl=2.0), Bounds(4), 1)
         with pytest.raises(RateLimitError) as given_up:
-            await send_complete(
-                lease,
-                sim_model(sim),
-                [UserMessage(content="hi")],
-                ModelOptions(),
-                None,
-                RetryPolicy(max_attempts=3),
-                True,
-            )
+            await _send(lease, sim_model(sim), "hi", RetryPolicy(max_attempts=3))
         stats = sim.stats()
     assert stats.requests == 3
     assert given_up.value.details["attempts"] == 3

@@ -36,8 +36,6 @@ from ...durable.scope import scope_of
 from ...errors import CapabilityError, InvalidOptionsError
 from ...models.contract import ModelOptions
 from ...seams.planned import Plannable, RunPlan, StoreUse
-from ..durable import BATCH_ITEMS, BATCH_RUNS
-from ..exec import BATCH_BUDGET
 from ..job_budget import agents_of
 from ..plan import Plan
 from ..provider.job import check_batchable
@@ -47,8 +45,8 @@ from .stores import sink_problems, store_problems
 
 __all__ = ["check_job"]
 
-# What a batch adds to the run options for its own use: not the user's, not checked.
-_OWN = frozenset({BATCH_ITEMS, BATCH_RUNS, BATCH_BUDGET, "signal"})
+# What a batch gives each run itself (its signal; its scope, per attempt): not checked.
+_OWN = frozenset({"signal", "scope"})
 _REPLANS = 3  # plans again without what was refused, to find the other problems too
 
 

@@ -18,8 +18,9 @@ from typing import Any
 from ...abort import AbortSignal
 from ...errors import InvalidOptionsError
 from ...models._names import PYTHON, Spelling
-from ...seams.batch import Attempt, Feed, Job, Outcome
-from ...seams.provider_lines import current_lines
+from ...models.contract import parts_of
+from ...seams.batch import Attempt, Feed, Job, LinedAttempt, Outcome
+from ...seams.provider_lines import LineOptions
 from ..active import ActiveSlots
 from ..progress import Progress
 from ..sinks import key_token
@@ -76,7 +77,7 @@ def max_waiting(options: ProviderBatch, executable: Any) -> int:
 def _first_model(executable: Any) -> Any:
     """The agent's model, or a fallback's first: the one whose batch API a job uses."""
     model = getattr(executable, "model", None)
-    return (getattr(model, "models", None) or [model])[0]
+    return model if model is None else parts_of(model)[0]
 
 
 def split_warning(items: int | None, waiting: int) -> str:
@@ -115,7 +116,7 @@ def line_pool(options: ProviderBatch, sink: Any, resume: bool) -> LinePool:
 
 def item_lines(
     sender: LineSender,
-    options: ProviderBatch,
+    options: LineOptions,
     job_name: str,
     job: Job,
     deadline: float | None,
@@ -135,9 +136,9 @@ def item_lines(
 
 
 def with_lines(
-    attempt: Attempt,
+    attempt: LinedAttempt,
     sender: LineSender,
-    options: ProviderBatch,
+    options: LineOptions,
     job_name: str,
     deadline: float | None,
     active: int | None = None,
@@ -148,18 +149,16 @@ def with_lines(
     attempts work at once, those waiting for lines aside (`ActiveSlots`); with a
     `route` (a job with a deadline), each trip goes the way it says."""
     slots = ActiveSlots(active) if active is not None else None
-    if slots is not None:
-        sender = slots.sender(sender)
 
     async def run(job: Job, signal: AbortSignal) -> Outcome:
-        lines = item_lines(sender, options, job_name, job, deadline, route)
-        token = current_lines.set(lines)
-        try:
-            return await attempt(job, signal)
-        finally:
-            current_lines.reset(token)
+        if slots is None:
+            lines = item_lines(sender, options, job_name, job, deadline, route)
+            return await attempt(job, signal, lines)
+        async with slots.working(sender) as releasing:
+            lines = item_lines(releasing, options, job_name, job, deadline, route)
+            return await attempt(job, signal, lines)
 
-    return run if slots is None else slots.attempt(run)
+    return run
 
 
 def warn_past(jobs: Feed, total: int | None, held: int) -> Feed:

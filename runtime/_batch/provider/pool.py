@@ -38,12 +38,13 @@ from ...errors import (
     ServerError,
 )
 from ...models.batch_api import BatchAPI, LineResult, split_results
-from ...models.contract import ModelResponse
+from ...models.contract import Model, ModelResponse
+from ...seams.provider_lines import LineCost
 from ..sinks import key_token
 from .late import LateBatches, RouteBook, grace_of
 from .log import SentBatch, SubmissionLog
 from .options import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
-from .trip_lines import Answer, LineCost, batch_api_of, line_token, spend_of
+from .trip_lines import Answer, batch_api_of, line_token, spend_of
 
 __all__ = ["LinePool", "LineRoute", "LinesStatus", "RouteBook", "grace_of"]
 
@@ -158,15 +159,18 @@ class LinePool(LateBatches):
         return await abortable(asyncio.shield(asked), signal)
 
     @staticmethod
-    def route(model: Any) -> LineRoute | None:
+    def route(model: Model) -> LineRoute | None:
         """Where `model`'s lines go (None: it has no batch API)."""
         return LineRoute.of(model)
 
     def line_future(
-        self, model: Any, route: LineRoute | None, custom_id: str, line: bytes
+        self, model: Model, route: object | None, custom_id: str, line: bytes
     ) -> asyncio.Future[Answer]:
-        """`line`, for a caller that waits by callback (the Ray relay: no task a line)."""
-        endpoint = None if route is None else (route.api.provider, model.base_url)
+        """`line`, for a caller that waits by callback (the Ray relay: no task a line);
+        `route` is what `route(model)` gave."""
+        if not isinstance(route, LineRoute):
+            route = None
+        endpoint = None if route is None else (route.key[0], route.key[1])
         adopted = self._adopted.get(endpoint) if endpoint is not None else None
         if route is None or adopted is None or not adopted.done():
             return asyncio.ensure_future(self.line(model, custom_id, line, None))

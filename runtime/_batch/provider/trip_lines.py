@@ -13,20 +13,27 @@ import asyncio
 import hashlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pydantic_core
 
 from ...abort import AbortSignal, abortable
 from ...errors import ProviderBatchError, ProviderBatchExpiredError
-from ...messages import Message
 from ...models.batch_api import BatchAPI, LineResult
-from ...models.contract import Done, Model, ModelOptions, ModelResponse, StreamChunk, Tier
+from ...models.contract import (
+    Done,
+    Model,
+    ModelOptions,
+    ModelResponse,
+    StreamChunk,
+    Tier,
+    as_batch_model,
+    as_provider_model,
+)
 from ...pricing import price_usage
 from ...seams.contract import ModelAccess
-from ...seams.provider_lines import SendOnline
-from .options import ProviderBatch
+from ...seams.provider_lines import LineAnswer, LineCost, LineOptions, SendOnline
+from ...seams.request import ModelRequest
 
 __all__ = [
     "Answer",
@@ -45,9 +52,8 @@ __all__ = [
 MAX_RESENDS = 3
 
 
-# A line's answer: its bytes from its batch's results (read where the run is), or a
-# failure the pool made (the batch was refused, ended without it); and the batch's id.
-Answer = tuple[bytes | LineResult, str]
+# A line's answer: its bytes from its batch's results, or a failure the pool made.
+Answer = LineAnswer
 
 
 class LateLine(ProviderBatchError):
@@ -66,8 +72,8 @@ class Routed(Protocol):
 
 def batch_api_of(model: Any) -> BatchAPI | None:
     """The batch API of a model, or None (a model or endpoint without one)."""
-    api = getattr(model, "batch_api", None)
-    return api() if callable(api) else None
+    batchable = as_batch_model(model)
+    return None if batchable is None else batchable.batch_api()
 
 
 def line_token(job: str, key: str) -> str:
@@ -92,32 +98,16 @@ class LineSender(Protocol):
     ) -> Answer: ...
 
 
-@dataclass(slots=True)
-class LineCost:
-    """What lines cost (USD, at batch rates), what they would have online, and how
-    many trips went online instead."""
-
-    cost: float | None = None
-    online_cost: float | None = None
-    online_lines: int = 0
-
-    def add(self, other: LineCost) -> None:
-        if other.cost is not None:
-            self.cost = (self.cost or 0.0) + other.cost
-        if other.online_cost is not None:
-            self.online_cost = (self.online_cost or 0.0) + other.online_cost
-        self.online_lines += other.online_lines
-
-
 def spend_of(model: Any, response: ModelResponse) -> LineCost:
     cost = response.usage.cost
     if cost is None:
         return LineCost()
+    declared = as_provider_model(model)
     online = price_usage(
         response.usage,
         provider=model.provider,
         model=model.name,
-        declared=getattr(model, "pricing", None),
+        declared=None if declared is None else declared.declared_pricing(),
     ).cost
     return LineCost(cost.total, None if online is None else online.total)
 
@@ -191,7 +181,7 @@ class ItemLines:
     def __init__(
         self,
         sender: LineSender,
-        pool_options: ProviderBatch,
+        pool_options: LineOptions,
         token: str,
         attempt: int,
         deadline: float | None = None,
@@ -262,32 +252,28 @@ class _LineSend:
     def __init__(self, lines: ItemLines, trip: int) -> None:
         self.lines, self.trip = lines, trip
 
-    async def complete(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> ModelResponse:
-        api = batch_api_of(model)
-        assert api is not None  # the route sends here only what has a batch API
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        model = as_batch_model(request.model)
+        api = None if model is None else model.batch_api()
+        # The route sends here only what has a batch API.
+        assert model is not None and api is not None
         lines = self.lines
         # The model's line body: at the batch API's own tier and price, no stream.
-        request = model.batch_body(messages, options)  # type: ignore[attr-defined]
-        body = pydantic_core.to_json(request)  # encoded once, here, where the run is
+        body = pydantic_core.to_json(model.batch_body(request.messages, request.options))
         base = f"{lines.token}-a{lines.attempt}-t{self.trip}-{_digest(body)}"
+        single = request.model
         for resend in range(MAX_RESENDS + 1):
             custom_id = base if resend == 0 else f"{base}-r{resend}"
             started = time.monotonic()
             line = api.encode(custom_id, body)
-            answer, batch_id = await lines.outlet.line(model, custom_id, line, signal)
+            answer, batch_id = await lines.outlet.line(single, custom_id, line, request.signal)
             result = answer if isinstance(answer, LineResult) else api.read_line(answer)
             if result.outcome == "succeeded":
                 assert result.body is not None
-                response: ModelResponse = model.batch_reply(result.body)  # type: ignore[attr-defined]
+                response = model.batch_reply(result.body)
                 counter = getattr(lines.outlet, "count", None)
                 if counter is not None:
-                    counter(model, response)
+                    counter(single, response)
                 waited = time.monotonic() - started
                 return response.model_copy(update={"via": ("batch", batch_id, waited)})
             if result.outcome == "errored":
@@ -297,24 +283,18 @@ class _LineSend:
             if isinstance(result.error, LateLine) or lines.route is not None:
                 mode = "online"  # a route sends it online now, whatever on_expired says
             if mode == "online":  # the route sends it online, released from the batch's
-                raise SendOnline(f"{model.provider}: line {custom_id} {result.outcome}")
+                raise SendOnline(f"{single.provider}: line {custom_id} {result.outcome}")
             if mode == "fail" or resend == MAX_RESENDS:
                 raise ProviderBatchExpiredError(
-                    f"{model.provider}: line {custom_id} of batch {batch_id} was"
+                    f"{single.provider}: line {custom_id} of batch {batch_id} was"
                     f" {result.outcome} before it was answered",
-                    provider=model.provider,
+                    provider=single.provider,
                     batch_id=batch_id,
                     custom_id=custom_id,
                     outcome=result.outcome,
                 )
         raise AssertionError("unreachable")
 
-    async def stream(
-        self,
-        model: Model,
-        messages: Sequence[Message],
-        options: ModelOptions,
-        signal: AbortSignal | None,
-    ) -> AsyncIterator[StreamChunk]:
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         # A batch line's reply comes whole: its stream is that reply.
-        yield Done(await self.complete(model, messages, options, signal))
+        yield Done(await self.complete(request))
