@@ -11,12 +11,16 @@ metrics    `GenAIMetrics`: the conventions' client metrics and raygent's counter
 
 Spans and metrics are made from the finished report, with the times it recorded, so
 telemetry costs a run nothing while it runs.
+
+May import what the observers may (it is part of them): the base and their own
+modules; OpenTelemetry itself (the `otel` extra) only inside the calls that use it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ...redaction import logger as redacting_logger
 from .requests import FailedAttempt, RequestRecord, requests_of
 
 if TYPE_CHECKING:
@@ -28,6 +32,8 @@ if TYPE_CHECKING:
     from .spans import SpanWriter
 
 __all__ = ["FailedAttempt", "OpenTelemetry", "RequestObserver", "RequestRecord"]
+
+log = redacting_logger("raygent.observers")
 
 
 class RequestObserver(Protocol):
@@ -50,6 +56,11 @@ class OpenTelemetry:
     text are left out unless `capture_content=True`. The root span's parent is the span
     current when the run ended, if any. Each request is counted once: `raygent.observers`
     hands an observer each report tree once, and a nested run is in its root's tree.
+
+    Sent to another process (a run-local observer of a batch on Ray runs in the batch
+    runners), it records there into that process's global providers (set them in the
+    workers, e.g. with Ray's `worker_process_setup_hook`); registered in the driver
+    (`raygent.observers.add`), it records the runners' runs where their reports arrive.
     """
 
     def __init__(
@@ -94,8 +105,34 @@ class OpenTelemetry:
             for request in requests_of(report):
                 self._metrics.record(request)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Providers (their exporters, locks, threads) stay in their process: a copy
+        # records into the global ones of the process it lands in.
+        metered = self._metrics is not None
+        return (_in_this_process, (self.capture_content, metered, self.metrics_from_reports))
+
     def request_settled(self, request: RequestRecord) -> None:
         """The hook for the access layer: record one settled request's metrics now.
         Whoever connects it sets `metrics_from_reports = False` on this observer first."""
         if self._metrics is not None:
             self._metrics.record(request)
+
+
+def _in_this_process(capture_content: bool, metered: bool, from_reports: bool) -> OpenTelemetry:
+    """An `OpenTelemetry` sent from another process, on this process's global providers."""
+    from opentelemetry import trace
+
+    from ..._version import __version__
+    from .metrics import GenAIMetrics
+
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        log.warning(
+            "raygent.observers.OpenTelemetry arrived in a process with no OpenTelemetry "
+            "tracer provider set: its spans go nowhere here. Register it in the driver "
+            "(raygent.observers.add), or set the providers in the workers."
+        )
+    observer = OpenTelemetry(capture_content=capture_content)
+    if metered:  # None: the global meter provider
+        observer._metrics = GenAIMetrics(None, __version__)
+    observer.metrics_from_reports = from_reports
+    return observer

@@ -156,4 +156,3 @@ class GenAIMetrics:
             if len(self._failed_sets) < _MAX_KEPT:
                 self._failed_sets[key] = found
         return found
-

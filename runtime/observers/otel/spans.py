@@ -55,7 +55,9 @@ class SpanWriter:
         self._any(report, None)
 
     def _any(self, report: RunReport, parent: Context | None, run: StepRun | None = None) -> None:
-        extra = {} if run is None else {"raygent.branch": run.branch, "raygent.attempt": run.attempt}
+        extra = (
+            {} if run is None else {"raygent.branch": run.branch, "raygent.attempt": run.attempt}
+        )
         if isinstance(report, FlowReport):
             self._flow(report, parent, extra)
         else:
@@ -181,7 +183,10 @@ class SpanWriter:
         for send in trip.attempts:
             if "attempt" in send and "ok" in send and not send["ok"]:
                 retried = n.present(
-                    {n.ERROR_TYPE: send.get("code") or n.OTHER_ERROR, "raygent.send": send["attempt"]}
+                    {
+                        n.ERROR_TYPE: send.get("code") or n.OTHER_ERROR,
+                        "raygent.send": send["attempt"],
+                    }
                 )
                 span.add_event(n.ATTEMPT_EVENT, retried, _ns(at))  # type: ignore[arg-type]
         if request.error_type is not None:
@@ -269,4 +274,3 @@ def _ns(at: datetime) -> int:
         at = at.replace(tzinfo=timezone.utc)
     delta = at - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
-
