@@ -18,9 +18,11 @@ from otel_support import DURATION, TOKENS, Telemetry, attributes
 
 import raygent
 from raygent import Approve, Durable, OpenAIModel, Usage
+from raygent.errors import ServerError
 from raygent.observers.otel import RequestRecord, requests_of
 from raygent.sim import Match, Reply, Rule, ToolCallReply, serve
 from raygent.stores import InMemoryStore
+from raygent.testing import ScriptedModel
 
 
 @pytest.fixture
@@ -173,3 +175,29 @@ async def test_a_run_local_observer_of_a_batch_runs_where_the_runs_do(
     here = len(items) if backend_kind == "local" else 0
     assert len(telemetry.chats()) == here
     assert telemetry.count(DURATION) == here
+
+
+async def test_a_workflows_runs_are_counted_once_each_retry_included(
+    backend_kind: str, telemetry: Telemetry
+) -> None:
+    """Every run under a flow's steps, a retried step's failed attempt included."""
+    flaky = raygent.agent(
+        "flaky",
+        model=ScriptedModel([ServerError("down", provider="scripted"), "second time lucky"]),
+    )
+    reviews = {b: raygent.agent(f"review-{b}", model=ScriptedModel(["fine"])) for b in "ab"}
+    flow = raygent.workflow(
+        name="checked",
+        steps=[
+            raygent.step("draft", agent=flaky, retry=raygent.Retry(attempts=2, backoff="none")),
+            raygent.step("review", parallel=reviews),
+        ],
+    )
+    result = await flow.execute("go", observe=telemetry.otel)
+    assert result.ok, result.error
+    assert len(telemetry.spans("invoke_workflow checked")) == 1
+    assert len(telemetry.chats()) == 4  # the failed attempt, its retry, two reviews
+    assert telemetry.count(DURATION) == 4
+    assert telemetry.count(DURATION, {"error.type": "PROVIDER_SERVER_ERROR"}) == 1
+    assert telemetry.count(TOKENS) == 2 * 3  # the three answered
+    assert [r.model for r in requests_of(result.report)] == ["scripted"] * 4
