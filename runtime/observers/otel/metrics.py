@@ -113,21 +113,13 @@ class GenAIMetrics:
         )
         found = self._sets.get(key)
         if found is None:
-            common = n.present(
-                {
-                    n.OPERATION: request.operation,
-                    n.PROVIDER: n.provider_name(request.provider),
-                    n.REQUEST_MODEL: request.model,
-                    n.RESPONSE_MODEL: request.response_model,
-                    n.ERROR_TYPE: request.error_type,
-                    n.SERVER_ADDRESS: request.server_address,
-                    n.SERVER_PORT: request.server_port,
-                    n.tier_name(request.provider, response=True): request.response_tier,
-                    n.ROUTE: request.route,
-                    n.TENANT: request.tenant,
-                    n.JOB: request.job,
-                }
-            )
+            more = {
+                n.RESPONSE_MODEL: request.response_model,
+                n.SERVER_ADDRESS: request.server_address,
+                n.SERVER_PORT: request.server_port,
+                n.tier_name(request.provider, response=True): request.response_tier,
+            }
+            common = _labels(request, request.provider, request.model, request.error_type, more)
             found = (
                 common,
                 {**common, n.TOKEN_TYPE: n.TOKEN_INPUT},
@@ -141,18 +133,26 @@ class GenAIMetrics:
         key = (attempt, request.route, request.tenant, request.job)
         found = self._failed_sets.get(key)
         if found is None:
-            found = n.present(
-                {
-                    n.OPERATION: request.operation,
-                    n.PROVIDER: n.provider_name(attempt.provider),
-                    n.REQUEST_MODEL: attempt.model,
-                    n.ERROR_TYPE: attempt.error_type,
-                    n.FALLBACK: attempt.fallback,
-                    n.ROUTE: request.route,
-                    n.TENANT: request.tenant,
-                    n.JOB: request.job,
-                }
-            )
+            more = {n.FALLBACK: attempt.fallback}
+            found = _labels(request, attempt.provider, attempt.model, attempt.error_type, more)
             if len(self._failed_sets) < _MAX_KEPT:
                 self._failed_sets[key] = found
         return found
+
+
+def _labels(
+    request: RequestRecord, provider: str, model: str, error: str | None, more: dict[str, Any]
+) -> dict[str, Any]:
+    """A point's attributes: the request's operation, route, tenant and job, and these."""
+    return n.present(
+        {
+            n.OPERATION: request.operation,
+            n.PROVIDER: n.provider_name(provider),
+            n.REQUEST_MODEL: model,
+            n.ERROR_TYPE: error,
+            **more,
+            n.ROUTE: request.route,
+            n.TENANT: request.tenant,
+            n.JOB: request.job,
+        }
+    )
