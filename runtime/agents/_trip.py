@@ -79,6 +79,9 @@ async def model_trip(run: RunState, purpose: str) -> ModelResponse:
         trip.via, trip.provider_batch, trip.batch_wait = response.via
     trip.cache, trip.saved = response.cache, total_cost(response.saved) or 0.0
     trip.service_tier = response.service_tier
+    trip.response_model = response.model
+    if response.provider != run.config.model.provider:
+        trip.response_provider = response.provider
     record_server_compaction(run, index, response)
     run.phase = "between_trips"  # the reply is in: what follows is not mid-trip
     await run.emit(

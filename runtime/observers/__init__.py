@@ -6,7 +6,8 @@ report        `AgentResult`, `AgentReport` and the trip and tool-call reports in
               their notebook views (`_repr_html_`)
 _registry     code that receives every finished report tree: `add`, `observe_all`
 delivery      which observers see a run, and handing them its report (the core's)
-_otel         `OpenTelemetry`: report trees as spans
+otel          `OpenTelemetry`: report trees as spans and GenAI metrics, in the
+              OpenTelemetry GenAI conventions' names; `RequestRecord`, one request
 views         the HTML pieces of the notebook views (report, batch and eval build on them)
 
 May import the base and compaction (a report records its compactions).

@@ -43,7 +43,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ..redaction import logger as redacting_logger
-from ._otel import OpenTelemetry
+from .otel import OpenTelemetry
 
 if TYPE_CHECKING:
     from .report import RunReport

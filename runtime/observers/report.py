@@ -104,6 +104,10 @@ class TripReport(BaseModel):
     service_tier: str | None = Field(default=None, exclude_if=lambda v: v is None)
     rate_wait: float = Field(default=0.0, exclude_if=lambda v: v == 0.0)
     throttled: int = Field(default=0, exclude_if=lambda v: v == 0)
+    # The model the provider says answered, and the provider that answered when it is
+    # not the run's model's (a fallback's later model). Unset: not in JSON.
+    response_model: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    response_provider: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def __repr__(self) -> str:
         return trip_repr(self)

@@ -391,9 +391,10 @@ async def test_a_supervisor_span_keeps_every_attempt_of_a_step(
         result = await panel.execute("q", observe=_otel(exporter))
     assert result.ok, result.error
     named = _named(exporter.get_finished_spans())
-    (root,) = named["invoke_supervisor panel"]
+    (root,) = named["invoke_agent panel"]  # a supervisor is an agent to the conventions
     (step,) = named["step ask"]
     assert (root.attributes or {})["raygent.kind"] == "supervisor"
+    assert (root.attributes or {})["gen_ai.agent.name"] == "panel"
     assert root.status.status_code is StatusCode.OK and step.status.status_code is StatusCode.OK
     assert (step.attributes or {})["raygent.step.attempts"] == 2
     runs = named["invoke_agent flaky"]  # in the step's order

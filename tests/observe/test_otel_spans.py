@@ -59,7 +59,7 @@ async def test_a_nested_tree_becomes_run_trip_and_tool_spans(
     attributes = root.attributes or {}
     assert attributes["raygent.run_id"] == report.run_id
     assert attributes["raygent.root_run_id"] == report.run_id
-    assert attributes["raygent.session_id"] == "s-7"
+    assert attributes["gen_ai.conversation.id"] == "s-7"
     assert attributes["raygent.status"] == "completed"
     assert attributes["gen_ai.usage.input_tokens"] == result.usage.total_input_tokens
     assert attributes["gen_ai.usage.output_tokens"] == result.usage.output_tokens
@@ -76,7 +76,7 @@ async def test_a_nested_tree_becomes_run_trip_and_tool_spans(
     research_call = next(c for c in report.tool_calls if c.name == "researcher")
     (tool_span,) = named["execute_tool researcher"]
     assert tool_span.parent is not None and tool_span.parent.span_id == root.context.span_id
-    assert (tool_span.attributes or {})["raygent.call_id"] == research_call.call_id
+    assert (tool_span.attributes or {})["gen_ai.tool.call.id"] == research_call.call_id
     assert tool_span.context is not None and inner.parent is not None
     assert inner.parent.span_id == tool_span.context.span_id
     assert inner.context is not None and inner.context.trace_id == root.context.trace_id
@@ -85,9 +85,9 @@ async def test_a_nested_tree_becomes_run_trip_and_tool_spans(
     assert inner_attributes["raygent.run_id"] == research_call.child.run_id
     assert inner_attributes["raygent.root_run_id"] == report.run_id
     assert inner_attributes["raygent.parent_run_id"] == report.run_id
-    assert inner_attributes["raygent.session_id"] == "s-7"
+    assert inner_attributes["gen_ai.conversation.id"] == "s-7"
     # Content stays out unless asked for.
-    assert not any("raygent.tool.input" in (s.attributes or {}) for s in spans)
+    assert not any("gen_ai.tool.call.arguments" in (s.attributes or {}) for s in spans)
 
 
 async def test_failures_carry_an_error_status_and_type(exporter: InMemorySpanExporter) -> None:
@@ -109,7 +109,7 @@ async def test_failures_carry_an_error_status_and_type(exporter: InMemorySpanExp
     (tool_span,) = named["execute_tool broken"]
     assert tool_span.status.status_code is StatusCode.ERROR
     assert "tool broke" in (tool_span.status.description or "")
-    assert (tool_span.attributes or {})["raygent.tool.input"] == '{"x": 1}'
+    assert (tool_span.attributes or {})["gen_ai.tool.call.arguments"] == '{"x": 1}'
 
 
 async def test_the_root_span_joins_the_callers_current_span(
