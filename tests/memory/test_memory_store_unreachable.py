@@ -1,11 +1,17 @@
-"""A store that can never open is a permanent failure; one that is down, a transient one."""
+"""A store that can never open is a permanent failure; one that is down, a transient one.
+
+A job checks its stores before its first request (`JobCheckError`); these tests turn that
+check off (`check=False`) to see what each item meets when a store fails mid-job."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 import raygent
 from raygent._batch import batch
+from raygent.errors import JobCheckError
 from raygent.stores import RedisStore, SQLiteStore
 from raygent.testing import FunctionModel
 
@@ -18,7 +24,9 @@ def answering_agent(store: object) -> raygent.Agent:
 async def test_a_sqlite_file_in_a_missing_folder_fails_each_item_once(tmp_path: Path) -> None:
     store = SQLiteStore(str(tmp_path / "no" / "such" / "folder" / "sessions.db"))
     items = [{"input": f"q{i}", "session_id": f"s{i}"} for i in range(3)]
-    result = await batch(answering_agent(store), items)
+    with pytest.raises(JobCheckError, match="does not exist"):
+        await batch(answering_agent(store), items)
+    result = await batch(answering_agent(store), items, check=False)
     for item in result.items:
         assert item.status == "failed" and item.attempts == 1  # not tried again
         assert item.error is not None and item.error.code == "STORE_UNAVAILABLE"
@@ -31,6 +39,7 @@ async def test_a_redis_that_is_down_is_retried() -> None:
         answering_agent(store),
         [{"input": "q", "session_id": "s"}],
         retry=raygent.Retry(attempts=2, backoff="none"),
+        check=False,
     )
     item = result.items[0]
     assert item.error is not None and item.error.code == "STORE_UNAVAILABLE"

@@ -52,7 +52,8 @@ async def test_results_and_reports_print_as_one_short_line(tmp_path: Path) -> No
     assert _one_short_line(repr(failed)).startswith("AgentResult(failed, error=INVALID_OPTIONS: ")
     line = _one_short_line(repr(batch))
     assert re.fullmatch(
-        r"BatchResult\(3 items: 3 completed, 0 failed, 0 cancelled, \d+\.\d s, \$[0-9.]+, "
+        r"BatchResult\(3 items: 3 completed, 0 failed, 0 cancelled, "
+        r"tool errors: 3 failed tool calls in 3 items, \d+\.\d s, \$[0-9.]+, "
         rf"sink='{re.escape(str(tmp_path / 'o.jsonl'))}'\)",
         line,
     ), line

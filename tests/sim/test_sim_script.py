@@ -187,6 +187,7 @@ def test_public_exports() -> None:
         "AWS_TEST_CREDENTIALS",
         "AWS_TEST_SESSION_CREDENTIALS",
         "AwsTestCredentials",
+        "BatchTimes",
         "Fault",
         "Latency",
         "Match",

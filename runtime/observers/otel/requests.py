@@ -125,12 +125,12 @@ def trip_request(report: AgentReport, trip: TripReport) -> RequestRecord:
 
 def failed_attempts(trip: TripReport) -> tuple[FailedAttempt, ...]:
     """A trip's attempts that did not answer it: its fallback models that failed and its
-    tier's refusal. A send retried after a 429 (Ray's gateway lists each send) is the
+    tier's refusal. A send retried after a 429 (the access layer lists each send) is the
     same attempt sent again: it is counted in `throttled`, not here."""
     found = []
     for attempt in trip.attempts:
-        if "attempt" in attempt and "ok" in attempt:
-            continue  # one send of a retried request
+        if "attempt" in attempt and "fallback" not in attempt:
+            continue  # one send of a request sent again (a tier refused is an attempt)
         found.append(
             FailedAttempt(
                 model=str(attempt.get("model")),

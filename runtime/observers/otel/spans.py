@@ -181,7 +181,7 @@ class SpanWriter:
             }
             span.add_event(n.ATTEMPT_EVENT, event, _ns(at))
         for send in trip.attempts:
-            if "attempt" in send and "ok" in send and not send["ok"]:
+            if "attempt" in send and not send.get("ok", True) and "fallback" not in send:
                 retried = n.present(
                     {
                         n.ERROR_TYPE: send.get("code") or n.OTHER_ERROR,
