@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from typing_extensions import Unpack
 
+from .._message_input import MessageLike
 from ..errors import ProviderError
 from ..messages import Message
+from ..pricing import lookup_pricing, price_usage
+from ..usage import Usage
 from . import _bedrock_wire as wire
 from ._aws import AwsSigner, endpoint_url, resolve_region
 from ._bedrock_stream import BedrockFeeder, EventStreamDecoder, as_reply
@@ -32,11 +35,23 @@ __all__ = ["BedrockModel", "BedrockSettings"]
 
 BedrockTier = Literal["priority", "default", "flex", "reserved"]
 _NO_OPTIONS = ModelOptions()
+# What Bedrock charges of the standard rates at its priority tier (a 75% premium), and
+# at flex (half: the batch price), where neither genai-prices nor `pricing=` says.
+PRIORITY_MULTIPLIER = 1.75
+FLEX_MULTIPLIER = 0.5
 # Claude models that think (extended thinking through additionalModelRequestFields).
 _THINKING = re.compile(r"anthropic\.claude-(3-7|(opus|sonnet|haiku)-4|4)")
 # Families whose Converse takes images and cache points (Claude, Nova); Bedrock's
 # structured output (`outputConfig`) too.
 _RICH = re.compile(r"(anthropic\.claude|amazon\.nova)")
+
+
+def _bedrock_said(headers: Mapping[str, str], body: Any) -> bool:
+    """Whether an error reply is Bedrock's: its type named, or its body Bedrock's
+    `{"message": ...}` (a proxy in front answers in its own shape)."""
+    if headers.get("x-amzn-ErrorType") or headers.get("x-amzn-errortype"):
+        return True
+    return not isinstance(body, dict) or "message" in body or "__type" in body
 
 
 class BedrockSettings(ModelSettings, total=False):
@@ -164,19 +179,62 @@ class BedrockModel(HTTPModel):
         request.headers.update(signed)
 
     def error_said(self, body: Any, headers: Mapping[str, str]) -> ErrorSaid:
-        error = self._error(0, headers, body)
-        return ErrorSaid(error.details.get("provider_code"), str(error))
+        if not _bedrock_said(headers, body):
+            return super().error_said(body, headers)
+        given = headers.get("x-amzn-ErrorType") or headers.get("x-amzn-errortype")
+        if not given and isinstance(body, dict):
+            given = body.get("__type")
+        code = str(given).split(":", 1)[0].rsplit("#", 1)[-1] if given else None
+        if isinstance(body, dict):
+            return ErrorSaid(code, str(body.get("message") or "") or None)
+        return ErrorSaid(code, str(body), raw=True)
 
     def _error(self, status: int, headers: Mapping[str, str], body: Any) -> ProviderError:
         # Bedrock names its error's type (x-amzn-ErrorType, or the body's __type): the
         # wire maps each type (ModelNotReadyException is 429 but no rate; a
         # ServiceQuotaExceededException is 400 but a quota), redacted of the secrets.
+        if not _bedrock_said(headers, body):
+            return super()._error(status, headers, body)  # a proxy's, in its own shape
         raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         return wire.error_from(status or None, headers, raw, secrets=self._secrets)
 
     @functools.cached_property
     def _secrets(self) -> tuple[str, ...]:
         return (*super()._secrets, *self._aws_secrets)
+
+    def _priced(self, usage: Usage, *, batch: bool = False, tier: str | None = None) -> Usage:
+        # Bedrock's priority costs more than its standard tier, unlike Anthropic's (the
+        # shared default): its multipliers fill what the rates in use leave unset.
+        if batch or tier not in ("priority", "flex"):
+            return super()._priced(usage, batch=batch, tier=tier)
+        rates = self.pricing
+        if rates is None:
+            tokens = usage.total_input_tokens
+            standard = lookup_pricing(wire.PRICES_PROVIDER, self.name, tokens)
+            tiered = lookup_pricing(wire.PRICES_PROVIDER, self.name, tokens, tier=tier)
+            if standard is None or tiered != standard.for_tier(tier):
+                return super()._priced(usage, batch=batch, tier=tier)  # unknown, or its own
+            rates = standard
+        update = {
+            "priority_multiplier": rates.priority_multiplier or PRIORITY_MULTIPLIER,
+            "flex_multiplier": rates.flex_multiplier or FLEX_MULTIPLIER,
+        }
+        return price_usage(
+            usage,
+            provider=wire.PRICES_PROVIDER,
+            model=self.name,
+            declared=rates.model_copy(update=update),
+            tier=tier,
+        )
+
+    def batch_body(
+        self, messages: Sequence[MessageLike], options: ModelOptions | None
+    ) -> dict[str, Any]:
+        """A batch inference record's `modelInput`: the Converse body, at the batch
+        price (no service tier)."""
+        body = self.request_body(messages, options, stream=False)
+        body.pop("serviceTier", None)
+        return body
 
     def batch_api(self) -> BatchAPI | None:
         return None

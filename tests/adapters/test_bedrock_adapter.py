@@ -34,7 +34,7 @@ from raygent.errors import (
 from raygent.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from raygent.models import CacheControl, ModelOptions, ReasoningOptions, ResponseSchema, ToolSpec
 from raygent.models.contract import Done, ReasoningDelta, TextDelta, ToolCallDelta
-from raygent.sim import Fault, Match, Reply, Rule, Simulator, ToolCallReply, serve
+from raygent.sim import Fault, Match, Reply, Rule, ServiceTiers, Simulator, ToolCallReply, serve
 from raygent.sim._bedrock_auth import TEST_CREDENTIALS, TEST_SESSION_CREDENTIALS
 
 CLAUDE = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
@@ -406,3 +406,42 @@ async def test_tools_by_id_streamed_as_completed() -> None:
     assert {d.call_id for d in deltas} == {call.call_id} and call.arguments == {"city": "Oslo"}
     assert reply.finish_reason == "tool_calls"
     assert answered.text == "3 C in Oslo."
+
+
+# -- tiers (#47.3) -------------------------------------------------------------------
+
+
+async def test_tiers_served_named_and_priced() -> None:
+    async with serve() as sim:
+        model = bedrock(sim)
+        served = {
+            tier: await model.complete(ask("hi"), ModelOptions(service_tier=tier))
+            for tier in ("default", "priority", "flex")
+        }
+        sent = [r.body["serviceTier"] for r in sim.requests]
+    assert sent == [{"type": "default"}, {"type": "priority"}, {"type": "flex"}]
+    standard = served["default"].usage.cost
+    assert standard is not None
+    for tier, times in (("priority", 1.75), ("flex", 0.5)):
+        reply = served[tier]
+        assert reply.service_tier == tier
+        assert reply.usage.input_tokens == served["default"].usage.input_tokens
+        assert reply.usage.cost is not None
+        assert reply.usage.cost.total == pytest.approx(standard.total * times)
+
+
+async def test_flex_refused_for_capacity_falls_back_through_tier() -> None:
+    tier = raygent.Tier("flex", fallback="default")
+    async with serve(tiers=ServiceTiers(flex_refusal_rate=1.0)) as sim:
+        bot = raygent.agent(model=bedrock(sim, service_tier=tier))
+        executed = await bot.execute("hi")
+        streamed = await bot.stream("hi").result
+        sent = [r.body["serviceTier"]["type"] for r in sim.requests]
+        with pytest.raises(RateLimitError) as refused:
+            await bedrock(sim, service_tier="flex").complete(ask("hi"))
+    for result in (executed, streamed):
+        assert result.ok, result.error
+        [trip] = result.report.trips
+        assert trip.usage.requests == 2  # the refusal counted, billed nothing
+    assert sent == ["flex", "default", "flex", "default"]
+    assert refused.value.for_capacity  # nobody pauses for it: not the key's rate
