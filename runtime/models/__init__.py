@@ -6,7 +6,7 @@ specs) belongs to the base every part speaks. May import the base only.
 """
 
 from .anthropic import AnthropicModel
-from .bedrock import BedrockModel
+from .bedrock import BedrockBatch, BedrockModel
 from .contract import (
     CacheControl,
     Capabilities,
@@ -31,6 +31,7 @@ from .openai_responses import OpenAIResponsesModel
 
 __all__ = [
     "AnthropicModel",
+    "BedrockBatch",
     "BedrockModel",
     "CacheControl",
     "Capabilities",

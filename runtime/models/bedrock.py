@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from typing_extensions import Unpack
 
 from .._message_input import MessageLike
-from ..errors import ProviderError
+from ..errors import CapabilityError, ProviderError
 from ..messages import Message
 from ..pricing import lookup_pricing, price_usage
 from ..usage import Usage
 from . import _bedrock_wire as wire
 from ._aws import AwsSigner, endpoint_url, resolve_region
+from ._bedrock_batch import BedrockBatch, BedrockBatchAPI
 from ._bedrock_stream import BedrockFeeder, EventStreamDecoder, as_reply
 from ._errors import ErrorSaid
 from ._http import HTTPModel
@@ -31,7 +32,7 @@ from .tiers import with_defaults
 if TYPE_CHECKING:
     from .batch_api import BatchAPI
 
-__all__ = ["BedrockModel", "BedrockSettings"]
+__all__ = ["BedrockBatch", "BedrockModel", "BedrockSettings"]
 
 BedrockTier = Literal["priority", "default", "flex", "reserved"]
 _NO_OPTIONS = ModelOptions()
@@ -44,6 +45,13 @@ _THINKING = re.compile(r"anthropic\.claude-(3-7|(opus|sonnet|haiku)-4|4)")
 # Families whose Converse takes images and cache points (Claude, Nova); Bedrock's
 # structured output (`outputConfig`) too.
 _RICH = re.compile(r"(anthropic\.claude|amazon\.nova)")
+# What a batch inference job of a model family takes besides messages (Converse jobs):
+# raygent sends tool definitions and output schemas by batch only to these families;
+# another's such line goes online (a refusal, typed, then the online request).
+_BATCH_FIELDS = (
+    ("toolConfig", re.compile(r"(anthropic\.claude|amazon\.nova)"), "tool definitions"),
+    ("outputConfig", re.compile(r"anthropic\.claude"), "output schema"),
+)
 
 
 def _bedrock_said(headers: Mapping[str, str], body: Any) -> bool:
@@ -61,8 +69,9 @@ class BedrockSettings(ModelSettings, total=False):
     (explicit credentials instead of the chain), `service_tier` ("priority",
     "default", "flex", "reserved", or `raygent.Tier("flex", fallback="default")`) and
     `guardrail` (a `guardrailConfig`: `{"guardrailIdentifier", "guardrailVersion",
-    "trace"}`). `api_key` is a Bedrock API key (also `AWS_BEARER_TOKEN_BEDROCK`),
-    sent as a bearer token instead of a signature."""
+    "trace"}`), `batch` (a `BedrockBatch`: the S3 location and IAM role of its batch
+    inference jobs; None: no provider batches). `api_key` is a Bedrock API key (also
+    `AWS_BEARER_TOKEN_BEDROCK`), sent as a bearer token instead of a signature."""
 
     region: str | None
     profile: str | None
@@ -71,6 +80,7 @@ class BedrockSettings(ModelSettings, total=False):
     session_token: str | None
     service_tier: BedrockTier | Tier | None
     guardrail: Mapping[str, Any] | None
+    batch: BedrockBatch | None
 
 
 class BedrockModel(HTTPModel):
@@ -110,6 +120,7 @@ class BedrockModel(HTTPModel):
         self.guardrail = dict(settings.get("guardrail") or {}) or None
         self.profile = settings.get("profile")
         self.access_key = settings.get("access_key")
+        self.batch = settings.get("batch")
         self._signer = AwsSigner(
             region,
             profile=self.profile,
@@ -231,10 +242,46 @@ class BedrockModel(HTTPModel):
         self, messages: Sequence[MessageLike], options: ModelOptions | None
     ) -> dict[str, Any]:
         """A batch inference record's `modelInput`: the Converse body, at the batch
-        price (no service tier)."""
+        price (no service tier). CapabilityError (the line goes online) for tool
+        definitions or an output schema the model's batch jobs do not take."""
         body = self.request_body(messages, options, stream=False)
         body.pop("serviceTier", None)
+        for field, kinds, what in _BATCH_FIELDS:
+            if field in body and not kinds.search(self.name):
+                raise CapabilityError(
+                    f"bedrock: a batch inference job of {self.name} takes no {what}: "
+                    "the request goes online",
+                    model=self.name,
+                    capability=f"batch_{field}",
+                )
         return body
 
     def batch_api(self) -> BatchAPI | None:
-        return None
+        """Batch inference (model invocation jobs) where `batch=` says where its records
+        go (None: this model has no provider batches)."""
+        if self.batch is None:
+            return None
+        api = self.__dict__.get("_batch_api")
+        if api is None:
+            api = self.__dict__["_batch_api"] = BedrockBatchAPI(self, self.batch)
+        return api
+
+    def aws_client(self, service: str, endpoint: str | None = None) -> Any:
+        """A botocore client of `service` with this model's credentials and region
+        (`endpoint`: another than botocore's own configuration); blocking calls."""
+        from botocore.session import Session
+
+        keys = self._signer._keys
+        return Session(profile=self.profile).create_client(
+            service,
+            region_name=self.region,
+            endpoint_url=endpoint,
+            aws_access_key_id=keys[0],
+            aws_secret_access_key=keys[1],
+            aws_session_token=keys[2],
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_batch_api", None)  # its S3 client stays in this process
+        return state
