@@ -33,7 +33,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import quote
 
 import pydantic_core
@@ -43,8 +43,17 @@ from ._aws import endpoint_url
 from ._batch_wire import BatchState, LineResult
 from .batch_api import cancel_batch
 
-if TYPE_CHECKING:
-    from .bedrock import BedrockModel
+
+class BatchingModel(Protocol):
+    """What the jobs need of their model (`BedrockModel`)."""
+
+    name: str
+    region: str
+
+    def line_error(self, status: int, body: Any, request_id: str | None = None) -> Any: ...
+
+    def aws_client(self, service: str, endpoint: str | None = None) -> Any: ...
+
 
 __all__ = ["ENDED", "MIN_RECORDS", "BedrockBatch", "BedrockBatchAPI", "custom_id_of", "record_id"]
 
@@ -136,10 +145,10 @@ class BedrockBatchAPI:
     max_bytes = 1024 * 1024 * 1024  # "Batch inference input file size" (1 GB)
     min_lines = MIN_RECORDS
 
-    def __init__(self, model: BedrockModel, config: BedrockBatch) -> None:
+    def __init__(self, model: BatchingModel, config: BedrockBatch) -> None:
         self.model = model
         self.config = config
-        control = copy.copy(model)  # the same credentials, signed for `bedrock` too
+        control: Any = copy.copy(model)  # the same credentials, signed for `bedrock` too
         control.base_url = (config.endpoint_url or endpoint_url(model.region, "bedrock")).rstrip(
             "/"
         )

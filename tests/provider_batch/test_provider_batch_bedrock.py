@@ -4,8 +4,10 @@ moto lacks), every request signed and verified (issue #47.2)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,10 @@ from typing import Any
 import boto3
 import pytest
 from pb_support import FAST, QUICK, TOOL_ROUND, lookup, online_requests
+from shared_support import driver_env
 
 import raygent
+import raygent.sim
 from raygent import BedrockModel, ProviderBatch
 from raygent.models import BedrockBatch
 from raygent.sim import serve
@@ -23,6 +27,7 @@ from raygent.sim._bedrock_auth import TEST_CREDENTIALS
 CLAUDE = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
 LLAMA = "meta.llama3-1-70b-instruct-v1:0"
 ROLE = "arn:aws:iam::123456789012:role/raygent-batch"
+ROOT = Path(__file__).resolve().parents[2]
 _buckets = itertools.count()
 
 
@@ -167,3 +172,48 @@ async def test_an_expired_job_s_unanswered_records_go_online(moto_s3: str, bucke
     assert summary is not None and "Expired" in {b.status for b in summary.batches}
     assert online_requests(stats) >= 20  # what the expired jobs left went online
     assert summary.online_lines == online_requests(stats)
+
+
+async def test_the_estimate_of_a_bedrock_job_by_batch_is_at_the_batch_price(
+    moto_s3: str, bucket: str
+) -> None:
+    items = [f"question {i}" for i in range(40)]
+    async with serve(TOOL_ROUND, s3_endpoint_url=moto_s3) as sim:
+        bot = raygent.agent(model=bedrock(sim, moto_s3, bucket), tools=[lookup])
+        by_batch = await raygent.estimate(bot, items, sample=10, seed=1, provider_batch=True)
+        online = await raygent.estimate(bot, items, sample=10, seed=1)
+    assert by_batch.provider_batch and by_batch.items == 40 and by_batch.requests == 80
+    assert by_batch.cost_usd is not None and online.cost_usd is not None
+    assert by_batch.cost_usd == pytest.approx(online.cost_usd / 2)
+
+
+@pytest.mark.local_only("the command runs in a process of its own, on the local backend")
+async def test_the_cli_sends_a_bedrock_job_by_batch_inference(
+    moto_s3: str, bucket: str, tmp_path: Path
+) -> None:
+    source = tmp_path / "in.jsonl"
+    rows = (json.dumps({"input": f"q{i}", "key": i}) + "\n" for i in range(100))
+    source.write_text("".join(rows))
+    sink = tmp_path / "out.jsonl"
+    async with serve([raygent.sim.Rule(reply="short")], s3_endpoint_url=moto_s3) as sim:
+        env = {
+            **driver_env("local"),
+            "RAYGENT_TEST_SIM_URL": sim.url,
+            "RAYGENT_TEST_S3_URL": moto_s3,
+            "RAYGENT_TEST_S3_BUCKET": bucket,
+        }
+        agent = "tests.provider_batch.pb_cli_bedrock:bot"
+        command = [sys.executable, "-m", "raygent", "batch", agent]
+        options = ["--provider-batch", "--gather-seconds", "0.2", "--poll-seconds", "0.02"]
+        done = await asyncio.create_subprocess_exec(
+            *command, str(source), "-o", str(sink), *options, "--no-progress",
+            env=env, cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        said, _ = await asyncio.wait_for(done.communicate(), 120)
+        stats = sim.stats()
+    text = said.decode()
+    assert done.returncode == 0, text
+    assert "provider batches: 1, 100 lines" in text and "(online: $" in text
+    assert [json.loads(line)["text"] for line in sink.read_text().splitlines()] == ["short"] * 100
+    assert online_requests(stats) == 0 and stats.batch_lines == 100
