@@ -217,3 +217,24 @@ async def test_the_cli_sends_a_bedrock_job_by_batch_inference(
     assert "provider batches: 1, 100 lines" in text and "(online: $" in text
     assert [json.loads(line)["text"] for line in sink.read_text().splitlines()] == ["short"] * 100
     assert online_requests(stats) == 0 and stats.batch_lines == 100
+
+
+@pytest.mark.local_only("the batch API's own calls: the same on both backends")
+async def test_a_submission_cut_off_is_found_again_and_made_once(moto_s3: str, bucket: str) -> None:
+    """A driver that died between putting the records and creating the job, or before
+    the job's reply, finds it again (by its name, else by its records in S3, made then
+    with the tag as idempotency token): one job either way."""
+    async with serve(s3_endpoint_url=moto_s3) as sim:
+        api: Any = bedrock(sim, moto_s3, bucket).batch_api()
+        records = [api.encode(f"{i:016x}-a0-t0-abc", b'{"messages":[]}') for i in range(3)]
+        key = api._input_key("rg-cut-0")
+        content = b"\n".join(records) + b"\n"
+        await api._s3_call("put_object", Bucket=bucket, Key=key, Body=content)
+        found = await api.find("rg-cut-0", 0.0, 3)  # records in S3, no job: made now
+        again = await api.find("rg-cut-0", 0.0, 3)  # and found by its name from then on
+        remade = await api._create("rg-cut-0")  # a create sent twice: the same job
+        missing = await api.find("rg-cut-1", 0.0, 3)
+        creates = [r for r in sim.requests if r.path == "/model-invocation-job"]
+    assert found is not None and found == again == remade
+    assert missing is None
+    assert len(creates) == 2  # the second create answered by its token, no new job
