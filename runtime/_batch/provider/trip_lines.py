@@ -276,7 +276,11 @@ class _LineSend:
         # The model's line body: at the batch API's own tier and price, no stream.
         try:
             line_body = model.batch_body(request.messages, request.options)
-        except CapabilityError as refused:  # its batch cannot carry this request
+        except CapabilityError as refused:
+            if not str(refused.details.get("capability", "")).startswith("batch_"):
+                raise
+            # Its batch API cannot carry this request (Bedrock's tools or schema for a
+            # model whose jobs take none): it goes online, never billed by batch.
             logger.info("%s", refused)
             raise SendOnline(str(refused)) from None
         body = pydantic_core.to_json(line_body)
