@@ -138,6 +138,7 @@ class BedrockModel(HTTPModel):
             vision=rich,
             reasoning=bool(_THINKING.search(name)),
             prompt_caching=rich,
+            image_urls=False,  # Bedrock fetches no URL: raygent downloads attachments
         )
 
     # -- identity: the account whose quotas hold, never a secret ----------------------

@@ -15,10 +15,11 @@ from typing import Any
 
 import boto3
 import pytest
+from aiohttp import web
 from botocore.config import Config
 
 import raygent
-from raygent import AbortController, AttachmentPolicy, BedrockModel
+from raygent import AbortController, AttachmentPolicy, BedrockModel, OutboundPolicy
 from raygent.errors import (
     AbortedError,
     AuthenticationError,
@@ -26,6 +27,7 @@ from raygent.errors import (
     GuardrailInterventionError,
     InvalidOptionsError,
     InvalidRequestError,
+    OutboundPolicyError,
     RateLimitError,
     RefusalError,
     ServerError,
@@ -290,20 +292,50 @@ async def test_throttling_goes_to_the_rate_limiter_and_the_run_goes_on() -> None
     assert trip.usage.requests == 2  # the throttled send is counted, billed nothing
 
 
-async def test_attachments_as_bytes_and_urls_refused_before_sending(tmp_path: Path) -> None:
+async def test_attachments_as_bytes_image_urls_downloaded_under_the_policy(
+    tmp_path: Path,
+) -> None:
+    """Bedrock fetches no image URL: raygent downloads it under the outbound policy (a
+    refusal typed before any request when the policy does not allow it)."""
     (tmp_path / "cat.png").write_bytes(PNG)
-    async with serve() as sim:
-        bot = raygent.agent(
-            model=bedrock(sim), attachment_policy=AttachmentPolicy(allowed_roots=[tmp_path])
-        )
-        seen = await bot.execute("What is it?", attachments=[str(tmp_path / "cat.png")])
-        sent = sim.requests[-1].body["messages"][0]["content"][0]
-        by_url = await bot.execute("And this?", attachments=["https://images.example/dog.png"])
-        requests = len(sim.requests)
+
+    async def dog(_: web.Request) -> web.Response:
+        return web.Response(body=PNG, content_type="image/png")
+
+    app = web.Application()
+    app.router.add_get("/dog.png", dog)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    local_fetch = AttachmentPolicy(
+        allowed_roots=[tmp_path],
+        allow_remote_fetch=True,
+        outbound=OutboundPolicy(schemes=("http",), trusted_networks=("127.0.0.1/32",)),
+    )
+    url = f"http://127.0.0.1:{port}/dog.png"
+    try:
+        async with serve() as sim:
+            strict = raygent.agent(
+                model=bedrock(sim), attachment_policy=AttachmentPolicy(allowed_roots=[tmp_path])
+            )
+            seen = await strict.execute("What is it?", attachments=[str(tmp_path / "cat.png")])
+            sent = sim.requests[-1].body["messages"][0]["content"][0]
+            refused = await strict.execute("And this?", attachments=[url])
+            requests = len(sim.requests)
+            fetching = raygent.agent(model=bedrock(sim), attachment_policy=local_fetch)
+            fetched = await fetching.execute("And now?", attachments=[url])
+            downloaded = sim.requests[-1].body["messages"][0]["content"][0]
+    finally:
+        await runner.cleanup()
+    image = {"image": {"format": "png", "source": {"bytes": base64.b64encode(PNG).decode()}}}
     assert seen.ok, seen.error
-    assert sent == {"image": {"format": "png", "source": {"bytes": base64.b64encode(PNG).decode()}}}
-    assert isinstance(by_url.error, InvalidRequestError)
+    assert sent == image
+    assert isinstance(refused.error, OutboundPolicyError)
     assert requests == 1  # refused before any request
+    assert fetched.ok, fetched.error
+    assert downloaded == image
 
 
 async def test_cancellation_closes_the_request() -> None:
