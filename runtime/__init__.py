@@ -61,6 +61,7 @@ from .messages import (
 )
 from .models import (
     AnthropicModel,
+    BedrockModel,
     Capabilities,
     Model,
     ModelOptions,
@@ -92,6 +93,7 @@ __all__ = [
     "AssistantMessage",
     "AttachmentPolicy",
     "BatchResult",
+    "BedrockModel",
     "Budget",
     "BudgetExceededError",
     "Capabilities",

@@ -52,6 +52,7 @@ PUBLIC_API = {
     "AgentResult",
     "AgentStream",
     "AnthropicModel",
+    "BedrockModel",
     "AssistantMessage",
     "AttachmentPolicy",
     "BatchResult",

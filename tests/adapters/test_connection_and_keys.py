@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from adapter_support import make_model
 
-from raygent import AnthropicModel, OpenAIModel, OpenAIResponsesModel, UserMessage
+from raygent import AnthropicModel, BedrockModel, OpenAIModel, OpenAIResponsesModel, UserMessage
 from raygent.errors import (
     AuthenticationError,
     OfflineError,
@@ -28,6 +28,7 @@ class _Urls:
     def __init__(self, url: str) -> None:
         self.openai_base_url = url + "/v1"
         self.anthropic_base_url = url
+        self.url = url  # Bedrock's endpoint
 
 
 def _closed_port() -> int:
@@ -104,6 +105,7 @@ MODELS = {
 }
 
 
+@pytest.mark.parametrize("provider", list(MODELS))  # the keyed wires (Bedrock signs: below)
 @pytest.mark.parametrize("offline", [True, False], ids=["offline", "online"])
 async def test_a_missing_key_is_said_before_any_io(
     provider: str, offline: bool, monkeypatch: pytest.MonkeyPatch
@@ -127,6 +129,7 @@ async def test_a_missing_key_is_said_before_any_io(
         assert error.provider_code == "missing_api_key" and error.env_key == variable
 
 
+@pytest.mark.parametrize("provider", list(MODELS))
 async def test_a_key_from_the_environment_is_enough(
     provider: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -136,6 +139,7 @@ async def test_a_key_from_the_environment_is_enough(
         await cls(name).complete(HELLO)
 
 
+@pytest.mark.parametrize("provider", list(MODELS))
 async def test_no_key_is_needed_by_a_server_of_ones_own(provider: str) -> None:
     """An explicit base URL, or `api_key=None` given on purpose: no key is asked for."""
     async with serve() as sim:
@@ -147,7 +151,33 @@ async def test_no_key_is_needed_by_a_server_of_ones_own(provider: str) -> None:
         assert reply.text
 
 
+@pytest.mark.parametrize("provider", list(MODELS))
 async def test_api_key_none_on_purpose_needs_no_key(provider: str) -> None:
     cls, name, _ = MODELS[provider]
     with pytest.raises(OfflineError):  # no key asked for: offline mode is what stops it
         await cls(name, api_key=None).complete(HELLO)
+
+
+async def test_bedrock_without_credentials_says_so_before_any_io(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Bedrock signs: with no credentials anywhere in botocore's chain, the request is
+    refused before it is sent (offline mode, checked first, stops a remote one)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("AWS_BEARER_TOKEN_BEDROCK", raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role to ask
+    with pytest.raises(OfflineError):
+        await BedrockModel("amazon.nova-lite-v1:0", region="us-east-1").complete(HELLO)
+    monkeypatch.delenv("RAYGENT_OFFLINE")
+
+    def no_io(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a request was sent")
+
+    monkeypatch.setattr("raygent.models._transport.shared_session", no_io)
+    model = BedrockModel("amazon.nova-lite-v1:0", region="us-east-1")
+    for streamed in (False, True):
+        with pytest.raises(AuthenticationError, match="no AWS credentials"):
+            await _call(model, streamed)
