@@ -133,7 +133,8 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     case = CASES[args.case]
     items = args.items or case["items"]
     namespace = f"bench-rates-{os.getpid()}-{args.case}-{args.drivers}"
-    with sim_process(*case["sim"]) as base:
+    window = getattr(args, "window", 0.0)
+    with sim_process(*case["sim"], *(["--window-seconds", str(window)] if window else [])) as base:
         if args.drivers == 1:
             bot = _bot(base, namespace, case)
             asyncio.run(bot.execute("warm up"))  # the gateway and the leases, up
@@ -155,6 +156,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "items": items,
         "done": done,
         "requests": stats["requests"],
+        "429s": limited,
         "429_share": round(limited / max(1, stats["requests"]), 4),
         "held_of_limit": round(held, 3),
         "seconds": round(args.elapsed, 2),
@@ -172,11 +174,12 @@ def main() -> None:
     parser.add_argument("--namespace")
     parser.add_argument("--base")
     parser.add_argument("--first", type=int, default=0)
+    parser.add_argument("--window", type=float, default=1.0, help="the simulator's window (s)")
     args = parser.parse_args()
     if args.driver:
         driver(args)
         return
-    ray.init(namespace="bench-rates", log_to_driver=False)
+    ray.init(address="local", namespace="bench-rates", log_to_driver=False)
     try:
         for name in [args.case] if args.case else sorted(CASES):
             args.case = name

@@ -7,8 +7,8 @@ needs of the core besides the seams is listed here, and only here: the shapes th
 carry (messages, model requests and replies, batch jobs and items, reports), the core's
 run-time pieces a backend re-uses where it runs work (the batch engine's in-flight core
 and one attempt of an item, the session scope, delivering reports to observers), and the
-errors it raises. The rates' pure arithmetic (`RatePacer`, `Bucket`, `RateLearner`,
-`rate_estimate`) is here for a backend's own holders of a rate. A backend imports
+errors it raises. The rates' pure arithmetic (`RatePacer`, `Bucket`, `RateWindow`,
+`RateLearner`, `rate_estimate`) is here for a backend's own holders of a rate. A backend imports
 `raygent`, `raygent.backend` and `raygent.stores`, never another module of the core
 (tests/test_layout.py holds it to that).
 """
@@ -63,6 +63,7 @@ from .rates import (
     RateLimit,
     RatePacer,
     RateReading,
+    RateWindow,
     need_of,
     read_rate_headers,
 )
@@ -157,6 +158,7 @@ __all__ = [
     "RateLimitError",
     "RatePacer",
     "RateReading",
+    "RateWindow",
     "RaygentError",
     "RelayedLines",
     "RequestContext",

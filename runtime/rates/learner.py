@@ -2,7 +2,8 @@
 multiplicative decrease), when nothing is configured or below what is.
 
 - the headers' limits (`RateReading.limit()`) become the ceiling of what is learnt (a
-  configured `RateLimit` stays the ceiling above that);
+  configured `RateLimit` stays the ceiling above that), held as a configured one is (the
+  pacer's window sends under either, `raygent.rates.window.FILL`);
 - a 429 cuts each limited dimension's rate by `DECREASE` (a dimension with no rate yet
   starts at the rate measured being sent), and the concurrency too; its `retry-after`
   pauses the key;
@@ -24,7 +25,7 @@ __all__ = ["DECREASE", "INCREASE", "MARGIN", "RateLearner", "SendMeter"]
 
 DECREASE = 0.7  # a 429 keeps this share of the rate
 INCREASE = 0.01  # of the ceiling, per success
-MARGIN = 0.95  # of a limit the headers state: paced a little under it
+MARGIN = 0.95  # of the rate at the last cut, past which a rate with no ceiling grows slower
 LATENCY_RISE = 2.0
 _MIN_PER_MINUTE = 1.0
 _EWMA = 0.2
@@ -107,8 +108,7 @@ class RateLearner:
             rate = self.rates[i]
             if ceiling != self.ceiling[i] or rate is None:
                 self.ceiling[i] = ceiling
-                start = ceiling if configured == ceiling else ceiling * MARGIN
-                self.rates[i] = start if rate is None else min(rate, start)
+                self.rates[i] = ceiling if rate is None else min(rate, ceiling)
                 self.changed = True
 
     def sent(self, now: float) -> None:
@@ -141,8 +141,7 @@ class RateLearner:
                 continue
             top = self.ceiling[i]
             if top is not None:
-                cap = top if self._configured(i) == top else top * MARGIN
-                step = top * INCREASE
+                cap, step = top, top * INCREASE
             else:
                 cut = self._cut_at[i] or rate
                 cap, step = math.inf, cut * INCREASE * (0.1 if rate >= cut * MARGIN else 1.0)
