@@ -65,16 +65,27 @@ def _bot(base: str, namespace: str, case: dict[str, Any]) -> raygent.Agent:
     return raygent.agent(model=model, backend=backend, model_options=options)
 
 
-async def _run(bot: raygent.Agent, first: int, count: int, concurrency: int) -> int:
+def dropped(bot: raygent.Agent) -> int:
+    """Scheduled requests this process's rate lease dropped, sent too late (`LATE`)."""
+    backend = bot.backend
+    assert backend is not None
+    access = backend.models
+    limits = bot.model.limits()  # type: ignore[attr-defined]
+    return int(access.admissions.rate_lease(limits).stats()["dropped"])  # type: ignore[attr-defined]
+
+
+async def _run(bot: raygent.Agent, first: int, count: int, concurrency: int) -> tuple[int, int]:
     """Run items `first`..`first + count` with at most `concurrency` at once; how many
-    completed."""
+    completed, and how many scheduled requests were dropped meanwhile."""
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> bool:
         async with gate:
             return (await bot.execute(f"item {i}")).ok
 
-    return sum(await asyncio.gather(*(one(first + i) for i in range(count))))
+    before = dropped(bot)
+    done = sum(await asyncio.gather(*(one(first + i) for i in range(count))))
+    return done, dropped(bot) - before
 
 
 def driver(args: argparse.Namespace) -> None:
@@ -86,8 +97,8 @@ def driver(args: argparse.Namespace) -> None:
     print("READY", flush=True)
     sys.stdin.readline()
     started = time.time()  # wall clock: the drivers' spans are compared across processes
-    done = asyncio.run(_run(bot, args.first, args.items, args.concurrency))
-    span = {"done": done, "started": started, "ended": time.time()}
+    done, late = asyncio.run(_run(bot, args.first, args.items, args.concurrency))
+    span = {"done": done, "dropped": late, "started": started, "ended": time.time()}
     print("RESULT " + json.dumps(span), flush=True)
 
 
@@ -126,6 +137,7 @@ def _drivers(args: argparse.Namespace, base: str, namespace: str, items: int) ->
         spans.append(json.loads(out.strip().splitlines()[-1].removeprefix("RESULT ")))
     # From the first driver's first item to the last one's last (not their exits).
     args.elapsed = max(s["ended"] for s in spans) - min(s["started"] for s in spans)
+    args.dropped = sum(s["dropped"] for s in spans)
     return sum(s["done"] for s in spans)
 
 
@@ -140,7 +152,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
             asyncio.run(bot.execute("warm up"))  # the gateway and the leases, up
             asyncio.run(sim_stats(base, reset=True))
             started = time.perf_counter()
-            done = asyncio.run(_run(bot, 0, items, args.concurrency))
+            done, args.dropped = asyncio.run(_run(bot, 0, items, args.concurrency))
             args.elapsed = time.perf_counter() - started
         else:
             done = _drivers(args, base, namespace, items)
@@ -160,6 +172,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "429_share": round(limited / max(1, stats["requests"]), 4),
         "held_of_limit": round(held, 3),
         "seconds": round(args.elapsed, 2),
+        "dropped_late": args.dropped,
     }
 
 

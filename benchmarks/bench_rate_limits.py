@@ -127,7 +127,6 @@ def _on_ray(args: Any) -> None:
     """The same cases on Ray, held through the gateway's leases (`_rates_ray.py`), by
     one driver or `--drivers N` driver processes sharing the limit."""
     import _rates_ray
-
     import ray
 
     print(

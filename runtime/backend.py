@@ -64,6 +64,7 @@ from .rates import (
     RatePacer,
     RateReading,
     RateWindow,
+    crowded_pause,
     need_of,
     read_rate_headers,
 )
@@ -97,7 +98,7 @@ from .seams import (
     use_backend,
 )
 from .seams.batch import Attempt, cancelled, ended, session_of
-from .seams.rated import PROBE_WINDOW, reading_of_error
+from .seams.rated import PROBE_WINDOW, HeldBack, reading_of_error, wait_held_back
 from .tools import Tool, ToolContext, ToolTimeoutError
 from .toolsets import close_toolsets, owning_toolsets
 from .usage import Cost, Usage
@@ -134,6 +135,7 @@ __all__ = [
     "Done",
     "Feed",
     "FlowReport",
+    "HeldBack",
     "InFlight",
     "InputError",
     "Job",
@@ -184,6 +186,7 @@ __all__ = [
     "cancelled",
     "close_toolsets",
     "closing_stream",
+    "crowded_pause",
     "current_backend",
     "deliver",
     "dumps",
@@ -203,5 +206,6 @@ __all__ = [
     "session_of",
     "use_backend",
     "uses_global",
+    "wait_held_back",
     "with_lines",
 ]

@@ -242,7 +242,9 @@ class EndpointLedger:
         if report.throttled is not None:
             changed = self._throttle(report.throttled, report.observed, now)
         elif report.observed is not None:
-            self.rates.learn(report.observed, now)
+            # What went while no rate was held: answered since its last report, in flight.
+            unpaced = float(report.succeeded + self._in_flight())
+            self.rates.learn(report.observed, now, unpaced)
         if report.succeeded and self.limit < self.bound:
             self.limit = min(float(self.bound), self.limit + report.succeeded / self.limit)
         if report.succeeded:

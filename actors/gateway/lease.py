@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from raygent.backend import RateLimit, RateReading, redacting_logger
+from raygent.backend import HeldBack, RateLimit, RateReading, crowded_pause, redacting_logger
 
 from .endpoint_ledger import UNBOUNDED, Bounds, Grant, Report
 from .rate_budget import LATE, NO_RATES, Limits, Rates
@@ -86,6 +86,8 @@ class _Slice:
     failures: int = 0
     unreachable_since: float | None = None
     due: deque[float] = field(default_factory=deque)  # when each request in hand may go
+    dropped: int = 0  # scheduled requests not sent within `LATE` of their time
+    hold_off: bool = False  # limits stated, no rate held yet: wait for the gateway
 
     def _drop_late(self, wall: float) -> None:
         """Requests granted for a time long past are void (sent now, they would crowd a
@@ -95,7 +97,8 @@ class _Slice:
             due.popleft()
             late += 1
         if late:
-            self.hand = (self.hand[0] - late, *self.hand[1:])  # type: ignore[assignment]
+            self.hand = (self.hand[0] - late, *self.hand[1:])
+            self.dropped += late
 
     def next_due(self, need: Rates, wall: float) -> float | None:
         """When the hand's next scheduled request may go, if that is what it waits for."""
@@ -104,7 +107,7 @@ class _Slice:
         return None
 
     def room(self, now: float) -> int:
-        if now >= self.deadline:
+        if now >= self.deadline or self.hold_off:
             return 0
         # A rate's lease with no concurrency bound: no slot to wait for from the gateway.
         return UNBOUNDED if self.unbounded else self.grant - self.in_use
@@ -170,6 +173,7 @@ class EndpointLease:
         self._idle_timer: asyncio.TimerHandle | None = None
         self._pause_timer: asyncio.TimerHandle | None = None
         self._due_timer: asyncio.TimerHandle | None = None
+        self.held_back = HeldBack()  # requests a 429 told to wait longer than the pause
 
     # -- admission ------------------------------------------------------------------------
 
@@ -192,6 +196,17 @@ class EndpointLease:
         """Whether some gateway holds a rate for it (configured or learnt): a wait for
         its first grant, with none held, is no limit holding a request back."""
         return any(any(s.held_kinds) for s in self._slices)
+
+    def pause_after(self, retry_after: float | None, reading: RateReading | None) -> float | None:
+        """The pause a 429 with `retry_after` puts on this rate's holders: the window's
+        slack when a known limit (configured, or stated by the 429's headers) is paced
+        over windows (`crowded_pause`), else the retry-after."""
+        if retry_after is None or not self.holds_rate():
+            return retry_after
+        bounds = self._slices[0].channel.bounds
+        if any(bounds.rates) or (reading is not None and reading.limit() is not None):
+            return crowded_pause(retry_after, bounds.burst)
+        return retry_after
 
     def counts_tokens(self) -> bool:
         """Whether some gateway holds a token rate (a request then needs an estimate)."""
@@ -255,6 +270,10 @@ class EndpointLease:
             if held.observed.limit() != held.told:
                 held.urgent.set()  # the provider states other limits: tell the gateway
                 self._ensure_pump(held)
+                if held.channel.bounds.learn and not any(held.held_kinds):
+                    # Limits learnt while nothing paces: no more unpaced sends until
+                    # the gateway answers (with the rate to hold, or none).
+                    held.hold_off = True
         if was_over:
             held.urgent.set()
         self._hand_over()
@@ -453,8 +472,9 @@ class EndpointLease:
 
     async def _exchange(self, held: _Slice, wait: bool) -> None:
         sent, generation = time.monotonic(), held.generation
+        report = self._report(held)
         try:
-            grant = await held.channel.sync(self._report(held), wait)
+            grant = await held.channel.sync(report, wait)
         except GatewayUnavailable as exc:
             await self._unreachable(held, exc)
             return
@@ -463,6 +483,8 @@ class EndpointLease:
             await self._unreachable(held, exc)
             return
         held.failures, held.unreachable_since = 0, None
+        if report.observed is not None:
+            held.hold_off = False  # the gateway has heard the limits: its grant says
         if generation == held.generation:
             self._apply(held, grant, sent)
 
@@ -535,6 +557,7 @@ class EndpointLease:
             "in_use": self.in_use,
             "waiting": len(self._waiters),
             "paused_for": max(0.0, self.pause_until - now),
+            "dropped": sum(s.dropped for s in self._slices),
         }
 
 

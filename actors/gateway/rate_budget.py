@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from raygent.backend import Bucket, RateLearner, RateLimit, RateReading, RateWindow
+from raygent.backend import PROBE_WINDOW, Bucket, RateLearner, RateLimit, RateReading, RateWindow
 
 __all__ = [
     "HORIZON",
@@ -60,7 +60,7 @@ NO_LIMITS: Limits = (None, None, None, None)
 PIECE = 0.25  # seconds of a rate granted to one holder at once, at most
 HEADROOM = 0.25  # of the burst the provider allows, what the gateway's buckets hold
 HORIZON = 0.25  # seconds ahead a request may be scheduled when it is granted
-LATE = 0.1  # seconds past its time a scheduled request may still be sent
+LATE = 0.05  # seconds past its time a scheduled request may still be sent
 
 
 def _burst(per_minute: float, burst: float) -> float:
@@ -121,11 +121,12 @@ class RateBudget:
             self.learner = RateLearner(ceiling if ceiling.binds else None, now) if learn else None
         self._resize(now)
 
-    def learn(self, reading: RateReading, now: float) -> None:
-        """What a reply's headers said of the provider's limits."""
+    def learn(self, reading: RateReading, now: float, unpaced: float = 0.0) -> None:
+        """What a reply's headers said of the provider's limits (`unpaced`: requests
+        sent lately with no rate held, which a window learnt now counts)."""
         if self.learner is not None:
             self.learner.read(reading)
-            self._resize(now)
+            self._resize(now, unpaced)
 
     def throttled(
         self, reading: RateReading | None, in_flight: int, now: float, pause: float = 0.0
@@ -138,7 +139,11 @@ class RateBudget:
         # concurrency's own decrease handle those).
         stated = reading is not None and reading.limit() is not None
         if self.learner is not None and (any(self.held()) or stated):
-            self.learner.throttled(reading, in_flight, now)
+            # A window of a known limit crowded: the holders paused for its slack only.
+            retry = reading.retry_after if reading is not None else None
+            known = stated or any(self.configured)
+            crowded = known and retry is not None and retry <= self.burst
+            self.learner.throttled(reading, in_flight, now, crowded=crowded)
             self._resize(now)
         for bucket in self.buckets:
             if isinstance(bucket, RateWindow):
@@ -157,7 +162,7 @@ class RateBudget:
                 learner.succeeded(None, in_flight, now)
             self._resize(now)
 
-    def _resize(self, now: float) -> None:
+    def _resize(self, now: float, unpaced: float = 0.0) -> None:
         learnt = self.learner.rates if self.learner is not None else [None] * len(KINDS)
         for i, (configured, whole) in enumerate(zip(self.configured, learnt, strict=True)):
             per_minute = lowest(configured, None if whole is None else whole * self.share)
@@ -165,9 +170,13 @@ class RateBudget:
             seconds = self.burst if i == 0 else _burst(per_minute or 1.0, self.burst)
             if per_minute is None:
                 self.buckets[i] = None
+            elif bucket is None and i == 0:
+                window = self.buckets[i] = RateWindow(per_minute / 60, seconds, now)
+                if configured is None:
+                    # Learnt from a reply: the slow start's requests went unpaced.
+                    window.spent(max(float(PROBE_WINDOW), unpaced), now)
             elif bucket is None:
-                kind = RateWindow if i == 0 else Bucket
-                self.buckets[i] = kind(per_minute / 60, seconds, now)
+                self.buckets[i] = Bucket(per_minute / 60, seconds, now)
             elif not math.isclose(bucket.rate, per_minute / 60) or (
                 isinstance(bucket, RateWindow) and bucket.seconds != seconds
             ):

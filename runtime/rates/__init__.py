@@ -29,7 +29,7 @@ from .limits import (
     retry_after,
 )
 from .pacer import DEFAULT_PAUSE, Need, RatePacer, need_of
-from .window import FILL, RateWindow
+from .window import FILL, RateWindow, crowded_pause
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -45,6 +45,7 @@ __all__ = [
     "RateWindow",
     "SendMeter",
     "Window",
+    "crowded_pause",
     "estimate",
     "need_of",
     "output_cap",

@@ -21,9 +21,10 @@ import math
 
 from .limits import RateLimit, RateReading
 
-__all__ = ["DECREASE", "INCREASE", "MARGIN", "RateLearner", "SendMeter"]
+__all__ = ["CROWDED", "DECREASE", "INCREASE", "MARGIN", "RateLearner", "SendMeter"]
 
 DECREASE = 0.7  # a 429 keeps this share of the rate
+CROWDED = 0.9  # a 429 that says a window of a known limit was crowded keeps this share
 INCREASE = 0.01  # of the ceiling, per success
 MARGIN = 0.95  # of the rate at the last cut, past which a rate with no ceiling grows slower
 LATENCY_RISE = 2.0
@@ -114,9 +115,13 @@ class RateLearner:
     def sent(self, now: float) -> None:
         self.meter.add(now)
 
-    def throttled(self, reading: RateReading | None, in_flight: int, now: float) -> None:
+    def throttled(
+        self, reading: RateReading | None, in_flight: int, now: float, *, crowded: bool = False
+    ) -> None:
         """A 429: cut the rates the reply says are spent (all known ones when it does
-        not say), and the concurrency."""
+        not say), and the concurrency. `crowded`: a window of a known limit was crowded
+        (`raygent.rates.window.crowded_pause`): the rates are cut by `CROWDED` only, the
+        concurrency not at all (the pace, not the requests in flight, crowded it)."""
         if reading is not None:
             self.read(reading)
         spent = _spent(reading)
@@ -129,8 +134,10 @@ class RateLearner:
             if rate is None:
                 continue
             self._cut_at[i] = rate
-            self.rates[i] = max(_MIN_PER_MINUTE, rate * DECREASE)
+            self.rates[i] = max(_MIN_PER_MINUTE, rate * (CROWDED if crowded else DECREASE))
             self.changed = True
+        if crowded:
+            return
         base = self.concurrency if self.concurrency is not None else max(in_flight, 1)
         self.concurrency = max(1.0, base * DECREASE)
 

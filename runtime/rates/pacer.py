@@ -21,7 +21,7 @@ import math
 
 from .learner import RateLearner
 from .limits import RateLimit, RateReading
-from .window import RateWindow
+from .window import RateWindow, crowded_pause
 
 __all__ = ["DEFAULT_PAUSE", "MAX_PAUSE", "Need", "RatePacer", "need_of"]
 
@@ -110,15 +110,19 @@ class RatePacer:
         self._apply(now)
 
     def throttled(self, reading: RateReading | None, now: float) -> None:
-        """A 429: pause for its retry-after, empty the buckets, learn lower rates."""
+        """A 429: pause for its retry-after (for a window's slack when the limit is
+        known and paced: `crowded_pause`), empty the windows, learn lower rates."""
         self.probing = False
         self.throttles += 1
         retry = reading.retry_after if reading is not None else None
         pause = DEFAULT_PAUSE if retry is None else retry
+        crowded = self._known() and pause <= self.burst  # a window's, not a quota's
+        if crowded:
+            pause = crowded_pause(pause, self.burst)
         if pause <= MAX_PAUSE:
             self.paused_until = max(self.paused_until, now + pause)
         if self.learner is not None:
-            self.learner.throttled(reading, self.in_flight, now)
+            self.learner.throttled(reading, self.in_flight, now, crowded=crowded)
         self._apply(now)
         for bucket in self.buckets:
             if bucket is not None:
@@ -146,6 +150,16 @@ class RatePacer:
             elif not math.isclose(bucket.rate, per_minute / 60):
                 bucket.set_rate(per_minute / 60, self.burst, now)
         self._set_idle(now)
+
+    def _known(self) -> bool:
+        """Whether a held window paces under a known limit (configured, or stated by
+        the headers), not one guessed from what was sent."""
+        learner = self.learner
+        return any(
+            window is not None
+            and (self._configures(i) or (learner is not None and learner.ceiling[i] is not None))
+            for i, window in enumerate(self.buckets)
+        )
 
     def _configures(self, i: int) -> bool:
         return self.configured is not None and self.configured.per_minute[i] is not None

@@ -23,11 +23,22 @@ from __future__ import annotations
 
 from collections import deque
 
-__all__ = ["FILL", "WINDOW_FILL", "RateWindow"]
+__all__ = ["FILL", "WINDOW_FILL", "RateWindow", "crowded_pause"]
 
 FILL = 0.925  # of the rate, what sends are spaced at
 WINDOW_FILL = 0.96  # of a window's share, the most its log lets into any one window
 _EPS = 1e-9
+
+
+def crowded_pause(retry_after: float, seconds: float) -> float:
+    """How long a 429 pauses a key paced over windows of `seconds`: a retry-after no
+    longer than a window says a window was crowded (a send delayed on its way met
+    one sent on time), not that the limit is wrong; the pace already keeps the next
+    sends apart, so the key pauses for the window's slack only (the request itself
+    waits its retry-after). A longer one (a quota, an overload) is kept."""
+    if retry_after > seconds:
+        return retry_after
+    return min(retry_after, seconds * (1.0 - FILL))
 
 
 class RateWindow:

@@ -8,8 +8,8 @@ Ray (gateway actors, runners and drivers in other processes).
 from __future__ import annotations
 
 import asyncio
-import time
 import random
+import time
 from dataclasses import replace
 
 from raygent.actors import Bounds, Gateway
