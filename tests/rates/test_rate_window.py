@@ -1,12 +1,15 @@
 """`RateWindow` on a driven clock: sends spaced at `FILL` of the limit, never more than a
 window's share in any window of its length (however many ask at once, whatever was
-sent before), a schedule booked ahead, estimates settled, and a 429's pause."""
+sent before), a schedule booked ahead, estimates settled, and a 429's pause (a crowded
+window's: its slack)."""
 
 from __future__ import annotations
 
 import pytest
 
-from raygent.rates import FILL, RateWindow
+from raygent import RateLimit
+from raygent.rates import FILL, RatePacer, RateReading, RateWindow, crowded_pause, need_of
+from raygent.rates.learner import CROWDED
 
 
 def most_in_window(times: list[float], seconds: float = 1.0) -> int:
@@ -75,3 +78,25 @@ def test_a_429_moves_the_next_send_past_its_pause() -> None:
     assert window.ready_in(1.0, 0.0) == pytest.approx(2.0)
     with pytest.raises(ValueError):
         RateWindow(0.0, 1.0, now=0.0)
+
+
+def test_a_crowded_windows_429_pauses_the_key_for_its_slack_and_cuts_a_tenth() -> None:
+    """A 429 under a known limit whose retry-after is no longer than the window: a
+    window crowded by a send delayed on its way. The key pauses for the window's slack,
+    the rate is cut to 0.9, the concurrency left alone; a longer retry-after (a quota, an
+    overload) pauses it whole and cuts to 0.7."""
+    assert crowded_pause(1.0, 1.0) == pytest.approx(1.0 - FILL)
+    assert crowded_pause(0.01, 1.0) == 0.01
+    assert crowded_pause(5.0, 1.0) == 5.0
+    pacer = RatePacer(RateLimit(requests_per_minute=1200), 0.0)
+    pacer.take(need_of(0, 0), 0.0)
+    pacer.throttled(RateReading(retry_after=1.0), 0.0)
+    assert pacer.paused_until == pytest.approx(1.0 - FILL)
+    limit = pacer.limit
+    assert limit is not None and limit.requests_per_minute == pytest.approx(1200 * CROWDED)
+    assert pacer.concurrency(64) == 64
+    pacer.throttled(RateReading(retry_after=5.0), 0.0)
+    assert pacer.paused_until == pytest.approx(5.0)
+    limit = pacer.limit
+    assert limit is not None and limit.requests_per_minute == pytest.approx(1200 * 0.9 * 0.7)
+    assert pacer.concurrency(64) < 64
