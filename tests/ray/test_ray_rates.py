@@ -1,7 +1,7 @@
 """Rate limits held cluster-wide on Ray, against a simulator that enforces them as the
 providers do (buckets of a second's share, or one-second sliding windows, 429s past
-them, their headers on every reply): this process, runner actors and driver processes of their own share one
-model's rate through the gateway, learn it from the headers when nothing is
+them, their headers on every reply): this process, runner actors and driver processes
+of their own share one model's rate through the gateway, learn it from the headers when nothing is
 configured, and get a dead process's share back when its lease expires."""
 
 from __future__ import annotations
