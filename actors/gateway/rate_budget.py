@@ -60,7 +60,7 @@ NO_LIMITS: Limits = (None, None, None, None)
 PIECE = 0.25  # seconds of a rate granted to one holder at once, at most
 HEADROOM = 0.25  # of the burst the provider allows, what the gateway's buckets hold
 HORIZON = 0.25  # seconds ahead a request may be scheduled when it is granted
-LATE = 0.05  # seconds past its time a scheduled request may still be sent
+LATE = 0.1  # seconds past its time a scheduled request may still be sent
 
 
 def _burst(per_minute: float, burst: float) -> float:

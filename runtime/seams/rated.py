@@ -2,7 +2,7 @@
 for it, and what a trip met (`TripRates`).
 
 A request to a key with a rate (configured, or learnt) waits, inside its endpoint's
-concurrency bound, until its requests and estimated tokens fit the key's buckets (FIFO:
+concurrency bound, until its requests and estimated tokens fit the key's windows (FIFO:
 one waiter at a time sleeps for the head's share), goes, and is settled at its real use
 (an error reply gives back what it did not use); its reply's headers, a 429 and the
 latency teach the learner. A key with nothing configured starts *probing*: its first
@@ -126,7 +126,7 @@ class HeldRate:
             probe.set_result(None)
 
     def need(self, model: Model, messages: Sequence[Message], options: ModelOptions) -> Need:
-        """A request's need: its tokens estimated only when a token bucket is held."""
+        """A request's need: its tokens estimated only when a token window is held."""
         buckets = self.pacer.buckets
         if buckets[1] is None and buckets[2] is None and buckets[3] is None:
             return need_of(0.0, 0.0)
