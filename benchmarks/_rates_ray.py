@@ -1,14 +1,16 @@
 """The Ray half of `bench_rate_limits.py`: rate limits held through the model gateway,
 by one driver or by `--drivers N` driver processes sharing one limit.
 
-The simulator runs in its own process and enforces the limit as providers do (buckets of
-a second's share, 429 with retry-after past them, their headers on every reply). Each
+The simulator runs in its own process and enforces the limit as providers do (over
+one-second sliding windows with `--window 1`, else buckets of a second's share; 429 with
+retry-after past them, their headers on every reply). Each
 driver joins the benchmark's Ray and runs its share of the items at once, at most
 `concurrency / drivers` in flight, through `raygent.agent(...).execute` on the Ray
 backend (so its requests are admitted under its lease of the gateway's rate). Printed
 per case: items done, 429s as a share of requests, and the rate held as a share of the
 limit (requests, or admitted tokens for the tokens case), wall time from the first item
-to the last, the gateway already up.
+to the last, the gateway already up, and the scheduled requests the drivers dropped
+because they could not send them in time (`LATE`).
 
     python benchmarks/_rates_ray.py [--drivers 3] [--case rpm|tpm|learnt]
 """
