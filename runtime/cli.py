@@ -71,6 +71,12 @@ def _add_sim(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sim.add_argument(
         "--burst-seconds", type=float, default=1.0, help="rate buckets hold N seconds' share"
     )
+    sim.add_argument(
+        "--window-seconds",
+        type=float,
+        default=None,
+        help="enforce the rates over sliding windows of N seconds (N seconds' share each)",
+    )
     sim.add_argument("--context-window", type=int, default=None, help="400 beyond N tokens")
     sim.add_argument("--fault-rate", type=float, default=0.0, help="share of 500 responses")
     sim.add_argument("--seed", type=int, default=0)
@@ -273,6 +279,7 @@ def _run_sim(args: argparse.Namespace) -> int:
                 input_tokens_per_minute=args.itpm,
                 output_tokens_per_minute=args.otpm,
                 burst_seconds=args.burst_seconds,
+                window_seconds=args.window_seconds,
             ),
             context_window=args.context_window,
             fault_rate=args.fault_rate,
