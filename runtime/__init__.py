@@ -62,6 +62,7 @@ from .messages import (
 from .models import (
     AnthropicModel,
     Capabilities,
+    GeminiModel,
     Model,
     ModelOptions,
     ModelResponse,
@@ -104,6 +105,7 @@ __all__ = [
     "Executable",
     "FlowReport",
     "FlowResult",
+    "GeminiModel",
     "Goto",
     "ImagePart",
     "Memory",

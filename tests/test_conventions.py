@@ -52,6 +52,7 @@ PUBLIC_API = {
     "AgentResult",
     "AgentStream",
     "AnthropicModel",
+    "GeminiModel",
     "AssistantMessage",
     "AttachmentPolicy",
     "BatchResult",

@@ -1,5 +1,5 @@
-"""Model adapters: the contract, and the OpenAI (Chat Completions, Responses) and
-Anthropic wire formats over httpx.
+"""Model adapters: the contract, and the OpenAI (Chat Completions, Responses),
+Anthropic and Gemini (Gemini API, Vertex AI) wire formats.
 
 The contract (`contract`: the `Model` protocol, options, responses, stream chunks, tool
 specs) belongs to the base every part speaks. May import the base only.
@@ -25,6 +25,7 @@ from .contract import (
     ToolSpec,
     UsageChunk,
 )
+from .gemini import GeminiModel
 from .openai import OpenAIModel
 from .openai_responses import OpenAIResponsesModel
 
@@ -34,6 +35,7 @@ __all__ = [
     "Capabilities",
     "Done",
     "FinishReason",
+    "GeminiModel",
     "Model",
     "ModelOptions",
     "ModelResponse",

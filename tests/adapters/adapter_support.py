@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from raygent import AnthropicModel, OpenAIModel, OpenAIResponsesModel, Pricing
+from raygent import AnthropicModel, GeminiModel, OpenAIModel, OpenAIResponsesModel, Pricing
 from raygent.models._http import HTTPModel
 
 PRICING = Pricing(input_per_mtok=1.0, output_per_mtok=2.0, cached_input_per_mtok=0.5)
@@ -17,4 +17,6 @@ def make_model(provider: str, sim: Any, **kwargs: Any) -> HTTPModel:
         return OpenAIModel("sim-gpt", base_url=sim.openai_base_url, **kwargs)
     if provider == "openai_responses":
         return OpenAIResponsesModel("sim-gpt", base_url=sim.openai_base_url, **kwargs)
+    if provider == "gemini":
+        return GeminiModel("sim-gemini", base_url=sim.gemini_base_url, **kwargs)
     return AnthropicModel("sim-claude", base_url=sim.anthropic_base_url, **kwargs)

@@ -168,6 +168,7 @@ async def test_provider_options_reach_only_their_adapter(provider: str) -> None:
             "openai": {"user": "u-1"},
             "openai_responses": {"safety_identifier": "u-3"},
             "anthropic": {"metadata": {"user_id": "u-2"}},
+            "gemini": {"labels": {"user": "u-4"}},
         }
     )
     async with serve(SCRIPT) as sim:
@@ -177,6 +178,8 @@ async def test_provider_options_reach_only_their_adapter(provider: str) -> None:
         assert body["user"] == "u-1" and "metadata" not in body
     elif provider == "openai_responses":
         assert body["safety_identifier"] == "u-3" and "user" not in body and "metadata" not in body
+    elif provider == "gemini":
+        assert body["labels"] == {"user": "u-4"} and "user" not in body and "metadata" not in body
     else:
         assert body["metadata"] == {"user_id": "u-2"} and "user" not in body
 

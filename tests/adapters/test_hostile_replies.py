@@ -45,7 +45,15 @@ OK_RESPONSES = {
         }
     ],
 }
-OK = {"openai": OK_OPENAI, "openai_responses": OK_RESPONSES}
+OK_GEMINI = {
+    "candidates": [
+        {"content": {"role": "model", "parts": [{"text": "hi"}]}, "finishReason": "STOP"}
+    ],
+    "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1},
+    "modelVersion": "m",
+    "responseId": "r",
+}
+OK = {"openai": OK_OPENAI, "openai_responses": OK_RESPONSES, "gemini": OK_GEMINI}
 OK_ANTHROPIC = {
     "id": "msg_x",
     "type": "message",
@@ -78,6 +86,7 @@ class _Urls:
     def __init__(self, url: str) -> None:
         self.openai_base_url = url + "/v1"
         self.anthropic_base_url = url
+        self.gemini_base_url = url
 
 
 @pytest.fixture
@@ -157,6 +166,13 @@ STREAMS = {
         "error-event": b'event: error\ndata: {"type":"error","error":'
         b'{"type":"overloaded_error","message":"Overloaded"}}\n\n',
     },
+    "gemini": {
+        "no-done": b'data: {"candidates":[{"content":{"role":"model","parts":[{"text":"hi"}]}}]}'
+        b"\r\n\r\n",
+        "garbage": b"data: {not json\r\n\r\n",
+        "error-event": b'data: {"error": {"code": 503, "message": "The model is overloaded.",'
+        b' "status": "UNAVAILABLE"}}\r\n\r\n',
+    },
 }
 
 
@@ -180,6 +196,9 @@ async def test_a_huge_reply_is_read_whole(raw: Any, provider: str) -> None:
     elif provider == "openai_responses":
         part = {"type": "output_text", "text": text, "annotations": []}
         body = {**OK_RESPONSES, "output": [{**OK_RESPONSES["output"][0], "content": [part]}]}
+    elif provider == "gemini":
+        content = {"role": "model", "parts": [{"text": text}]}
+        body = {**OK_GEMINI, "candidates": [{"content": content, "finishReason": "STOP"}]}
     else:
         body = {**OK_ANTHROPIC, "content": [{"type": "text", "text": text}]}
     server.reply(body)
@@ -243,7 +262,7 @@ def _sse(events: list[tuple[str | None, Any]]) -> bytes:
 
 def _parse_sse(raw: str) -> list[tuple[str | None, Any]]:
     events: list[tuple[str | None, Any]] = []
-    for block in raw.strip().split("\n\n"):
+    for block in raw.replace("\r\n", "\n").strip().split("\n\n"):
         lines = dict(line.split(": ", 1) for line in block.split("\n"))
         data = lines["data"]
         events.append((lines.get("event"), data if data == "[DONE]" else json.loads(data)))
@@ -285,6 +304,8 @@ async def _sample(provider: str, stream: bool) -> Any:
         )
         body = model.request_body(HELLO, options, stream=stream)  # type: ignore[attr-defined]
         path = _PATHS.get(provider, "/v1/messages")
+        if provider == "gemini":
+            path = model.request_path(stream=stream)  # type: ignore[attr-defined]
         async with httpx.AsyncClient(base_url=sim.url) as http:
             resp = await http.post(path, json=body)
     return _parse_sse(resp.text) if stream else resp.json()
