@@ -478,7 +478,9 @@ class HTTPModel(Wire):
     def _url(self, path: str) -> str:
         url = self._urls.get(path)
         if url is None:
-            url = self._urls[path] = self.base_url + path
+            # A whole URL (another host of the provider's: an upload URL, a bucket) as is.
+            whole = path.startswith(("https://", "http://"))
+            url = path if whole else self._urls.setdefault(path, self.base_url + path)
         return url
 
     def _request_headers(self) -> dict[str, str]:

@@ -47,6 +47,7 @@ __all__ = ["GeminiModel", "GeminiSettings"]
 GeminiTier = Literal["flex", "standard", "priority"]
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 _API_URL = "https://generativelanguage.googleapis.com"
+_STORAGE_URL = "https://storage.googleapis.com"
 _THINKING = re.compile(r"(^|/)gemini-(2\.5|[3-9])")
 _NO_OPTIONS = ModelOptions()
 # Vertex AI's way to ask for a tier (the body's `serviceTier` is the Gemini API's).
@@ -59,8 +60,10 @@ class GeminiSettings(ModelSettings, total=False):
     google-auth `Credentials`; default: google-auth's default chain, as Google's own
     libraries find them), `api_version` ("v1beta" on the Gemini API, "v1" on Vertex
     AI), `service_tier` ("flex", "standard", "priority", or a `raygent.Tier` with a
-    fallback) and `cached_content` (an explicit cache, `cachedContents/...`, every
-    request reads)."""
+    fallback), `cached_content` (an explicit cache, `cachedContents/...`, every
+    request reads), and for Vertex AI's batch prediction `batch_bucket` (a
+    `gs://bucket/prefix` its lines and results go in) and `storage_url` (Cloud
+    Storage's JSON API, default `https://storage.googleapis.com`)."""
 
     vertex: bool
     project: str | None
@@ -69,6 +72,8 @@ class GeminiSettings(ModelSettings, total=False):
     api_version: str | None
     service_tier: GeminiTier | Tier | None
     cached_content: str | None
+    batch_bucket: str | None
+    storage_url: str | None
 
 
 class GeminiModel(HTTPModel):
@@ -107,6 +112,8 @@ class GeminiModel(HTTPModel):
         self.default_max_tokens = default_max_tokens
         self.service_tier = settings.get("service_tier")
         self.cached_content = settings.get("cached_content")
+        self.batch_bucket = settings.get("batch_bucket")
+        self.storage_url = settings.get("storage_url") or _STORAGE_URL
         self.api_version = settings.get("api_version") or ("v1" if vertex else "v1beta")
         self._credentials = settings.get("credentials")
         self._own_credentials = self._credentials is None  # found by the default chain
@@ -207,8 +214,15 @@ class GeminiModel(HTTPModel):
 
     def batch_api(self) -> BatchAPI | None:
         """The Gemini API's batch mode (inline or through the Files API), or Vertex AI
-        batch prediction over Cloud Storage."""
-        return None
+        batch prediction over Cloud Storage (None without a `batch_bucket`: nowhere to
+        put its lines)."""
+        from .gemini_batch import GeminiBatchAPI, VertexBatchAPI
+
+        if not self.vertex:
+            return GeminiBatchAPI(self)
+        if not self.batch_bucket:
+            return None
+        return VertexBatchAPI(self, self.batch_bucket, self.storage_url)
 
     def _priced(self, usage: Usage, *, batch: bool = False, tier: str | None = None) -> Usage:
         # By prompt length where Gemini prices so; priority (unlisted) at its multiplier.
