@@ -5,10 +5,10 @@ The simulator runs in its own process with a fixed latency; each client keeps ex
 machine noise hits every client alike; the median round is reported, with the CPU time
 each request cost the client process. The figures that matter are the ratio of each
 adapter (complete and stream, every wire: OpenAI, Responses, Anthropic, Gemini) to the
-hand-written aiohttp loop posting the same body to the same endpoint, measured in the same run (target >= 0.95), and the CPU
-each request costs beside the loop's. Each adapter call carries an abort signal, as an
-agent's calls do. It uses the public API only, so it runs unchanged
-on older commits (to compare before and after).
+hand-written aiohttp loop posting the same body to the same endpoint, measured in the
+same run (target >= 0.95), and the CPU each request costs beside the loop's. Each
+adapter call carries an abort signal, as an agent's calls do. It uses the public API
+only, so it runs unchanged on older commits (to compare before and after).
 
     python benchmarks/bench_adapter_throughput.py
 """
