@@ -27,7 +27,10 @@ from ._batch_wire import BatchState, LineResult
 from .batch_api import cancel_batch
 
 if TYPE_CHECKING:
-    from .gemini import GeminiModel
+    # A `gemini.GeminiModel` (which makes these APIs: not imported, so that the two
+    # modules do not import each other): its `api_version`, `project`, `location` and
+    # the skeleton's calls.
+    GeminiModel = Any
 
 __all__ = ["GeminiBatchAPI", "VertexBatchAPI"]
 
