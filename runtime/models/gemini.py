@@ -28,6 +28,7 @@ from ..errors import (
     ServerError,
 )
 from ..messages import Message
+from ..redaction import register_secret
 from ..usage import Usage
 from . import _gemini_errors as errors
 from . import _gemini_prices as prices
@@ -269,6 +270,8 @@ class GeminiModel(HTTPModel):
         if credentials is None or not credentials.valid:
             # google-auth refreshes over blocking HTTP: off the event loop.
             credentials = await asyncio.to_thread(self._refreshed)
+            if credentials.token:  # kept out of every error, as the API key is
+                register_secret(credentials.token, self)
         request.headers["authorization"] = f"Bearer {credentials.token}"
         # The project, when the credentials bill another (a user's ADC login).
         quota = getattr(credentials, "quota_project_id", None)

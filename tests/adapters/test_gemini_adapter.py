@@ -487,3 +487,11 @@ def test_every_body_validates_against_the_sdk_types(name: str, endpoint_name: st
     for stream in (False, True):
         assert_sdk_body(model.request_body(messages, options, stream=stream))
     assert_sdk_body(model.batch_body(messages, options))
+
+
+async def test_a_jobs_estimate_is_priced_from_genai_prices(endpoint: str) -> None:
+    async with serve([Rule(reply=Reply(text="fine"))], api_key=KEY) as sim:
+        bot = raygent.agent(model=model_on(sim, endpoint))
+        guess = await raygent.estimate(bot, [f"q{i}" for i in range(20)], sample=4, seed=1)
+    assert guess.sample == 4 and guess.items == 20 and guess.requests == 20
+    assert guess.cost_usd is not None and guess.cost_usd > 0
