@@ -100,9 +100,11 @@ async def run_demo(
     items: int | None = None,
     out: str | Path | None = None,
     concurrency: int = 64,
+    provider: str = "openai",
 ) -> BatchResult:
     """Run the demo against an in-process simulator; return the batch's result. It writes
-    under `out` (a new temporary folder by default), and says where."""
+    under `out` (a new temporary folder by default), and says where. `provider`: the
+    wire the bulk run speaks, "openai" or "gemini"."""
     print("raygent demo: the model here is the built-in provider SIMULATOR, not a real LLM.")
     folder = (
         _fresh(Path(out)) if out is not None else Path(tempfile.mkdtemp(prefix="raygent-demo-"))
@@ -115,7 +117,7 @@ async def run_demo(
     sink = folder / "results.jsonl"
     async with serve(_script(cities), latency=latency) as sim:
         print(f"  simulator at {sim.url} (OpenAI, Anthropic and Gemini wire formats)\n")
-        forecaster = _forecaster(sim.openai_base_url, folder / "sessions.db")
+        forecaster = _forecaster(sim, provider, folder / "sessions.db")
         # The bulk run's runners start while the first run streams (as a long-lived
         # driver's are up already): the bulk run's time is the batch's, not a start-up's.
         starting = asyncio.ensure_future(_start_runners(forecaster, concurrency))
@@ -215,10 +217,24 @@ def _fresh(out: Path) -> Path:
     return folder
 
 
-def _forecaster(base_url: str, sessions: Path) -> Agent:
-    model = OpenAIModel(
-        "sim-gpt", base_url=base_url, api_key="sk-demo", pricing=DEMO_PRICING, max_concurrency=BOUND
-    )
+def _forecaster(sim: Any, provider: str, sessions: Path) -> Agent:
+    model: OpenAIModel | GeminiModel
+    if provider == "gemini":
+        model = GeminiModel(
+            "sim-gemini",
+            base_url=sim.gemini_base_url,
+            api_key="demo",
+            pricing=DEMO_PRICING,
+            max_concurrency=BOUND,
+        )
+    else:
+        model = OpenAIModel(
+            "sim-gpt",
+            base_url=sim.openai_base_url,
+            api_key="sk-demo",
+            pricing=DEMO_PRICING,
+            max_concurrency=BOUND,
+        )
     return agent(
         "forecaster",
         model=model,
