@@ -2,8 +2,8 @@
 
 A job of `--items` agent runs with a tool round (two trips an item) runs online, then
 through each provider's batch API (OpenAI chat completions, OpenAI responses,
-Anthropic message batches), on the simulator in its own process (so its CPU is not the
-driver's), on the local backend and, with `--ray`, on Ray (batch runners).
+Anthropic message batches, Gemini's batch mode), on the simulator in its own process (so
+its CPU is not the driver's), on the local backend and, with `--ray`, on Ray (batch runners).
 
 1. HTTP calls per item besides the lines themselves (uploads, creates, polls,
    downloads, amortised). Goal: <= 0.01 at 2,000 items.
@@ -12,7 +12,7 @@ driver's), on the local backend and, with `--ray`, on Ray (batch runners).
    the job's one pool), the median of `--rounds` interleaved runs. Goal: <= 1.0x.
 3. The cost ratio: the batch job's cost over the same job's online. Goal: 0.5.
 
-    python benchmarks/bench_provider_batch.py [--items 2000] [--ray] [--rounds 3]
+    python benchmarks/bench_provider_batch.py [--items 2000] [--ray] [--rounds 3] [--apis ...]
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from typing import Any
 from _sim_process import sim_process, sim_stats
 
 import raygent
-from raygent import AnthropicModel, OpenAIModel, OpenAIResponsesModel, Pricing
+from raygent import AnthropicModel, GeminiModel, OpenAIModel, OpenAIResponsesModel, Pricing
 from raygent.seams.contract import Backend
 from raygent.seams.local import LOCAL
 
 SCRIPT = str(Path(__file__).with_name("provider_batch_script.yaml"))
 PRICING = Pricing(input_per_mtok=1.0, output_per_mtok=2.0)
-APIS = ("chat", "responses", "anthropic")
+APIS = ("chat", "responses", "anthropic", "gemini")
 
 
 @raygent.tool
@@ -49,6 +49,8 @@ def model_for(api: str, url: str) -> Any:
         return OpenAIModel("gpt-4o-mini", base_url=url + "/v1", **common)
     if api == "responses":
         return OpenAIResponsesModel("gpt-4o-mini", base_url=url + "/v1", **common)
+    if api == "gemini":
+        return GeminiModel("gemini-2.5-flash", base_url=url, **common)
     return AnthropicModel("claude-sonnet-4-5", base_url=url, **common)
 
 
@@ -83,6 +85,7 @@ async def main() -> None:
     parser.add_argument("--items", type=int, default=2000)
     parser.add_argument("--ray", action="store_true", help="also on Ray (batch runners)")
     parser.add_argument("--rounds", type=int, default=3, help="median of this many runs")
+    parser.add_argument("--apis", nargs="+", choices=APIS, default=list(APIS))
     args = parser.parse_args()
     backends: list[tuple[str, Backend]] = [("local", LOCAL)]
     if args.ray:
@@ -94,7 +97,7 @@ async def main() -> None:
     print(header)
     with sim_process("--script", SCRIPT) as url:
         for name, backend in backends:
-            for api in APIS:
+            for api in args.apis:
                 onlines, batches = [], []
                 for _ in range(args.rounds):  # interleaved: the machine's noise hits both
                     onlines.append(await run(api, url, args.items, backend, by_batch=False))
@@ -113,7 +116,7 @@ async def main() -> None:
                 )
     print("goals: calls/item <= 0.01, CPU batch/online <= 1.0x, cost ratio 0.5")
     print("reproduce: python benchmarks/bench_provider_batch.py --items", args.items,
-          "--ray" if args.ray else "")  # fmt: skip
+          "--ray" if args.ray else "", "--apis", *args.apis)  # fmt: skip
 
 
 if __name__ == "__main__":
