@@ -4,12 +4,13 @@ The simulator runs in its own process with a fixed latency; each client keeps ex
 `--inflight` requests open until `--requests` are done. Rounds are interleaved so that
 machine noise hits every client alike; the median round is reported, with the CPU time
 each request cost the client process. The figures that matter are the ratio of each
-adapter (complete and stream, every wire) to the hand-written aiohttp loop posting the
-same body to the same endpoint, measured in the same run (target >= 0.95), and the CPU
-each request costs beside the loop's. Bedrock's loop signs each request with botocore's
-SigV4, as the adapter does (the simulator checks every signature's form). Each adapter
-call carries an abort signal, as an agent's calls do. It uses the public API only, so
-it runs unchanged on older commits (to compare before and after).
+adapter (complete and stream, every wire: OpenAI, Responses, Anthropic, Gemini, Bedrock)
+to the hand-written aiohttp loop posting the same body to the same endpoint, measured in
+the same run (target >= 0.95), and the CPU each request costs beside the loop's.
+Bedrock's loop signs each request with botocore's SigV4, as the adapter does (the
+simulator checks every signature's form). Each adapter call carries an abort signal, as
+an agent's calls do. It uses the public API only, so it runs unchanged on older commits
+(to compare before and after).
 
     python benchmarks/bench_adapter_throughput.py
 """
@@ -35,6 +36,7 @@ from raygent import (
     AbortController,
     AnthropicModel,
     BedrockModel,
+    GeminiModel,
     OpenAIModel,
     OpenAIResponsesModel,
     UserMessage,
@@ -115,7 +117,11 @@ async def run(args: argparse.Namespace, base: str) -> None:
     responses_body = json.dumps(responses.request_body(MESSAGES, None, stream=False)).encode()
     openai_body = json.dumps(openai.request_body(MESSAGES, None, stream=False)).encode()
     anthropic_body = json.dumps(anthropic.request_body(MESSAGES, None, stream=False)).encode()
+    gemini = GeminiModel("gemini-2.5-flash", base_url=base, api_key="gemini-bench")
+    gemini_body = json.dumps(gemini.request_body(MESSAGES, None, stream=False)).encode()
+    gemini_url = base + "/v1beta/models/gemini-2.5-flash:generateContent"
     json_headers = {"content-type": "application/json"}
+    gemini_headers = {**json_headers, "x-goog-api-key": "gemini-bench"}
     # Every call under an abort signal, as an agent's run makes them (never fired).
     signal = AbortController().signal
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
@@ -155,6 +161,12 @@ async def run(args: argparse.Namespace, base: str) -> None:
         ),
         "BedrockModel.complete": (completing(bedrock), args.requests),
         "BedrockModel.stream": (streaming(bedrock), args.requests),
+        "aiohttp loop, Gemini body (baseline)": (
+            aiohttp_call(session, gemini_url, gemini_body, gemini_headers),
+            args.requests,
+        ),
+        "GeminiModel.complete": (completing(gemini), args.requests),
+        "GeminiModel.stream": (streaming(gemini), args.requests),
     }
     if args.with_plain_httpx:
         clients["plain httpx.AsyncClient (default pool)"] = (
@@ -173,7 +185,7 @@ async def run(args: argparse.Namespace, base: str) -> None:
 
 
 def _wire(name: str) -> str:
-    return next((w for w in ("Anthropic", "Responses", "Bedrock") if w in name), "OpenAI")
+    return next((w for w in ("Anthropic", "Responses", "Gemini", "Bedrock") if w in name), "OpenAI")
 
 
 def report(args: argparse.Namespace, results: dict[str, list[tuple[float, float]]]) -> None:

@@ -2,9 +2,10 @@
 
 A job of `--items` agent runs with a tool round (two trips an item) runs online, then
 through each provider's batch API (OpenAI chat completions, OpenAI responses,
-Anthropic message batches, Bedrock batch inference jobs: their records in S3 from moto's
-server in this process), on the simulator in its own process (so its CPU is not the
-driver's), on the local backend and, with `--ray`, on Ray (batch runners).
+Anthropic message batches, Gemini's batch mode, Bedrock batch inference jobs: their
+records in S3 from moto's server in this process), on the simulator in its own process
+(so its CPU is not the driver's), on the local backend and, with `--ray`, on Ray (batch
+runners).
 
 1. HTTP calls per item besides the lines themselves (uploads, creates, polls,
    downloads, amortised). Goal: <= 0.01 at 2,000 items.
@@ -32,14 +33,21 @@ from typing import Any
 from _sim_process import sim_process, sim_stats
 
 import raygent
-from raygent import AnthropicModel, BedrockModel, OpenAIModel, OpenAIResponsesModel, Pricing
+from raygent import (
+    AnthropicModel,
+    BedrockModel,
+    GeminiModel,
+    OpenAIModel,
+    OpenAIResponsesModel,
+    Pricing,
+)
 from raygent.models import BedrockBatch
 from raygent.seams.contract import Backend
 from raygent.seams.local import LOCAL
 
 SCRIPT = str(Path(__file__).with_name("provider_batch_script.yaml"))
 PRICING = Pricing(input_per_mtok=1.0, output_per_mtok=2.0)
-APIS = ("chat", "responses", "anthropic", "bedrock")
+APIS = ("chat", "responses", "anthropic", "gemini", "bedrock")
 BUCKET = "raygent-bench"
 # Bedrock's jobs: S3 from moto's server (its URL set by `s3_server`).
 S3: dict[str, str] = {}
@@ -99,6 +107,8 @@ def model_for(api: str, url: str) -> Any:
             batch=jobs,
             **common,
         )
+    if api == "gemini":
+        return GeminiModel("gemini-2.5-flash", base_url=url, **common)
     return AnthropicModel("claude-sonnet-4-5", base_url=url, **common)
 
 

@@ -98,6 +98,12 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.add_argument("--items", type=int, default=None, help="only the first N questions")
     demo.add_argument("--concurrency", type=int, default=64, help="questions at a time")
     demo.add_argument(
+        "--provider",
+        choices=("openai", "gemini"),
+        default="openai",
+        help="the wire the bulk run speaks (the simulator speaks each)",
+    )
+    demo.add_argument(
         "--out",
         default=None,
         help="folder for results.jsonl and sessions.db (default: a new temporary folder)",
@@ -248,6 +254,7 @@ def _run_demo(args: argparse.Namespace) -> int:
             items=args.items,
             out=args.out,
             concurrency=args.concurrency,
+            provider=args.provider,
         )
     )
     return 0 if result.ok else 1

@@ -53,6 +53,7 @@ PUBLIC_API = {
     "AgentStream",
     "AnthropicModel",
     "BedrockModel",
+    "GeminiModel",
     "AssistantMessage",
     "AttachmentPolicy",
     "BatchResult",

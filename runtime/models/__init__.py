@@ -1,5 +1,5 @@
 """Model adapters: the contract, and the OpenAI (Chat Completions, Responses),
-Anthropic and Bedrock (Converse) wire formats over HTTP.
+Anthropic, Gemini (Gemini API, Vertex AI) and Bedrock (Converse) wire formats over HTTP.
 
 The contract (`contract`: the `Model` protocol, options, responses, stream chunks, tool
 specs) belongs to the base every part speaks. May import the base only.
@@ -26,6 +26,7 @@ from .contract import (
     ToolSpec,
     UsageChunk,
 )
+from .gemini import GeminiModel
 from .openai import OpenAIModel
 from .openai_responses import OpenAIResponsesModel
 
@@ -37,6 +38,7 @@ __all__ = [
     "Capabilities",
     "Done",
     "FinishReason",
+    "GeminiModel",
     "Model",
     "ModelOptions",
     "ModelResponse",

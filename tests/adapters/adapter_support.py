@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from raygent import AnthropicModel, BedrockModel, OpenAIModel, OpenAIResponsesModel, Pricing
+from raygent import (
+    AnthropicModel,
+    BedrockModel,
+    GeminiModel,
+    OpenAIModel,
+    OpenAIResponsesModel,
+    Pricing,
+)
 from raygent.models._http import HTTPModel
 from raygent.sim._bedrock_auth import TEST_CREDENTIALS
 
@@ -22,6 +29,8 @@ def make_model(provider: str, sim: Any, **kwargs: Any) -> HTTPModel:
         return OpenAIModel("sim-gpt", base_url=sim.openai_base_url, **kwargs)
     if provider == "openai_responses":
         return OpenAIResponsesModel("sim-gpt", base_url=sim.openai_base_url, **kwargs)
+    if provider == "gemini":
+        return GeminiModel("sim-gemini", base_url=sim.gemini_base_url, **kwargs)
     return AnthropicModel("sim-claude", base_url=sim.anthropic_base_url, **kwargs)
 
 

@@ -173,6 +173,7 @@ async def test_provider_options_reach_only_their_adapter(provider: str) -> None:
             "openai_responses": {"safety_identifier": "u-3"},
             "anthropic": {"metadata": {"user_id": "u-2"}},
             "bedrock": {"requestMetadata": {"user": "u-4"}},
+            "gemini": {"labels": {"user": "u-4"}},
         }
     )
     async with serve(SCRIPT) as sim:
@@ -184,6 +185,8 @@ async def test_provider_options_reach_only_their_adapter(provider: str) -> None:
         assert body["safety_identifier"] == "u-3" and "user" not in body and "metadata" not in body
     elif provider == "bedrock":
         assert body["requestMetadata"] == {"user": "u-4"} and "metadata" not in body
+    elif provider == "gemini":
+        assert body["labels"] == {"user": "u-4"} and "user" not in body and "metadata" not in body
     else:
         assert body["metadata"] == {"user_id": "u-2"} and "user" not in body
 

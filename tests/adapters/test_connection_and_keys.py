@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 from adapter_support import make_model
 
-from raygent import AnthropicModel, BedrockModel, OpenAIModel, OpenAIResponsesModel, UserMessage
+from raygent import (
+    AnthropicModel,
+    BedrockModel,
+    GeminiModel,
+    OpenAIModel,
+    OpenAIResponsesModel,
+    UserMessage,
+)
 from raygent.errors import (
     AuthenticationError,
     OfflineError,
@@ -29,6 +36,7 @@ class _Urls:
         self.openai_base_url = url + "/v1"
         self.anthropic_base_url = url
         self.url = url  # Bedrock's endpoint
+        self.gemini_base_url = url
 
 
 def _closed_port() -> int:
@@ -102,6 +110,7 @@ MODELS = {
     "openai": (OpenAIModel, "gpt-4o-mini", "OPENAI_API_KEY"),
     "openai_responses": (OpenAIResponsesModel, "gpt-4o-mini", "OPENAI_API_KEY"),
     "anthropic": (AnthropicModel, "claude-sonnet-4-5", "ANTHROPIC_API_KEY"),
+    "gemini": (GeminiModel, "gemini-2.5-flash", "GEMINI_API_KEY"),
 }
 
 
@@ -112,6 +121,7 @@ async def test_a_missing_key_is_said_before_any_io(
 ) -> None:
     cls, name, variable = MODELS[provider]
     monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     if not offline:
         monkeypatch.delenv("RAYGENT_OFFLINE")
     model = cls(name)
@@ -146,7 +156,9 @@ async def test_no_key_is_needed_by_a_server_of_ones_own(provider: str) -> None:
         reply = await make_model(provider, sim, api_key=None).complete(HELLO)
         assert reply.text
         cls, name, _ = MODELS[provider]
-        url = sim.anthropic_base_url if provider == "anthropic" else sim.openai_base_url
+        url = {"anthropic": sim.anthropic_base_url, "gemini": sim.gemini_base_url}.get(
+            provider, sim.openai_base_url
+        )
         reply = await cls(name, base_url=url).complete(HELLO)
         assert reply.text
 

@@ -53,7 +53,20 @@ OK_BEDROCK = {
     "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2},
     "metrics": {"latencyMs": 1},
 }
-OK = {"openai": OK_OPENAI, "openai_responses": OK_RESPONSES, "bedrock": OK_BEDROCK}
+OK_GEMINI = {
+    "candidates": [
+        {"content": {"role": "model", "parts": [{"text": "hi"}]}, "finishReason": "STOP"}
+    ],
+    "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1},
+    "modelVersion": "m",
+    "responseId": "r",
+}
+OK = {
+    "openai": OK_OPENAI,
+    "openai_responses": OK_RESPONSES,
+    "bedrock": OK_BEDROCK,
+    "gemini": OK_GEMINI,
+}
 OK_ANTHROPIC = {
     "id": "msg_x",
     "type": "message",
@@ -87,6 +100,7 @@ class _Urls:
         self.openai_base_url = url + "/v1"
         self.anthropic_base_url = url
         self.url = url  # Bedrock's endpoint
+        self.gemini_base_url = url
 
 
 @pytest.fixture
@@ -173,6 +187,13 @@ STREAMS = {
         "garbage": frames.event("messageStart", {"role": "assistant"})[:-1] + b"\x00",
         "error-event": frames.exception("modelStreamErrorException", {"message": "Overloaded"}),
     },
+    "gemini": {
+        "no-done": b'data: {"candidates":[{"content":{"role":"model","parts":[{"text":"hi"}]}}]}'
+        b"\r\n\r\n",
+        "garbage": b"data: {not json\r\n\r\n",
+        "error-event": b'data: {"error": {"code": 503, "message": "The model is overloaded.",'
+        b' "status": "UNAVAILABLE"}}\r\n\r\n',
+    },
 }
 
 
@@ -199,6 +220,9 @@ async def test_a_huge_reply_is_read_whole(raw: Any, provider: str) -> None:
     elif provider == "bedrock":
         message = {"role": "assistant", "content": [{"text": text}]}
         body = {**OK_BEDROCK, "output": {"message": message}}
+    elif provider == "gemini":
+        content = {"role": "model", "parts": [{"text": text}]}
+        body = {**OK_GEMINI, "candidates": [{"content": content, "finishReason": "STOP"}]}
     else:
         body = {**OK_ANTHROPIC, "content": [{"type": "text", "text": text}]}
     server.reply(body)
@@ -262,7 +286,7 @@ def _sse(events: list[tuple[str | None, Any]]) -> bytes:
 
 def _parse_sse(raw: str) -> list[tuple[str | None, Any]]:
     events: list[tuple[str | None, Any]] = []
-    for block in raw.strip().split("\n\n"):
+    for block in raw.replace("\r\n", "\n").strip().split("\n\n"):
         lines = dict(line.split(": ", 1) for line in block.split("\n"))
         data = lines["data"]
         events.append((lines.get("event"), data if data == "[DONE]" else json.loads(data)))
@@ -332,6 +356,8 @@ async def _sample(provider: str, stream: bool) -> Any:
         )
         body = model.request_body(HELLO, options, stream=stream)  # type: ignore[attr-defined]
         path = _PATHS.get(provider, "/v1/messages")
+        if provider == "gemini":
+            path = model.request_path(stream=stream)  # type: ignore[attr-defined]
         async with httpx.AsyncClient(base_url=sim.url) as http:
             resp = await http.post(path, json=body)
     return _parse_sse(resp.text) if stream else resp.json()

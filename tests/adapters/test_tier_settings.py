@@ -42,6 +42,7 @@ CLASSES: dict[str, type[HTTPModel]] = {
     "openai": raygent.OpenAIModel,
     "openai_responses": raygent.OpenAIResponsesModel,
     "anthropic": raygent.AnthropicModel,
+    "gemini": raygent.GeminiModel,
 }
 
 

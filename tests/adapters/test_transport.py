@@ -53,6 +53,7 @@ class _Urls:
         self.openai_base_url = url + "/v1"
         self.anthropic_base_url = url
         self.url = url  # Bedrock's endpoint
+        self.gemini_base_url = url
 
 
 async def test_replies_whole_and_streamed(provider: str, way: str) -> None:
