@@ -114,13 +114,15 @@ class TripReport(BaseModel):
 
 
 class AgentReport(BaseModel):
-    """Everything one run did. `session_id` is stamped on every node, nested runs included."""
+    """Everything one run did. `session_id` is stamped on every node, nested runs included;
+    `tenant`: the name of the tenant the run was for (`raygent.Tenant`)."""
 
     model_config = ConfigDict(extra="forbid")
     run_id: str
     root_run_id: str
     parent_run_id: str | None = None
     session_id: str | None = None
+    tenant: str | None = None
     name: str
     version: str | None = None
     status: RunStatus = "completed"
