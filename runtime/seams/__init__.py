@@ -50,9 +50,9 @@ from .contract import (
     ProviderBatchPool,
     ToolExecution,
 )
+from .fair_share import TenantAdmissions
 from .link import DIRECT, closing_stream
 from .local import LOCAL, LocalAdmissions, LocalModelAccess, LocalToolExecution
-from .fair_share import TenantAdmissions
 from .registry import backend_plugin, current_backend, init, register_tenant, use_backend
 from .request import ModelRequest, RequestContext, RequestRecord, Route, Tenant
 from .request_path import Link, request_path

@@ -217,7 +217,7 @@ class TenantAdmissions:
         if per_loop is None:
             per_loop = self._holds[loop] = {}
         hold = per_loop.get(tenant.name)
-        if hold is None or hold.tenant is not tenant and _differs(hold.tenant, tenant):
+        if hold is None or (hold.tenant is not tenant and _differs(hold.tenant, tenant)):
             hold = per_loop[tenant.name] = _TenantHold(tenant)
         return hold
 

@@ -20,8 +20,8 @@ import pytest
 
 import raygent
 from raygent import Budget, OpenAIModel, Tenant
-from raygent.stores import SQLiteStore
 from raygent.sim import Latency, Reply, Rule, Simulator, serve
+from raygent.stores import SQLiteStore
 
 BOUND = 16
 DRIVER = Path(__file__).with_name("tenant_driver.py")
@@ -129,7 +129,9 @@ async def test_a_tenant_by_name_and_an_unknown_name(backend_kind: str, tmp_path:
         async for _ in streamed:
             pass
         result = await streamed.result
-        remembering = raygent.agent(model=_model(sim), memory=raygent.Memory(SQLiteStore(tmp_path / "s.db")))
+        remembering = raygent.agent(
+            model=_model(sim), memory=raygent.Memory(SQLiteStore(tmp_path / "s.db"))
+        )
         session = await remembering.session(f"s-{name}").execute("hi", tenant=name)
         sent = sim.stats().requests
     assert ok.ok and ok.report.tenant == name
