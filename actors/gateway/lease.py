@@ -144,6 +144,9 @@ class EndpointLease:
         self._idle_at: float | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._pause_timer: asyncio.TimerHandle | None = None
+        # The tenants it has admitted for, by name, with their weights (`sends.admitted`):
+        # the gateway weighs its share of the bound by them.
+        self.tenants: dict[str, float] = {}
 
     # -- admission ------------------------------------------------------------------------
 
@@ -329,6 +332,7 @@ class EndpointLease:
             wanted=wanted,
             settled=held.settled,
             observed=self._news(held),
+            tenants=tuple(self.tenants.items()),
         )
         held.succeeded, held.throttled, held.settled = 0, None, NO_RATES
         return report

@@ -96,6 +96,8 @@ async def admitted(
 ) -> LeasedAdmission:
     """`request` admitted: a slot first, then the rate budget (see the module docstring)."""
     signal = request.signal
+    tenant = request.context.tenant  # the lease asks for its tenants' weights together
+    lease.tenants[tenant.name if tenant else ""] = tenant.weight if tenant else 1.0
     slot = await _ticket(lease, ONE_REQUEST, signal)
     if rates is None:
         return LeasedAdmission(request, lease, slot, None, None, 0.0)
