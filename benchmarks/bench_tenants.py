@@ -123,7 +123,7 @@ def driver(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(asyncio.run(main())), flush=True)
 
 
-async def on_ray(args: argparse.Namespace) -> None:
+def on_ray(args: argparse.Namespace) -> None:
     import ray
 
     import raygent
@@ -182,7 +182,8 @@ async def on_ray(args: argparse.Namespace) -> None:
     heavy = counts["heavy-1"] + counts["heavy-2"]
     ratio = heavy / light
     print(
-        f"ray, 3 drivers: while all busy ({busy:.2f}s, from each one's first reply) light {light}, heavy {heavy} {counts}"
+        f"ray, 3 drivers: while all busy ({busy:.2f}s, from each one's first reply)"
+        f" light {light}, heavy {heavy} {counts}"
     )
     print(
         f"  heavy/light = {ratio:.3f} (target 3 ± 0.3)  {'OK' if abs(ratio - 3) <= 0.3 else 'MISS'}"
@@ -213,7 +214,7 @@ def main() -> None:
     if not args.no_local:
         asyncio.run(local(args))
     if not args.no_ray:
-        asyncio.run(on_ray(args))
+        on_ray(args)
 
 
 if __name__ == "__main__":
