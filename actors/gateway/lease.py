@@ -335,6 +335,8 @@ class EndpointLease:
             tenants=tuple(self.tenants.items()),
         )
         held.succeeded, held.throttled, held.settled = 0, None, NO_RATES
+        if not self.in_use and not self._waiters:
+            self.tenants.clear()  # idle: the next requests say whom it serves
         return report
 
     @staticmethod
