@@ -17,7 +17,10 @@ from ..rates import Bucket, estimate
 from .access import Admission, Admissions
 from .request import ModelRequest, Tenant
 
-__all__ = ["FairShare", "TenantAdmissions"]
+__all__ = ["NO_TENANT", "FairShare", "TenantAdmissions"]
+
+# Requests with no tenant, where tenants share their endpoint: one tenant of weight 1.
+NO_TENANT = Tenant("(no tenant)")
 
 
 class FairShare:
@@ -155,7 +158,7 @@ class _TenantAdmission:
 
     __slots__ = ("_hold", "_inner", "_share", "rate_wait")
 
-    def __init__(self, inner: Admission, share: FairShare | None, hold: _TenantHold) -> None:
+    def __init__(self, inner: Admission, share: FairShare | None, hold: _TenantHold | None) -> None:
         self._inner, self._share, self._hold = inner, share, hold
         self.rate_wait = inner.rate_wait
 
@@ -172,12 +175,14 @@ class _TenantAdmission:
         self._inner.done()
         if self._share is not None:
             self._share.release()
-        self._hold.release()
+        if self._hold is not None:
+            self._hold.release()
 
 
 class TenantAdmissions:
-    """A backend's `Admissions` with tenants in front (see the module docstring): a
-    request with no tenant goes straight to `inner`."""
+    """A backend's `Admissions` with tenants in front (see the module docstring). A
+    request with no tenant goes straight to `inner`, unless tenants share its endpoint
+    in this event loop: then it takes its turn among them as a tenant of weight 1."""
 
     __slots__ = ("_holds", "_shares", "inner")
 
@@ -193,7 +198,7 @@ class TenantAdmissions:
     async def admit(self, request: ModelRequest, limits: Limits) -> Admission:
         tenant = request.context.tenant
         if tenant is None:
-            return await self.inner.admit(request, limits)
+            return await self._untenanted(request, limits)
         loop = asyncio.get_running_loop()
         hold = self._hold(loop, tenant)
         await hold.acquire(request)
@@ -211,6 +216,19 @@ class TenantAdmissions:
             hold.release()
             raise
         return _TenantAdmission(inner, share, hold)
+
+    async def _untenanted(self, request: ModelRequest, limits: Limits) -> Admission:
+        shares = self._shares.get(asyncio.get_running_loop()) if self._shares else None
+        share = None if shares is None else shares.get(limits.endpoint)
+        if share is None or not limits.max_concurrency:
+            return await self.inner.admit(request, limits)  # the common case: no tenants
+        await abortable(share.acquire(NO_TENANT, limits.max_concurrency), request.signal)
+        try:
+            inner = await self.inner.admit(request, limits)
+        except BaseException:
+            share.release()
+            raise
+        return _TenantAdmission(inner, share, None)
 
     def _hold(self, loop: asyncio.AbstractEventLoop, tenant: Tenant) -> _TenantHold:
         per_loop = self._holds.get(loop)

@@ -197,3 +197,34 @@ async def test_the_fair_share_lets_tenants_through_by_weight(backend_kind: str) 
     # Stride scheduling: within one request of the exact share at every point.
     for n in range(4, 33, 4):
         assert abs(order[:n].count("light") - n / 4) <= 1.25, order
+
+
+@pytest.mark.local_only("the fair share's own order, in this process")
+async def test_requests_of_no_tenant_take_their_turn_as_one_of_weight_one(
+    backend_kind: str,
+) -> None:
+    heavy = Tenant("heavy", weight=3)
+    with serve([Rule(reply=Reply(text="ok"))], latency=Latency(fixed_ms=20)) as sim:
+        agent = raygent.agent(model=_model(sim))
+        await agent.execute("heavy warm", tenant=heavy)  # tenants share the endpoint now
+        none = Tenant("light")  # (its runs go with no tenant: named for `_senders`)
+        done = await asyncio.gather(
+            _busy(agent, heavy, 300, 32), _busy_untenanted(agent, none.name, 200, 32)
+        )
+        senders = _senders(sim)[1:]
+    assert done == [300, 200]
+    window = senders[2 * BOUND : 320]
+    share = window.count("light") / len(window)
+    assert 0.25 * 0.9 <= share <= 0.25 * 1.1, share
+
+
+async def _busy_untenanted(agent: raygent.Agent, name: str, runs: int, workers: int) -> int:
+    left = list(range(runs))
+
+    async def worker() -> int:
+        done = 0
+        while left:
+            done += (await agent.execute(f"{name} {left.pop()}")).ok
+        return done
+
+    return sum(await asyncio.gather(*(worker() for _ in range(workers))))
