@@ -20,6 +20,7 @@ import pytest
 
 import raygent
 from raygent import Budget, OpenAIModel, Tenant
+from raygent.observers.otel.requests import requests_of
 from raygent.sim import Latency, Reply, Rule, Simulator, serve
 from raygent.stores import SQLiteStore
 
@@ -123,7 +124,10 @@ async def test_a_tenant_by_name_and_an_unknown_name(backend_kind: str, tmp_path:
     raygent.register_tenant(Tenant(name, weight=2, budget=Budget(requests=100)))
     with serve([Rule(reply=Reply(text="ok"))]) as sim:
         agent = raygent.agent(model=_model(sim))
-        ok = await agent.execute("hi", tenant=name)
+        started: list[str | None] = []
+        ok = await agent.execute(
+            "hi", tenant=name, on={"agent.starting": lambda e: started.append(e.tenant)}
+        )
         unknown = await agent.execute("hi", tenant="no-such-tenant")
         streamed = agent.stream("hi", tenant=name)
         async for _ in streamed:
@@ -134,7 +138,9 @@ async def test_a_tenant_by_name_and_an_unknown_name(backend_kind: str, tmp_path:
         )
         session = await remembering.session(f"s-{name}").execute("hi", tenant=name)
         sent = sim.stats().requests
-    assert ok.ok and ok.report.tenant == name
+    assert ok.ok and ok.report.tenant == name and started == [name]
+    # Telemetry: each request's record (its span's and metric points' `raygent.tenant`).
+    assert [r.tenant for r in requests_of(ok.report)] == [name]
     assert result.ok and result.report.tenant == name
     assert session.ok and session.report.tenant == name
     assert not unknown.ok and unknown.error is not None
