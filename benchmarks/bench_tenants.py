@@ -12,14 +12,15 @@ endpoint of bound 16, the simulator replying after `--latency-ms`.
 
     python benchmarks/bench_tenants.py [--latency-ms 100] [--runs 600] [--no-ray | --no-local]
 
-Figures (2 cores shared with other work): two tenants of weights 1 and 3 on one endpoint of bound 16, replies after 100 ms, each
-tenant 32 callers running one run after another (the heavy one 3x the runs). Locally,
-while both are busy (until the first is done): light 600, heavy 1,753 runs, heavy/light
-2.92 (target 3 ± 0.3), peak in flight 16; the light tenant alone against the same
-callers with no tenant: 139 against 139 runs/s (1.00; the bound's ceiling 160), peak 16.
-On Ray, three drivers (light in one, heavy in two, both registered by name in the
-gateway), from each driver's first reply until the first was done: light 582, heavy
-1,727 (865 + 862), heavy/light 2.97, peak in flight 16; in two more runs 2.93 and 3.02.
+Figures (2 cores shared with other work): two tenants of weights 1 and 3 on one endpoint
+of bound 16, replies after 100 ms, each tenant 32 callers running one run after another
+(the heavy one 3x the runs). Locally, while both are busy (until the first is done):
+light 600, heavy 1,753 runs, heavy/light 2.92 (target 3 ± 0.3), peak in flight 16; the
+light tenant alone against the same callers with no tenant: 139 against 139 runs/s
+(1.00; the bound's ceiling 160), peak 16. On Ray, three drivers (light in one, heavy in
+two, both registered by name in the gateway), from each driver's first reply until the
+first was done: light 582, heavy 1,727 (865 + 862), heavy/light 2.97, peak in flight 16;
+in two more runs 2.93 and 3.02.
 """
 
 from __future__ import annotations
