@@ -184,10 +184,11 @@ class TenantAdmissions:
     request with no tenant goes straight to `inner`, unless tenants share its endpoint
     in this event loop: then it takes its turn among them as a tenant of weight 1."""
 
-    __slots__ = ("_holds", "_shares", "inner")
+    __slots__ = ("_holds", "_shares", "_tenanted", "inner")
 
     def __init__(self, inner: Admissions) -> None:
         self.inner = inner
+        self._tenanted = False  # a tenant's request came: the others may meet tenants
         self._shares: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, dict[Hashable, FairShare]
         ] = weakref.WeakKeyDictionary()
@@ -198,6 +199,8 @@ class TenantAdmissions:
     async def admit(self, request: ModelRequest, limits: Limits) -> Admission:
         tenant = request.context.tenant
         if tenant is None:
+            if not self._tenanted:  # the common case: no tenants in this process
+                return await self.inner.admit(request, limits)
             return await self._untenanted(request, limits)
         loop = asyncio.get_running_loop()
         hold = self._hold(loop, tenant)
@@ -218,10 +221,10 @@ class TenantAdmissions:
         return _TenantAdmission(inner, share, hold)
 
     async def _untenanted(self, request: ModelRequest, limits: Limits) -> Admission:
-        shares = self._shares.get(asyncio.get_running_loop()) if self._shares else None
+        shares = self._shares.get(asyncio.get_running_loop())
         share = None if shares is None else shares.get(limits.endpoint)
         if share is None or not limits.max_concurrency:
-            return await self.inner.admit(request, limits)  # the common case: no tenants
+            return await self.inner.admit(request, limits)
         await abortable(share.acquire(NO_TENANT, limits.max_concurrency), request.signal)
         try:
             inner = await self.inner.admit(request, limits)
@@ -246,6 +249,7 @@ class TenantAdmissions:
         share = per_loop.get(endpoint)
         if share is None:
             share = per_loop[endpoint] = FairShare()
+            self._tenanted = True
         return share
 
 
