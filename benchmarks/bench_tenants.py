@@ -15,12 +15,12 @@ endpoint of bound 16, the simulator replying after `--latency-ms`.
 Figures (2 cores shared with other work): two tenants of weights 1 and 3 on one endpoint
 of bound 16, replies after 100 ms, each tenant 32 callers running one run after another
 (the heavy one 3x the runs). Locally, while both are busy (until the first is done):
-light 600, heavy 1,753 runs, heavy/light 2.92 (target 3 ± 0.3), peak in flight 16; the
-light tenant alone against the same callers with no tenant: 139 against 139 runs/s
-(1.00; the bound's ceiling 160), peak 16. On Ray, three drivers (light in one, heavy in
-two, both registered by name in the gateway), from each driver's first reply until the
-first was done: light 582, heavy 1,727 (865 + 862), heavy/light 2.97, peak in flight 16;
-in two more runs 2.93 and 3.02.
+light 600, heavy 1,753 runs, heavy/light 2.92 (target 3 ± 0.3; the same in three runs),
+peak in flight 16; the light tenant alone against the same callers with no tenant: 147
+against 148 runs/s (0.99; 1.00 in another run; the bound's ceiling 160), peak 16. On
+Ray, three drivers (light in one, heavy in two, both registered by name in the gateway),
+from each driver's first reply until the first was done: light 594, heavy 1,788 (888 +
+900), heavy/light 3.01, peak in flight 16; in three more runs 2.97, 2.93 and 3.02.
 """
 
 from __future__ import annotations
