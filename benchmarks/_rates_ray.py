@@ -1,14 +1,16 @@
 """The Ray half of `bench_rate_limits.py`: rate limits held through the model gateway,
 by one driver or by `--drivers N` driver processes sharing one limit.
 
-The simulator runs in its own process and enforces the limit as providers do (buckets of
-a second's share, 429 with retry-after past them, their headers on every reply). Each
+The simulator runs in its own process and enforces the limit as providers do (over
+one-second sliding windows with `--window 1`, else buckets of a second's share; 429 with
+retry-after past them, their headers on every reply). Each
 driver joins the benchmark's Ray and runs its share of the items at once, at most
 `concurrency / drivers` in flight, through `raygent.agent(...).execute` on the Ray
 backend (so its requests are admitted under its lease of the gateway's rate). Printed
 per case: items done, 429s as a share of requests, and the rate held as a share of the
 limit (requests, or admitted tokens for the tokens case), wall time from the first item
-to the last, the gateway already up.
+to the last, the gateway already up, and the scheduled requests the drivers dropped
+because they could not send them in time (`LATE`).
 
     python benchmarks/_rates_ray.py [--drivers 3] [--case rpm|tpm|learnt]
 """
@@ -65,16 +67,27 @@ def _bot(base: str, namespace: str, case: dict[str, Any]) -> raygent.Agent:
     return raygent.agent(model=model, backend=backend, model_options=options)
 
 
-async def _run(bot: raygent.Agent, first: int, count: int, concurrency: int) -> int:
+def dropped(bot: raygent.Agent) -> int:
+    """Scheduled requests this process's rate lease dropped, sent too late (`LATE`)."""
+    backend = bot.backend
+    assert backend is not None
+    access = backend.models
+    limits = bot.model.limits()  # type: ignore[attr-defined]
+    return int(access.admissions.rate_lease(limits).stats()["dropped"])  # type: ignore[attr-defined]
+
+
+async def _run(bot: raygent.Agent, first: int, count: int, concurrency: int) -> tuple[int, int]:
     """Run items `first`..`first + count` with at most `concurrency` at once; how many
-    completed."""
+    completed, and how many scheduled requests were dropped meanwhile."""
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> bool:
         async with gate:
             return (await bot.execute(f"item {i}")).ok
 
-    return sum(await asyncio.gather(*(one(first + i) for i in range(count))))
+    before = dropped(bot)
+    done = sum(await asyncio.gather(*(one(first + i) for i in range(count))))
+    return done, dropped(bot) - before
 
 
 def driver(args: argparse.Namespace) -> None:
@@ -86,8 +99,8 @@ def driver(args: argparse.Namespace) -> None:
     print("READY", flush=True)
     sys.stdin.readline()
     started = time.time()  # wall clock: the drivers' spans are compared across processes
-    done = asyncio.run(_run(bot, args.first, args.items, args.concurrency))
-    span = {"done": done, "started": started, "ended": time.time()}
+    done, late = asyncio.run(_run(bot, args.first, args.items, args.concurrency))
+    span = {"done": done, "dropped": late, "started": started, "ended": time.time()}
     print("RESULT " + json.dumps(span), flush=True)
 
 
@@ -126,6 +139,7 @@ def _drivers(args: argparse.Namespace, base: str, namespace: str, items: int) ->
         spans.append(json.loads(out.strip().splitlines()[-1].removeprefix("RESULT ")))
     # From the first driver's first item to the last one's last (not their exits).
     args.elapsed = max(s["ended"] for s in spans) - min(s["started"] for s in spans)
+    args.dropped = sum(s["dropped"] for s in spans)
     return sum(s["done"] for s in spans)
 
 
@@ -133,13 +147,14 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     case = CASES[args.case]
     items = args.items or case["items"]
     namespace = f"bench-rates-{os.getpid()}-{args.case}-{args.drivers}"
-    with sim_process(*case["sim"]) as base:
+    window = getattr(args, "window", 0.0)
+    with sim_process(*case["sim"], *(["--window-seconds", str(window)] if window else [])) as base:
         if args.drivers == 1:
             bot = _bot(base, namespace, case)
             asyncio.run(bot.execute("warm up"))  # the gateway and the leases, up
             asyncio.run(sim_stats(base, reset=True))
             started = time.perf_counter()
-            done = asyncio.run(_run(bot, 0, items, args.concurrency))
+            done, args.dropped = asyncio.run(_run(bot, 0, items, args.concurrency))
             args.elapsed = time.perf_counter() - started
         else:
             done = _drivers(args, base, namespace, items)
@@ -155,9 +170,11 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "items": items,
         "done": done,
         "requests": stats["requests"],
+        "429s": limited,
         "429_share": round(limited / max(1, stats["requests"]), 4),
         "held_of_limit": round(held, 3),
         "seconds": round(args.elapsed, 2),
+        "dropped_late": args.dropped,
     }
 
 
@@ -172,11 +189,12 @@ def main() -> None:
     parser.add_argument("--namespace")
     parser.add_argument("--base")
     parser.add_argument("--first", type=int, default=0)
+    parser.add_argument("--window", type=float, default=1.0, help="the simulator's window (s)")
     args = parser.parse_args()
     if args.driver:
         driver(args)
         return
-    ray.init(namespace="bench-rates", log_to_driver=False)
+    ray.init(address="local", namespace="bench-rates", log_to_driver=False)
     try:
         for name in [args.case] if args.case else sorted(CASES):
             args.case = name

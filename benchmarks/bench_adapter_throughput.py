@@ -4,11 +4,13 @@ The simulator runs in its own process with a fixed latency; each client keeps ex
 `--inflight` requests open until `--requests` are done. Rounds are interleaved so that
 machine noise hits every client alike; the median round is reported, with the CPU time
 each request cost the client process. The figures that matter are the ratio of each
-adapter (complete and stream, every wire) to the hand-written aiohttp loop posting the
-same body to the same endpoint, measured in the same run (target >= 0.95), and the CPU
-each request costs beside the loop's. Each adapter call carries an abort signal, as an
-agent's calls do. It uses the public API only, so it runs unchanged
-on older commits (to compare before and after).
+adapter (complete and stream, every wire: OpenAI, Responses, Anthropic, Gemini, Bedrock)
+to the hand-written aiohttp loop posting the same body to the same endpoint, measured in
+the same run (target >= 0.95), and the CPU each request costs beside the loop's.
+Bedrock's loop signs each request with botocore's SigV4, as the adapter does (the
+simulator checks every signature's form). Each adapter call carries an abort signal, as
+an agent's calls do. It uses the public API only, so it runs unchanged on older commits
+(to compare before and after).
 
     python benchmarks/bench_adapter_throughput.py
 """
@@ -30,7 +32,19 @@ import httpx
 # The script's own folder is on sys.path when run as `python benchmarks/...`.
 from _sim_process import sim_process
 
-from raygent import AbortController, AnthropicModel, OpenAIModel, OpenAIResponsesModel, UserMessage
+from raygent import (
+    AbortController,
+    AnthropicModel,
+    BedrockModel,
+    GeminiModel,
+    OpenAIModel,
+    OpenAIResponsesModel,
+    UserMessage,
+)
+
+BEDROCK_ID = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+# A key the simulator checks the form of (its own test keys it verifies, costing it CPU).
+AWS_KEYS = {"access_key": "AKIABENCH00000000000", "secret_key": "bench-secret"}
 
 MESSAGES = [UserMessage(content="Say something short.")]
 TARGET = 0.95
@@ -64,6 +78,26 @@ def aiohttp_call(
     return call
 
 
+def signed_aiohttp_call(session: aiohttp.ClientSession, url: str, body: bytes) -> Call:
+    """A hand-written Bedrock loop: each request signed with botocore's SigV4."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    signer = SigV4Auth(
+        Credentials(AWS_KEYS["access_key"], AWS_KEYS["secret_key"]), "bedrock", "us-east-1"
+    )
+
+    async def call() -> object:
+        request = AWSRequest("POST", url, data=body, headers={"content-type": "application/json"})
+        signer.add_auth(request)
+        async with session.post(url, data=body, headers=dict(request.headers.items())) as response:
+            response.raise_for_status()
+            return json.loads(await response.read())
+
+    return call
+
+
 def httpx_call(client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]) -> Call:
     async def call() -> object:
         response = await client.post(url, content=body, headers=headers)
@@ -77,10 +111,17 @@ async def run(args: argparse.Namespace, base: str) -> None:
     openai = OpenAIModel("sim-gpt", base_url=base + "/v1", api_key="sk-bench")
     anthropic = AnthropicModel("sim-claude", base_url=base, api_key="sk-ant-bench")
     responses = OpenAIResponsesModel("sim-gpt", base_url=base + "/v1", api_key="sk-bench")
+    bedrock = BedrockModel(BEDROCK_ID, region="us-east-1", base_url=base, **AWS_KEYS)  # type: ignore[arg-type]
+    bedrock_body = json.dumps(bedrock.request_body(MESSAGES, None, stream=False)).encode()
+    bedrock_url = base + bedrock.request_path(stream=False)
     responses_body = json.dumps(responses.request_body(MESSAGES, None, stream=False)).encode()
     openai_body = json.dumps(openai.request_body(MESSAGES, None, stream=False)).encode()
     anthropic_body = json.dumps(anthropic.request_body(MESSAGES, None, stream=False)).encode()
+    gemini = GeminiModel("gemini-2.5-flash", base_url=base, api_key="gemini-bench")
+    gemini_body = json.dumps(gemini.request_body(MESSAGES, None, stream=False)).encode()
+    gemini_url = base + "/v1beta/models/gemini-2.5-flash:generateContent"
     json_headers = {"content-type": "application/json"}
+    gemini_headers = {**json_headers, "x-goog-api-key": "gemini-bench"}
     # Every call under an abort signal, as an agent's run makes them (never fired).
     signal = AbortController().signal
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
@@ -114,6 +155,18 @@ async def run(args: argparse.Namespace, base: str) -> None:
         ),
         "OpenAIResponsesModel.complete": (completing(responses), args.requests),
         "OpenAIResponsesModel.stream": (streaming(responses), args.requests),
+        "signed aiohttp loop, Bedrock body (baseline)": (
+            signed_aiohttp_call(session, bedrock_url, bedrock_body),
+            args.requests,
+        ),
+        "BedrockModel.complete": (completing(bedrock), args.requests),
+        "BedrockModel.stream": (streaming(bedrock), args.requests),
+        "aiohttp loop, Gemini body (baseline)": (
+            aiohttp_call(session, gemini_url, gemini_body, gemini_headers),
+            args.requests,
+        ),
+        "GeminiModel.complete": (completing(gemini), args.requests),
+        "GeminiModel.stream": (streaming(gemini), args.requests),
     }
     if args.with_plain_httpx:
         clients["plain httpx.AsyncClient (default pool)"] = (
@@ -132,7 +185,7 @@ async def run(args: argparse.Namespace, base: str) -> None:
 
 
 def _wire(name: str) -> str:
-    return next((w for w in ("Anthropic", "Responses") if w in name), "OpenAI")
+    return next((w for w in ("Anthropic", "Responses", "Gemini", "Bedrock") if w in name), "OpenAI")
 
 
 def report(args: argparse.Namespace, results: dict[str, list[tuple[float, float]]]) -> None:

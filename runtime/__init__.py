@@ -61,7 +61,9 @@ from .messages import (
 )
 from .models import (
     AnthropicModel,
+    BedrockModel,
     Capabilities,
+    GeminiModel,
     Model,
     ModelOptions,
     ModelResponse,
@@ -93,6 +95,7 @@ __all__ = [
     "AssistantMessage",
     "AttachmentPolicy",
     "BatchResult",
+    "BedrockModel",
     "Budget",
     "BudgetExceededError",
     "Capabilities",
@@ -105,6 +108,7 @@ __all__ = [
     "Executable",
     "FlowReport",
     "FlowResult",
+    "GeminiModel",
     "Goto",
     "ImagePart",
     "Memory",

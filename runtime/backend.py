@@ -7,8 +7,8 @@ needs of the core besides the seams is listed here, and only here: the shapes th
 carry (messages, model requests and replies, batch jobs and items, reports), the core's
 run-time pieces a backend re-uses where it runs work (the batch engine's in-flight core
 and one attempt of an item, the session scope, delivering reports to observers), and the
-errors it raises. The rates' pure arithmetic (`RatePacer`, `Bucket`, `RateLearner`,
-`rate_estimate`) is here for a backend's own holders of a rate. A backend imports
+errors it raises. The rates' pure arithmetic (`RatePacer`, `Bucket`, `RateWindow`,
+`RateLearner`, `rate_estimate`) is here for a backend's own holders of a rate. A backend imports
 `raygent`, `raygent.backend` and `raygent.stores`, never another module of the core
 (tests/test_layout.py holds it to that).
 """
@@ -63,6 +63,8 @@ from .rates import (
     RateLimit,
     RatePacer,
     RateReading,
+    RateWindow,
+    crowded_pause,
     need_of,
     read_rate_headers,
 )
@@ -99,7 +101,7 @@ from .seams import (
     use_backend,
 )
 from .seams.batch import Attempt, cancelled, ended, session_of
-from .seams.rated import PROBE_WINDOW, reading_of_error
+from .seams.rated import PROBE_WINDOW, HeldBack, reading_of_error, wait_held_back
 from .tools import Tool, ToolContext, ToolTimeoutError
 from .toolsets import close_toolsets, owning_toolsets
 from .usage import Cost, Usage
@@ -136,6 +138,7 @@ __all__ = [
     "Done",
     "Feed",
     "FlowReport",
+    "HeldBack",
     "InFlight",
     "InputError",
     "Job",
@@ -160,6 +163,7 @@ __all__ = [
     "RateLimitError",
     "RatePacer",
     "RateReading",
+    "RateWindow",
     "RaygentError",
     "RelayedLines",
     "RequestContext",
@@ -188,6 +192,7 @@ __all__ = [
     "cancelled",
     "close_toolsets",
     "closing_stream",
+    "crowded_pause",
     "current_backend",
     "deliver",
     "dumps",
@@ -207,5 +212,6 @@ __all__ = [
     "session_of",
     "use_backend",
     "uses_global",
+    "wait_held_back",
     "with_lines",
 ]

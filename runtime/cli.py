@@ -71,6 +71,12 @@ def _add_sim(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sim.add_argument(
         "--burst-seconds", type=float, default=1.0, help="rate buckets hold N seconds' share"
     )
+    sim.add_argument(
+        "--window-seconds",
+        type=float,
+        default=None,
+        help="enforce the rates over sliding windows of N seconds (N seconds' share each)",
+    )
     sim.add_argument("--context-window", type=int, default=None, help="400 beyond N tokens")
     sim.add_argument("--fault-rate", type=float, default=0.0, help="share of 500 responses")
     sim.add_argument("--seed", type=int, default=0)
@@ -91,6 +97,12 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.add_argument("--latency-ms", type=float, default=50.0, help="simulated latency")
     demo.add_argument("--items", type=int, default=None, help="only the first N questions")
     demo.add_argument("--concurrency", type=int, default=64, help="questions at a time")
+    demo.add_argument(
+        "--provider",
+        choices=("openai", "gemini"),
+        default="openai",
+        help="the wire the bulk run speaks (the simulator speaks each)",
+    )
     demo.add_argument(
         "--out",
         default=None,
@@ -242,6 +254,7 @@ def _run_demo(args: argparse.Namespace) -> int:
             items=args.items,
             out=args.out,
             concurrency=args.concurrency,
+            provider=args.provider,
         )
     )
     return 0 if result.ok else 1
@@ -273,6 +286,7 @@ def _run_sim(args: argparse.Namespace) -> int:
                 input_tokens_per_minute=args.itpm,
                 output_tokens_per_minute=args.otpm,
                 burst_seconds=args.burst_seconds,
+                window_seconds=args.window_seconds,
             ),
             context_window=args.context_window,
             fault_rate=args.fault_rate,

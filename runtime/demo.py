@@ -29,7 +29,7 @@ from raygent.stores import SQLiteStore
 from ._batch.call import BatchItem, BatchResult, batch
 from .agents import Agent, agent
 from .memory import Memory
-from .models import AnthropicModel, OpenAIModel
+from .models import AnthropicModel, GeminiModel, OpenAIModel
 from .pricing import Pricing
 from .seams.registry import current_backend, init
 from .sim import Latency, Match, Reply, Rule, ToolCallReply, serve
@@ -100,9 +100,11 @@ async def run_demo(
     items: int | None = None,
     out: str | Path | None = None,
     concurrency: int = 64,
+    provider: str = "openai",
 ) -> BatchResult:
     """Run the demo against an in-process simulator; return the batch's result. It writes
-    under `out` (a new temporary folder by default), and says where."""
+    under `out` (a new temporary folder by default), and says where. `provider`: the
+    wire the bulk run speaks, "openai" or "gemini"."""
     print("raygent demo: the model here is the built-in provider SIMULATOR, not a real LLM.")
     folder = (
         _fresh(Path(out)) if out is not None else Path(tempfile.mkdtemp(prefix="raygent-demo-"))
@@ -114,8 +116,8 @@ async def run_demo(
     latency = Latency(fixed_ms=latency_ms, per_token_ms=1, jitter_ms=latency_ms / 5)
     sink = folder / "results.jsonl"
     async with serve(_script(cities), latency=latency) as sim:
-        print(f"  simulator at {sim.url} (OpenAI and Anthropic wire formats)\n")
-        forecaster = _forecaster(sim.openai_base_url, folder / "sessions.db")
+        print(f"  simulator at {sim.url} (OpenAI, Anthropic and Gemini wire formats)\n")
+        forecaster = _forecaster(sim, provider, folder / "sessions.db")
         # The bulk run's runners start while the first run streams (as a long-lived
         # driver's are up already): the bulk run's time is the batch's, not a start-up's.
         starting = asyncio.ensure_future(_start_runners(forecaster, concurrency))
@@ -124,6 +126,7 @@ async def run_demo(
         result, elapsed = await _in_bulk(forecaster, rows, concurrency, sink)
         sample = await forecaster.session(rows[0]["session_id"]).history()
         await _on_the_anthropic_wire(sim.anthropic_base_url)
+        await _on_the_gemini_wire(sim.gemini_base_url)
         peak = sim.stats().peak_in_flight
 
     _summary(result, elapsed, peak)
@@ -187,12 +190,21 @@ async def _on_the_anthropic_wire(base_url: str) -> None:
     print(f"\nThe same agent on the Anthropic wire: {other.status} {other.data!r}")
 
 
+async def _on_the_gemini_wire(base_url: str) -> None:
+    gemini = GeminiModel("sim-gemini", base_url=base_url, api_key="demo", pricing=DEMO_PRICING)
+    same = agent("forecaster-gemini", model=gemini, tools=[get_weather], output=Forecast)
+    other = await same.execute("And the weather in Rome?")
+    print(f"The same agent on the Gemini wire: {other.status} {other.data!r}")
+
+
 def _where_it_went(sink: Path, sessions: Path, session_id: str, stored: int) -> None:
     print(f"  results: {sink} (one JSON line per question, written as each ended)")
     print(f"  sessions: {sessions} ({session_id} holds {stored} messages)")
     print(
         "\nTo use a real provider: OpenAIModel('gpt-4o-mini') reads OPENAI_API_KEY, "
-        "AnthropicModel('claude-sonnet-4-5') reads ANTHROPIC_API_KEY;\n"
+        "AnthropicModel('claude-sonnet-4-5') reads ANTHROPIC_API_KEY,\n"
+        "GeminiModel('gemini-2.5-flash') reads GEMINI_API_KEY (vertex=True: Google's"
+        " default credentials);\n"
         "any OpenAI-compatible server works with base_url='http://host:port/v1'."
     )
 
@@ -205,10 +217,24 @@ def _fresh(out: Path) -> Path:
     return folder
 
 
-def _forecaster(base_url: str, sessions: Path) -> Agent:
-    model = OpenAIModel(
-        "sim-gpt", base_url=base_url, api_key="sk-demo", pricing=DEMO_PRICING, max_concurrency=BOUND
-    )
+def _forecaster(sim: Any, provider: str, sessions: Path) -> Agent:
+    model: OpenAIModel | GeminiModel
+    if provider == "gemini":
+        model = GeminiModel(
+            "sim-gemini",
+            base_url=sim.gemini_base_url,
+            api_key="demo",
+            pricing=DEMO_PRICING,
+            max_concurrency=BOUND,
+        )
+    else:
+        model = OpenAIModel(
+            "sim-gpt",
+            base_url=sim.openai_base_url,
+            api_key="sk-demo",
+            pricing=DEMO_PRICING,
+            max_concurrency=BOUND,
+        )
     return agent(
         "forecaster",
         model=model,

@@ -52,6 +52,8 @@ PUBLIC_API = {
     "AgentResult",
     "AgentStream",
     "AnthropicModel",
+    "BedrockModel",
+    "GeminiModel",
     "AssistantMessage",
     "AttachmentPolicy",
     "BatchResult",

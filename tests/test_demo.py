@@ -95,3 +95,23 @@ def test_ray_start_up_lines_show_when_asked(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == "connected"
     assert "INFO" in result.stderr, result.stderr
+
+
+def test_the_demo_speaks_gemini_when_asked(tmp_path: Path) -> None:
+    env = {**os.environ, "RAYGENT_OFFLINE": "1", "RAYGENT_BACKEND": "local"}
+    out = tmp_path / "demo"
+    flags = ["--provider", "gemini", "--items", "40", "--latency-ms", "5", "--out", str(out)]
+    result = subprocess.run(
+        [sys.executable, "-m", "raygent", "demo", *flags],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "summary: 40/40 completed, 0 failed" in result.stdout
+    assert "The same agent on the Gemini wire: completed" in result.stdout
+    assert "GEMINI_API_KEY" in result.stdout
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 40 and all(row["data"]["city"] for row in rows)

@@ -87,7 +87,7 @@ class Gateway:
         if wait and current is not None and current.version == report.version:
             await self._park(endpoint, holder_id)
         return endpoint.ledger.grant_for(
-            holder_id, self.incarnation, time.monotonic(), self.lease_ttl
+            holder_id, self.incarnation, time.monotonic(), self.lease_ttl, time.time()
         )
 
     async def budget(

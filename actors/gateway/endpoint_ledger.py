@@ -97,7 +97,8 @@ class Report:
 class Grant:
     """What a holder may do: admit `slots` requests at once, wait `pause` seconds before
     the next, use the rate budget it is sent (`requests`, `tokens`: added to what it
-    has). The lease lives `ttl` seconds from when the holder sent the report."""
+    has; each request of it no sooner than its `due` time, when the rate is scheduled).
+    The lease lives `ttl` seconds from when the holder sent the report."""
 
     version: int
     slots: int
@@ -107,6 +108,7 @@ class Grant:
     rates: Rates = NO_RATES
     held: tuple[bool, bool, bool, bool] = (False, False, False, False)  # kinds held
     unbounded: bool = False  # no concurrency bound at all: admit without counting slots
+    due: tuple[float, ...] = ()  # when each request granted may be sent (wall clock)
 
 
 @dataclass
@@ -119,6 +121,7 @@ class _Holder:
     seq: int = -1
     expires: float = 0.0
     rates: Rates = NO_RATES  # rate budget granted, not yet sent
+    due: list[float] = field(default_factory=list)  # the times of its requests granted
     wanted: Rates = NO_RATES
     bounds: Bounds | None = None  # the limits it declared (None: it declared none)
     tenants: tuple[tuple[str, float], ...] = ()
@@ -247,7 +250,9 @@ class EndpointLedger:
         if report.throttled is not None:
             changed = self._throttle(report.throttled, report.observed, now)
         elif report.observed is not None:
-            self.rates.learn(report.observed, now)
+            # What went while no rate was held: answered since its last report, in flight.
+            unpaced = float(report.succeeded + self._in_flight())
+            self.rates.learn(report.observed, now, unpaced)
         if report.succeeded and self.limit < self.bound:
             self.limit = min(float(self.bound), self.limit + report.succeeded / self.limit)
         if report.succeeded:
@@ -271,7 +276,7 @@ class EndpointLedger:
     def _throttle(self, retry_after: float, reading: RateReading | None, now: float) -> set[str]:
         in_flight = self._in_flight()
         self.limit = max(1.0, min(self.limit, float(in_flight)) - 1.0)
-        self.rates.throttled(reading, in_flight, now)
+        self.rates.throttled(reading, in_flight, now, max(retry_after, 0.0))
         if retry_after > 0 and now + retry_after > self.pause_until:
             self.pause_until = now + retry_after
             return self._bump_all()  # every holder must hear of the pause now
@@ -348,6 +353,7 @@ class EndpointLedger:
         for holder_id, given in granted.items():
             holder = self.holders[holder_id]
             holder.rates = _plus(holder.rates, given)
+            holder.due.extend(self.rates.due.get(holder_id, ()))
             holder.wanted = _plus(holder.wanted, given, -1.0)
         return set(granted)
 
@@ -357,10 +363,15 @@ class EndpointLedger:
         wants = [(h.wanted, h.rates) for h in self.holders.values() if any(h.wanted)]
         return self.rates.ready_in(wants, now)
 
-    def grant_for(self, holder_id: str, incarnation: str, now: float, ttl: float) -> Grant:
-        """The holder's grant as it stands; the rate budget in it is handed over."""
+    def grant_for(
+        self, holder_id: str, incarnation: str, now: float, ttl: float, wall: float | None = None
+    ) -> Grant:
+        """The holder's grant as it stands; the rate budget in it is handed over (the
+        times of its requests on the wall clock, `wall` being `now` there)."""
         holder = self.holders.get(holder_id) or _Holder()
         rates, holder.rates = holder.rates, NO_RATES
+        offset = 0.0 if wall is None else wall - now
+        due, holder.due = tuple(t + offset for t in holder.due), []
         return Grant(
             version=holder.version,
             slots=holder.grant,
@@ -370,6 +381,7 @@ class EndpointLedger:
             rates=rates,
             held=self.rates.held(),
             unbounded=self.bound == UNBOUNDED and not self.probing,
+            due=due,
         )
 
     def _bump_all(self) -> set[str]:

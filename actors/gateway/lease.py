@@ -30,10 +30,10 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from raygent.backend import RateLimit, RateReading, redacting_logger
+from raygent.backend import HeldBack, RateLimit, RateReading, crowded_pause, redacting_logger
 
 from .endpoint_ledger import UNBOUNDED, Bounds, Grant, Report
-from .rate_budget import NO_RATES, Limits, Rates
+from .rate_budget import LATE, NO_RATES, Limits, Rates
 
 __all__ = ["ONE_REQUEST", "Channel", "EndpointLease", "GatewayUnavailable", "Ticket"]
 
@@ -85,9 +85,29 @@ class _Slice:
     asked_rates: bool = False  # rate budget asked for, not yet received
     failures: int = 0
     unreachable_since: float | None = None
+    due: deque[float] = field(default_factory=deque)  # when each request in hand may go
+    dropped: int = 0  # scheduled requests not sent within `LATE` of their time
+    hold_off: bool = False  # limits stated, no rate held yet: wait for the gateway
+
+    def _drop_late(self, wall: float) -> None:
+        """Requests granted for a time long past are void (sent now, they would crowd a
+        window planned without them)."""
+        due, late = self.due, 0
+        while due and due[0] < wall - LATE:
+            due.popleft()
+            late += 1
+        if late:
+            self.hand = (self.hand[0] - late, *self.hand[1:])
+            self.dropped += late
+
+    def next_due(self, need: Rates, wall: float) -> float | None:
+        """When the hand's next scheduled request may go, if that is what it waits for."""
+        if self.due and need[0] and self.affords(need, timely=False) and self.due[0] > wall:
+            return self.due[0]
+        return None
 
     def room(self, now: float) -> int:
-        if now >= self.deadline:
+        if now >= self.deadline or self.hold_off:
             return 0
         # A rate's lease with no concurrency bound: no slot to wait for from the gateway.
         return UNBOUNDED if self.unbounded else self.grant - self.in_use
@@ -96,13 +116,21 @@ class _Slice:
         """What it may still be using: its grant while valid, what is in flight anyway."""
         return max(self.grant if now < self.deadline else 0, self.in_use)
 
-    def affords(self, need: Rates) -> bool:
-        """Its hand holds the request's rate budget, for every kind the gateway holds."""
+    def affords(self, need: Rates, *, timely: bool = True) -> bool:
+        """Its hand holds the request's rate budget, for every kind the gateway holds
+        (and, `timely`, a scheduled request is due now)."""
+        if timely and self.due and need[0]:
+            wall = time.time()
+            self._drop_late(wall)
+            if self.due and self.due[0] > wall:
+                return False
         hand = self.hand
         return all(not h or hand[k] >= need[k] for k, h in enumerate(self.held_kinds))
 
     def spend(self, need: Rates, sign: float = 1.0) -> None:
         held = self.held_kinds
+        if sign > 0 and need[0] and self.due:
+            self.due.popleft()
         self.hand = tuple(  # type: ignore[assignment]
             have - sign * need[k] if held[k] else have for k, have in enumerate(self.hand)
         )
@@ -144,6 +172,8 @@ class EndpointLease:
         self._idle_at: float | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
         self._pause_timer: asyncio.TimerHandle | None = None
+        self._due_timer: asyncio.TimerHandle | None = None
+        self.held_back = HeldBack()  # requests a 429 told to wait longer than the pause
         # The tenants it has admitted for, by name, with their weights (`sends.admitted`):
         # the gateway weighs its share of the bound by them.
         self.tenants: dict[str, float] = {}
@@ -170,6 +200,17 @@ class EndpointLease:
         its first grant, with none held, is no limit holding a request back."""
         return any(any(s.held_kinds) for s in self._slices)
 
+    def pause_after(self, retry_after: float | None, reading: RateReading | None) -> float | None:
+        """The pause a 429 with `retry_after` puts on this rate's holders: the window's
+        slack when a known limit (configured, or stated by the 429's headers) is paced
+        over windows (`crowded_pause`), else the retry-after."""
+        if retry_after is None or not self.holds_rate():
+            return retry_after
+        bounds = self._slices[0].channel.bounds
+        if any(bounds.rates) or (reading is not None and reading.limit() is not None):
+            return crowded_pause(retry_after, bounds.burst)
+        return retry_after
+
     def counts_tokens(self) -> bool:
         """Whether some gateway holds a token rate (a request then needs an estimate)."""
         return any(any(s.held_kinds[1:]) for s in self._slices)
@@ -180,6 +221,7 @@ class EndpointLease:
         waiter = _Waiter(asyncio.get_running_loop().create_future(), need)
         self._waiters.append(waiter)
         self._demand_changed()
+        self._await_due(self._waiters[0].need)
         try:
             return await waiter.future
         except asyncio.CancelledError:
@@ -231,6 +273,10 @@ class EndpointLease:
             if held.observed.limit() != held.told:
                 held.urgent.set()  # the provider states other limits: tell the gateway
                 self._ensure_pump(held)
+                if held.channel.bounds.learn and not any(held.held_kinds):
+                    # Limits learnt while nothing paces: no more unpaced sends until
+                    # the gateway answers (with the rate to hold, or none).
+                    held.hold_off = True
         if was_over:
             held.urgent.set()
         self._hand_over()
@@ -277,9 +323,27 @@ class EndpointLease:
             left = self.pause_until - time.monotonic()
             if left > 0 and self._pause_timer is None:
                 self._pause_timer = asyncio.get_running_loop().call_later(left, self._paused_out)
+            self._await_due(self._waiters[0].need)
 
     def _paused_out(self) -> None:
         self._pause_timer = None
+        self._hand_over()
+
+    def _await_due(self, need: Rates) -> None:
+        """The head waiter waits for a scheduled request's time: hand over then."""
+        wall = time.time()
+        times = [t for s in self._slices if (t := s.next_due(need, wall)) is not None]
+        if not times:
+            return
+        at = min(times)
+        if self._due_timer is not None:
+            if self._due_timer.when() <= asyncio.get_running_loop().time() + (at - wall):
+                return
+            self._due_timer.cancel()
+        self._due_timer = asyncio.get_running_loop().call_later(at - wall, self._due_out)
+
+    def _due_out(self) -> None:
+        self._due_timer = None
         self._hand_over()
 
     # -- demand ---------------------------------------------------------------------------
@@ -307,7 +371,8 @@ class EndpointLease:
         want = self._want()
         for candidate in self._slices:
             short = candidate.room(now) <= 0 and want > candidate.asked
-            broke = not candidate.affords(self._waiters[0].need if self._waiters else ONE_REQUEST)
+            need = self._waiters[0].need if self._waiters else ONE_REQUEST
+            broke = not candidate.affords(need, timely=False)
             broke = broke and not candidate.asked_rates
             if candidate.pump is None or candidate.pump.done():
                 self._ensure_pump(candidate)
@@ -413,8 +478,9 @@ class EndpointLease:
 
     async def _exchange(self, held: _Slice, wait: bool) -> None:
         sent, generation = time.monotonic(), held.generation
+        report = self._report(held)
         try:
-            grant = await held.channel.sync(self._report(held), wait)
+            grant = await held.channel.sync(report, wait)
         except GatewayUnavailable as exc:
             await self._unreachable(held, exc)
             return
@@ -423,6 +489,8 @@ class EndpointLease:
             await self._unreachable(held, exc)
             return
         held.failures, held.unreachable_since = 0, None
+        if report.observed is not None:
+            held.hold_off = False  # the gateway has heard the limits: its grant says
         if generation == held.generation:
             self._apply(held, grant, sent)
 
@@ -431,7 +499,11 @@ class EndpointLease:
             # The gateway holds other kinds now (learnt, or no longer configured).
             held.hand = tuple(h if on else 0.0 for h, on in zip(held.hand, grant.held, strict=True))  # type: ignore[assignment]
             held.held_kinds = grant.held
+            if not grant.held[0]:
+                held.due.clear()
         held.hand = _sum(held.hand, grant.rates, held.held_kinds)
+        if held.held_kinds[0]:
+            held.due.extend(grant.due)
         fresh = grant.incarnation != held.incarnation
         if any(grant.rates):
             held.asked_rates = False
@@ -475,6 +547,7 @@ class EndpointLease:
         held.generation += 1
         held.grant, held.version, held.deadline, held.asked = 0, 0, 0.0, 0
         held.hand = held.settled = NO_RATES
+        held.due.clear()
         with contextlib.suppress(Exception):
             await held.channel.release(returned)
 
@@ -490,6 +563,7 @@ class EndpointLease:
             "in_use": self.in_use,
             "waiting": len(self._waiters),
             "paused_for": max(0.0, self.pause_until - now),
+            "dropped": sum(s.dropped for s in self._slices),
         }
 
 

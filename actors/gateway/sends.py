@@ -22,6 +22,7 @@ from raygent.backend import (
     need_of,
     rate_estimate,
     reading_of_error,
+    wait_held_back,
 )
 
 from .lease import ONE_REQUEST, EndpointLease, Ticket
@@ -68,9 +69,16 @@ class LeasedAdmission:
             paced.used = used(self.request, response)
 
     def throttled(self, error: RateLimitError, pause: float | None) -> None:
-        self.lease.throttled(self.slot, pause)
+        reading = reading_of_error(error)
         if self.rates is not None and self.paced is not None:
-            self.rates.throttled(self.paced, pause, reading_of_error(error))
+            # A known rate paced over windows: the holders pause for its slack only,
+            # and this request waits out its retry-after by itself.
+            said, pause = pause, self.rates.pause_after(pause, reading)
+            if said is not None and pause is not None and pause < said:
+                now = time.monotonic()
+                self.rates.held_back.hold(self.request, now + said, now)
+            self.rates.throttled(self.paced, pause, reading)
+        self.lease.throttled(self.slot, pause)
 
     def failed(self) -> None:
         """An error reply: the lease keeps what it took (its use is unknown)."""
@@ -96,6 +104,7 @@ async def admitted(
 ) -> LeasedAdmission:
     """`request` admitted: a slot first, then the rate budget (see the module docstring)."""
     signal = request.signal
+    held_back = 0.0 if rates is None else await wait_held_back(rates.held_back, request, signal)
     tenant = request.context.tenant  # the lease asks for its tenants' weights together
     lease.tenants[tenant.name if tenant else ""] = tenant.weight if tenant else 1.0
     slot = await _ticket(lease, ONE_REQUEST, signal)
@@ -112,4 +121,4 @@ async def admitted(
         raise
     # A wait for the lease's first grant is no rate's: only a limit that held it back.
     waited = time.perf_counter() - waited if rates.holds_rate() else 0.0
-    return LeasedAdmission(request, lease, slot, rates, paced, waited)
+    return LeasedAdmission(request, lease, slot, rates, paced, waited + held_back)

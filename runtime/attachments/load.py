@@ -45,7 +45,7 @@ async def load_parts(
     before anything is read or downloaded."""
     if any(a.kind == "image" for a in attachments):
         require_vision(capabilities)
-    return [await _part(attachment, policy) for attachment in attachments]
+    return [await _part(attachment, policy, capabilities) for attachment in attachments]
 
 
 def with_parts(user_input: list[Message], parts: list[ContentPart]) -> list[Message]:
@@ -125,13 +125,17 @@ async def _tool_image(part: ImagePart, policy: AttachmentPolicy, origin: str) ->
     return part
 
 
-async def _part(attachment: Attachment, policy: AttachmentPolicy) -> ContentPart:
+async def _part(
+    attachment: Attachment, policy: AttachmentPolicy, capabilities: Capabilities
+) -> ContentPart:
     source = attachment.source
     if isinstance(source, InlineSource):
         if attachment.kind == "image":
             return ImagePart(data=source.data, media_type=source.media_type)
         return _document(attachment.name, base64.b64decode(source.data), attachment.name)
     if isinstance(source, UrlSource):
+        if attachment.kind == "image" and not capabilities.image_urls:
+            return await _remote_image(source.url, policy)
         if attachment.kind == "image":
             return _image_url(source.url, policy)
         return await _remote_document(attachment.name, source.url, policy)
@@ -156,6 +160,24 @@ def _image_url(url: str, policy: AttachmentPolicy) -> ImagePart:
                 url=shown_url(url),
             )
     return ImagePart(url=url)
+
+
+async def _remote_image(url: str, policy: AttachmentPolicy) -> ImagePart:
+    """An image by URL for a provider that fetches none (Bedrock): downloaded here by
+    the guarded fetcher, under the outbound policy, and sent as its bytes."""
+    if not policy.allow_remote_fetch:
+        raise OutboundPolicyError(
+            f"downloading {shown_url(url)} is refused: this model's provider takes no image"
+            " URL and remote fetch is off (AttachmentPolicy(allow_remote_fetch=True) turns"
+            " it on)",
+            reason="remote_fetch_disabled",
+            url=shown_url(url),
+        )
+    fetched = await fetch(url, policy.outbound)
+    media_type = sniffed_type(fetched.body)
+    if media_type is None:
+        raise AttachmentError(f"{shown_url(url)} is not a PNG, JPEG, GIF or WebP image")
+    return ImagePart(data=base64.b64encode(fetched.body).decode("ascii"), media_type=media_type)
 
 
 async def _remote_document(name: str, url: str, policy: AttachmentPolicy) -> TextPart:

@@ -110,6 +110,12 @@ class AwsSigner:
             if secret:
                 register_secret(secret, self)
 
+    @property
+    def needs_lookup(self) -> bool:
+        """Whether the next signature first looks the credentials up (files, a role's
+        endpoint: blocking I/O, which a caller on an event loop does in a thread)."""
+        return self._credentials is None and self._bearer_token() is None
+
     def _bearer_token(self) -> str | None:
         if self._keys[0] is not None:
             return None

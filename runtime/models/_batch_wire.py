@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from ..errors import ProviderBatchError
 from .contract import LineOutcome, LineResult
 
-__all__ = ["BatchAPI", "BatchState", "LineOutcome", "LineResult"]
+__all__ = ["BatchAPI", "BatchState", "LineOutcome", "LineResult", "MinimumLines"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,3 +54,11 @@ class BatchAPI(Protocol):
     async def cancel(self, batch_id: str) -> None: ...
 
     def read_line(self, line: bytes) -> LineResult: ...
+
+
+@runtime_checkable
+class MinimumLines(Protocol):
+    """A batch API whose batches take at least `min_lines` lines (Bedrock's jobs, 100
+    records): a smaller group is gathered longer, then its lines go online."""
+
+    min_lines: int

@@ -240,7 +240,8 @@ class HTTPModel(Wire):
             await opened.aclose()
         data = self._json(raw, opened.status)
         rate = self.rate_reading(opened.headers)
-        return self._whole(data, opened.status, rate=rate)
+        tier = self.header_tier(opened.headers)
+        return self._whole(data, opened.status, rate=rate, tier=tier)
 
     async def stream(
         self,
@@ -257,6 +258,8 @@ class HTTPModel(Wire):
             with AbortWatch(signal) as watch:
                 path = self.request_path(stream=True)
                 opened = await watch.until(self._open(path, body))
+                if feeder.service_tier is None:
+                    feeder.service_tier = self.header_tier(opened.headers)
                 try:
                     ended = False
                     while not ended:
@@ -358,10 +361,14 @@ class HTTPModel(Wire):
         *,
         batch: bool = False,
         rate: RateReading | None = None,
+        tier: str | None = None,
     ) -> ModelResponse:
-        """A whole reply's JSON as the response it says, priced; typed if malformed."""
+        """A whole reply's JSON as the response it says, priced; typed if malformed.
+        `tier`: the tier its headers named (the body's wins)."""
         try:
             reply = self.parse_reply(data)
+            if reply.service_tier is None and tier is not None:
+                reply.service_tier = tier
             return self._response(reply, batch=batch, rate=rate)
         except ErrorEvent as said:
             raise self._event_error(said) from None
@@ -471,7 +478,9 @@ class HTTPModel(Wire):
     def _url(self, path: str) -> str:
         url = self._urls.get(path)
         if url is None:
-            url = self._urls[path] = self.base_url + path
+            # A whole URL (another host of the provider's: an upload URL, a bucket) as is.
+            whole = path.startswith(("https://", "http://"))
+            url = path if whole else self._urls.setdefault(path, self.base_url + path)
         return url
 
     def _request_headers(self) -> dict[str, str]:

@@ -39,6 +39,9 @@ Stated where the wire differs from the default:
   The mapping to a typed error by status and hints is shared (`_errors`).
 - `rate_reading(headers) -> RateReading | None`: what the rate-limit headers say
   (default: `x-ratelimit-*`, `anthropic-ratelimit-*`, `retry-after`).
+- `header_tier(headers) -> str | None`: the tier that served a reply, where the wire
+  names it in a header rather than the body (Gemini's `x-gemini-service-tier`; default:
+  None). A tier the reply's body names wins.
 - `prices_as`: the provider id genai-prices knows the wire's models by (default:
   `provider`); pricing itself (declared or genai-prices, batch, tier) is shared.
 - `batch_api() -> BatchAPI | None`: its provider batch API (`_batch_wire.BatchAPI`:
@@ -275,6 +278,10 @@ class Wire(ABC):
         """What a reply's rate-limit headers say (None: nothing)."""
         found = rate_headers(headers.items())
         return read_rate_headers(found, time.time()) if found else None
+
+    def header_tier(self, headers: Mapping[str, str]) -> str | None:
+        """The tier a reply's headers say served it (None: they say nothing)."""
+        return None
 
     def batch_api(self) -> BatchAPI | None:
         """This model's provider batch API (None: it has none)."""

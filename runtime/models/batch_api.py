@@ -19,7 +19,7 @@ import pydantic_core
 
 from ..errors import ProviderBatchError, ProviderError, ServerError
 from ._anthropic_wire import compact_betas
-from ._batch_wire import BatchAPI, BatchState, LineResult
+from ._batch_wire import BatchAPI, BatchState, LineResult, MinimumLines
 
 if TYPE_CHECKING:
     from ._http import HTTPModel
@@ -29,6 +29,7 @@ __all__ = [
     "BatchAPI",
     "BatchState",
     "LineResult",
+    "MinimumLines",
     "OpenAIBatchAPI",
     "cancel_batch",
     "split_results",

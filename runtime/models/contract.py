@@ -67,6 +67,9 @@ class Capabilities(BaseModel):
     # The provider compacts the context itself (`ServerCompaction`): Anthropic's
     # `compact_20260112` edit on the models its reference lists.
     server_compaction: bool = False
+    # The provider downloads an image given by URL itself (Bedrock does not: an image
+    # attachment's URL is downloaded by raygent, under the outbound policy, and sent).
+    image_urls: bool = True
 
 
 class ToolSpec(BaseModel):

@@ -8,7 +8,9 @@ estimate  what a request counts before it is sent (prompt estimate plus `max_tok
 bucket    `Bucket`: one dimension, refilled continuously, reserve then settle (debt allowed)
 learner   `RateLearner`: additive increase, multiplicative decrease, from headers, 429s
           and latency
-pacer     `RatePacer`: one key's buckets under its configured and learnt limits
+window    `RateWindow`: one dimension paced so that no window of the limit's `burst`
+          seconds carries more than its share (sends spaced at `FILL` of the rate)
+pacer     `RatePacer`: one key's windows under its configured and learnt limits
 
 Pure: no asyncio, no clock (time is given). The local backend's model access holds a
 pacer per key and loop; the Ray backend's holders reuse them (through `raygent.backend`).
@@ -27,19 +29,23 @@ from .limits import (
     retry_after,
 )
 from .pacer import DEFAULT_PAUSE, Need, RatePacer, need_of
+from .window import FILL, RateWindow, crowded_pause
 
 __all__ = [
     "CHARS_PER_TOKEN",
     "DEFAULT_OUTPUT_RESERVE",
     "DEFAULT_PAUSE",
+    "FILL",
     "Bucket",
     "Need",
     "RateLearner",
     "RateLimit",
     "RatePacer",
     "RateReading",
+    "RateWindow",
     "SendMeter",
     "Window",
+    "crowded_pause",
     "estimate",
     "need_of",
     "output_cap",

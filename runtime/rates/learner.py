@@ -2,7 +2,8 @@
 multiplicative decrease), when nothing is configured or below what is.
 
 - the headers' limits (`RateReading.limit()`) become the ceiling of what is learnt (a
-  configured `RateLimit` stays the ceiling above that);
+  configured `RateLimit` stays the ceiling above that), held as a configured one is (the
+  pacer's window sends under either, `raygent.rates.window.FILL`);
 - a 429 cuts each limited dimension's rate by `DECREASE` (a dimension with no rate yet
   starts at the rate measured being sent), and the concurrency too; its `retry-after`
   pauses the key;
@@ -20,11 +21,12 @@ import math
 
 from .limits import RateLimit, RateReading
 
-__all__ = ["DECREASE", "INCREASE", "MARGIN", "RateLearner", "SendMeter"]
+__all__ = ["CROWDED", "DECREASE", "INCREASE", "MARGIN", "RateLearner", "SendMeter"]
 
 DECREASE = 0.7  # a 429 keeps this share of the rate
+CROWDED = 0.9  # a 429 that says a window of a known limit was crowded keeps this share
 INCREASE = 0.01  # of the ceiling, per success
-MARGIN = 0.95  # of a limit the headers state: paced a little under it
+MARGIN = 0.95  # of the rate at the last cut, past which a rate with no ceiling grows slower
 LATENCY_RISE = 2.0
 _MIN_PER_MINUTE = 1.0
 _EWMA = 0.2
@@ -107,16 +109,19 @@ class RateLearner:
             rate = self.rates[i]
             if ceiling != self.ceiling[i] or rate is None:
                 self.ceiling[i] = ceiling
-                start = ceiling if configured == ceiling else ceiling * MARGIN
-                self.rates[i] = start if rate is None else min(rate, start)
+                self.rates[i] = ceiling if rate is None else min(rate, ceiling)
                 self.changed = True
 
     def sent(self, now: float) -> None:
         self.meter.add(now)
 
-    def throttled(self, reading: RateReading | None, in_flight: int, now: float) -> None:
+    def throttled(
+        self, reading: RateReading | None, in_flight: int, now: float, *, crowded: bool = False
+    ) -> None:
         """A 429: cut the rates the reply says are spent (all known ones when it does
-        not say), and the concurrency."""
+        not say), and the concurrency. `crowded`: a window of a known limit was crowded
+        (`raygent.rates.window.crowded_pause`): the rates are cut by `CROWDED` only, the
+        concurrency not at all (the pace, not the requests in flight, crowded it)."""
         if reading is not None:
             self.read(reading)
         spent = _spent(reading)
@@ -129,8 +134,10 @@ class RateLearner:
             if rate is None:
                 continue
             self._cut_at[i] = rate
-            self.rates[i] = max(_MIN_PER_MINUTE, rate * DECREASE)
+            self.rates[i] = max(_MIN_PER_MINUTE, rate * (CROWDED if crowded else DECREASE))
             self.changed = True
+        if crowded:
+            return
         base = self.concurrency if self.concurrency is not None else max(in_flight, 1)
         self.concurrency = max(1.0, base * DECREASE)
 
@@ -141,8 +148,7 @@ class RateLearner:
                 continue
             top = self.ceiling[i]
             if top is not None:
-                cap = top if self._configured(i) == top else top * MARGIN
-                step = top * INCREASE
+                cap, step = top, top * INCREASE
             else:
                 cut = self._cut_at[i] or rate
                 cap, step = math.inf, cut * INCREASE * (0.1 if rate >= cut * MARGIN else 1.0)

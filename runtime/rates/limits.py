@@ -35,8 +35,10 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 class RateLimit(BaseModel):
     """A provider's rate limit for one key and model, per minute; None leaves a
-    dimension unlimited. `burst`: the seconds of share that may go at once (providers
-    enforce per-minute limits over short periods: at most about a second's share).
+    dimension unlimited. `burst`: the window, in seconds, over which the provider
+    enforces its per-minute limits (OpenAI: over shorter periods than a minute): no
+    window of `burst` seconds carries more than its share (1: a second's share in any
+    second; 60: a minute's, which may go sooner).
     `learn`: adapt below these limits (or with none) from the replies' rate-limit
     headers, 429s and latency."""
 

@@ -1,5 +1,7 @@
 """One key's rate as one process holds it: the configured limit and what is learnt, as
-a smooth bucket per dimension (requests, tokens, input tokens, output tokens).
+a `RateWindow` per dimension (requests, tokens, input tokens, output tokens): sends
+spaced at `FILL` of the limit, no window of the limit's `burst` seconds carrying more
+than its share (`raygent.rates.window`).
 
 A request's `need` is `need_of(input, output)`: one request, and its estimated tokens
 (`raygent.rates.estimate`). The holder asks `ready_in(need)`, waits that long, `take`s it
@@ -17,9 +19,9 @@ from __future__ import annotations
 
 import math
 
-from .bucket import Bucket
 from .learner import RateLearner
 from .limits import RateLimit, RateReading
+from .window import RateWindow, crowded_pause
 
 __all__ = ["DEFAULT_PAUSE", "MAX_PAUSE", "Need", "RatePacer", "need_of"]
 
@@ -45,7 +47,7 @@ class RatePacer:
         self.configured = limit if limit is not None and limit.binds else None
         self.burst = limit.burst if limit is not None else 1.0
         self.learner = RateLearner(self.configured, now) if learn else None
-        self.buckets: list[Bucket | None] = [None, None, None, None]
+        self.buckets: list[RateWindow | None] = [None, None, None, None]
         self.paused_until = -math.inf
         self.probing = learn and self.configured is None
         self.in_flight = 0
@@ -108,15 +110,19 @@ class RatePacer:
         self._apply(now)
 
     def throttled(self, reading: RateReading | None, now: float) -> None:
-        """A 429: pause for its retry-after, empty the buckets, learn lower rates."""
+        """A 429: pause for its retry-after (for a window's slack when the limit is
+        known and paced: `crowded_pause`), empty the windows, learn lower rates."""
         self.probing = False
         self.throttles += 1
         retry = reading.retry_after if reading is not None else None
         pause = DEFAULT_PAUSE if retry is None else retry
+        crowded = self._known() and pause <= self.burst  # a window's, not a quota's
+        if crowded:
+            pause = crowded_pause(pause, self.burst)
         if pause <= MAX_PAUSE:
             self.paused_until = max(self.paused_until, now + pause)
         if self.learner is not None:
-            self.learner.throttled(reading, self.in_flight, now)
+            self.learner.throttled(reading, self.in_flight, now, crowded=crowded)
         self._apply(now)
         for bucket in self.buckets:
             if bucket is not None:
@@ -136,13 +142,27 @@ class RatePacer:
             if per_minute is None:
                 self.buckets[i] = None
             elif bucket is None:
-                bucket = self.buckets[i] = Bucket(per_minute / 60, self.burst, now)
-                if self.configured is None or self.configured.per_minute[i] is None:
-                    # Learnt after requests went unpaced: the provider's burst is spent.
-                    bucket.level = 0.0
+                bucket = self.buckets[i] = RateWindow(per_minute / 60, self.burst, now)
+                if i == 0 and learner is not None and not self._configures(i):
+                    # Learnt after requests went unpaced (the probes): they count (the
+                    # meter's count decays over seconds: at least the last window's).
+                    bucket.spent(learner.meter.count, now)
             elif not math.isclose(bucket.rate, per_minute / 60):
                 bucket.set_rate(per_minute / 60, self.burst, now)
         self._set_idle(now)
+
+    def _known(self) -> bool:
+        """Whether a held window paces under a known limit (configured, or stated by
+        the headers), not one guessed from what was sent."""
+        learner = self.learner
+        return any(
+            window is not None
+            and (self._configures(i) or (learner is not None and learner.ceiling[i] is not None))
+            for i, window in enumerate(self.buckets)
+        )
+
+    def _configures(self, i: int) -> bool:
+        return self.configured is not None and self.configured.per_minute[i] is not None
 
     def _set_idle(self, now: float) -> None:
         learnt = self.learner is not None and self.learner.concurrency is not None

@@ -16,7 +16,7 @@ from ._endpoint_bound import EndpointBound
 from .access import AccessLayer, RetryPolicy
 from .contract import Backend
 from .fair_share import TenantAdmissions
-from .rated import HeldRate, LocalRates
+from .rated import HeldRate, LocalRates, wait_held_back
 from .request import ModelRequest
 
 if TYPE_CHECKING:
@@ -53,11 +53,13 @@ class LocalAdmissions:
         bound = self._bound(limits)
         limit = limits.max_concurrency or 0
         held = self._rates.held(limits)
+        # A 429 that paused the key less than it said: this request waits it out.
+        waited = await wait_held_back(held.held_back, request, request.signal)
         if held.pacer.idle:  # nothing to hold: the learner's meter, and the bound
             held.went()
             if bound is not None:
                 await bound.acquire(limit)
-            return LocalAdmission(held, bound)
+            return LocalAdmission(held, bound, request, waited=waited)
         # Paced: its turn (a probe first), a slot (at most the learnt concurrency), then
         # its rate, so that what it takes of the rate is sent at once.
         probe = await held.probe_turn(request.signal)
@@ -66,7 +68,7 @@ class LocalAdmissions:
                 await bound.acquire(held.pacer.concurrency(limit))
             try:
                 need = held.need(request.model, request.messages, request.options)
-                waited = await held.wait(need, request.signal)
+                waited += await held.wait(need, request.signal)
             except BaseException:
                 if bound is not None:
                     bound.release()
@@ -81,7 +83,17 @@ class LocalAdmissions:
 class LocalAdmission:
     """One request let through in this process (see `seams.access.Admission`)."""
 
-    __slots__ = ("_bound", "_held", "_need", "_probe", "_sent", "_settled", "model", "rate_wait")
+    __slots__ = (
+        "_bound",
+        "_held",
+        "_need",
+        "_probe",
+        "_sent",
+        "_settled",
+        "model",
+        "rate_wait",
+        "request",
+    )
 
     def __init__(
         self,
@@ -93,6 +105,7 @@ class LocalAdmission:
         probe: bool = False,
     ) -> None:
         self._held, self._bound = held, bound
+        self.request = request
         self.model = None if request is None else request.model
         self._need = need  # None: not paced
         self.rate_wait = waited
@@ -113,10 +126,11 @@ class LocalAdmission:
     def throttled(self, error: RateLimitError, pause: float | None) -> None:
         held = self._held
         if self._need is None:
-            held.throttled(error, self._bound.in_flight if self._bound is not None else 1)
+            in_flight = self._bound.in_flight if self._bound is not None else 1
+            held.throttled(error, in_flight, self.request)
             return
         self.failed()
-        held.throttled(error, held.pacer.in_flight + 1)
+        held.throttled(error, held.pacer.in_flight + 1, self.request)
 
     def failed(self) -> None:
         if self._need is not None and not self._settled:

@@ -2,7 +2,7 @@
 for it, and what a trip met (`TripRates`).
 
 A request to a key with a rate (configured, or learnt) waits, inside its endpoint's
-concurrency bound, until its requests and estimated tokens fit the key's buckets (FIFO:
+concurrency bound, until its requests and estimated tokens fit the key's windows (FIFO:
 one waiter at a time sleeps for the head's share), goes, and is settled at its real use
 (an error reply gives back what it did not use); its reply's headers, a 429 and the
 latency teach the learner. A key with nothing configured starts *probing*: its first
@@ -27,7 +27,7 @@ from ..messages import Message
 from ..models.contract import Limits, Model, ModelOptions, ModelResponse
 from ..rates import Need, RatePacer, RateReading, estimate, need_of
 
-__all__ = ["HeldRate", "LocalRates", "reading_of_error"]
+__all__ = ["HeldBack", "HeldRate", "LocalRates", "reading_of_error", "wait_held_back"]
 
 
 # Requests of a key with nothing configured or known that go before its first reply (a
@@ -60,16 +60,51 @@ def used_of(model: Model, response: ModelResponse, need: Need) -> Need:
     return (1.0, spent_in + max(need[3], spent_out), float(spent_in), spent_out)
 
 
+class HeldBack:
+    """Requests a 429 told to wait longer than their key pauses (a crowded window's
+    429 pauses the key for the window's slack; the request itself keeps its
+    retry-after): each one's time, until its next admission asks (by identity: the
+    access layer sends the same request again)."""
+
+    __slots__ = ("_until",)
+
+    def __init__(self) -> None:
+        self._until: dict[int, tuple[object, float]] = {}
+
+    def hold(self, request: object, until: float, now: float) -> None:
+        gone = [k for k, (_, t) in self._until.items() if t < now - 60.0]  # never asked
+        for key in gone:
+            del self._until[key]
+        self._until[id(request)] = (request, until)
+
+    def until(self, request: object) -> float | None:
+        """When `request` may be sent again (None: it was not held back)."""
+        found = self._until.pop(id(request), None) if self._until else None
+        return found[1] if found is not None and found[0] is request else None
+
+
+async def wait_held_back(held: HeldBack, request: object, signal: AbortSignal | None) -> float:
+    """Wait until `request` may be sent again, if a 429 held it back; the seconds."""
+    until = held.until(request)
+    if until is None:
+        return 0.0
+    left = until - time.monotonic()
+    if left > 0:
+        await abortable(asyncio.sleep(left), signal)
+    return max(left, 0.0)
+
+
 class HeldRate:
     """One key's pacer in one event loop, and the waiting for it."""
 
-    __slots__ = ("_lock", "_probe", "_probes", "pacer")
+    __slots__ = ("_lock", "_probe", "_probes", "held_back", "pacer")
 
     def __init__(self, pacer: RatePacer) -> None:
         self.pacer = pacer
         self._lock = asyncio.Lock()
         self._probe: asyncio.Future[None] | None = None
         self._probes = 0
+        self.held_back = HeldBack()
 
     async def probe_turn(self, signal: AbortSignal | None) -> bool:
         """While probing: go if fewer than `PROBE_WINDOW` probes are in flight, else
@@ -91,7 +126,7 @@ class HeldRate:
             probe.set_result(None)
 
     def need(self, model: Model, messages: Sequence[Message], options: ModelOptions) -> Need:
-        """A request's need: its tokens estimated only when a token bucket is held."""
+        """A request's need: its tokens estimated only when a token window is held."""
         buckets = self.pacer.buckets
         if buckets[1] is None and buckets[2] is None and buckets[3] is None:
             return need_of(0.0, 0.0)
@@ -132,15 +167,20 @@ class HeldRate:
         """An unpaced request's reply said something of rates."""
         self.pacer.replied(response.rate, None, time.monotonic())
 
-    def throttled(self, error: RateLimitError, in_flight: int) -> None:
-        """A 429: pause, cut the rates and the concurrency (`in_flight`: what was). A
+    def throttled(self, error: RateLimitError, in_flight: int, request: object = None) -> None:
+        """A 429: pause, cut the rates and the concurrency (`in_flight`: what was); a
+        `request` the key pauses less for than its retry-after waits that out itself. A
         tier's refusal for capacity (flex) says nothing of the key's rate: nobody pauses."""
         if error.for_capacity:
             return
         pacer = self.pacer
         counted, pacer.in_flight = pacer.in_flight, max(pacer.in_flight, in_flight)
-        pacer.throttled(reading_of_error(error), time.monotonic())
+        reading, now = reading_of_error(error), time.monotonic()
+        pacer.throttled(reading, now)
         pacer.in_flight = counted
+        retry = reading.retry_after if reading is not None else None
+        if request is not None and retry is not None and pacer.paused_until < now + retry:
+            self.held_back.hold(request, now + retry, now)
 
 
 class LocalRates:

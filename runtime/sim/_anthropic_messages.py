@@ -6,11 +6,21 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from pydantic_core import from_json, to_json
+from typing_extensions import Unpack
 
 from . import _compaction as compaction
 from ._tiers import requested_tier
 from ._tokens import MEDIA_TOKENS, MESSAGE_OVERHEAD, PrefixHasher, count_tokens, stream_pieces
-from ._types import Compacted, Finish, ParsedRequest, Plan, SSEStream, WireError, typed_parts
+from ._types import (
+    Compacted,
+    ErrorWhere,
+    Finish,
+    ParsedRequest,
+    Plan,
+    SSEStream,
+    WireError,
+    typed_parts,
+)
 
 _STOP: dict[Finish, str] = {
     "stop": "end_turn",
@@ -95,22 +105,14 @@ class AnthropicWire:
             key = auth[7:] if auth.startswith("Bearer ") else None
         return key
 
-    def error(
-        self,
-        status: int,
-        message: str | None = None,
-        *,
-        request_id: str,
-        code: str | None = None,
-        param: str | None = None,
-    ) -> bytes:
+    def error(self, status: int, message: str | None = None, **where: Unpack[ErrorWhere]) -> bytes:
         default = ("api_error", "Internal server error") if status >= 500 else _ERRORS[400]
         kind, text = _ERRORS.get(status, default)
         return to_json(
             {
                 "type": "error",
                 "error": {"type": kind, "message": message or text},
-                "request_id": request_id,
+                "request_id": where["request_id"],
             }
         )
 

@@ -19,11 +19,12 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from pydantic_core import from_json, to_json
+from typing_extensions import Unpack
 
 from . import _bedrock_frames as frames
 from ._bedrock_parse import BedrockRequest, parse_converse
 from ._tokens import count_tokens, stream_pieces
-from ._types import Finish, ParsedRequest, Plan, SSEStream
+from ._types import ErrorWhere, Finish, ParsedRequest, Plan, SSEStream
 
 _STOP: dict[Finish, str] = {
     "stop": "end_turn",
@@ -94,15 +95,7 @@ class BedrockWire:
         found = _CREDENTIAL.search(auth)
         return found.group(1) if found else None
 
-    def error(
-        self,
-        status: int,
-        message: str | None = None,
-        *,
-        request_id: str,
-        code: str | None = None,
-        param: str | None = None,
-    ) -> bytes:
+    def error(self, status: int, message: str | None = None, **where: Unpack[ErrorWhere]) -> bytes:
         default = ERRORS.get(status, (error_type(status), "An error occurred."))[1]
         return to_json({"message": message or default})
 

@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from pydantic_core import to_json
+from typing_extensions import Unpack
 
 from . import _gemini_reply as reply
 from ._gemini_errors import bad_request, error_body, error_info
 from ._gemini_request import CacheLookup, GeminiRequest, get, model_id, parse
-from ._types import ParsedRequest, Plan, SSEStream
+from ._types import ErrorWhere, ParsedRequest, Plan, SSEStream
 
 _BAD_KEY = "API key not valid. Please pass a valid API key."
 
@@ -70,18 +71,14 @@ class GeminiWire:
             key = auth[7:] if auth.startswith("Bearer ") else None
         return key
 
-    def error(
-        self,
-        status: int,
-        message: str | None = None,
-        *,
-        request_id: str,
-        code: str | None = None,
-        param: str | None = None,
-    ) -> bytes:
+    def error(self, status: int, message: str | None = None, **where: Unpack[ErrorWhere]) -> bytes:
         if status == 401 and not self.vertex:  # a wrong key, as the Gemini API words it
             return error_body(401, message or _BAD_KEY, [error_info("API_KEY_INVALID")])
-        details = [bad_request(param, message or "")] if param and status == 400 else None
+        details = (
+            [bad_request(param, message or "")]
+            if (param := where.get("param")) and status == 400
+            else None
+        )
         return error_body(status, message, details)
 
     def context_error(self, limit: int, tokens: int, *, request_id: str) -> bytes:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from pydantic_core import to_json
+from typing_extensions import Unpack
 
 from ._tiers import requested_tier
 from ._tokens import (
@@ -17,7 +18,7 @@ from ._tokens import (
     count_tokens,
     stream_pieces,
 )
-from ._types import Finish, ParsedRequest, Plan, SSEStream, WireError
+from ._types import ErrorWhere, Finish, ParsedRequest, Plan, SSEStream, WireError
 
 FINGERPRINT = "fp_raygent_sim"
 _FINISH: dict[Finish, str] = {
@@ -95,22 +96,14 @@ class OpenAIWire:
         auth = headers.get("Authorization", "")
         return auth[7:] if auth.startswith("Bearer ") else None
 
-    def error(
-        self,
-        status: int,
-        message: str | None = None,
-        *,
-        request_id: str,
-        code: str | None = None,
-        param: str | None = None,
-    ) -> bytes:
+    def error(self, status: int, message: str | None = None, **where: Unpack[ErrorWhere]) -> bytes:
         default = ("server_error", None, "Server error.") if status >= 500 else None
         kind, default_code, text = _ERRORS.get(status) or default or _ERRORS[400]
         error = {
             "message": message or text,
             "type": kind,
-            "param": param,
-            "code": code or default_code,
+            "param": where.get("param"),
+            "code": where.get("code") or default_code,
         }
         return to_json({"error": error})
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from pydantic_core import from_json, to_json
+from typing_extensions import Unpack
 
 from ._openai_chat import OpenAIWire, url_citations
 from ._plan import thinking_signature
@@ -20,7 +21,7 @@ from ._tokens import (
     content_text,
     count_tokens,
 )
-from ._types import ParsedRequest, Plan, SSEStream, WireError, typed_parts
+from ._types import ErrorWhere, ParsedRequest, Plan, SSEStream, WireError, typed_parts
 
 ENCRYPTED_PREFIX = "gAAAAsim"
 _CHAT = OpenAIWire()  # the same error bodies as Chat Completions
@@ -103,16 +104,8 @@ class ResponsesWire:
     def api_key(self, headers: Mapping[str, str]) -> str | None:
         return _CHAT.api_key(headers)
 
-    def error(
-        self,
-        status: int,
-        message: str | None = None,
-        *,
-        request_id: str,
-        code: str | None = None,
-        param: str | None = None,
-    ) -> bytes:
-        return _CHAT.error(status, message, request_id=request_id, code=code, param=param)
+    def error(self, status: int, message: str | None = None, **where: Unpack[ErrorWhere]) -> bytes:
+        return _CHAT.error(status, message, **where)
 
     def context_error(self, limit: int, tokens: int, *, request_id: str) -> bytes:
         message = (

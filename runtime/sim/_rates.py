@@ -1,17 +1,25 @@
-"""Rate limits as providers enforce them: a continuously refilled bucket per limit, per
-API key (and model), the 429 each provider sends past it and the headers on every reply.
+"""Rate limits as providers enforce them: a continuously refilled bucket (or a sliding
+window) per limit, per API key (and model), the 429 each provider sends past it and the
+headers on every reply.
 
 A bucket holds about one second's share of its per-minute limit (times
 ``burst_seconds``) and refills continuously. A request costing more than the bucket
 holds is admitted when the bucket is full and leaves it in debt (so a 4,000-token
 request still passes a 60,000-tokens-per-minute limit, once a second's share is back);
 one costing more than the whole per-minute limit never fits.
+
+With ``window_seconds`` the limit is enforced over sliding windows of that length
+instead (OpenAI: per-minute limits "enforced over shorter periods"): a request is
+admitted if what was admitted in the last ``window_seconds``, plus its cost, is at most
+the window's share (``limit * window_seconds / 60``). Stricter than a bucket of the same
+share, which lets its burst and a window's refill through in one window.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -37,7 +45,10 @@ class SimRateLimits:
     ``max_tokens`` charged at admission, the unused part given back when the reply ends
     (Anthropic's OTPM). Every limit applies on every wire. ``burst_seconds``: each
     bucket holds this many seconds' share of its limit (1: "1,200 a minute" admits
-    about 20 in any second; 60: a whole minute's worth at once)."""
+    about 20 in any second; 60: a whole minute's worth at once). ``window_seconds``:
+    enforce each limit over sliding windows of this length instead of buckets (1:
+    "1,200 a minute" admits at most 20 in any one second, whenever they come); the
+    headers still state the per-minute limits."""
 
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
@@ -45,6 +56,7 @@ class SimRateLimits:
     output_tokens_per_minute: int | None = None
     burst_seconds: float = 1.0
     per_model: bool = True
+    window_seconds: float | None = None
 
     def __post_init__(self) -> None:
         for kind in KINDS:
@@ -53,6 +65,8 @@ class SimRateLimits:
                 raise ValueError(f"{kind}_per_minute must be at least 1")
         if not self.burst_seconds > 0:
             raise ValueError("burst_seconds must be positive")
+        if self.window_seconds is not None and not 0 < self.window_seconds <= 60:
+            raise ValueError("window_seconds must be within (0, 60]")
 
     def limit(self, kind: Kind) -> int | None:
         """The per-minute limit of `kind`, or None."""
@@ -134,6 +148,73 @@ class Bucket:
         return max(self.capacity - self.level, 0.0) / self.rate
 
 
+class SlidingWindow:
+    """A per-minute limit held over sliding windows of ``seconds``: at most ``share``
+    (``limit * seconds / 60``) admitted within any one. The same interface as `Bucket`;
+    time is passed in. A cost over the share fits an empty window."""
+
+    __slots__ = ("capacity", "limit", "log", "seconds", "used")
+
+    def __init__(self, limit: int, seconds: float, now: float) -> None:
+        self.limit = limit
+        self.seconds = seconds
+        self.capacity = max(limit * seconds / 60.0, 1.0)
+        self.log: deque[list[float]] = deque()  # [admitted at, amount], oldest first
+        self.used = 0.0
+
+    def _expire(self, now: float) -> None:
+        log = self.log
+        while log and log[0][0] <= now - self.seconds:
+            self.used -= log.popleft()[1]
+        if not log:
+            self.used = 0.0
+
+    def too_large(self, cost: int) -> bool:
+        return cost > max(self.limit, self.capacity)
+
+    def wait(self, cost: int, now: float) -> float:
+        """Seconds until `cost` fits (0: it fits now): until enough of the window's
+        oldest admissions leave it."""
+        self._expire(now)
+        over = self.used + min(cost, self.capacity) - self.capacity
+        if over <= _SLACK:
+            return 0.0
+        for stamp, amount in self.log:
+            over -= amount
+            if over <= _SLACK:
+                return max(stamp + self.seconds - now, 0.0)
+        return max(self.log[-1][0] + self.seconds - now, 0.0)  # pragma: no cover
+
+    def take(self, cost: int, now: float) -> None:
+        self._expire(now)
+        self.log.append([now, float(cost)])
+        self.used += cost
+
+    def give(self, amount: int, now: float) -> None:
+        """Give back `amount` (a refund, an unused output): off the newest admissions."""
+        self._expire(now)
+        left = float(amount)
+        for entry in reversed(self.log):
+            back = min(entry[1], left)
+            entry[1] -= back
+            self.used -= back
+            left -= back
+            if left <= 0:
+                break
+
+    def remaining(self, now: float) -> int:
+        self._expire(now)
+        return max(math.floor(self.capacity - self.used + _SLACK), 0)
+
+    def until_full(self, now: float) -> float:
+        """Seconds until the window is empty again."""
+        self._expire(now)
+        return max(self.log[-1][0] + self.seconds - now, 0.0) if self.log else 0.0
+
+
+Limiter = Bucket | SlidingWindow
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """Why a request was refused: the limit it is over, how long until it fits
@@ -150,7 +231,7 @@ class Admission:
     """The charges of an admitted request, to give back when it is refused after all
     (the concurrency cap) or to settle its output at the real count."""
 
-    buckets: dict[Kind, Bucket]
+    buckets: dict[Kind, Limiter]
     cost: Cost
     clock: Callable[[], float]
     settled: bool = field(default=False)
@@ -187,7 +268,7 @@ class RateLimiter:
         self.limits = limits if limits is not None and limits.any else None
         self._clock = clock
         self._wall = wall
-        self._buckets: dict[tuple[str, str], dict[Kind, Bucket]] = {}
+        self._buckets: dict[tuple[str, str], dict[Kind, Limiter]] = {}
 
     @property
     def counts_cache(self) -> bool:
@@ -234,7 +315,7 @@ class RateLimiter:
             return self._anthropic_headers(buckets, now)
         return _openai_headers(buckets, now)
 
-    def _of(self, key: str, model: str, now: float) -> dict[Kind, Bucket] | None:
+    def _of(self, key: str, model: str, now: float) -> dict[Kind, Limiter] | None:
         limits = self.limits
         if limits is None:
             return None
@@ -244,12 +325,16 @@ class RateLimiter:
             buckets = {}
             for kind in KINDS:
                 limit = limits.limit(kind)
-                if limit is not None:
+                if limit is None:
+                    continue
+                if limits.window_seconds is not None:
+                    buckets[kind] = SlidingWindow(limit, limits.window_seconds, now)
+                else:
                     buckets[kind] = Bucket(limit, limits.burst_seconds, now)
             self._buckets[ident] = buckets
         return buckets
 
-    def _anthropic_headers(self, buckets: dict[Kind, Bucket], now: float) -> dict[str, str]:
+    def _anthropic_headers(self, buckets: dict[Kind, Limiter], now: float) -> dict[str, str]:
         headers: dict[str, str] = {}
         for kind, bucket in buckets.items():
             if kind == "tokens":
@@ -275,7 +360,7 @@ class RateLimiter:
         return datetime.fromtimestamp(moment, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _openai_headers(buckets: dict[Kind, Bucket], now: float) -> dict[str, str]:
+def _openai_headers(buckets: dict[Kind, Limiter], now: float) -> dict[str, str]:
     headers: dict[str, str] = {}
     requests = buckets.get("requests")
     if requests is not None:
@@ -291,7 +376,7 @@ def _openai_headers(buckets: dict[Kind, Bucket], now: float) -> dict[str, str]:
     return headers
 
 
-def _tokens_view(buckets: dict[Kind, Bucket], now: float) -> tuple[int, int, float] | None:
+def _tokens_view(buckets: dict[Kind, Limiter], now: float) -> tuple[int, int, float] | None:
     """The "tokens" headers: the tokens-per-minute bucket if set, else input and output
     together (as Anthropic reports them: limit and remaining summed, the later reset)."""
     tokens = buckets.get("tokens")

@@ -6,6 +6,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from typing_extensions import Required, TypedDict, Unpack
+
 from ._script import Api
 
 # The neutral finish reasons: the script's, plus "refusal" for a refused reply whose
@@ -133,6 +135,16 @@ class SSEStream:
     content_type: str = "text/event-stream; charset=utf-8"
 
 
+class ErrorWhere(TypedDict, total=False):
+    """Where an error reply is from and what it names, for a wire's `error`: the
+    request's id (every wire takes it), the provider's code and the parameter at fault
+    (where the wire's errors carry them)."""
+
+    request_id: Required[str]
+    code: str | None
+    param: str | None
+
+
 class Wire(Protocol):
     """One provider's wire format: request parsing, bodies, SSE events, errors."""
 
@@ -153,13 +165,7 @@ class Wire(Protocol):
     def api_key(self, headers: Mapping[str, str]) -> str | None: ...
 
     def error(
-        self,
-        status: int,
-        message: str | None = None,
-        *,
-        request_id: str,
-        code: str | None = None,
-        param: str | None = None,
+        self, status: int, message: str | None = None, **where: Unpack[ErrorWhere]
     ) -> bytes: ...
 
     def context_error(self, limit: int, tokens: int, *, request_id: str) -> bytes: ...

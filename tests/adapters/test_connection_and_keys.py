@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 from adapter_support import make_model
 
-from raygent import AnthropicModel, OpenAIModel, OpenAIResponsesModel, UserMessage
+from raygent import (
+    AnthropicModel,
+    BedrockModel,
+    GeminiModel,
+    OpenAIModel,
+    OpenAIResponsesModel,
+    UserMessage,
+)
 from raygent.errors import (
     AuthenticationError,
     OfflineError,
@@ -28,6 +35,8 @@ class _Urls:
     def __init__(self, url: str) -> None:
         self.openai_base_url = url + "/v1"
         self.anthropic_base_url = url
+        self.url = url  # Bedrock's endpoint
+        self.gemini_base_url = url
 
 
 def _closed_port() -> int:
@@ -101,15 +110,18 @@ MODELS = {
     "openai": (OpenAIModel, "gpt-4o-mini", "OPENAI_API_KEY"),
     "openai_responses": (OpenAIResponsesModel, "gpt-4o-mini", "OPENAI_API_KEY"),
     "anthropic": (AnthropicModel, "claude-sonnet-4-5", "ANTHROPIC_API_KEY"),
+    "gemini": (GeminiModel, "gemini-2.5-flash", "GEMINI_API_KEY"),
 }
 
 
+@pytest.mark.parametrize("provider", list(MODELS))  # the keyed wires (Bedrock signs: below)
 @pytest.mark.parametrize("offline", [True, False], ids=["offline", "online"])
 async def test_a_missing_key_is_said_before_any_io(
     provider: str, offline: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cls, name, variable = MODELS[provider]
     monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     if not offline:
         monkeypatch.delenv("RAYGENT_OFFLINE")
     model = cls(name)
@@ -127,6 +139,7 @@ async def test_a_missing_key_is_said_before_any_io(
         assert error.provider_code == "missing_api_key" and error.env_key == variable
 
 
+@pytest.mark.parametrize("provider", list(MODELS))
 async def test_a_key_from_the_environment_is_enough(
     provider: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -136,18 +149,47 @@ async def test_a_key_from_the_environment_is_enough(
         await cls(name).complete(HELLO)
 
 
+@pytest.mark.parametrize("provider", list(MODELS))
 async def test_no_key_is_needed_by_a_server_of_ones_own(provider: str) -> None:
     """An explicit base URL, or `api_key=None` given on purpose: no key is asked for."""
     async with serve() as sim:
         reply = await make_model(provider, sim, api_key=None).complete(HELLO)
         assert reply.text
         cls, name, _ = MODELS[provider]
-        url = sim.anthropic_base_url if provider == "anthropic" else sim.openai_base_url
+        url = {"anthropic": sim.anthropic_base_url, "gemini": sim.gemini_base_url}.get(
+            provider, sim.openai_base_url
+        )
         reply = await cls(name, base_url=url).complete(HELLO)
         assert reply.text
 
 
+@pytest.mark.parametrize("provider", list(MODELS))
 async def test_api_key_none_on_purpose_needs_no_key(provider: str) -> None:
     cls, name, _ = MODELS[provider]
     with pytest.raises(OfflineError):  # no key asked for: offline mode is what stops it
         await cls(name, api_key=None).complete(HELLO)
+
+
+async def test_bedrock_without_credentials_says_so_before_any_io(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Bedrock signs: with no credentials anywhere in botocore's chain, the request is
+    refused before it is sent (offline mode, checked first, stops a remote one)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("AWS_BEARER_TOKEN_BEDROCK", raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role to ask
+    with pytest.raises(OfflineError):
+        await BedrockModel("amazon.nova-lite-v1:0", region="us-east-1").complete(HELLO)
+    monkeypatch.delenv("RAYGENT_OFFLINE")
+
+    def no_io(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a request was sent")
+
+    monkeypatch.setattr("raygent.models._transport.shared_session", no_io)
+    model = BedrockModel("amazon.nova-lite-v1:0", region="us-east-1")
+    for streamed in (False, True):
+        with pytest.raises(AuthenticationError, match="no AWS credentials"):
+            await _call(model, streamed)

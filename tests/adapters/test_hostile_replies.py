@@ -18,7 +18,9 @@ from aiohttp import web
 from raygent import ModelOptions, ToolSpec, UserMessage
 from raygent.errors import ProviderError, ProviderResponseError
 from raygent.models import Done, ReasoningDelta, ReasoningOptions, TextDelta, ToolCallDelta
+from raygent.models._bedrock_stream import EventStreamDecoder
 from raygent.sim import Reply, Rule, ServerToolReply, ToolCallReply, serve
+from raygent.sim import _bedrock_frames as frames
 
 HELLO = [UserMessage(content="hello")]
 
@@ -45,7 +47,26 @@ OK_RESPONSES = {
         }
     ],
 }
-OK = {"openai": OK_OPENAI, "openai_responses": OK_RESPONSES}
+OK_BEDROCK = {
+    "output": {"message": {"role": "assistant", "content": [{"text": "hi"}]}},
+    "stopReason": "end_turn",
+    "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2},
+    "metrics": {"latencyMs": 1},
+}
+OK_GEMINI = {
+    "candidates": [
+        {"content": {"role": "model", "parts": [{"text": "hi"}]}, "finishReason": "STOP"}
+    ],
+    "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1},
+    "modelVersion": "m",
+    "responseId": "r",
+}
+OK = {
+    "openai": OK_OPENAI,
+    "openai_responses": OK_RESPONSES,
+    "bedrock": OK_BEDROCK,
+    "gemini": OK_GEMINI,
+}
 OK_ANTHROPIC = {
     "id": "msg_x",
     "type": "message",
@@ -78,6 +99,8 @@ class _Urls:
     def __init__(self, url: str) -> None:
         self.openai_base_url = url + "/v1"
         self.anthropic_base_url = url
+        self.url = url  # Bedrock's endpoint
+        self.gemini_base_url = url
 
 
 @pytest.fixture
@@ -157,6 +180,20 @@ STREAMS = {
         "error-event": b'event: error\ndata: {"type":"error","error":'
         b'{"type":"overloaded_error","message":"Overloaded"}}\n\n',
     },
+    # Bedrock's binary event stream: a frame whose CRC is wrong is its garbage.
+    "bedrock": {
+        "no-done": frames.event("messageStart", {"role": "assistant"})
+        + frames.event("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "hi"}}),
+        "garbage": frames.event("messageStart", {"role": "assistant"})[:-1] + b"\x00",
+        "error-event": frames.exception("modelStreamErrorException", {"message": "Overloaded"}),
+    },
+    "gemini": {
+        "no-done": b'data: {"candidates":[{"content":{"role":"model","parts":[{"text":"hi"}]}}]}'
+        b"\r\n\r\n",
+        "garbage": b"data: {not json\r\n\r\n",
+        "error-event": b'data: {"error": {"code": 503, "message": "The model is overloaded.",'
+        b' "status": "UNAVAILABLE"}}\r\n\r\n',
+    },
 }
 
 
@@ -180,6 +217,12 @@ async def test_a_huge_reply_is_read_whole(raw: Any, provider: str) -> None:
     elif provider == "openai_responses":
         part = {"type": "output_text", "text": text, "annotations": []}
         body = {**OK_RESPONSES, "output": [{**OK_RESPONSES["output"][0], "content": [part]}]}
+    elif provider == "bedrock":
+        message = {"role": "assistant", "content": [{"text": text}]}
+        body = {**OK_BEDROCK, "output": {"message": message}}
+    elif provider == "gemini":
+        content = {"role": "model", "parts": [{"text": text}]}
+        body = {**OK_GEMINI, "candidates": [{"content": content, "finishReason": "STOP"}]}
     else:
         body = {**OK_ANTHROPIC, "content": [{"type": "text", "text": text}]}
     server.reply(body)
@@ -243,7 +286,7 @@ def _sse(events: list[tuple[str | None, Any]]) -> bytes:
 
 def _parse_sse(raw: str) -> list[tuple[str | None, Any]]:
     events: list[tuple[str | None, Any]] = []
-    for block in raw.strip().split("\n\n"):
+    for block in raw.replace("\r\n", "\n").strip().split("\n\n"):
         lines = dict(line.split(": ", 1) for line in block.split("\n"))
         data = lines["data"]
         events.append((lines.get("event"), data if data == "[DONE]" else json.loads(data)))
@@ -276,8 +319,36 @@ RICH = [
 _PATHS = {"openai": "/v1/chat/completions", "openai_responses": "/v1/responses"}
 
 
+def _frames(events: list[tuple[str | None, Any]]) -> bytes:
+    """Bedrock's events, framed as ConverseStream sends them."""
+    head = {":content-type": "application/json", ":message-type": "event"}
+    return b"".join(
+        frames.frame({":event-type": str(name), **head}, json.dumps(data).encode())
+        for name, data in events
+    )
+
+
+async def _bedrock_sample(stream: bool) -> Any:
+    """What the simulator answers a rich Converse request with, signed as Bedrock wants."""
+    async with serve(RICH) as sim:
+        model: Any = make_model("bedrock", sim)
+        options = ModelOptions(
+            tools=(ToolSpec(name="get_weather"),), reasoning=ReasoningOptions(effort="low")
+        )
+        content = json.dumps(model.request_body(HELLO, options, stream=stream)).encode()
+        url = sim.url + model.request_path(stream=stream)
+        headers = model._signer.sign("POST", url, {"content-type": "application/json"}, content)
+        async with httpx.AsyncClient() as http:
+            resp = await http.post(url, content=content, headers=headers)
+    if not stream:
+        return resp.json()
+    return [(e.kind, json.loads(e.payload)) for e in EventStreamDecoder().feed(resp.content)]
+
+
 async def _sample(provider: str, stream: bool) -> Any:
     """What the simulator answers a rich reply with: the body, or the SSE events."""
+    if provider == "bedrock":
+        return await _bedrock_sample(stream)
     async with serve(RICH) as sim:
         model = make_model(provider, sim, api_key="sk-test")
         options = ModelOptions(
@@ -285,6 +356,8 @@ async def _sample(provider: str, stream: bool) -> Any:
         )
         body = model.request_body(HELLO, options, stream=stream)  # type: ignore[attr-defined]
         path = _PATHS.get(provider, "/v1/messages")
+        if provider == "gemini":
+            path = model.request_path(stream=stream)  # type: ignore[attr-defined]
         async with httpx.AsyncClient(base_url=sim.url) as http:
             resp = await http.post(path, json=body)
     return _parse_sse(resp.text) if stream else resp.json()
@@ -331,7 +404,10 @@ async def test_no_field_of_a_reply_raises_anything_untyped(
                 for value in HOSTILE:
                     events = list(sample)
                     events[index] = (name, _replaced(data, path, value))
-                    server.reply(_sse(events), content_type="text/event-stream")
+                    if provider == "bedrock":
+                        server.reply(_frames(events), content_type=frames.CONTENT_TYPE)
+                    else:
+                        server.reply(_sse(events), content_type="text/event-stream")
                     await _only_typed(model, stream)
                     tried += 1
     assert tried > 100

@@ -7,12 +7,14 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import botocore.session
 import pytest
 from _sdk_types import assert_conforms
 from anthropic.types.message_create_params import (
     MessageCreateParamsNonStreaming,
     MessageCreateParamsStreaming,
 )
+from botocore.validate import ParamValidator
 from openai.types.chat.completion_create_params import (
     CompletionCreateParamsNonStreaming,
     CompletionCreateParamsStreaming,
@@ -40,6 +42,7 @@ CLASSES: dict[str, type[HTTPModel]] = {
     "openai": raygent.OpenAIModel,
     "openai_responses": raygent.OpenAIResponsesModel,
     "anthropic": raygent.AnthropicModel,
+    "gemini": raygent.GeminiModel,
 }
 
 
@@ -119,8 +122,44 @@ def test_nothing_is_sent_when_nothing_is_set() -> None:
 # -- misspelt settings ---------------------------------------------------------------
 
 
+# Bedrock's bodies conform to botocore's service model instead (below).
+SIGNED: dict[str, type[HTTPModel]] = {"bedrock": raygent.BedrockModel}
+
+
 def test_every_adapter_is_covered() -> None:
-    assert set(_adapters()) == set(CLASSES.values())
+    assert set(_adapters()) == {*CLASSES.values(), *SIGNED.values()}
+
+
+_BEDROCK = botocore.session.get_session().get_service_model("bedrock-runtime")
+_CLAUDE = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+
+
+def _bedrock_conforms(body: dict[str, Any], stream: bool) -> None:
+    operation = "ConverseStream" if stream else "Converse"
+    shape = _BEDROCK.operation_model(operation).input_shape
+    report = ParamValidator().validate({"modelId": _CLAUDE, **body}, shape)
+    assert not report.has_errors(), report.generate_report()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("tier", ["priority", "default", "flex", "reserved"])
+def test_bedrock_tiers_conform_to_botocores_model(tier: str, stream: bool) -> None:
+    model = raygent.BedrockModel(_CLAUDE, region="us-east-1", service_tier=tier)  # type: ignore[arg-type]
+    body = model.request_body(ASK, None, stream=stream)
+    assert body["serviceTier"] == {"type": tier}
+    _bedrock_conforms(body, stream)
+
+
+def test_bedrock_a_calls_tier_wins_and_a_fallback_sends_its_first() -> None:
+    tier = raygent.Tier("flex", fallback="default")
+    model = raygent.BedrockModel(_CLAUDE, region="us-east-1", service_tier=tier)
+    assert model.request_body(ASK, None, stream=False)["serviceTier"] == {"type": "flex"}
+    call = ModelOptions(service_tier="priority")
+    assert model.request_body(ASK, call, stream=False)["serviceTier"] == {"type": "priority"}
+    plain = raygent.BedrockModel(_CLAUDE, region="us-east-1")
+    assert "serviceTier" not in plain.request_body(ASK, None, stream=False)
+    # A provider batch's line goes at the batch price, with no tier.
+    assert "serviceTier" not in model.batch_body(ASK, None)
 
 
 @pytest.mark.parametrize("cls", _adapters(), ids=lambda c: c.__name__)
@@ -143,7 +182,10 @@ def test_a_setting_of_another_adapter_is_refused() -> None:
 
 
 @pytest.mark.parametrize("cls", _adapters(), ids=lambda c: c.__name__)
-def test_every_setting_the_typeddict_declares_is_taken(cls: type[HTTPModel]) -> None:
+def test_every_setting_the_typeddict_declares_is_taken(
+    cls: type[HTTPModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_REGION", "us-east-1")  # Bedrock's region=None: the environment's
     # The known names are the settings TypedDict's: each one is accepted (None: unset).
     typed: Any = cls.settings_type
     names = set(typed.__optional_keys__) | set(typed.__required_keys__)

@@ -52,6 +52,8 @@ class _Urls:
     def __init__(self, url: str) -> None:
         self.openai_base_url = url + "/v1"
         self.anthropic_base_url = url
+        self.url = url  # Bedrock's endpoint
+        self.gemini_base_url = url
 
 
 async def test_replies_whole_and_streamed(provider: str, way: str) -> None:

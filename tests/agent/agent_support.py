@@ -12,6 +12,7 @@ from raygent import (
     AgentResult,
     AgentStream,
     AnthropicModel,
+    BedrockModel,
     Capabilities,
     ModelOptions,
     ModelResponse,
@@ -24,6 +25,9 @@ from raygent.models._http import HTTPModel
 from raygent.models.contract import StreamChunk
 from raygent.observers.events import Event
 from raygent.sim import SimStats, Simulator
+from raygent.sim._bedrock_auth import TEST_CREDENTIALS
+
+BEDROCK_MODEL = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
 
 KEY = "sk-test-key-000000"
 
@@ -121,12 +125,23 @@ def outcome(result: AgentResult) -> dict[str, Any]:
 
 
 def make_model(provider: str, sim: Simulator, **kwargs: Any) -> HTTPModel:
+    if provider == "bedrock":
+        return bedrock_model(sim, **kwargs)
     kwargs.setdefault("api_key", KEY)
     if provider == "openai":
         return OpenAIModel("sim-gpt", base_url=sim.openai_base_url, **kwargs)
     if provider == "openai_responses":
         return OpenAIResponsesModel("sim-gpt", base_url=sim.openai_base_url, **kwargs)
     return AnthropicModel("sim-claude", base_url=sim.anthropic_base_url, **kwargs)
+
+
+def bedrock_model(sim: Simulator, **kwargs: Any) -> BedrockModel:
+    """A Bedrock model (a cross-region inference profile's id) on the simulator, its
+    requests signed with the simulator's test credentials (it verifies them)."""
+    kwargs.pop("api_key", None)
+    kwargs.setdefault("access_key", TEST_CREDENTIALS.access_key)
+    kwargs.setdefault("secret_key", TEST_CREDENTIALS.secret_key)
+    return BedrockModel(BEDROCK_MODEL, base_url=sim.url, region="us-east-1", **kwargs)
 
 
 async def wait_for(

@@ -174,6 +174,7 @@ class Lab:
 
     def add(self, **resources: float) -> str:
         node = self.cluster.add_node(num_cpus=CPU_PER_NODE, resources=resources)
+        self.cluster.wait_for_nodes()  # placed on before anything is scheduled (SPREAD sees it)
         self.nodes[node.node_id] = node
         if "spot" in resources:
             self.spot.add(node.node_id)

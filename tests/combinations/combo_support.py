@@ -12,14 +12,22 @@ from typing import Any
 import httpx
 
 import raygent
-from raygent import Budget, Memory, OpenAIModel, Pricing, ResponseCache
+from raygent import BedrockModel, Budget, Memory, OpenAIModel, Pricing, ResponseCache
+from raygent.models import BedrockBatch
 from raygent.sim import Fault, Match, Reply, Rule, Simulator, ToolCallReply
+from raygent.sim._bedrock_auth import TEST_CREDENTIALS
 from raygent.stores import SQLiteStore
 
 # Declared prices, big so that an item costs ~0.16 USD online (~0.08 by batch).
 PRICING = Pricing(input_per_mtok=1000.0, output_per_mtok=3000.0)
 MAX_TOKENS = 20  # the output a request reserves against a budget
 UP, DOWN = "gpt-4o-mini", "down-model"  # a fallback's first model is always down
+# Bedrock's cells: a cross-region inference profile. A job of 8 items is under the 100
+# records a batch inference job takes: its lines are gathered, then go online, noted.
+BEDROCK_UP = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+BEDROCK_JOBS = BedrockBatch(
+    s3_uri="s3://combinations/jobs", role_arn="arn:aws:iam::123456789012:role/r"
+)
 KEY = "sk-combinations"
 # Binding whatever the mode: ~2 of the 8 items online, ~4 by batch (at half the price).
 BUDGET_USD = 0.35
@@ -49,10 +57,17 @@ class Cell:
     budget: bool
     session: str | None  # None | "message" | "turn"
     fallback: bool
+    provider: str = "openai"  # "openai" (Chat Completions) | "bedrock" (Converse)
+
+    @property
+    def up(self) -> str:
+        """The model that answers (a fallback's second)."""
+        return BEDROCK_UP if self.provider == "bedrock" else UP
 
     @property
     def id(self) -> str:
         parts = [
+            *(["bedrock"] if self.provider == "bedrock" else []),
             self.mode,
             "cache" if self.cache else "nocache",
             "budget" if self.budget else "nobudget",
@@ -68,6 +83,14 @@ CELLS = [
     for cache in (False, True)
     for budget in (False, True)
     for session in (None, "message", "turn")
+    for fallback in (False, True)
+] + [
+    # Bedrock in every combination but `message` sessions (as `turn`'s, for the wire).
+    Cell(mode, cache, budget, session, fallback, provider="bedrock")
+    for mode in ("online", "batch")
+    for cache in (False, True)
+    for budget in (False, True)
+    for session in (None, "turn")
     for fallback in (False, True)
 ]
 
@@ -101,10 +124,21 @@ class Setup:
 
 
 def setup(cell: Cell, sim: Simulator, folder: Path) -> Setup:
-    def model(name: str) -> OpenAIModel:
+    def model(name: str) -> Any:
+        if cell.provider == "bedrock":
+            return BedrockModel(
+                name,
+                region="us-east-1",
+                base_url=sim.url,
+                access_key=TEST_CREDENTIALS.access_key,
+                secret_key=TEST_CREDENTIALS.secret_key,
+                pricing=PRICING,
+                batch=BEDROCK_JOBS,
+            )
         return OpenAIModel(name, base_url=sim.openai_base_url, api_key=KEY, pricing=PRICING)
 
-    chosen: Any = raygent.fallback_model([model(DOWN), model(UP)]) if cell.fallback else model(UP)
+    up = model(cell.up)
+    chosen: Any = raygent.fallback_model([model(DOWN), up]) if cell.fallback else up
     sessions = SQLiteStore(folder / "sessions.db") if cell.session is not None else None
     memory = Memory(sessions, cell.session) if sessions is not None else None  # type: ignore[arg-type]
     agent = raygent.agent(
@@ -155,8 +189,12 @@ class Sent:
         """After a job: what it sent, per model name (call once its stats are read)."""
         found: dict[str, list[str]] = {}
         for record in self.sim.requests:
-            if record.path.endswith("/chat/completions") and isinstance(record.body, dict):
+            if not isinstance(record.body, dict):
+                continue
+            if record.path.endswith("/chat/completions"):
                 _add(found, record.body)
+            elif record.path.startswith("/model/"):  # Bedrock's: the model in the path
+                _add(found, record.body, record.path.split("/")[2])
         new = [f for f in await self._batch_files() if f not in self.files_before]
         async with httpx.AsyncClient() as client:
             for file_id in new:
@@ -169,11 +207,12 @@ class Sent:
         return found
 
 
-def _add(found: dict[str, list[str]], body: dict[str, Any]) -> None:
+def _add(found: dict[str, list[str]], body: dict[str, Any], model: str | None = None) -> None:
     # The delivery fields do not change the answer (an online stream and a batch line
     # of one request ask the same).
     asked = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
-    found.setdefault(str(body.get("model")), []).append(json.dumps(asked, sort_keys=True))
+    name = model or str(body.get("model"))
+    found.setdefault(name, []).append(json.dumps(asked, sort_keys=True))
 
 
 def turns(history: list[Any]) -> str:

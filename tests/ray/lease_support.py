@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from dataclasses import replace
 
 from raygent.actors import Bounds, Gateway
@@ -81,9 +82,11 @@ class InFlight:
         self.now = 0
         self.peak = 0
         self.done = 0
+        self.sent: list[float] = []  # when each was admitted (monotonic)
 
     async def request(self, lease: EndpointLease, seconds: float) -> None:
         ticket = await lease.admit()
+        self.sent.append(time.monotonic())
         self.now += 1
         self.peak = max(self.peak, self.now)
         try:

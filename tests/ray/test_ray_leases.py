@@ -1,6 +1,7 @@
 """The lease protocol in-process (no Ray): a gateway object, several processes' leases,
-channels that delay and reorder calls. What the gateway actors and the processes that
-run agents do on Ray, driven directly and checked at every step."""
+channels that delay and reorder calls, requests scheduled at their times. What the
+gateway actors and the processes that run agents do on Ray, driven directly and checked
+at every step."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from ray_support import sim_model
 from raygent import ModelOptions, UserMessage
 from raygent.actors import Bounds, Gateway, RetryPolicy
 from raygent.actors.gateway.endpoint_ledger import EndpointLedger, Report, partition, waterfill
-from raygent.actors.gateway.lease import EndpointLease
-from raygent.actors.gateway.rate_budget import NO_RATES
+from raygent.actors.gateway.lease import EndpointLease, _Slice
+from raygent.actors.gateway.rate_budget import LATE, NO_RATES
 from raygent.actors.gateway.sends import LeasedAdmission, admitted
 from raygent.backend import AccessLayer, Limits, ModelRequest, ModelResponse
 from raygent.errors import InvalidRequestError, RateLimitError
@@ -167,17 +168,14 @@ async def test_a_retry_after_pauses_every_holder_and_lowers_the_limit() -> None:
 
 
 async def test_a_request_rate_holds_across_holders() -> None:
+    """Two holders of 600 a minute (10 a second): each sends what it is granted at the
+    time it is granted for, so both together never have more than 10 in a second."""
     gateway = Gateway(lease_ttl=2.0)
-    # 600 a minute: 10 a second, from a bucket of a second's worth that starts full.
     holders = leases(gateway, Bounds(64, requests_per_minute=600), 2)
     flight = InFlight()
-    await asyncio.gather(*(flight.request(h, 0.0) for h in holders))
-    bucket = gateway._endpoints[KEY].ledger.rates.buckets[0]
-    assert bucket is not None
-    bucket.level = 0.0  # the burst's requests are spent
-    started = time.monotonic()
-    await asyncio.gather(*(flight.request(h, 0.0) for h in holders for _ in range(5)))
-    assert time.monotonic() - started > 0.6  # ~10 a second from here on, not 10 at once
+    await asyncio.gather(*(flight.request(h, 0.0) for h in holders for _ in range(12)))
+    assert flight.done == 24
+    assert max(sum(1 for t in flight.sent if end - 1 < t <= end) for end in flight.sent) <= 10
 
 
 def test_tokens_used_beyond_the_estimate_are_a_debt_the_next_takers_pay() -> None:
@@ -284,3 +282,24 @@ async def test_a_lease_the_gateway_cannot_answer_stops_admitting_at_its_deadline
     assert not waiting.done()  # no slot without a valid lease
     lease._slices[0].channel.down = False  # type: ignore[attr-defined]
     lease.done(await asyncio.wait_for(waiting, 5))
+
+
+def test_a_slice_sends_a_scheduled_request_at_its_time_and_drops_one_too_late() -> None:
+    """A rate's slice holds requests granted with their times: one goes no sooner than
+    its time, and one that could not go within `LATE` of it is dropped (counted)."""
+
+    class Idle:  # a channel nobody calls: the slice is driven by hand
+        name, bounds = "idle", Bounds(requests_per_minute=600)
+
+    part = _Slice(Idle(), held_kinds=(True, False, False, False))  # type: ignore[arg-type]
+    now = time.time()
+    part.hand = (3.0, 0.0, 0.0, 0.0)
+    part.due.extend([now - 10 * LATE, now - LATE / 4, now + 3600.0])
+    need = (1.0, 0.0, 0.0, 0.0)
+    assert part.affords(need)  # the first is long late: dropped; the second is due
+    assert part.dropped == 1 and part.hand[0] == 2.0
+    part.spend(need)
+    assert list(part.due) == [now + 3600.0] and part.hand[0] == 1.0
+    assert not part.affords(need)  # the last is an hour away
+    assert part.affords(need, timely=False)  # it holds it all the same: asks for no more
+    assert part.next_due(need, now) == now + 3600.0

@@ -23,8 +23,24 @@ ANSWER = "a" * 80
 
 
 def model(sim: Simulator, kind: str = "openai", **settings: Any) -> HTTPModel:
-    """A priced model of `kind` ("openai", "openai_responses", "anthropic") on `sim`."""
+    """A priced model of `kind` ("openai", "openai_responses", "anthropic"; "gemini" on
+    the Gemini API, "vertex" on Vertex AI) on `sim`."""
     settings.setdefault("pricing", PRICING)
+    if kind == "gemini":
+        return raygent.GeminiModel(
+            "gemini-sim", base_url=sim.gemini_base_url, api_key=KEY, **settings
+        )
+    if kind == "vertex":
+        from google.oauth2.credentials import Credentials
+
+        return raygent.GeminiModel(
+            "gemini-sim",
+            vertex=True,
+            project="sim-project",
+            credentials=Credentials(token=KEY),
+            base_url=sim.gemini_base_url,
+            **settings,
+        )
     if kind == "anthropic":
         return raygent.AnthropicModel(
             "claude-sim", base_url=sim.anthropic_base_url, api_key=KEY, **settings
@@ -40,7 +56,8 @@ def rules() -> list[Rule]:
 def asked(sim: Simulator, field: str = "service_tier") -> list[Any]:
     """What each model request the simulator received asked for in `field`, in order."""
     return [
-        (r.body or {}).get(field)
+        (r.body or {}).get("serviceTier" if "Content" in r.path else field)
         for r in sim.requests
         if r.path.endswith(("/chat/completions", "/responses", "/messages"))
+        or r.path.endswith((":generateContent", ":streamGenerateContent"))
     ]

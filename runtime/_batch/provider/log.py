@@ -90,7 +90,10 @@ class SubmissionLog:
                     sent.failure = record.get("failure")
 
     def _results_path(self, batch_id: str) -> Path | None:
-        return None if self.folder is None else self.folder / "results" / f"{batch_id}.jsonl"
+        # A batch id may be a resource name ("batches/123", Vertex's "projects/.../123"):
+        # one file name all the same.
+        name = batch_id.replace("/", "__")
+        return None if self.folder is None else self.folder / "results" / f"{name}.jsonl"
 
     def _write(self, record: dict[str, Any]) -> None:
         if self._file is None:

@@ -18,7 +18,8 @@ class ProviderBatch(BaseModel):
     run's next trip becomes one line of the current provider batch (its `custom_id`
     names the item, the attempt and the trip); the reply goes back to that run, whose
     next trip goes into a following batch. Models: `OpenAIModel` (`/v1/chat/completions`),
-    `OpenAIResponsesModel` (`/v1/responses`), `AnthropicModel` (Message Batches).
+    `OpenAIResponsesModel` (`/v1/responses`), `AnthropicModel` (Message Batches),
+    `BedrockModel` with `batch=` (batch inference jobs: 100 records at least).
 
     max_lines: the most lines of one provider batch (default: the provider's own
         limits, OpenAI 50,000 lines and 200 MB a file, Anthropic 100,000 requests and
@@ -71,5 +72,7 @@ class ProviderBatchSummary(BaseModel):
     batches: list[ProviderBatchInfo] = Field(default_factory=list)
     lines: int = 0
     online_lines: int = 0  # trips that went online instead (a deadline, on_expired)
+    # Why lines went online when the job did not ask it (a batch under its API's minimum).
+    notes: list[str] = Field(default_factory=list)
     cost: float | None = None
     online_cost: float | None = None

@@ -37,14 +37,14 @@ from ...errors import (
     ProviderTimeoutError,
     ServerError,
 )
-from ...models.batch_api import BatchAPI, LineResult, split_results
+from ...models.batch_api import BatchAPI, LineResult, MinimumLines, split_results
 from ...models.contract import Model, ModelResponse
 from ...seams.provider_lines import LineCost
 from ..sinks import key_token
 from .late import LateBatches, RouteBook, grace_of
 from .log import SentBatch, SubmissionLog
 from .options import ProviderBatch, ProviderBatchInfo, ProviderBatchSummary
-from .trip_lines import Answer, batch_api_of, line_token, spend_of
+from .trip_lines import Answer, TooFewLines, batch_api_of, line_token, spend_of
 
 __all__ = ["LinePool", "LineRoute", "LinesStatus", "RouteBook", "grace_of"]
 
@@ -227,6 +227,8 @@ class LinePool(LateBatches):
             return
         gather = self.options.gather_seconds
         due = min(group.last + gather, group.first + GATHER_CAP * gather)
+        if len(group.lines) < _least(group.api):  # too few yet: gathered as long as it may
+            due = group.first + GATHER_CAP * gather
         if due > time.monotonic():
             wait = due - time.monotonic()
             group.timer = asyncio.get_running_loop().call_later(wait, self._due, key)
@@ -239,7 +241,26 @@ class LinePool(LateBatches):
             return
         if group.timer is not None:
             group.timer.cancel()
+        least = _least(group.api)
+        if len(group.lines) < least:
+            self._too_few(group, least)
+            return
         self._spawn(self._submit(key, group))
+
+    def _too_few(self, group: _Group, least: int) -> None:
+        """A group its batch API would refuse as too small, gathered as long as a group
+        may be: its lines go online, and the job's report says why."""
+        api = group.api
+        note = (
+            f"{api.provider}: {len(group.lines)} lines sent online: a batch takes at least"
+            f" {least} (gathered for {GATHER_CAP * self.options.gather_seconds:g}s)"
+        )
+        logger.warning("%s", note)
+        self.summary.notes.append(note)
+        error = TooFewLines(note, provider=api.provider)
+        for custom_id in group.ids:
+            self._settle(custom_id, LineResult(custom_id, "expired", error=error), "online")
+        self._changed()
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -504,6 +525,11 @@ class LinePool(LateBatches):
         if spend.online_cost is not None:
             summary.online_cost = (summary.online_cost or 0.0) + spend.online_cost
         summary.online_lines += spend.online_lines
+
+
+def _least(api: BatchAPI) -> int:
+    """The fewest lines a batch of `api` takes (most take one)."""
+    return api.min_lines if isinstance(api, MinimumLines) else 1
 
 
 def _item_of(custom_id: str) -> str:

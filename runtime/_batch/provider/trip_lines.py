@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
@@ -18,7 +19,7 @@ from typing import Any, Protocol
 import pydantic_core
 
 from ...abort import AbortSignal, abortable
-from ...errors import ProviderBatchError, ProviderBatchExpiredError
+from ...errors import CapabilityError, ProviderBatchError, ProviderBatchExpiredError
 from ...models.batch_api import BatchAPI, LineResult
 from ...models.contract import (
     Done,
@@ -37,15 +38,19 @@ from ...seams.request import ModelRequest
 
 __all__ = [
     "Answer",
+    "GoOnline",
     "ItemLines",
     "LateLine",
     "LineCost",
     "LineSender",
     "RelayedLines",
+    "TooFewLines",
     "batch_api_of",
     "line_token",
     "spend_of",
 ]
+
+logger = logging.getLogger(__name__)
 
 # A line the provider did not answer (expired, cancelled) is sent again this many times
 # under on_expired="retry", then fails as "fail" would.
@@ -56,9 +61,19 @@ MAX_RESENDS = 3
 Answer = LineAnswer
 
 
-class LateLine(ProviderBatchError):
+class GoOnline(ProviderBatchError):
+    """A line the pool sends online instead of by batch: the answer a waiting trip
+    gets, never an item's error."""
+
+
+class LateLine(GoOnline):
     """A line its job's route sent online because its batch was late for the deadline
     (the batch is cancelled): the answer a waiting trip gets, never an item's error."""
+
+
+class TooFewLines(GoOnline):
+    """A line of a group that stayed smaller than its batch API's minimum (Bedrock's
+    jobs take 100 records at least) once gathered as long as a group may be."""
 
 
 class Routed(Protocol):
@@ -259,7 +274,16 @@ class _LineSend:
         assert model is not None and api is not None
         lines = self.lines
         # The model's line body: at the batch API's own tier and price, no stream.
-        body = pydantic_core.to_json(model.batch_body(request.messages, request.options))
+        try:
+            line_body = model.batch_body(request.messages, request.options)
+        except CapabilityError as refused:
+            if not str(refused.details.get("capability", "")).startswith("batch_"):
+                raise
+            # Its batch API cannot carry this request (Bedrock's tools or schema for a
+            # model whose jobs take none): it goes online, never billed by batch.
+            logger.info("%s", refused)
+            raise SendOnline(str(refused)) from None
+        body = pydantic_core.to_json(line_body)
         base = f"{lines.token}-a{lines.attempt}-t{self.trip}-{_digest(body)}"
         single = request.model
         for resend in range(MAX_RESENDS + 1):
@@ -280,7 +304,7 @@ class _LineSend:
                 assert result.error is not None
                 raise result.error
             mode = lines.pool.on_expired
-            if isinstance(result.error, LateLine) or lines.route is not None:
+            if isinstance(result.error, GoOnline) or lines.route is not None:
                 mode = "online"  # a route sends it online now, whatever on_expired says
             if mode == "online":  # the route sends it online, released from the batch's
                 raise SendOnline(f"{single.provider}: line {custom_id} {result.outcome}")
