@@ -16,6 +16,7 @@ from ._options import RayOptions
 from .batch.execution import RayBatchRunners
 from .gateway.access import RayModelAccess
 from .gateway.budgets import RayBudgets
+from .gateway.tenants import RayTenants
 from .sessions.persistence import RaySessions
 from .tools.execution import RayToolExecution
 
@@ -34,6 +35,7 @@ def ray_backend(options: RayOptions | None = None) -> Backend:
         RaySessions(options),
         RayBatchRunners(options, ray_backend),
         RayBudgets(options),
+        RayTenants(options),
     )
 
 

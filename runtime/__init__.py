@@ -77,7 +77,8 @@ from .models import (
 from .observers.report import AgentReport, AgentResult, PendingCall
 from .pricing import Pricing
 from .rates import RateLimit, RateReading
-from .seams.registry import current_backend, init
+from .seams.registry import current_backend, init, register_tenant
+from .seams.request import Tenant
 from .tools import Tool, ToolContext, ToolResult, tool
 from .usage import Cost, Usage, total_cost
 
@@ -138,6 +139,7 @@ __all__ = [
     "SupervisorState",
     "SystemMessage",
     "SystemPrompt",
+    "Tenant",
     "TextPart",
     "Tier",
     "Tool",
@@ -166,6 +168,7 @@ __all__ = [
     "fan_out",
     "init",
     "observers",
+    "register_tenant",
     "router",
     "step",
     "supervisor",

@@ -53,6 +53,7 @@ __all__ = [
     "ToolDeniedError",
     "ToolExecutionError",
     "UnknownOptionError",
+    "UnknownTenantError",
     "error_dict",
     "redact",
 ]
@@ -337,6 +338,13 @@ class UnknownOptionError(InvalidOptionsError, TypeError):
     known one, or None), where (what was given it)."""
 
     code = "UNKNOWN_OPTION"
+
+
+class UnknownTenantError(InvalidOptionsError):
+    """`tenant=` names no tenant registered with the backend (`raygent.register_tenant`:
+    in this process, or on Ray in the gateway): the run fails unsent. details: tenant."""
+
+    code = "UNKNOWN_TENANT"
 
 
 class CapabilityError(InvalidOptionsError):

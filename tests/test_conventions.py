@@ -106,6 +106,8 @@ PUBLIC_API = {
     "batch_sync",
     "compaction",
     "current_backend",
+    "register_tenant",
+    "Tenant",
     "data",
     "errors",
     "eval",

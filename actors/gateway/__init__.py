@@ -14,6 +14,7 @@ sends      admitting one request inside the leases (a slot, then its rate budget
 budgets    `RayBudgets` (the `budgets` seam): a job's budget kept by the gateway
 budget_book   one job's budget as its gateway keeps it (`BudgetBook`): plain Python
 budget_lease  `BudgetLease`: a process's lease on a job's budget, reserving requests
+tenants    `RayTenants` (the `tenants` seam): tenants registered cluster-wide in the gateway
 
 May import raygent, raygent.backend, raygent.stores, Ray and the shared helpers of
 raygent.actors (`_options`, `_ray`); nothing of the other subpackages.

@@ -42,6 +42,7 @@ from raygent.backend import (
     Model,
     ModelRequest,
     ProviderConnectionError,
+    TenantAdmissions,
     as_provider_model,
 )
 
@@ -255,13 +256,15 @@ class RayModelAccess(AccessLayer):
     is sent from this process, inside a slice of its endpoint's bound leased from the
     endpoint's gateway; a 429 pauses every holder of the endpoint and is sent again by
     `RayOptions.retry` (unless its route fails fast); aborting the run closes its HTTP
-    request, as in-process."""
+    request, as in-process. A tenant's requests take their fair share of this process's
+    slots first (`raygent.backend.TenantAdmissions`)."""
 
-    __slots__ = ("options",)
+    __slots__ = ("options", "ray_admissions")
 
     def __init__(self, options: RayOptions | None = None) -> None:
         self.options = options or RayOptions()
-        super().__init__(RayAdmissions(self.options), self.options.retry)
+        self.ray_admissions = RayAdmissions(self.options)
+        super().__init__(TenantAdmissions(self.ray_admissions), self.options.retry)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Shipped to Ray workers with the agent: rebuilt there, with that process's leases.
@@ -272,5 +275,4 @@ class RayModelAccess(AccessLayer):
         provider = as_provider_model(model)
         if provider is None:
             return None
-        admissions: RayAdmissions = self.admissions  # type: ignore[assignment]
-        return admissions.lease(provider.limits())
+        return self.ray_admissions.lease(provider.limits())

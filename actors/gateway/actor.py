@@ -59,6 +59,7 @@ class Gateway:
         self._claims_until = time.monotonic() + lease_ttl if restarted else 0.0
         self._endpoints: dict[str, _Endpoint] = {}
         self._books: dict[str, BudgetBook] = {}  # jobs' budgets, by job key
+        self._tenants: dict[str, object] = {}  # tenants registered, by name
         self._on_idle = on_idle
         self._idle_since = time.monotonic()
         self._closing = False
@@ -102,6 +103,14 @@ class Gateway:
         if book is None:
             book = self._books[key] = BudgetBook(limits)
         return book.claim(holder_id, claim, self.incarnation, time.monotonic(), self.lease_ttl)
+
+    async def register_tenant(self, name: str, tenant: object) -> None:
+        """Register a tenant (a `raygent.Tenant`, kept as given) for every driver."""
+        self._tenants[name] = tenant
+
+    async def tenant(self, name: str) -> object | None:
+        """The tenant registered as `name` (None: none)."""
+        return self._tenants.get(name)
 
     async def budget_stats(self, key: str | None) -> dict[str, object]:
         """One job's budget as the book keeps it (limits, spent, reserved, holders);
@@ -191,7 +200,7 @@ class Gateway:
                 held = held or bool(endpoint.ledger.holders)
             for book in self._books.values():
                 held = book.expire(now) or held
-            if held:
+            if held or self._tenants:  # registered tenants outlive their drivers
                 self._idle_since = now
             elif now - self._idle_since >= self.idle_timeout and self._on_idle is not None:
                 self._closing = True  # refuse new holders: they will find the next one

@@ -29,6 +29,7 @@ shrinks. A lone process therefore keeps the whole bound between bursts, and ten 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -88,6 +89,8 @@ class Report:
     wanted: Rates = NO_RATES  # rate budget it asks for (`rate_budget.KINDS`)
     settled: Rates = NO_RATES  # estimates above usage (> 0) or below it (< 0), since last
     observed: RateReading | None = None  # what a reply's (or the 429's) headers said
+    # The tenants it admits for (`raygent.Tenant`: name, weight); none: a weight of 1.
+    tenants: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,7 @@ class _Holder:
     due: list[float] = field(default_factory=list)  # the times of its requests granted
     wanted: Rates = NO_RATES
     bounds: Bounds | None = None  # the limits it declared (None: it declared none)
+    tenants: tuple[tuple[str, float], ...] = ()
 
 
 def _tightest(limits: Iterable[N | None]) -> N | None:
@@ -139,16 +143,20 @@ def partition(total: int, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-def waterfill(capacity: int, wants: dict[str, int]) -> dict[str, int]:
-    """Fair shares of `capacity`: equal, none above its want, what one leaves spread
-    over the others (smallest wants are settled first)."""
+def waterfill(
+    capacity: int, wants: dict[str, int], weights: dict[str, float] | None = None
+) -> dict[str, int]:
+    """Fair shares of `capacity`: by weight (equal by default), none above its want, what
+    one leaves spread over the others (smallest wants per weight are settled first)."""
     shares: dict[str, int] = {}
-    left = capacity
-    ordered = sorted(wants.items(), key=lambda kv: kv[1])
-    for i, (holder, want) in enumerate(ordered):
-        fair = left // (len(ordered) - i)
-        shares[holder] = min(want, fair)
+    left, weight_of = capacity, weights or {}
+    total = sum(weight_of.get(holder, 1.0) for holder in wants)
+    ordered = sorted(wants.items(), key=lambda kv: kv[1] / weight_of.get(kv[0], 1.0))
+    for holder, want in ordered:
+        weight = weight_of.get(holder, 1.0)
+        shares[holder] = min(want, int(left * weight / total + 1e-9))
         left -= shares[holder]
+        total -= weight
     return shares
 
 
@@ -231,7 +239,7 @@ class EndpointLedger:
             return set()  # overtaken by a later report (or a duplicate)
         holder.seq = report.seq
         holder.expires = now + ttl
-        holder.want, holder.in_use = report.want, report.in_use
+        holder.want, holder.in_use, holder.tenants = report.want, report.in_use, report.tenants
         if report.incarnation != incarnation:
             # A holder of the previous incarnation: what it still uses is real.
             holder.grant = holder.occupied = max(holder.occupied, report.held)
@@ -293,7 +301,8 @@ class EndpointLedger:
         cap = min(self.bound, max(1, int(self.limit)))
         if self.probing:
             cap = min(cap, PROBE_WINDOW)  # a slow start, until a reply says the limits
-        shares = waterfill(cap, {h: s.want for h, s in self.holders.items()})
+        wants = {h: s.want for h, s in self.holders.items()}
+        shares = waterfill(cap, wants, self._weights())
         free = cap - sum(s.occupied for s in self.holders.values())
         if now < self.claims_until:
             free = min(free, 0)  # claims only, until old leases would have expired
@@ -320,6 +329,18 @@ class EndpointLedger:
         for holder_id in changed:
             self.holders[holder_id].version += 1
         return changed
+
+    def _weights(self) -> dict[str, float] | None:
+        """Each holder's weight: its tenants' weights, each split over the holders
+        busy for it (a tenant's share is its own, however many processes it runs in)."""
+        busy = [h for h in self.holders.values() if h.tenants and (h.want or h.in_use)]
+        if not busy:
+            return None
+        spread = Counter(name for h in busy for name, _ in h.tenants)
+        return {
+            holder_id: sum(w / spread[name] for name, w in h.tenants if spread[name]) or 1.0
+            for holder_id, h in self.holders.items()
+        }
 
     def _fill(self, holder_id: str, share: int) -> float:
         """How far a holder is from its share (the furthest is served first)."""

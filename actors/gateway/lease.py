@@ -174,6 +174,9 @@ class EndpointLease:
         self._pause_timer: asyncio.TimerHandle | None = None
         self._due_timer: asyncio.TimerHandle | None = None
         self.held_back = HeldBack()  # requests a 429 told to wait longer than the pause
+        # The tenants it has admitted for, by name, with their weights (`sends.admitted`):
+        # the gateway weighs its share of the bound by them.
+        self.tenants: dict[str, float] = {}
 
     # -- admission ------------------------------------------------------------------------
 
@@ -394,8 +397,11 @@ class EndpointLease:
             wanted=wanted,
             settled=held.settled,
             observed=self._news(held),
+            tenants=tuple(self.tenants.items()),
         )
         held.succeeded, held.throttled, held.settled = 0, None, NO_RATES
+        if not self.in_use and not self._waiters:
+            self.tenants.clear()  # idle: the next requests say whom it serves
         return report
 
     @staticmethod

@@ -105,6 +105,8 @@ async def admitted(
     """`request` admitted: a slot first, then the rate budget (see the module docstring)."""
     signal = request.signal
     held_back = 0.0 if rates is None else await wait_held_back(rates.held_back, request, signal)
+    tenant = request.context.tenant  # the lease asks for its tenants' weights together
+    lease.tenants[tenant.name if tenant else ""] = tenant.weight if tenant else 1.0
     slot = await _ticket(lease, ONE_REQUEST, signal)
     if rates is None:
         return LeasedAdmission(request, lease, slot, None, None, 0.0)

@@ -37,7 +37,8 @@ __all__ = [
 
 ItemKey: TypeAlias = "str | Callable[[Any], Any]"
 RUN_GRACE = 5.0
-# An agent's item may name the session it runs in (the agent needs `memory=`).
+# An agent's item may name the session it runs in (the agent needs `memory=`), and its
+# tenant ("tenant").
 SESSION_FIELDS = frozenset({"session_id", "user_id"})
 _RUN_STATUSES = frozenset({"completed", "failed", "cancelled", "incomplete", "awaiting_approval"})
 
@@ -176,6 +177,8 @@ def attempt_for(
         # and refuses a run option it does not take).
         takes = isinstance(executable, TakesRunOptions)
         fields = SESSION_FIELDS & executable.run_option_names if takes else SESSION_FIELDS
+        # An item's tenant (a name or a `raygent.Tenant`), as it names its session.
+        tenants = not takes or "tenant" in executable.run_option_names
 
         async def run(job: Job, signal: AbortSignal, lines: TripLines | None = None) -> Outcome:
             if job_budget is not None and job_budget.exhausted is not None:
@@ -192,6 +195,8 @@ def attempt_for(
                     item_options["run_id"] = item_runs.run_id(job.key)
                     if job.previous is None and item_runs.recovers(job.attempts):
                         recover = True  # what it stored, the store says
+            if tenants and meta is not None and meta.get("tenant") is not None:
+                item_options["tenant"] = meta["tenant"]
             # A retry is the same run: it continues what its failed attempt stored.
             item_options["scope"] = plan.scope(job.previous, recover, lines)
             try:

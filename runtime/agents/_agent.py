@@ -36,6 +36,7 @@ from ..run_context import RunInfo
 from ..seams.attempt import RunScope, inherited
 from ..seams.contract import Backend
 from ..seams.registry import current_backend
+from ..seams.tenants import tenant_scope
 from ..tools import Tool
 from ..toolsets import Toolset
 from ._agent_tool import agent_tool
@@ -371,10 +372,11 @@ class Agent(DurableRuns):
         continuations = options.get("continue_on_output_limit")
         capture = options.get("capture_messages")
         guard = options.get("streaming_tool_guard")
-        scope = inherited(options)
+        backend = self.backend or current_backend()
+        scope = tenant_scope(inherited(options), options.get("tenant"), backend.tenants)
         config = RunConfig(
             model=self.model,
-            backend=self.backend or current_backend(),
+            backend=backend,
             ledgers=tuple(self._ledgers(options, scope)),
             scope=scope,
             tools=self.tools,

@@ -79,6 +79,7 @@ async def lifecycle(run: RunState, progress: Progress, body: Body) -> AgentResul
             name=run.info.agent_name,
             session_id=run.info.session_id,
             parent_run_id=run.info.parent_run_id,
+            tenant=run.report.tenant,
         )
         if run.setup_error is not None:
             raise run.setup_error

@@ -22,6 +22,7 @@ from ..observers import Observe
 from ..observers.events import Handlers
 from ..run_context import RunInfo
 from ..seams.attempt import RunScope
+from ..seams.request import Tenant
 from ._guard import GuardSetting
 from .output import Repair
 
@@ -84,6 +85,9 @@ class RunOptions(TypedDict, total=False):
     tool_errors: Literal["continue", "fail"] | None
     # What this run may spend (raygent.Budget); the agent's own `budget=` holds as well.
     budget: Budget | None
+    # Who the run is for (raygent.Tenant, or the name of one registered with the
+    # backend): its share of each endpoint by weight, its own budget and limits.
+    tenant: Tenant | str | None
     # Durable runs (see raygent.Durable and Agent.resume).
     durable: Durable | None
     run_id: str | None

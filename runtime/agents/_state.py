@@ -196,6 +196,7 @@ class RunState:
             root_run_id=self.info.root_run_id,
             parent_run_id=self.info.parent_run_id,
             session_id=self.info.session_id,
+            tenant=None if self.config.scope.tenant is None else self.config.scope.tenant.name,
             name=self.info.agent_name,
             version=self.config.version,
             started_at=now(),

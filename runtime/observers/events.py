@@ -67,6 +67,7 @@ class AgentStarting(Event):
     name: str
     session_id: str | None = None
     parent_run_id: str | None = None
+    tenant: str | None = None  # the name of the `raygent.Tenant` it runs for
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -114,13 +114,14 @@ class TripReport(BaseModel):
 
 
 class AgentReport(BaseModel):
-    """Everything one run did. `session_id` is stamped on every node, nested runs included."""
+    """Everything one run did (`session_id` on every node, nested runs included)."""
 
     model_config = ConfigDict(extra="forbid")
     run_id: str
     root_run_id: str
     parent_run_id: str | None = None
     session_id: str | None = None
+    tenant: str | None = None  # the name of the `raygent.Tenant` it ran for
     name: str
     version: str | None = None
     status: RunStatus = "completed"
@@ -330,8 +331,7 @@ class AgentResult:
     """The outcome of one run. `execute()` never raises: failures are in `error`.
 
     `data` is the validated structured output (a model instance) when an output type was
-    given, else None. `blocks` (provider blocks such as thinking) is set only for
-    single-trip runs.
+    given, else None. `blocks` (provider blocks such as thinking): single-trip runs only.
     """
 
     data: Any

@@ -21,7 +21,11 @@ rated         the rates held in this process (each key's pacer, and the wait for
 attempt       `RunScope`: what a run inherits from where it runs (a batch's attempt, its
               parent run); `AttemptPlan`: what each attempt of a batch job is given
 provider_lines  `TripLines`: an attempt's way to its provider batches
-registry      `init`, `current_backend`, `use_backend`: the backend of this process, and
+tenants       `Tenant`s by name (`Tenants`: a backend's registry) and a run's tenant in its
+              scope; fair_share: a tenant's request admitted (its own limits, then its
+              share of the endpoint's bound by weight) in front of `Admissions`
+registry      `init`, `current_backend`, `use_backend`, `register_tenant`: the backend of
+              this process, and
               `backend_plugin`: a backend found through the entry-point group
               `raygent.backends`, never imported by name
 _endpoint_bound  an endpoint's bound in this process (each request under its own limit)
@@ -46,12 +50,14 @@ from .contract import (
     ProviderBatchPool,
     ToolExecution,
 )
+from .fair_share import TenantAdmissions
 from .link import DIRECT, closing_stream
 from .local import LOCAL, LocalAdmissions, LocalModelAccess, LocalToolExecution
-from .registry import backend_plugin, current_backend, init, use_backend
-from .request import ModelRequest, RequestContext, RequestRecord, Route
+from .registry import backend_plugin, current_backend, init, register_tenant, use_backend
+from .request import ModelRequest, RequestContext, RequestRecord, Route, Tenant
 from .request_path import Link, request_path
 from .retry import Retry
+from .tenants import LocalTenants, Tenants
 
 __all__ = [
     "DIRECT",
@@ -75,6 +81,7 @@ __all__ = [
     "Link",
     "LocalAdmissions",
     "LocalModelAccess",
+    "LocalTenants",
     "LocalToolExecution",
     "ModelAccess",
     "ModelRequest",
@@ -87,11 +94,15 @@ __all__ = [
     "RetryPolicy",
     "Route",
     "RunScope",
+    "Tenant",
+    "TenantAdmissions",
+    "Tenants",
     "ToolExecution",
     "backend_plugin",
     "closing_stream",
     "current_backend",
     "init",
+    "register_tenant",
     "request_path",
     "use_backend",
 ]

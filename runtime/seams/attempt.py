@@ -26,6 +26,7 @@ from ..budgets import BudgetLedger
 from ..run_context import RunInfo
 from ..tools import ToolContext
 from .provider_lines import TripLines
+from .request import Tenant
 
 __all__ = [
     "NO_SCOPE",
@@ -51,7 +52,7 @@ class RunScope:
     ledgers: tuple[BudgetLedger, ...] = ()
     lines: TripLines | None = None
     job: str | None = None
-    tenant: str | None = None
+    tenant: Tenant | None = None
     continues: Any = None
     recover: bool = False
 
@@ -64,6 +65,13 @@ class RunScope:
         """The scope of a run started by a run held to `ledgers` (its tool, a flow's
         step): the same job, tenant and lines, held to those ledgers; not a retry."""
         return RunScope(ledgers, self.lines, self.job, self.tenant)
+
+    def of_tenant(self, tenant: Tenant, ledger: BudgetLedger | None) -> RunScope:
+        """This scope for a run of `tenant`, held to its budget's `ledger` too."""
+        ledgers = self.ledgers
+        if ledger is not None and all(ledger is not held for held in ledgers):
+            ledgers = (*ledgers, ledger)
+        return RunScope(ledgers, self.lines, self.job, tenant, self.continues, self.recover)
 
     def resumed(self) -> RunScope:
         """This scope for a resumed run (its id and what it stored come from the store)."""

@@ -24,6 +24,7 @@ from .batch import Deliver, Feed
 from .provider_lines import LineAnswer, LineCost, LineOptions
 from .request import ModelAccess
 from .retry import Retry
+from .tenants import LocalTenants, Tenants
 
 if TYPE_CHECKING:
     from ..tools import Tool, ToolContext
@@ -193,3 +194,4 @@ class Backend:
     sessions: SessionPersistence = field(default_factory=LocalSessions)
     batches: BatchExecution | None = None
     budgets: Budgets = field(default_factory=LocalBudgets)
+    tenants: Tenants = field(default_factory=LocalTenants)

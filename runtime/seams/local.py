@@ -15,6 +15,7 @@ from ..rates import Need
 from ._endpoint_bound import EndpointBound
 from .access import AccessLayer, RetryPolicy
 from .contract import Backend
+from .fair_share import TenantAdmissions
 from .rated import HeldRate, LocalRates, wait_held_back
 from .request import ModelRequest
 
@@ -150,12 +151,13 @@ class LocalAdmission:
 
 class LocalModelAccess(AccessLayer):
     """The access layer (`seams.access`) over this process's counters
-    (`LocalAdmissions`). Models that declare no limits (test doubles) are not bounded."""
+    (`LocalAdmissions`, tenants' fair shares in front). Models that declare no limits
+    (test doubles) are not bounded."""
 
     __slots__ = ()
 
     def __init__(self, policy: RetryPolicy | None = None) -> None:
-        super().__init__(LocalAdmissions(), policy)
+        super().__init__(TenantAdmissions(LocalAdmissions()), policy)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Bounds are per process (and per event loop): a copy elsewhere starts afresh.

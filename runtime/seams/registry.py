@@ -21,8 +21,16 @@ from typing import Any
 
 from .contract import Backend, BackendPlugin
 from .local import LOCAL
+from .request import Tenant
 
-__all__ = ["ENTRY_POINTS", "backend_plugin", "current_backend", "init", "use_backend"]
+__all__ = [
+    "ENTRY_POINTS",
+    "backend_plugin",
+    "current_backend",
+    "init",
+    "register_tenant",
+    "use_backend",
+]
 
 ENTRY_POINTS = "raygent.backends"
 
@@ -104,3 +112,12 @@ def current_backend() -> Backend:
         if _default_ray is None:
             _default_ray = backend_plugin("ray").default()
         return _default_ray
+
+
+def register_tenant(*tenants: Tenant) -> None:
+    """Register `tenants` by name with the current backend, for runs to name them
+    (`tenant="acme"`): in this process, or on Ray cluster-wide in the gateway, where
+    every driver sees the same (`seams.tenants`). A name registered again is replaced."""
+    registry = current_backend().tenants
+    for tenant in tenants:
+        registry.register(tenant)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..abort import AbortSignal
+from ..budgets import Budget
 from ..messages import Message
 from ..models.contract import (
     Model,
@@ -27,6 +28,7 @@ from ..models.contract import (
     Tier,
     as_provider_model,
 )
+from ..rates import RateLimit
 
 __all__ = [
     "NO_CONTEXT",
@@ -36,6 +38,7 @@ __all__ = [
     "RequestContext",
     "RequestRecord",
     "Route",
+    "Tenant",
 ]
 
 
@@ -65,16 +68,45 @@ class Route:
 ONLINE = Route()
 
 
+@dataclass(frozen=True, eq=False, slots=True)
+class Tenant:
+    """Who a request is for, when several share the cluster (`seams.tenants`): `name`;
+    `weight`, its share of each endpoint's bound and rate while others wait too (a
+    tenant of weight 3 is let through three times as often as one of weight 1); its
+    own `budget` (`raygent.Budget`, shared by all its runs: on Ray, cluster-wide), and
+    its own `rate_limit` and `max_concurrency` (None: only the endpoints' limits)."""
+
+    name: str
+    weight: float = 1.0
+    budget: Budget | None = None
+    rate_limit: RateLimit | None = None
+    max_concurrency: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"a tenant's name is a non-empty str, not {self.name!r}")
+        if not self.weight > 0:
+            raise ValueError(f"tenant {self.name!r}: weight must be > 0, not {self.weight!r}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError(
+                f"tenant {self.name!r}: max_concurrency must be >= 1, not {self.max_concurrency}"
+            )
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            raise TypeError(f"tenant {self.name!r}: budget= takes raygent.Budget(...)")
+        if self.rate_limit is not None and not isinstance(self.rate_limit, RateLimit):
+            raise TypeError(f"tenant {self.name!r}: rate_limit= takes raygent.RateLimit(...)")
+
+
 @dataclass(frozen=True, slots=True)
 class RequestContext:
-    """Where a request belongs: its run, session, batch job and tenant, the trip it is
+    """Where a request belongs: its run, session, batch job and `Tenant`, the trip it is
     part of, its deadline (`time.time()`, None: none) and route, and its `record` (None:
     nobody reads what happened)."""
 
     run_id: str | None = None
     session_id: str | None = None
     job: str | None = None
-    tenant: str | None = None
+    tenant: Tenant | None = None
     trip: int = 0
     deadline: float | None = None
     route: Route = ONLINE

@@ -88,6 +88,7 @@ EXPECTED: dict[type[RaygentError], tuple[str, str, bool]] = {
     errors.InvalidOptionsError: ("INVALID_OPTIONS", "config", False),
     errors.SinkExistsError: ("BATCH_SINK_EXISTS", "config", False),
     errors.UnknownOptionError: ("UNKNOWN_OPTION", "config", False),
+    errors.UnknownTenantError: ("UNKNOWN_TENANT", "config", False),
     errors.JobCheckError: ("BATCH_JOB_CHECK", "config", False),
     errors.JobStoppedError: ("BATCH_STOPPED", "cancelled", False),
     errors.DeadlineError: ("BATCH_DEADLINE", "config", False),

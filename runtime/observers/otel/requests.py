@@ -120,6 +120,7 @@ def trip_request(report: AgentReport, trip: TripReport) -> RequestRecord:
         throttled=trip.throttled,
         rate_wait=trip.rate_wait,
         failed=failed,
+        tenant=report.tenant,
     )
 
 

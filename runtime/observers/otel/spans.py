@@ -126,6 +126,7 @@ class SpanWriter:
             n.REQUEST_MODEL: report.model.name,
             n.PROVIDER: n.provider_name(report.model.provider),
             n.PARENT_RUN_ID: report.parent_run_id,
+            n.TENANT: report.tenant,
             n.STATUS: report.status,
             "raygent.trips": len(report.trips),
             "raygent.tool_calls": len(report.tool_calls),
