@@ -65,6 +65,9 @@ def error_from_body(
 ) -> ProviderError:
     """The typed error of a Google error body (a failed reply's, or an error event in a
     stream, whose HTTP status was 200: `status=None` reads it from the body's code)."""
+    if isinstance(data, str):  # a body that is not JSON (a proxy's page), as text
+        text = redact(data.strip(), secrets)[:500] or f"HTTP {status or 500}"
+        return _typed(status or 500, None, text, [], flex=flex, request_id=request_id)
     if isinstance(data, list) and data:
         data = data[0]
     error = data.get("error") if isinstance(data, dict) else None

@@ -191,6 +191,14 @@ class HTTPModel(Wire):
     def default_tier(self) -> str | Tier | None:
         return self.service_tier
 
+    def call_options(self, options: ModelOptions | None) -> ModelOptions:
+        """The call's options, at the model's tier where the call asked for none (copied
+        only then: most requests pass through untouched)."""
+        options = options or _NO_OPTIONS
+        if options.service_tier is None and self.service_tier is not None:
+            return options.model_copy(update={"service_tier": self.service_tier})
+        return options
+
     def declared_pricing(self) -> Pricing | None:
         return self.pricing
 
@@ -304,7 +312,7 @@ class HTTPModel(Wire):
             raw = await opened.read()
         finally:
             await opened.aclose()
-        raise self._error(opened.status, opened.headers, parse_error_body(raw))
+        raise self._error(opened.status, opened.headers, parse_error_body(raw), body)
 
     async def _send(
         self,
@@ -419,13 +427,25 @@ class HTTPModel(Wire):
             tier=tier,
         )
 
-    def _error(self, status: int, headers: Mapping[str, str], body: Any) -> ProviderError:
+    def _error(
+        self,
+        status: int,
+        headers: Mapping[str, str],
+        body: Any,
+        sent: dict[str, Any] | None = None,
+    ) -> ProviderError:
+        typed = self.typed_error(status, headers, body, sent)
+        if typed is not None:
+            return typed
         said = self.error_said(body, headers)
         return error_from_response(
             status, headers, said, provider=self.provider, secrets=self._secrets
         )
 
     def _event_error(self, event: ErrorEvent) -> ProviderError:
+        typed = self.typed_error(event.status, _NO_HEADERS, event.body, None)
+        if typed is not None:
+            return typed
         said = self.error_said(event.body, _NO_HEADERS)
         if event.status is not None:
             return error_from_response(

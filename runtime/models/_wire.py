@@ -36,7 +36,9 @@ Stated where the wire differs from the default:
   none.
 - `error_said(body, headers) -> ErrorSaid`: what an error reply says (code, message,
   a retry delay the body gives; default: the OpenAI/Anthropic `{"error": ...}` shape).
-  The mapping to a typed error by status and hints is shared (`_errors`).
+  The mapping to a typed error by status and hints is shared (`_errors`);
+  `typed_error(status, headers, body, sent)` replaces it for a wire whose errors it
+  does not read (Google's `google.rpc` errors; default: None, the shared mapping).
 - `rate_reading(headers) -> RateReading | None`: what the rate-limit headers say
   (default: `x-ratelimit-*`, `anthropic-ratelimit-*`, `retry-after`).
 - `header_tier(headers) -> str | None`: the tier that served a reply, where the wire
@@ -108,6 +110,7 @@ from ._transport import Outgoing
 from .contract import FinishReason, ModelOptions, StreamChunk
 
 if TYPE_CHECKING:
+    from ..errors import ProviderError
     from ._batch_wire import BatchAPI
 
 __all__ = [
@@ -273,6 +276,20 @@ class Wire(ABC):
     def error_said(self, body: Any, headers: Mapping[str, str]) -> ErrorSaid:
         """What an error reply's body (its JSON, else its text) and headers say."""
         return read_error_body(body)
+
+    def typed_error(
+        self,
+        status: int | None,
+        headers: Mapping[str, str],
+        body: Any,
+        sent: dict[str, Any] | None,
+    ) -> ProviderError | None:
+        """The typed error of an error reply (its JSON, else its text), for a wire whose
+        errors the shared mapping (`error_said`, then by status and hints) does not read:
+        `status` None for an error event inside a 200 stream, `sent` the request's body
+        where known (a tier asked for changes what an error means). None: the shared
+        mapping."""
+        return None
 
     def rate_reading(self, headers: Mapping[str, str]) -> RateReading | None:
         """What a reply's rate-limit headers say (None: nothing)."""

@@ -16,7 +16,7 @@ from ._http import HTTPModel
 from ._wire import Reply
 from .batch_api import AnthropicBatchAPI, BatchAPI
 from .contract import Capabilities, ModelOptions
-from .tiers import AnthropicSettings, with_defaults
+from .tiers import AnthropicSettings
 
 if TYPE_CHECKING:
     from ._http import ModelSettings
@@ -29,7 +29,6 @@ _COMPACTING_MODELS = re.compile(
     r"claude-(fable-5(-1)?|mythos-(5(-1)?|preview)|opus-(5(-5)?|4-[678])"
     r"|sonnet-(5(-5)?|4-6)|haiku-5-5)(-\d{8})?$"
 )
-_NO_OPTIONS = ModelOptions()
 # What a token count's body leaves out of a message request's.
 _NOT_COUNTED = ("max_tokens", "stream", "temperature", "metadata")
 
@@ -72,9 +71,6 @@ class AnthropicModel(HTTPModel):
         if self._api_key:
             headers["x-api-key"] = self._api_key
         return headers
-
-    def call_options(self, options: ModelOptions | None) -> ModelOptions:
-        return with_defaults(options or _NO_OPTIONS, self.service_tier)
 
     def request_path(self, *, stream: bool) -> str:
         return "/v1/messages"

@@ -27,7 +27,6 @@ from ._settings import ModelSettings, refuse_unknown
 from ._transport import Outgoing
 from ._wire import Reply
 from .contract import Capabilities, ModelOptions, Tier
-from .tiers import with_defaults
 
 if TYPE_CHECKING:
     from .batch_api import BatchAPI
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["BedrockBatch", "BedrockModel", "BedrockSettings"]
 
 BedrockTier = Literal["priority", "default", "flex", "reserved"]
-_NO_OPTIONS = ModelOptions()
 # What Bedrock charges of the standard rates at its priority tier (a 75% premium), and
 # at flex (half: the batch price), where neither genai-prices nor `pricing=` says.
 PRIORITY_MULTIPLIER = 1.75
@@ -153,9 +151,6 @@ class BedrockModel(HTTPModel):
 
     # -- the wire ------------------------------------------------------------------------
 
-    def call_options(self, options: ModelOptions | None) -> ModelOptions:
-        return with_defaults(options or _NO_OPTIONS, self.service_tier)
-
     def request_path(self, *, stream: bool) -> str:
         return wire.converse_path(self.name, stream=stream)
 
@@ -201,12 +196,18 @@ class BedrockModel(HTTPModel):
             return ErrorSaid(code, str(body.get("message") or "") or None)
         return ErrorSaid(code, str(body), raw=True)
 
-    def _error(self, status: int, headers: Mapping[str, str], body: Any) -> ProviderError:
+    def typed_error(
+        self,
+        status: int | None,
+        headers: Mapping[str, str],
+        body: Any,
+        sent: dict[str, Any] | None,
+    ) -> ProviderError | None:
         # Bedrock names its error's type (x-amzn-ErrorType, or the body's __type): the
         # wire maps each type (ModelNotReadyException is 429 but no rate; a
         # ServiceQuotaExceededException is 400 but a quota), redacted of the secrets.
-        if not _bedrock_said(headers, body):
-            return super()._error(status, headers, body)  # a proxy's, in its own shape
+        if status is None or not _bedrock_said(headers, body):
+            return None  # a proxy's, in its own shape: the shared mapping
         raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
         return wire.error_from(status or None, headers, raw, secrets=self._secrets)
 

@@ -35,10 +35,9 @@ from . import _gemini_prices as prices
 from . import _gemini_wire as wire
 from ._errors import retry_after_seconds
 from ._http import HTTPModel, ModelSettings
-from ._transport import Opened, Outgoing
+from ._transport import Outgoing
 from ._wire import ErrorEvent, Event, Reply, json_object
 from .contract import Capabilities, ModelOptions, StreamChunk, Tier
-from .tiers import with_defaults
 
 if TYPE_CHECKING:
     from ._batch_wire import BatchAPI
@@ -50,7 +49,6 @@ SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 _API_URL = "https://generativelanguage.googleapis.com"
 _STORAGE_URL = "https://storage.googleapis.com"
 _THINKING = re.compile(r"(^|/)gemini-(2\.5|[3-9])")
-_NO_OPTIONS = ModelOptions()
 # Vertex AI's way to ask for a tier (the body's `serviceTier` is the Gemini API's).
 _VERTEX_TIER_HEADER = "X-Vertex-AI-LLM-Shared-Request-Type"
 
@@ -169,9 +167,6 @@ class GeminiModel(HTTPModel):
             return {}
         return {"x-goog-api-key": self._api_key}
 
-    def call_options(self, options: ModelOptions | None) -> ModelOptions:
-        return with_defaults(options or _NO_OPTIONS, self.service_tier)
-
     def request_path(self, *, stream: bool) -> str:
         verb = "streamGenerateContent?alt=sse" if stream else "generateContent"
         return f"{self._prefix}/{self.name}:{verb}"
@@ -231,35 +226,24 @@ class GeminiModel(HTTPModel):
 
     # -- Google's errors --------------------------------------------------------------
 
-    async def _open(self, path: str, body: dict[str, Any]) -> Opened:
-        """POST `body`; an error reply typed by Google's rules (`_gemini_errors`): a
-        flex request shed with 503 is a refusal for capacity, `RetryInfo` the wait."""
-        self._may_send()
-        opened = await self._send("POST", path, pydantic_core.to_json(body), body)
-        if opened.status < 400:
-            return opened
-        try:
-            raw = await opened.read()
-        finally:
-            await opened.aclose()
-        error = errors.error_from_response(
-            opened.status,
-            raw,
-            secrets=self._secrets,
-            flex=body.get("serviceTier") == "flex",
-            request_id=opened.headers.get("x-goog-request-id"),
-        )
-        raise _waited(error, opened.headers)
-
-    def _error(self, status: int, headers: Mapping[str, str], body: Any) -> ProviderError:
-        request_id = headers.get("x-goog-request-id")
+    def typed_error(
+        self,
+        status: int | None,
+        headers: Mapping[str, str],
+        body: Any,
+        sent: dict[str, Any] | None,
+    ) -> ProviderError:
+        """Google's errors typed by its rules (`_gemini_errors`): a flex request shed
+        with 503 is a refusal for capacity, `RetryInfo` the wait, a `Retry-After` header
+        (a proxy's) the wait where the body gave none."""
         error = errors.error_from_body(
-            body, status=status, secrets=self._secrets, request_id=request_id
+            body,
+            status=status,
+            secrets=self._secrets,
+            flex=sent is not None and sent.get("serviceTier") == "flex",
+            request_id=headers.get("x-goog-request-id"),
         )
         return _waited(error, headers)
-
-    def _event_error(self, event: ErrorEvent) -> ProviderError:
-        return errors.error_from_body(event.body, status=event.status, secrets=self._secrets)
 
     # -- Vertex AI's credentials -------------------------------------------------------
 
