@@ -73,7 +73,9 @@ def dropped(bot: raygent.Agent) -> int:
     assert backend is not None
     access = backend.models
     limits = bot.model.limits()  # type: ignore[attr-defined]
-    return int(access.admissions.rate_lease(limits).stats()["dropped"])  # type: ignore[attr-defined]
+    admissions = access.admissions
+    admissions = getattr(admissions, "inner", admissions)  # under tenants' fair share
+    return int(admissions.rate_lease(limits).stats()["dropped"])
 
 
 async def _run(bot: raygent.Agent, first: int, count: int, concurrency: int) -> tuple[int, int]:
