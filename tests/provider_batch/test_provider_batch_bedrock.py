@@ -31,20 +31,6 @@ ROOT = Path(__file__).resolve().parents[2]
 _buckets = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def moto_s3() -> Iterator[str]:
-    """moto's server, S3 for the jobs' records: its URL."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def bucket(moto_s3: str) -> Iterator[str]:
     s3 = boto3.client(

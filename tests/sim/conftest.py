@@ -18,20 +18,6 @@ async def clients() -> AsyncIterator[Clients]:
     await made.aclose()
 
 
-@pytest.fixture(scope="session")
-def moto_s3() -> Iterator[str]:
-    """moto's server (S3 for Bedrock's batch jobs), started once per session: its URL."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def boto() -> Iterator[Boto]:
     """boto3 clients for the simulator's Bedrock wire and moto's S3, closed at teardown."""
