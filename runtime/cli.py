@@ -125,6 +125,14 @@ def _add_batch(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     batch.add_argument("target", metavar="MODULE:AGENT", help="e.g. mypackage.bots:summariser")
     batch.add_argument("input", metavar="INPUT", help="a .jsonl, .csv or .parquet file")
     batch.add_argument(
+        "--model",
+        default=None,
+        metavar="PROVIDER:NAME",
+        help="run the agent on this model instead of its own (openai:, openai-responses:, "
+        "anthropic:, gemini:, vertex:, bedrock:), keyed and addressed from the environment "
+        "as the provider's SDK is (e.g. gemini:gemini-2.5-flash, GEMINI_API_KEY)",
+    )
+    batch.add_argument(
         "-o",
         "--output",
         default=None,
@@ -298,6 +306,9 @@ def _run_sim(args: argparse.Namespace) -> int:
             # What google-genai reads for the Gemini API and Vertex AI.
             print(f"GOOGLE_GEMINI_BASE_URL={sim.gemini_base_url}", flush=True)
             print(f"GOOGLE_VERTEX_BASE_URL={sim.gemini_base_url}", flush=True)
+            # What botocore reads for Bedrock's runtime (Converse) and control plane.
+            print(f"AWS_ENDPOINT_URL_BEDROCK_RUNTIME={sim.url}", flush=True)
+            print(f"AWS_ENDPOINT_URL_BEDROCK={sim.url}", flush=True)
             stop.wait()
     finally:
         for sig, handler in previous.items():

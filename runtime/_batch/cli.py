@@ -56,6 +56,7 @@ CLI = Spelling(
         "run_options": "--model-option",
         "model_options": "--model-option",
         "sample": "--sample",
+        "model": "--model",
     }
 )
 
@@ -81,6 +82,8 @@ def run_batch_command(args: argparse.Namespace) -> int:
         if args.backend is not None:
             init(args.backend)
         executable = load_target(args.target)
+        if getattr(args, "model", None) is not None:
+            executable = with_model(executable, args.model)
         # What the target takes of the options, named by flag, before anything runs.
         refuse_unknown_options(options, executable, spelling=CLI)
         if args.provider_batch and "deadline" not in options:  # a route weighs its ways
@@ -241,6 +244,23 @@ def load_target(target: str) -> Any:
     for part in attribute.split("."):
         value = getattr(value, part)
     return value
+
+
+def with_model(executable: Any, name: str) -> Any:
+    """`--model PROVIDER:NAME`: the target agent on that model. Only an agent has a
+    model to replace: another target (a workflow, a function) is refused, as is a
+    provider no adapter has (naming the closest)."""
+    from ..models.by_name import adapter_of
+
+    build, model = adapter_of(name, subject=f"--model {name}", spelling=CLI)
+    replaced = getattr(executable, "with_model", None)  # `Agent.with_model`
+    if not callable(replaced):
+        raise InvalidOptionsError(
+            f"--model replaces an agent's model; {type(executable).__name__} is not an "
+            "agent (build its models in its module)",
+            option="model",
+        )
+    return replaced(build(model))
 
 
 def _ship_by_value(target: str) -> None:

@@ -7,6 +7,7 @@ options are defined once (`RunOptions`) and shared by `execute`, `execute_sync` 
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
@@ -27,6 +28,7 @@ from ..executable import Executable
 from ..memory import Memory
 from ..memory.save import RunSaver, default_memory
 from ..messages import ContentPart, Message, SystemMessage
+from ..models.by_name import model_from_name
 from ..models.contract import Model, ModelOptions, ToolSpec
 from ..observers import Observe, Observer
 from ..observers.delivery import observers_for, own_observers
@@ -78,7 +80,7 @@ class Agent(DurableRuns):
     def __init__(
         self,
         *,
-        model: Model,
+        model: Model | str,
         name: str | None,
         system_prompt: str | SystemPrompt | None,
         tools: Iterable[Tool[..., Any] | Agent | Any],
@@ -112,6 +114,8 @@ class Agent(DurableRuns):
         self.budget = budget
         if durable is not None and not isinstance(durable, Durable):
             raise TypeError("durable= takes raygent.Durable(store=...)")
+        if isinstance(model, str):
+            model = model_from_name(model)
         self.model = model
         self.cache = _checked_cache(cache)
         self.durable = durable
@@ -157,6 +161,16 @@ class Agent(DurableRuns):
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, model={self.model.name!r}, tools={list(self.tools)})"
+
+    def with_model(self, model: Model | str) -> Agent:
+        """This agent on another model (a `Model`, or `"PROVIDER:NAME"`), all else kept:
+        a named agent keeps its name (and so its sessions and durable runs)."""
+        other = copy.copy(self)
+        other.model = model_from_name(model) if isinstance(model, str) else model
+        if self.name == _anonymous_name(self.model, self.tools):
+            other.name = _anonymous_name(other.model, other.tools)
+        other._instance_handlers = list(self._instance_handlers)  # subscribed apart
+        return other
 
     def on(self, event: str, handler: EventHandler) -> Callable[[], None]:
         """Subscribe to an event ("*" for all) on every run; returns an unsubscribe."""
@@ -462,7 +476,7 @@ class Agent(DurableRuns):
 def agent(
     name: str | None = None,
     *,
-    model: Model,
+    model: Model | str,
     system_prompt: str | SystemPrompt | None = None,
     tools: Iterable[Tool[..., Any] | Agent | Executable | Toolset] = (),
     placeholders: Mapping[str, Any] | None = None,
@@ -489,6 +503,8 @@ def agent(
     server_compaction: ServerCompactionSetting = None,
 ) -> Agent:
     """Build an agent. See `Agent.execute` for a run and `RunOptions` for per-call options.
+    `model=` is an adapter or a name, `"gemini:gemini-2.5-flash"` (built from the
+    environment as the provider's SDK is: `raygent.models.model_from_name`).
 
     `streaming_tool_guard=True` (or `{}`, or `{"max_buffer": n}`) turns tool-call JSON
     that a model writes as text into real tool calls; a call's `streaming_tool_guard=`

@@ -7,6 +7,7 @@ specs) belongs to the base every part speaks. May import the base only.
 
 from .anthropic import AnthropicModel
 from .bedrock import BedrockBatch, BedrockModel
+from .by_name import model_from_name
 from .contract import (
     CacheControl,
     Capabilities,
@@ -54,4 +55,5 @@ __all__ = [
     "ToolCallDelta",
     "ToolSpec",
     "UsageChunk",
+    "model_from_name",
 ]

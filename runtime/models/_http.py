@@ -102,6 +102,8 @@ class HTTPModel(Wire):
 
     provider: str = "http"
     env_key: str = ""
+    # The variable the provider's own SDK reads a base URL from when none is given.
+    env_base_url: str = ""
     default_base_url: str = ""
     # The settings this adapter takes (a TypedDict): any other is refused at construction.
     settings_type: ClassVar[type] = ModelSettings
@@ -109,7 +111,10 @@ class HTTPModel(Wire):
     def __init__(self, name: str, **settings: Unpack[ModelSettings]) -> None:
         refuse_unknown(type(self), self.settings_type, settings)
         self.name = name
-        self.base_url = (settings.get("base_url") or self.default_base_url).rstrip("/")
+        base_url = settings.get("base_url") or (
+            os.environ.get(self.env_base_url) if self.env_base_url else None
+        )
+        self.base_url = (base_url or self.default_base_url).rstrip("/")
         self.capabilities = settings.get("capabilities") or self.default_capabilities(name)
         self.pricing = settings.get("pricing")
         timeout = settings.get("timeout")
@@ -122,7 +127,6 @@ class HTTPModel(Wire):
         # A key is required unless the caller said none is needed: `api_key=None` given
         # on purpose, or a base URL of their own (a local server, a gateway); or the wire
         # takes none (no `env_key`: its requests are signed, `sign`).
-        base_url = settings.get("base_url")
         self._key_required = (
             bool(self.env_key)
             and "api_key" not in settings

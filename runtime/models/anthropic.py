@@ -36,14 +36,15 @@ _NOT_COUNTED = ("max_tokens", "stream", "temperature", "metadata")
 class AnthropicModel(HTTPModel):
     """A Claude model over the Messages API.
 
-    `base_url` is what the official SDK takes (no `/v1`). The key comes from `api_key` or
-    `ANTHROPIC_API_KEY`. `default_max_tokens` is sent when a request gives none (the API
-    requires one). `service_tier`: see `AnthropicSettings`; a reply is priced at the tier
-    its `usage.service_tier` names.
+    `base_url` is what the official SDK takes (no `/v1`; else `ANTHROPIC_BASE_URL`, as the
+    SDK reads). The key comes from `api_key` or `ANTHROPIC_API_KEY`. `default_max_tokens`
+    is sent when a request gives none (the API requires one). `service_tier`: see
+    `AnthropicSettings`; a reply is priced at the tier its `usage.service_tier` names.
     """
 
     provider = "anthropic"
     env_key = "ANTHROPIC_API_KEY"
+    env_base_url = "ANTHROPIC_BASE_URL"
     default_base_url = "https://api.anthropic.com"
     settings_type = AnthropicSettings
 

@@ -84,11 +84,13 @@ class GeminiModel(HTTPModel):
     `GOOGLE_CLOUD_LOCATION`; default "global"), signed with an OAuth token from
     `credentials` or google-auth's default chain (`GOOGLE_APPLICATION_CREDENTIALS`,
     gcloud's application-default login, the metadata server). `base_url` is what
-    google-genai's `HttpOptions` takes (the host: the version is `api_version`'s).
+    google-genai's `HttpOptions` takes (the host: the version is `api_version`'s); else
+    `GOOGLE_GEMINI_BASE_URL` or, for Vertex AI, `GOOGLE_VERTEX_BASE_URL`, as it reads.
     """
 
     provider = "gemini"
     env_key = "GEMINI_API_KEY"
+    env_base_url = "GOOGLE_GEMINI_BASE_URL"
     default_base_url = _API_URL
     prices_as = "google"
     settings_type = GeminiSettings
@@ -104,7 +106,9 @@ class GeminiModel(HTTPModel):
         location = settings.get("location") or os.environ.get("GOOGLE_CLOUD_LOCATION") or "global"
         if vertex and not settings.get("base_url"):
             host = "aiplatform" if location == "global" else f"{location}-aiplatform"
-            settings = {**settings, "base_url": f"https://{host}.googleapis.com"}
+            # As google-genai: Vertex AI's own variable, else the location's host.
+            given = os.environ.get("GOOGLE_VERTEX_BASE_URL") or f"https://{host}.googleapis.com"
+            settings = {**settings, "base_url": given}
         super().__init__(name.removeprefix("models/"), **cast("ModelSettings", settings))
         self.vertex = vertex
         self.location = location

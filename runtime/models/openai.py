@@ -37,6 +37,7 @@ class _OpenAIBase(HTTPModel):
 
     provider = "openai"
     env_key = "OPENAI_API_KEY"
+    env_base_url = "OPENAI_BASE_URL"
     default_base_url = "https://api.openai.com/v1"
     settings_type = OpenAISettings
 
@@ -73,11 +74,11 @@ class _OpenAIBase(HTTPModel):
 class OpenAIModel(_OpenAIBase):
     """A Chat Completions model.
 
-    `base_url` is what the official SDK takes (ends in `/v1`). The key comes from
-    `api_key` or `OPENAI_API_KEY`. `max_tokens_field` is `max_completion_tokens` on
-    api.openai.com and `max_tokens` elsewhere, unless given. `vision` is inferred from
-    the name (text-only: gpt-3.5, gpt-4 base, o1-mini, o1-preview, o3-mini, ...); an
-    explicit `vision=` wins, over `capabilities=` too. `service_tier`,
+    `base_url` is what the official SDK takes (ends in `/v1`; else `OPENAI_BASE_URL`, as
+    the SDK reads). The key comes from `api_key` or `OPENAI_API_KEY`. `max_tokens_field`
+    is `max_completion_tokens` on api.openai.com and `max_tokens` elsewhere, unless given.
+    `vision` is inferred from the name (text-only: gpt-3.5, gpt-4 base, o1-mini,
+    o1-preview, o3-mini, ...); an explicit `vision=` wins, over `capabilities=` too. `service_tier`,
     `prompt_cache_key` and `prompt_cache_retention`: see `OpenAISettings`.
     """
 

@@ -20,9 +20,9 @@ __all__ = ["OpenAIResponsesModel"]
 class OpenAIResponsesModel(_OpenAIBase):
     """A model over the OpenAI Responses API.
 
-    `base_url` is what the official SDK takes (ends in `/v1`); the key comes from
-    `api_key` or `OPENAI_API_KEY`. With `store=False` (the default) nothing is kept by
-    OpenAI: a reasoning model's reasoning comes back encrypted
+    `base_url` is what the official SDK takes (ends in `/v1`; else `OPENAI_BASE_URL`);
+    the key comes from `api_key` or `OPENAI_API_KEY`. With `store=False` (the default)
+    nothing is kept by OpenAI: a reasoning model's reasoning comes back encrypted
     (`include=["reasoning.encrypted_content"]`) as opaque provider blocks, replayed
     verbatim on the next trip. Capabilities are inferred from the name as for
     `OpenAIModel`. `ModelOptions.provider_options["openai_responses"]` is merged into

@@ -3,7 +3,8 @@
 (``/v1beta``) and on Vertex AI (``/{v1,v1beta1}/projects/{p}/locations/{l}/publishers/
 google/models/{model}:...``, ``global`` included), the batch mode and Files API of the
 Gemini API, Vertex AI batch prediction over a minimal Cloud Storage JSON API, and
-explicit context caches on both."""
+explicit context caches on both, and Google's OAuth token endpoint (``/token``) for
+google-auth's default chain."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from ._gemini_files import GeminiFiles
 from ._gemini_gcs import GcsObjects
 from ._gemini_vertex_batches import VertexBatches
 from ._gemini_wire import GeminiWire
+from ._google_oauth import GoogleOAuth
 from ._respond import Exchange
 from ._stats import RecordedRequest, redact_headers
 from ._types import ParsedRequest, Wire
@@ -54,6 +56,7 @@ class GeminiRoutes:
         self.batches = GeminiBatches(core, self.files, timing, enqueued_limit)
         self.gcs = GcsObjects(core)
         self.vertex_batches = VertexBatches(core, self.gcs, timing)
+        self.oauth = GoogleOAuth()
 
     def add_routes(self, app: web.Application) -> None:
         for version in VERSIONS:
@@ -67,6 +70,7 @@ class GeminiRoutes:
         self.batches.add_routes(app)
         self.gcs.add_routes(app)
         self.vertex_batches.add_routes(app)
+        self.oauth.add_routes(app)
 
     def reset(self) -> None:
         self.caches.clear()

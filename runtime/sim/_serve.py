@@ -56,6 +56,17 @@ class Simulator:
         return self.url
 
     @property
+    def google_token_url(self) -> str:
+        """``http://HOST:PORT/token``: Google's OAuth token endpoint, as the
+        ``token_uri`` of a credentials file google-auth's default chain reads."""
+        return self.url + "/token"
+
+    @property
+    def google_tokens(self) -> list[str]:
+        """The access tokens the token endpoint has issued, oldest first."""
+        return list(self._core.gemini.oauth.issued)
+
+    @property
     def port(self) -> int:
         return self._core.port
 

@@ -29,10 +29,12 @@ def test_cli_serves_until_sigterm(tmp_path: Path) -> None:
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
-        urls = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(4))
+        urls = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(6))
         assert first.startswith("raygent sim listening on http://127.0.0.1:")
         assert urls["OPENAI_BASE_URL"] == first.split()[-1] + "/v1"
         assert urls["GOOGLE_GEMINI_BASE_URL"] == urls["GOOGLE_VERTEX_BASE_URL"] == first.split()[-1]
+        assert urls["AWS_ENDPOINT_URL_BEDROCK_RUNTIME"] == urls["AWS_ENDPOINT_URL_BEDROCK"]
+        assert urls["AWS_ENDPOINT_URL_BEDROCK"] == first.split()[-1]
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         url = urls["OPENAI_BASE_URL"] + "/chat/completions"
         resp = httpx.post(url, json=body, timeout=10)
