@@ -1,9 +1,10 @@
 """Gemini in the combination matrix (issue 46.6): online and by provider batch, with the
-response cache, a binding budget, sessions, and fallbacks from Gemini to OpenAI and
-from OpenAI to Gemini, on both backends. The same guarantees as every cell of the
-matrix (`test_combinations`): every item once in the sink, the report's cost the sum of
-its trips', the spend within the budget, sessions alternating user and assistant, each
-trip gone the cell's way; and with the cache, a second job answered by it alone."""
+response cache, a binding budget, sessions, and fallbacks from Gemini to OpenAI and to
+Anthropic and from each of them to Gemini, on both backends. The same guarantees as
+every cell of the matrix (`test_combinations`): every item once in the sink, the
+report's cost the sum of its trips', the spend within the budget, sessions alternating
+user and assistant, each trip gone the cell's way; and with the cache, a second job
+answered by it alone."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from combo_support import DOWN, KEY, MAX_TOKENS, PRICING, PROVIDER_BATCH, UP, Ce
 from test_combinations import Job, _check_job, _check_sessions
 
 import raygent
-from raygent import GeminiModel, Memory, OpenAIModel, ResponseCache
+from raygent import AnthropicModel, GeminiModel, Memory, OpenAIModel, ResponseCache
 from raygent.sim import Simulator
 from raygent.stores import SQLiteStore
 
@@ -37,6 +38,8 @@ CELLS = [
     GeminiCell(Cell("online", True, False, None, True), ("gemini", "openai")),
     GeminiCell(Cell("online", True, False, None, True), ("openai", "gemini")),
     GeminiCell(Cell("batch", True, False, None, True), ("openai", "gemini")),
+    GeminiCell(Cell("online", False, True, None, True), ("gemini", "anthropic")),
+    GeminiCell(Cell("online", False, True, None, True), ("anthropic", "gemini")),
     GeminiCell(Cell("online", False, True, "turn", False), ("gemini",)),
     GeminiCell(Cell("batch", False, True, "message", False), ("gemini",)),
 ]
@@ -45,6 +48,8 @@ CELLS = [
 def _model(provider: str, name: str, sim: Simulator) -> Any:
     if provider == "gemini":
         return GeminiModel(name, base_url=sim.gemini_base_url, api_key=KEY, pricing=PRICING)
+    if provider == "anthropic":
+        return AnthropicModel(name, base_url=sim.anthropic_base_url, api_key=KEY, pricing=PRICING)
     return OpenAIModel(name, base_url=sim.openai_base_url, api_key=KEY, pricing=PRICING)
 
 
