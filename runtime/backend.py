@@ -57,6 +57,7 @@ from .observers import registered
 from .observers.delivery import deliver, uses_global
 from .observers.report import AgentReport, FlowReport
 from .rates import (
+    DEFAULT_PAUSE,
     Bucket,
     Need,
     RateLearner,
@@ -110,6 +111,7 @@ if TYPE_CHECKING:
     from .agents import RunOptions
 
 __all__ = [
+    "DEFAULT_PAUSE",
     "EMPTY_USAGE",
     "PROBE_WINDOW",
     "AbortController",

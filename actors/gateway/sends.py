@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from raygent.backend import (
+    DEFAULT_PAUSE,
     AbortSignal,
     ModelRequest,
     ModelResponse,
@@ -70,6 +71,14 @@ class LeasedAdmission:
 
     def throttled(self, error: RateLimitError, pause: float | None) -> None:
         reading = reading_of_error(error)
+        if pause is None and error.details.get("retry_after") is None:
+            # A 429 that names no wait (Bedrock's ThrottlingException: no Retry-After, no
+            # headers) pauses every holder for a second's share to refill, as the local
+            # backend's pacer does (`DEFAULT_PAUSE`). Without it nobody paused on Ray:
+            # the holders' next sends met the same spent window, a storm of throttles
+            # with each request's own backoff the only wait. (None with a retry-after
+            # is one over the retry policy's `max_wait`: a quota, nobody pauses.)
+            pause = DEFAULT_PAUSE
         if self.rates is not None and self.paced is not None:
             # A known rate paced over windows: the holders pause for its slack only,
             # and this request waits out its retry-after by itself.

@@ -29,6 +29,10 @@ INCREASE = 0.01  # of the ceiling, per success
 MARGIN = 0.95  # of the rate at the last cut, past which a rate with no ceiling grows slower
 LATENCY_RISE = 2.0
 _MIN_PER_MINUTE = 1.0
+# With no limit known, a 429 (Gemini's RESOURCE_EXHAUSTED, Bedrock's ThrottlingException)
+# within this many seconds of the last cut answers a send of the same spent window: no
+# second cut (the round's 429s are one signal).
+ROUND = 1.0
 _EWMA = 0.2
 _TAU = 2.0  # seconds over which the send meter averages
 
@@ -72,6 +76,7 @@ class RateLearner:
         self.lowest_latency: float | None = None
         self.latency: float | None = None
         self._latency_cut = -math.inf
+        self._unstated_cut = -math.inf  # when a 429 stating no limits last cut
         self.meter = SendMeter(now)
         self.changed = False  # a rate moved since the holder last looked
 
@@ -124,6 +129,15 @@ class RateLearner:
         concurrency not at all (the pace, not the requests in flight, crowded it)."""
         if reading is not None:
             self.read(reading)
+        if all(c is None for c in self.ceiling):
+            # No limit known (none configured, no rate headers: Gemini's, Bedrock's):
+            # the 429s of one burst, sent before the first of them was heard, each cut
+            # again would compound (a burst of 13 took 2,800 a minute to 27 and the
+            # concurrency to 1; 40 requests then took a minute against a limit of 600).
+            # One cut per `ROUND`: the pause and the cut are in force for what follows.
+            if now - self._unstated_cut < ROUND:
+                return
+            self._unstated_cut = now
         spent = _spent(reading)
         for i in range(4):
             if spent and i not in spent:
