@@ -49,7 +49,11 @@ def lookup(q: str) -> str:
     return "found " + q
 
 async def main(api, where, sink, resume):
-    bot = raygent.agent(model=model_at(api, json.loads(where)), tools=[lookup])
+    if api == "gemini-file":  # each batch a JSONL through the Files API, none inline
+        from raygent.models import gemini_batch
+        gemini_batch._INLINE_LINES_BYTES = 0
+    model = model_at(api.removesuffix("-file"), json.loads(where))
+    bot = raygent.agent(model=model, tools=[lookup])
     items = [{{"input": f"q{{i}}", "key": i}} for i in range({ITEMS})]
     options = raygent.ProviderBatch(gather_seconds=0.5, poll_seconds=0.1)
     result = await raygent.batch(
@@ -77,8 +81,8 @@ def s3_for(api: str, request: pytest.FixtureRequest) -> dict[str, str]:
         ("local", "chat"),
         ("local", "anthropic"),
         ("ray", "chat"),
-        ("local", "gemini"),
-        ("ray", "gemini"),
+        ("local", "gemini-file"),  # uploaded, then made: a batch found by its file too
+        ("ray", "gemini"),  # inline
         # 300 first trips, then 300 second ones: each a job of at least 100 records.
         ("local", "bedrock"),
     ],
@@ -101,6 +105,8 @@ async def test_a_driver_killed_while_batches_are_out_resumes_them_without_sendin
         said = await run_to_end([*command, "resume"], env)
         stats = sim.stats()
         made = creates(sim.requests)
+        uploads = [r for r in sim.requests if r.path.startswith("/upload/")]
+    assert bool(uploads) == (api == "gemini-file")
     keys = sorted(json.loads(line)["key"] for line in sink.read_text().splitlines())
     assert keys == list(range(ITEMS))  # every item once
     assert b"done 300 0" in said
@@ -173,17 +179,20 @@ async def test_the_cli_sends_a_job_by_batch(tmp_path: Path) -> None:
 
 
 @pytest.mark.local_only("the pool and its ledger: the same on both backends")
-@pytest.mark.parametrize("api", ["chat", "gemini", "bedrock"])
+@pytest.mark.parametrize("api", ["chat", "gemini", "gemini-file", "bedrock"])
 async def test_batches_that_ended_while_the_driver_was_down_are_collected_not_sent_again(
-    api: str, tmp_path: Path, request: pytest.FixtureRequest
+    api: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    s3 = s3_for(api, request)
+    if api == "gemini-file":  # each batch through the Files API, its results a file
+        monkeypatch.setattr("raygent.models.gemini_batch._INLINE_LINES_BYTES", 0)
+    wire = api.removesuffix("-file")
+    s3 = s3_for(wire, request)
     sink = tmp_path / "out.jsonl"
     # 200 items: each batch (first trips, then second ones) a job of >= 100 on Bedrock.
     items = [{"input": f"q{i}", "key": i} for i in range(200)]
     options = raygent.ProviderBatch(gather_seconds=0.3, poll_seconds=0.001)
     async with serve(TOOL_ROUND, s3_endpoint_url=s3.get("s3")) as sim:
-        bot = raygent.agent(model=model_at(api, places(sim, **s3)), tools=[lookup])
+        bot = raygent.agent(model=model_at(wire, places(sim, **s3)), tools=[lookup])
         first = await raygent.batch(bot, items, provider_batch=options, sink=sink, progress=False)
         assert first.report.succeeded == 200
         paid = sim.stats()
@@ -199,7 +208,9 @@ async def test_batches_that_ended_while_the_driver_was_down_are_collected_not_se
         )
         stats = sim.stats()
         made = creates(sim.requests)
+        downloads = [r for r in sim.requests if r.path.startswith("/download/")]
     assert again.report.succeeded == 200
+    assert len(downloads) == (4 if api == "gemini-file" else 0)  # each batch's, twice
     assert stats.batch_lines == paid.batch_lines == 400  # nothing sent again
     assert online_requests(stats) == 0
     assert len(made) == 2
