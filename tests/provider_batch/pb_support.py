@@ -51,13 +51,14 @@ def places(sim: Any, s3: str | None = None, bucket: str | None = None) -> dict[s
     """Where a model of each wire finds the simulator (and, for Bedrock's jobs, the S3
     server and bucket of their records): what `model_at` takes, and what a driver of
     its own is given (as JSON) to build the same model."""
-    found = {
-        "url": sim.url,
-        "chat": sim.openai_base_url,
-        "responses": sim.openai_base_url,
-        "anthropic": sim.anthropic_base_url,
-        "gemini": sim.gemini_base_url,
+    urls = {  # read as found: a stand-in for the simulator may have some of them only
+        "url": "url",
+        "chat": "openai_base_url",
+        "responses": "openai_base_url",
+        "anthropic": "anthropic_base_url",
+        "gemini": "gemini_base_url",
     }
+    found = {key: getattr(sim, name) for key, name in urls.items() if hasattr(sim, name)}
     if s3 is not None and bucket is not None:
         found.update(s3=s3, bucket=bucket)
     return found
