@@ -1,4 +1,5 @@
-"""Provider-batch scenarios run on both backends: `test_x[local]`, `test_x[ray]`."""
+"""Provider-batch scenarios run on both backends: `test_x[local]`, `test_x[ray]`; a
+bucket of its own in moto's S3 for each test of Bedrock's jobs."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 from backend_support import on_backend, parametrize
+from pb_support import new_bucket
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -25,3 +27,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.fixture(autouse=True)
 def backend_kind(request: pytest.FixtureRequest) -> Iterator[str]:
     yield from on_backend(request)
+
+
+@pytest.fixture
+def bucket(moto_s3: str) -> str:
+    """A bucket of its own on moto's S3 server (Bedrock's jobs' records): its name."""
+    return new_bucket(moto_s3)

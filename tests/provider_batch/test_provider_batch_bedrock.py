@@ -5,16 +5,22 @@ moto lacks), every request signed and verified (issue #47.2)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from pb_support import FAST, QUICK, TOOL_ROUND, lookup, online_requests
+from pb_support import (
+    CLAUDE_ON_BEDROCK,
+    FAST,
+    QUICK,
+    ROLE,
+    TOOL_ROUND,
+    bedrock_model,
+    lookup,
+    online_requests,
+)
 from shared_support import driver_env
 
 import raygent
@@ -22,47 +28,14 @@ import raygent.sim
 from raygent import BedrockModel, ProviderBatch
 from raygent.models import BedrockBatch
 from raygent.sim import serve
-from raygent.sim._bedrock_auth import TEST_CREDENTIALS
 
-CLAUDE = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+CLAUDE = CLAUDE_ON_BEDROCK
 LLAMA = "meta.llama3-1-70b-instruct-v1:0"
-ROLE = "arn:aws:iam::123456789012:role/raygent-batch"
 ROOT = Path(__file__).resolve().parents[2]
-_buckets = itertools.count()
-
-
-@pytest.fixture
-def bucket(moto_s3: str) -> Iterator[str]:
-    s3 = boto3.client(
-        "s3",
-        region_name="us-east-1",
-        endpoint_url=moto_s3,
-        aws_access_key_id=TEST_CREDENTIALS.access_key,
-        aws_secret_access_key=TEST_CREDENTIALS.secret_key,
-    )
-    name = f"rg-bedrock-batch-{next(_buckets)}"
-    s3.create_bucket(Bucket=name)
-    try:
-        yield name
-    finally:
-        s3.close()
 
 
 def bedrock(sim: Any, moto_s3: str, bucket: str, model_id: str = CLAUDE) -> BedrockModel:
-    batch = BedrockBatch(
-        s3_uri=f"s3://{bucket}/jobs",
-        role_arn=ROLE,
-        endpoint_url=sim.url,
-        s3_endpoint_url=moto_s3,
-    )
-    return BedrockModel(
-        model_id,
-        region="us-east-1",
-        base_url=sim.url,
-        access_key=TEST_CREDENTIALS.access_key,
-        secret_key=TEST_CREDENTIALS.secret_key,
-        batch=batch,
-    )
+    return bedrock_model(sim.url, moto_s3, bucket, model_id)
 
 
 @pytest.mark.timeout(300)
