@@ -159,3 +159,37 @@ def test_vertex_without_a_bucket_is_refused_naming_it() -> None:
     bot = raygent.agent(model=model)
     with pytest.raises(InvalidOptionsError, match="batch_bucket"):
         raygent.batch_sync(bot, ["x"], provider_batch=True, progress=False)
+
+
+@pytest.mark.local_only("the provider's API, seen from the pool: no backend involved")
+@pytest.mark.parametrize("endpoint", ["gemini", "vertex"])
+async def test_a_submission_cut_off_is_found_again_by_its_tag_and_made_once(
+    endpoint: str,
+) -> None:
+    """A driver that died after the batch was made but before its ledger said so finds
+    it again by its display name; on the Gemini API, one that died between the upload
+    and the create makes the batch from the file found by its name, once."""
+    async with serve(TOOL_ROUND) as sim:
+        model = gemini(sim) if endpoint == "gemini" else vertex(sim, batch_bucket=BUCKET)
+        api: Any = model.batch_api()
+        body = model.request_body([raygent.UserMessage(content="hi")], None, stream=False)
+        lines = [api.encode(f"{i:016x}-a0-t0-cut", json.dumps(body).encode()) for i in range(3)]
+        made = await api.submit(lines, "rg-cut-0")  # made; its "submitted" record lost
+        found = await api.find("rg-cut-0", 0.0, 3)
+        missing = await api.find("rg-cut-9", 0.0, 3)
+        uploaded = None
+        if endpoint == "gemini":  # the file went up, the create never did
+            await api._upload(lines, "rg-cut-1")
+            uploaded = await api.find("rg-cut-1", 0.0, 3)
+            assert uploaded is not None and uploaded != made
+            assert await api.find("rg-cut-1", 0.0, 3) == uploaded  # by its name from then on
+        creates = [
+            r
+            for r in sim.requests
+            if r.method == "POST"
+            and (
+                r.path.endswith(":batchGenerateContent") or r.path.endswith("/batchPredictionJobs")
+            )
+        ]
+    assert found == made and missing is None
+    assert len(creates) == (2 if endpoint == "gemini" else 1)  # nothing made twice
