@@ -89,8 +89,10 @@ async def test_a_configured_rate_holds_across_runners_and_this_process(wire: str
     sent = BATCHED + HERE
     assert stats.admitted_requests == warmed + sent
     # Sent at the times granted: a window crowded now and then by a send delayed on its
-    # way on a loaded machine, no more (1%).
-    assert throttled(stats) <= 1, stats.rate_limited
+    # way on a loaded machine (CI at load 5 saw 2 of 62), no more. Not held across the
+    # three processes, each would send at the whole rate: some 40 of 62 throttled. (The
+    # 1% target is measured over 400 requests: benchmarks/bench_rate_limits.py.)
+    assert throttled(stats) <= 2, stats.rate_limited
     assert held["requests_per_minute"] == RPM  # configured: held as it is
     # A sensible share of the limit: 60 requests at 10 a second take 6 s at best.
     rate = sent / seconds * 60
