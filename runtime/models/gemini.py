@@ -83,7 +83,8 @@ class GeminiModel(HTTPModel):
     `GOOGLE_CLOUD_PROJECT`, or the default credentials' project) and `location` (or
     `GOOGLE_CLOUD_LOCATION`; default "global"), signed with an OAuth token from
     `credentials` or google-auth's default chain (`GOOGLE_APPLICATION_CREDENTIALS`,
-    gcloud's application-default login, the metadata server). `base_url` is what
+    gcloud's application-default login, the metadata server); or, in Vertex AI's express
+    mode, `api_key=` and no project, location or credentials. `base_url` is what
     google-genai's `HttpOptions` takes (the host: the version is `api_version`'s); else
     `GOOGLE_GEMINI_BASE_URL` or, for Vertex AI, `GOOGLE_VERTEX_BASE_URL`, as it reads.
     """
@@ -103,7 +104,21 @@ class GeminiModel(HTTPModel):
         **settings: Unpack[GeminiSettings],
     ) -> None:
         vertex = bool(settings.get("vertex", False))
-        location = settings.get("location") or os.environ.get("GOOGLE_CLOUD_LOCATION") or "global"
+        # Vertex AI in express mode: an API key, no project; served from the global host.
+        express = vertex and bool(settings.get("api_key"))
+        if express:
+            given_too = [s for s in ("project", "location", "credentials") if settings.get(s)]
+            if given_too:
+                raise InvalidOptionsError(
+                    "GeminiModel(vertex=True): api_key= (Vertex AI express mode) and"
+                    f" {', '.join(s + '=' for s in given_too)} exclude each other:"
+                    " pass an API key, or a project with Google credentials"
+                )
+        location = (
+            "global"
+            if express
+            else settings.get("location") or os.environ.get("GOOGLE_CLOUD_LOCATION") or "global"
+        )
         if vertex and not settings.get("base_url"):
             host = "aiplatform" if location == "global" else f"{location}-aiplatform"
             # As google-genai: Vertex AI's own variable, else the location's host.
@@ -111,6 +126,7 @@ class GeminiModel(HTTPModel):
             settings = {**settings, "base_url": given}
         super().__init__(name.removeprefix("models/"), **cast("ModelSettings", settings))
         self.vertex = vertex
+        self.express = express
         self.location = location
         self.default_max_tokens = default_max_tokens
         self.service_tier = settings.get("service_tier")
@@ -122,7 +138,10 @@ class GeminiModel(HTTPModel):
         self._own_credentials = self._credentials is None  # found by the default chain
         self._refresh_lock = threading.Lock()
         self.project: str | None
-        if vertex:
+        if express:
+            self.project = None
+            self._prefix = f"/{self.api_version}/publishers/google/models"
+        elif vertex:
             self._key_required = False
             self.project = settings.get("project") or _env_project() or self._default_project()
             self._prefix = (
@@ -149,8 +168,8 @@ class GeminiModel(HTTPModel):
     @functools.cached_property
     def key_fingerprint(self) -> str:
         """Vertex AI holds its limits per project (and region): the project, hashed."""
-        if not self.vertex:
-            return super().key_fingerprint
+        if not self.vertex or self.express:
+            return super().key_fingerprint  # express mode's limits are the key's
         return hashlib.sha256(f"vertex:{self.project}:{self.location}".encode()).hexdigest()[:12]
 
     def __getstate__(self) -> dict[str, Any]:
@@ -167,7 +186,7 @@ class GeminiModel(HTTPModel):
     # -- the wire ---------------------------------------------------------------------
 
     def _auth_headers(self) -> dict[str, str]:
-        if self.vertex or not self._api_key:
+        if (self.vertex and not self.express) or not self._api_key:
             return {}
         return {"x-goog-api-key": self._api_key}
 
@@ -215,12 +234,12 @@ class GeminiModel(HTTPModel):
     def batch_api(self) -> BatchAPI | None:
         """The Gemini API's batch mode (inline or through the Files API), or Vertex AI
         batch prediction over Cloud Storage (None without a `batch_bucket`: nowhere to
-        put its lines)."""
+        put its lines; express mode has no batch prediction)."""
         from .gemini_batch import GeminiBatchAPI, VertexBatchAPI
 
         if not self.vertex:
             return GeminiBatchAPI(self)
-        if not self.batch_bucket:
+        if not self.batch_bucket or self.express:
             return None
         return VertexBatchAPI(self, self.batch_bucket, self.storage_url)
 

@@ -1,7 +1,8 @@
 """Where the simulator speaks Gemini: ``models/{model}:generateContent``,
 ``:streamGenerateContent`` (SSE with ``alt=sse``) and ``:countTokens`` on the Gemini API
 (``/v1beta``) and on Vertex AI (``/{v1,v1beta1}/projects/{p}/locations/{l}/publishers/
-google/models/{model}:...``, ``global`` included), the batch mode and Files API of the
+google/models/{model}:...``, ``global`` included; ``/{v1,v1beta1}/publishers/google/
+models/{model}:...`` with an API key in express mode), the batch mode and Files API of the
 Gemini API, Vertex AI batch prediction over a minimal Cloud Storage JSON API, and
 explicit context caches on both, and Google's OAuth token endpoint (``/token``) for
 google-auth's default chain."""
@@ -65,6 +66,8 @@ class GeminiRoutes:
             "/{version}/projects/{project}/locations/{location}/publishers/google/models/{call}"
         )
         app.router.add_post(vertex, self._vertex)
+        # Express mode: an API key, no project or location in the path.
+        app.router.add_post("/{version}/publishers/google/models/{call}", self._vertex)
         self.caches.add_routes(app)
         self.files.add_routes(app)
         self.batches.add_routes(app)

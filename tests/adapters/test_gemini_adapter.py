@@ -40,7 +40,10 @@ HELLO = [UserMessage(content="hello")]
 
 
 def model_on(sim: Any, endpoint: str, name: str = FLASH, **settings: Any) -> GeminiModel:
-    """A Gemini model on the simulator: the Gemini API (a key) or Vertex AI (a token)."""
+    """A Gemini model on the simulator: the Gemini API (a key), Vertex AI (a token) or
+    Vertex AI in express mode (a key, no project)."""
+    if endpoint == "express":
+        return GeminiModel(name, vertex=True, api_key=KEY, base_url=sim.gemini_base_url, **settings)
     if endpoint == "vertex":
         return GeminiModel(
             name,
@@ -54,7 +57,7 @@ def model_on(sim: Any, endpoint: str, name: str = FLASH, **settings: Any) -> Gem
     return GeminiModel(name, api_key=KEY, base_url=sim.gemini_base_url, **settings)
 
 
-@pytest.fixture(params=["api", "vertex"])
+@pytest.fixture(params=["api", "vertex", "express"])
 def endpoint(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -87,6 +90,8 @@ async def test_text_whole_and_streamed_with_usage_prices_and_tier(endpoint: str)
     assert whole.service_tier == streamed.service_tier == "standard"
     if endpoint == "vertex":
         assert path.startswith("/v1/projects/sim-project/locations/global/publishers/google/")
+    elif endpoint == "express":
+        assert path.startswith(f"/v1/publishers/google/models/{FLASH}:streamGenerateContent")
     else:
         assert path.startswith(f"/v1beta/models/{FLASH}:streamGenerateContent")
 
@@ -444,6 +449,53 @@ def test_models_pickle_for_ray_and_vertex_limits_are_held_per_project() -> None:
         )
     other = GeminiModel(FLASH, vertex=True, project="q", credentials=Credentials(token="t"))
     assert vertex.key_fingerprint != other.key_fingerprint
+
+
+async def test_express_mode_is_vertex_ai_by_api_key() -> None:
+    """Vertex AI's express mode: the key in `x-goog-api-key`, no token, no project in
+    the path, the global host (google-genai's express client is answered by the same
+    route: tests/sim/test_sim_gemini.py)."""
+    async with serve([Rule(reply=Reply(text="express"))], api_key=KEY) as sim:
+        mine = await model_on(sim, "express").complete(HELLO)
+        sent = sim.requests[-1]
+    assert mine.text == "express"
+    assert sent.path == f"/v1/publishers/google/models/{FLASH}:generateContent"
+    assert sent.headers["x-goog-api-key"] == "[redacted]" and "authorization" not in sent.headers
+    assert GeminiModel(FLASH, vertex=True, api_key="k").base_url == (
+        "https://aiplatform.googleapis.com"
+    )
+
+
+async def test_express_mode_with_a_wrong_key_is_an_authentication_error() -> None:
+    async with serve(api_key=KEY) as sim:
+        model = GeminiModel(FLASH, vertex=True, api_key="wrong-key", base_url=sim.url)
+        with pytest.raises(raygent.errors.AuthenticationError) as refused:
+            await model.complete(HELLO)
+    assert refused.value.status == 401 and "wrong-key" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "also",
+    [{"project": "p"}, {"location": "us-central1"}, {"credentials": Credentials(token="t")}],
+    ids=["project", "location", "credentials"],
+)
+def test_express_mode_and_a_project_exclude_each_other(also: dict[str, Any]) -> None:
+    # As google-genai refuses them together: which identity pays would be a guess.
+    name = next(iter(also))
+    with pytest.raises(InvalidOptionsError, match=f"express mode.*{name}="):
+        GeminiModel(FLASH, vertex=True, api_key="k", **also)
+
+
+def test_express_mode_limits_are_held_per_key_and_it_has_no_batch_prediction() -> None:
+    one = GeminiModel(FLASH, vertex=True, api_key="k1", batch_bucket="gs://b/p")
+    two = GeminiModel(FLASH, vertex=True, api_key="k2")
+    copy = pickle.loads(pickle.dumps(one))
+    assert copy.express and copy.request_path(stream=False) == one.request_path(stream=False)
+    assert one.key_fingerprint != two.key_fingerprint  # its quota is the key's
+    assert one.batch_api() is None  # batch prediction needs a project and its bucket
+    bot = raygent.agent(model=one)
+    with pytest.raises(InvalidOptionsError, match="not in express mode"):
+        raygent.batch_sync(bot, ["q"], provider_batch=True, progress=False)
 
 
 @pytest.mark.parametrize(

@@ -51,6 +51,12 @@ def vertex(sim: Simulator, *, location: str = "global", token: str = KEY) -> gen
     )
 
 
+def express(sim: Simulator, *, key: str = KEY) -> genai.Client:
+    """A Vertex AI client in express mode (an API key, no project) on the simulator."""
+    options = types.HttpOptions(base_url=sim.url, retry_options=NO_RETRY)
+    return _kept(genai.Client(vertexai=True, api_key=key, http_options=options))
+
+
 def strict(raw: dict[str, Any], *, vertex: bool = False) -> types.GenerateContentResponse:
     """A raw reply read by the SDK's type with no field it does not know (the one
     documented rename: the Gemini API's `citationSources` is the SDK's `citations`)."""

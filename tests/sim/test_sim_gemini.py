@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 
 import pytest
-from gemini_sdk import KEY, gemini, post, sse_events, strict, text_body, vertex
+from gemini_sdk import KEY, express, gemini, post, sse_events, strict, text_body, vertex
 from google.genai import errors, types
 
 from raygent.sim import Reply, ServerToolReply, ServiceTiers, SimRateLimits, ToolCallReply, serve
@@ -118,6 +118,23 @@ def test_vertex_generate_stream_and_count_with_a_bearer_token(location: str) -> 
             vertex(sim, token="wrong").models.generate_content(model=FLASH, contents="hi")
         assert refused.value.code == 401
         assert refused.value.status == "UNAUTHENTICATED"
+
+
+def test_vertex_express_mode_by_api_key_with_no_project_in_the_path() -> None:
+    with serve({"default": "From express."}, api_key=KEY) as sim:
+        client = express(sim)
+        assert client.models.generate_content(model=FLASH, contents="hi").text == "From express."
+        streamed = client.models.generate_content_stream(model=FLASH, contents="hi")
+        assert "".join(c.text or "" for c in streamed) == "From express."
+        prefix = f"/v1beta1/publishers/google/models/{FLASH}"
+        assert [r.path for r in sim.requests] == [
+            prefix + ":generateContent",
+            prefix + ":streamGenerateContent",
+        ]
+        assert "authorization" not in sim.requests[0].headers
+        with pytest.raises(errors.ClientError) as refused:
+            express(sim, key="wrong").models.generate_content(model=FLASH, contents="hi")
+        assert refused.value.code == 401
 
 
 def test_api_key_by_header_or_query_and_a_wrong_key_refused() -> None:

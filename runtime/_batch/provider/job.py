@@ -59,8 +59,9 @@ def check_batchable(executable: Any, spelling: Spelling = PYTHON) -> None:
     if batch_api_of(first) is None:
         raise InvalidOptionsError(
             f"{said}: {first!r} has no batch API (OpenAIModel on an OpenAI"
-            " /v1 endpoint, OpenAIResponsesModel, AnthropicModel and GeminiModel have one;"
-            " GeminiModel on Vertex AI with batch_bucket='gs://bucket/prefix')"
+            " /v1 endpoint, OpenAIResponsesModel, AnthropicModel, GeminiModel and"
+            " BedrockModel have one; GeminiModel on Vertex AI with a project and"
+            " batch_bucket='gs://bucket/prefix', not in express mode)"
         )
 
 
