@@ -7,7 +7,8 @@ their replies say where a key stands:
 - OpenAI: `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, the reset a duration
   (`"1s"`, `"6m0s"`, `"12ms"`, `"1h2m3.5s"`);
 - Anthropic: `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,
-  remaining,reset}`, the reset an RFC 3339 time;
+  remaining,reset}`, the reset an RFC 3339 time (`tokens` the most restrictive of the
+  token limits in effect: read only where no input or output limit is stated);
 - both: `retry-after` (seconds, or an HTTP date) on a 429, OpenAI also `retry-after-ms`.
 """
 
@@ -159,6 +160,12 @@ def read_rate_headers(headers: Mapping[str, str], now: float) -> RateReading | N
         if window is None and dim in ("requests", "tokens"):
             window = _window(headers, _OPENAI, dim, now)
         windows.append(window)
+    if windows[2] is not None or windows[3] is not None:
+        # Anthropic's `tokens-*` beside its input and output limits is a view of the
+        # most restrictive of them, not a limit of all tokens of its own: held as one,
+        # it would keep each request's unused `max_tokens` counted (as OpenAI's limit
+        # of all tokens does), and pace a key far under what its limits allow.
+        windows[1] = None
     retry = retry_after(headers, now)
     if retry is None and all(w is None for w in windows):
         return None

@@ -135,13 +135,13 @@ class LocalAdmission:
     def failed(self) -> None:
         if self._need is not None and not self._settled:
             self._settled = True
-            self._held.pacer.settle(self._need, None, time.monotonic())
+            self._held.settle(self._need, None, time.monotonic())
 
     def done(self) -> None:
         need = self._need
         if need is not None and not self._settled:  # cut off: counted whole
             self._settled = True
-            self._held.pacer.settle(need, need, time.monotonic())
+            self._held.settle(need, need, time.monotonic())
         if self._bound is not None:
             self._bound.release()
         if self._probe:

