@@ -62,8 +62,10 @@ async def test_a_killed_runners_items_resume_from_their_snapshots_elsewhere(
         )
         # Every item's trip 2 has arrived: every tool round is settled and written.
         await sim.wait_until(lambda s: s.requests == 2 * ITEMS, timeout=60)
-        # The tool is inline: the pid it wrote is a runner's.
-        victim = int(marks.read_text().splitlines()[0].split()[1])
+        # The tool is inline: the pid it wrote is a runner's. The last to write one: its
+        # trip 2s went last, so they are the surest to be still waiting (a loaded machine
+        # spreads the arrivals; the first runner's could be answered before the kill).
+        victim = int(marks.read_text().splitlines()[-1].split()[1])
         os.kill(victim, signal.SIGKILL)
         result = await asyncio.wait_for(running, timeout=120)
         bodies = [r.body for r in sim.requests]
